@@ -1,0 +1,49 @@
+"""The exceptions tensorspark raises.
+
+One root, :class:`TensorSparkError`, and a few subclasses so callers can tell
+configuration mistakes (fix your call, do not retry) from transient
+parameter-server trouble (a retry may help). Messages say what failed, what was
+received and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class TensorSparkError(Exception):
+    """Root of every error raised by tensorspark."""
+
+
+class ConfigurationError(TensorSparkError, ValueError):
+    """An argument, a Spark setting or the input data does not fit. Retrying will not help."""
+
+
+class WireFormatError(TensorSparkError, ValueError):
+    """A parameter-server payload is malformed (bad header, truncated, wrong dtype or shape)."""
+
+
+class ParameterServerError(TensorSparkError):
+    """The parameter server refused a request or failed to start."""
+
+
+class ParameterServerConnectionError(ParameterServerError, ConnectionError):
+    """The parameter server could not be reached within ``ps_timeout`` seconds. Retry-safe."""
+
+
+class AuthenticationError(ParameterServerError):
+    """A request was not (correctly) signed with the run's secret."""
+
+
+class DivergenceError(TensorSparkError):
+    """A worker pushed non-finite values (NaN/Inf) and ``on_divergence='fail'``."""
+
+
+class WorkerError(TensorSparkError):
+    """A Spark task failed; the message carries the worker's Python traceback."""
+
+
+class CheckpointError(TensorSparkError):
+    """A checkpoint could not be written, read, or does not match the model."""
+
+
+class StorageError(TensorSparkError, OSError):
+    """A storage operation (local disk or WebHDFS) failed; names the location and the cause."""
