@@ -1,0 +1,48 @@
+"""Shared test set-up: markers by folder, quiet TensorFlow, loopback-only Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Everything binds to loopback and TensorFlow stays on few threads: 2 cores are shared by all.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+_MARK_BY_FOLDER = {"unit": "unit", "spark": "spark", "cluster": "cluster", "hdfs": "hdfs"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test by the folder it lives in, so `-m unit` etc. select a set."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for folder, mark in _MARK_BY_FOLDER.items():
+            if folder in parts:
+                item.add_marker(getattr(pytest.mark, mark))
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist_dir() -> Path:
+    """The Fashion-MNIST idx files installed by Debian's dataset-fashion-mnist package."""
+    path = Path(os.environ.get("TENSORSPARK_TEST_DATA", "/usr/share/datasets/fashion-mnist"))
+    if not path.is_dir():
+        pytest.fail(
+            f"Fashion-MNIST not found at {path}: run `apt-get install dataset-fashion-mnist` "
+            "(.ci/run does this) or set TENSORSPARK_TEST_DATA."
+        )
+    return path

@@ -1,0 +1,80 @@
+"""Real Spark in local mode for the `spark` test set.
+
+One SparkContext exists per JVM, so contexts are created on demand and swapped when a
+test needs another master (``local[2,4]`` lets Spark retry failed tasks).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from pyspark import SparkConf, SparkContext
+
+
+def make_conf(master: str) -> SparkConf:
+    return (
+        SparkConf()
+        .setMaster(master)
+        .setAppName("tensorspark-tests")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.python.worker.reuse", "true")
+        .set("spark.task.cpus", "1")
+        .set("spark.pyspark.python", sys.executable)
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .set("spark.driver.memory", "2g")
+    )
+
+
+class _Contexts:
+    """Holds the one live SparkContext of this test process."""
+
+    def __init__(self) -> None:
+        self.sc: SparkContext | None = None
+        self.master: str | None = None
+
+    def get(self, master: str) -> SparkContext:
+        if self.sc is not None and self.master == master:
+            return self.sc
+        self.stop()
+        self.sc = SparkContext(conf=make_conf(master))
+        self.sc.setLogLevel("ERROR")
+        self.master = master
+        return self.sc
+
+    def stop(self) -> None:
+        if self.sc is not None:
+            self.sc.stop()
+            self.sc = None
+            self.master = None
+
+
+@pytest.fixture(scope="session")
+def spark_contexts() -> Iterator[_Contexts]:
+    contexts = _Contexts()
+    yield contexts
+    contexts.stop()
+
+
+@pytest.fixture
+def sc(spark_contexts: _Contexts) -> SparkContext:
+    """A local[2] SparkContext (shared across tests)."""
+    return spark_contexts.get("local[2]")
+
+
+@pytest.fixture
+def sc_retry(spark_contexts: _Contexts) -> SparkContext:
+    """A local[2,4] SparkContext: failed tasks are retried up to 3 times."""
+    return spark_contexts.get("local[2,4]")
+
+
+@pytest.fixture
+def spark(sc: SparkContext):  # type: ignore[no-untyped-def]
+    """A pyspark.sql.SparkSession on the shared local[2] context."""
+    from pyspark.sql import SparkSession as SQLSession
+
+    return SQLSession.builder.getOrCreate()
