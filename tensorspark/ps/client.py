@@ -1,0 +1,207 @@
+"""The worker side of the parameter server protocol.
+
+Runs on executors (and in tests/benchmarks). One :class:`ParameterClient` holds one
+keep-alive HTTP connection; it is not thread-safe (use one per thread).
+
+Requests that cannot reach the server are retried with exponential backoff for up to
+``ps_timeout`` seconds, then fail with
+:class:`~tensorspark.errors.ParameterServerConnectionError` naming the address and the
+usual causes. Retrying a push is safe: the server applies each
+``(partition, epoch, seq)`` at most once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import socket
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from tensorspark.errors import (
+    ConfigurationError,
+    ParameterServerConnectionError,
+    ParameterServerError,
+)
+from tensorspark.ps import wire
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """The server's answer to a push: its status, the new version and global parameters.
+
+    ``status`` is ``"applied"``, ``"duplicate"`` (already applied earlier, ignored),
+    ``"stale"`` (base too old under ``max_staleness``; rebase and push again) or
+    ``"diverged"`` (non-finite values, rejected).
+    """
+
+    status: str
+    version: int
+    params: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+
+class ParameterClient:
+    """A client of one :class:`~tensorspark.ps.server.ParameterServer`.
+
+    Args:
+        url: the server's URL (``http://host:port`` or ``https://...``).
+        timeout: seconds one request may take (a sync-mode push waits for its round).
+        ps_timeout: how long to keep retrying a server that cannot be reached.
+        ssl_cafile: CA bundle to verify an HTTPS server with.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 600.0,
+        ps_timeout: float = 60.0,
+        ssl_cafile: str | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"parameter server URL must look like http://host:port. Received: url={url!r}"
+            )
+        self.url = url.rstrip("/")
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.timeout = float(timeout)
+        self.ps_timeout = float(ps_timeout)
+        self._ssl_context: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            self._ssl_context = ssl.create_default_context(cafile=ssl_cafile)
+        self._conn: http.client.HTTPConnection | None = None
+
+    # ------------------------------------------------------------------ public calls
+
+    def pull(self) -> tuple[int, dict[str, np.ndarray]]:
+        """Fetch the global parameters: ``(version, {name: array})``."""
+        body = self._request("GET", "/pull", [], wire.CONTENT_TYPE)
+        tensors, meta = wire.decode(body)
+        return int(meta["version"]), tensors
+
+    def push(self, update: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> PushResult:
+        """Send an update (delta or weights, as the server's combiner wants) and get the
+        new global parameters back in the same round trip.
+
+        ``meta`` must carry ``partition``, ``epoch``, ``seq``, ``attempt``, ``samples`` and
+        ``base_version``; it may carry ``loss`` and ``metrics`` for progress display.
+        """
+        parts = wire.encode(update, meta)
+        body = self._request("POST", "/push", parts, wire.CONTENT_TYPE)
+        tensors, rmeta = wire.decode(body)
+        return PushResult(str(rmeta.get("status")), int(rmeta["version"]), tensors, rmeta)
+
+    def join(self, partition: int, attempt: int) -> dict[str, Any]:
+        """Announce a worker; returns its partition's progress, the version and payload kind."""
+        return self._json("POST", "/join", {"partition": partition, "attempt": attempt})
+
+    def leave(self, partition: int, attempt: int, state: str) -> None:
+        """Tell the server this worker is ``"done"`` or ``"failed"``."""
+        self._json("POST", "/leave", {"partition": partition, "attempt": attempt, "state": state})
+
+    def status(self) -> dict[str, Any]:
+        """The server's ``/status`` JSON."""
+        return self._json("GET", "/status", None)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ParameterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport
+
+    def _json(self, method: str, path: str, obj: Any) -> dict[str, Any]:
+        parts = [] if obj is None else [json.dumps(obj).encode("utf-8")]
+        body = self._request(method, path, parts, "application/json")
+        result = json.loads(bytes(body).decode("utf-8"))
+        if not isinstance(result, dict):
+            raise ParameterServerError(f"{method} {path}: unexpected answer {result!r}")
+        return result
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self._ssl_context is not None:
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.timeout, context=self._ssl_context
+                )
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            self._conn.connect()
+            assert self._conn.sock is not None
+            self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self._conn
+
+    def _request(self, method: str, path: str, parts: list[Any], content_type: str) -> bytearray:
+        deadline = time.monotonic() + self.ps_timeout
+        delay = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._send_once(method, path, parts, content_type)
+            except (ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException, OSError) as err:
+                self.close()
+                if isinstance(err, (socket.timeout, TimeoutError)) and attempt > 1:
+                    raise self._unreachable(err) from None
+                if time.monotonic() + delay > deadline:
+                    raise self._unreachable(err) from None
+                logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, err, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0) * (0.75 + random.random() / 2)
+
+    def _send_once(self, method: str, path: str, parts: list[Any], content_type: str) -> bytearray:
+        conn = self._connection()
+        size = sum(memoryview(p).nbytes for p in parts)
+        conn.putrequest(method, path, skip_accept_encoding=True)
+        conn.putheader("Content-Type", content_type)
+        conn.putheader("Content-Length", str(size))
+        conn.endheaders()
+        for part in parts:
+            conn.send(part)
+        response = conn.getresponse()
+        length = int(response.getheader("Content-Length") or "0")
+        body = bytearray(length)
+        view = memoryview(body)
+        got = 0
+        while got < length:
+            n = response.readinto(view[got:])
+            if not n:
+                raise http.client.IncompleteRead(bytes(body[:got]), length - got)
+            got += n
+        if response.getheader("Connection", "").lower() == "close":
+            self.close()
+        if response.status != 200:
+            try:
+                message = json.loads(bytes(body).decode("utf-8")).get("error", "")
+            except ValueError:
+                message = bytes(body[:500]).decode("utf-8", "replace")
+            raise ParameterServerError(f"parameter server {self.url}{path} answered {response.status}: {message}")
+        return body
+
+    def _unreachable(self, err: BaseException) -> ParameterServerConnectionError:
+        return ParameterServerConnectionError(
+            f"cannot reach the parameter server at {self.url} within ps_timeout={self.ps_timeout:g}s "
+            f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from the "
+            "executors (set server_host / spark.driver.host to an address they can route to), a "
+            "firewall blocks the port, or the driver died."
+        )

@@ -1,0 +1,761 @@
+"""The parameter server: a Tornado HTTP server on the driver that holds the global model.
+
+Runs in a background thread with its own IOLoop for the duration of a training run.
+Workers (Spark tasks) push their update and get the new global parameters back in the
+same response (push-and-pull in one round trip, over keep-alive connections).
+
+Endpoints (binary bodies use :mod:`tensorspark.ps.wire`; control messages are JSON):
+
+* ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
+* ``GET  /pull``  -> wire(global params, {version})
+* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode}
+* ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
+* ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
+
+Requests are handled by a small :class:`tornado.httputil.HTTPMessageDelegate` instead of
+``tornado.web``: request bodies are copied once into a buffer sized from Content-Length
+and responses are written from the arrays' memory without joining them into one string,
+which is what keeps a 100 MB model near the loopback's speed.
+
+Exactly once: every push carries ``(partition, epoch, seq)``. The server applies each at
+most once, in order per partition, and counts the rest as duplicates; a retried task asks
+``/join`` where its partition got to and resumes after it.
+
+Thread-safety: state is guarded by one lock; :meth:`ParameterServer.params`,
+:meth:`~ParameterServer.status` and :meth:`~ParameterServer.snapshot` may be called from
+any thread. Combining runs on the server's loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tornado import httputil
+from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+from tornado.netutil import bind_sockets
+
+from tensorspark.errors import ConfigurationError, ParameterServerError, WireFormatError
+from tensorspark.ps import wire
+from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
+
+logger = logging.getLogger(__name__)
+
+MODES = ("async", "sync")
+_HEADROOM = 4 * 1024 * 1024
+_HISTORY = 2000
+
+
+@dataclass
+class WorkerState:
+    """What the server knows of one partition's worker (one row of the status table)."""
+
+    partition: int
+    attempt: int = 0
+    state: str = "active"
+    pushes: int = 0
+    duplicates: int = 0
+    samples: int = 0
+    last_seen: float = 0.0
+    staleness: int = 0
+    epoch: int = -1
+    seq: int = -1
+    loss: float | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "state": self.state,
+            "pushes": self.pushes,
+            "duplicates": self.duplicates,
+            "samples": self.samples,
+            "last_seen": self.last_seen,
+            "staleness": self.staleness,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "loss": self.loss,
+        }
+
+
+@dataclass
+class _Pending:
+    """A sync-mode contribution waiting for its round to complete."""
+
+    partition: int
+    delta: dict[str, np.ndarray]
+    samples: int
+    meta: dict[str, Any]
+    respond: Callable[[int, list[Any], str], None]
+
+
+@dataclass
+class Snapshot:
+    """A consistent view of the server's state (for checkpoints)."""
+
+    params: dict[str, np.ndarray]
+    version: int
+    progress: dict[int, dict[str, int]]
+    mode: str
+    applied_pushes: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class HttpError(Exception):
+    """Raised inside the server to answer a request with an HTTP error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ParameterServer:
+    """Holds the global parameters and serves pushes and pulls over HTTP.
+
+    Args:
+        params: initial global parameters, name -> array (copied).
+        combiner: a :class:`~tensorspark.ps.combiners.WeightCombiner`, a name
+            (``"delta"``, ``"mean"``, ``"dynsgd"``) or None for the default (delta).
+        host: address to bind and to advertise (executors must be able to reach it).
+        port: a port, 0 for a free one, or a ``(first, last)`` range to try in order.
+        mode: ``"async"`` or ``"sync"`` (bulk-synchronous rounds, see README).
+        num_workers: in sync mode, how many partitions take part in each round.
+        max_staleness: async only: a push whose base version is more than this many
+            versions behind is not applied; the worker gets the current weights and must
+            re-push (stale-synchronous parallel).
+        max_body_bytes: largest request body accepted (default: twice the model's size
+            plus 4 MiB).
+        version: initial version (to resume from a checkpoint).
+        progress: initial per-partition progress ``{partition: {"epoch", "seq"}}``.
+        round_timeout: sync mode: how long a round waits for missing workers.
+        on_push: optional callback ``(meta, status)`` called on the loop thread after
+            each push (for progress display); must be quick.
+    """
+
+    def __init__(
+        self,
+        params: Mapping[str, np.ndarray],
+        combiner: WeightCombiner | str | None = None,
+        host: str = "127.0.0.1",
+        port: int | tuple[int, int] = 0,
+        *,
+        mode: str = "async",
+        num_workers: int | None = None,
+        max_staleness: int | None = None,
+        max_body_bytes: int | None = None,
+        version: int = 0,
+        progress: Mapping[int, Mapping[str, int]] | None = None,
+        round_timeout: float = 600.0,
+        on_push: Callable[[dict[str, Any], str], None] | None = None,
+    ) -> None:
+        if not params:
+            raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
+        if mode not in MODES:
+            raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
+        if mode == "sync" and (num_workers is None or num_workers < 1):
+            raise ConfigurationError(
+                f"mode='sync' needs num_workers >= 1 (the partitions in each round). Received: num_workers={num_workers!r}"
+            )
+        if max_staleness is not None and (mode != "async" or max_staleness < 0):
+            raise ConfigurationError(
+                "max_staleness applies to mode='async' and must be >= 0. "
+                f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
+            )
+        self._params: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            arr = np.array(value, copy=True)
+            if arr.dtype.name not in wire.DTYPES:
+                raise ConfigurationError(
+                    f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
+                    f"Allowed: {sorted(wire.DTYPES)}"
+                )
+            self._params[str(name)] = arr
+        self.combiner = get_combiner(combiner)
+        self.host = host
+        self._port_spec = port
+        self.mode = mode
+        self.num_workers = num_workers
+        self.max_staleness = max_staleness
+        model_bytes = sum(a.nbytes for a in self._params.values())
+        self.max_body_bytes = int(max_body_bytes or 2 * model_bytes + _HEADROOM)
+        self.round_timeout = round_timeout
+        self._on_push = on_push
+
+        self._lock = threading.RLock()
+        self._version = int(version)
+        self._progress: dict[int, tuple[int, int]] = {
+            int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
+        }
+        self._workers: dict[int, WorkerState] = {}
+        self._counters = collections.Counter[str]()
+        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=_HISTORY)
+        self._push_times: collections.deque[float] = collections.deque(maxlen=512)
+        self._pending: dict[int, _Pending] = {}
+        self._round = 0
+        self._round_timer: Any = None
+        self._started_at = 0.0
+
+        self._thread: threading.Thread | None = None
+        self._loop: IOLoop | None = None
+        self._http: HTTPServer | None = None
+        self._sockets: list[socket.socket] = []
+        self._ready = threading.Event()
+        self._stopped = threading.Event()
+        self._startup_error: BaseException | None = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` once started."""
+        if self.port is None:
+            raise ParameterServerError("the parameter server is not started; call start() first")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Bind the port and start serving in a background thread; return the URL.
+
+        Raises:
+            ParameterServerError: the port is busy (named in the message) or the server
+                did not come up within ``timeout`` seconds.
+        """
+        if self.running:
+            return self.url
+        self._sockets = self._bind()
+        self.port = self._sockets[0].getsockname()[1]
+        self._ready.clear()
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._serve, name=f"tensorspark-ps-{self.port}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise ParameterServerError(f"the parameter server did not start within {timeout}s")
+        if self._startup_error is not None:
+            raise ParameterServerError(f"the parameter server failed to start: {self._startup_error}")
+        self._started_at = time.time()
+        logger.info("parameter server listening at %s (mode=%s, combiner=%s)", self.url, self.mode, self.combiner.name)
+        return self.url
+
+    def _bind(self) -> list[socket.socket]:
+        spec = self._port_spec
+        ports = list(range(spec[0], spec[1] + 1)) if isinstance(spec, tuple) else [int(spec)]
+        last: OSError | None = None
+        for port in ports:
+            try:
+                return bind_sockets(port, address=self.host, family=socket.AF_UNSPEC, reuse_port=False)
+            except OSError as err:
+                last = err
+                if err.errno != errno.EADDRINUSE:
+                    break
+        assert last is not None
+        where = f"{self.host}:{ports[0]}" if len(ports) == 1 else f"{self.host}:{ports[0]}-{ports[-1]}"
+        if last.errno == errno.EADDRINUSE:
+            raise ParameterServerError(
+                f"cannot start the parameter server: port {where} is already in use. "
+                "Pass another server_port (or 0 for a free one), or stop the process holding it."
+            ) from None
+        raise ParameterServerError(
+            f"cannot bind the parameter server to {where}: {last.strerror}. "
+            "Check server_host: it must be an address of this driver machine."
+        ) from None
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            self._loop = IOLoop.current()
+            self._http = HTTPServer(
+                _Router(self),
+                max_body_size=self.max_body_bytes + 1024,
+                max_buffer_size=self.max_body_bytes + 1024,
+                chunk_size=1 << 20,
+                idle_connection_timeout=3600,
+                body_timeout=600,
+                decompress_request=False,
+            )
+            self._http.add_sockets(self._sockets)
+        except BaseException as err:  # pragma: no cover - reported to start()
+            self._startup_error = err
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+                self._stopped.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the port, drop connections and end the server thread. Idempotent."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            for sock in self._sockets:
+                sock.close()
+            return
+
+        async def shutdown() -> None:
+            with self._lock:
+                self._fail_round("the parameter server is stopping")
+            if self._http is not None:
+                self._http.stop()
+                try:
+                    await asyncio.wait_for(self._http.close_all_connections(), timeout)
+                except asyncio.TimeoutError:  # pragma: no cover
+                    logger.warning("parameter server: connections did not close within %ss", timeout)
+            asyncio.get_running_loop().stop()
+
+        try:
+            loop.add_callback(lambda: asyncio.ensure_future(shutdown()))
+        except RuntimeError:  # loop already closed
+            pass
+        thread.join(timeout)
+        if thread.is_alive():  # pragma: no cover
+            logger.warning("parameter server thread did not end within %ss", timeout)
+        for sock in self._sockets:
+            sock.close()
+        self._thread = None
+        self._loop = None
+        logger.info("parameter server at %s stopped", f"{self.host}:{self.port}")
+
+    def __enter__(self) -> ParameterServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def params(self) -> dict[str, np.ndarray]:
+        """A copy of the current global parameters. Thread-safe."""
+        with self._lock:
+            return {k: v.copy() for k, v in self._params.items()}
+
+    def snapshot(self) -> Snapshot:
+        """The current parameters (read-only references), version and progress, consistent."""
+        with self._lock:
+            return Snapshot(
+                params=dict(self._params),
+                version=self._version,
+                progress={p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()},
+                mode=self.mode,
+                applied_pushes=self._counters["applied_pushes"],
+            )
+
+    def progress(self) -> dict[int, dict[str, int]]:
+        """Per-partition last applied ``{"epoch", "seq"}``."""
+        return self.snapshot().progress
+
+    def status(self) -> dict[str, Any]:
+        """The JSON served at ``/status``. Thread-safe."""
+        with self._lock:
+            now = time.time()
+            recent = [t for t in self._push_times if now - t <= 10.0]
+            span = (now - recent[0]) if len(recent) > 1 else 0.0
+            return {
+                "version": self._version,
+                "mode": self.mode,
+                "combiner": self.combiner.get_config(),
+                "max_staleness": self.max_staleness,
+                "applied_pushes": self._counters["applied_pushes"],
+                "duplicate_pushes": self._counters["duplicate_pushes"],
+                "stale_pushes": self._counters["stale_pushes"],
+                "diverged_pushes": self._counters["diverged_pushes"],
+                "rejected_requests": self._counters["rejected_requests"],
+                "samples": self._counters["samples"],
+                "updates_per_sec": (len(recent) - 1) / span if span > 0 else 0.0,
+                "num_params": int(sum(a.size for a in self._params.values())),
+                "model_bytes": int(sum(a.nbytes for a in self._params.values())),
+                "started_at": self._started_at,
+                "uptime": now - self._started_at if self._started_at else 0.0,
+                "round": self._round,
+                "workers": [w.row() for _, w in sorted(self._workers.items())],
+                "history": list(self._history)[-500:],
+            }
+
+    # ------------------------------------------------------------------ request handling
+
+    def handle_join(self, body: bytes) -> dict[str, Any]:
+        req = _json_object(body, ("partition", "attempt"))
+        partition, attempt = _int_field(req, "partition"), _int_field(req, "attempt")
+        with self._lock:
+            worker = self._workers.get(partition)
+            if worker is None:
+                worker = self._workers[partition] = WorkerState(partition)
+            worker.attempt = attempt
+            worker.state = "active"
+            worker.last_seen = time.time()
+            if self.mode == "sync" and partition in self._pending:
+                # A retried attempt replaces what the failed one left waiting in the round.
+                del self._pending[partition]
+            done = self._progress.get(partition)
+            return {
+                "progress": None if done is None else {"epoch": done[0], "seq": done[1]},
+                "version": self._version,
+                "mode": self.mode,
+                "payload": "delta" if self.mode == "sync" else self.combiner.payload,
+            }
+
+    def handle_leave(self, body: bytes) -> dict[str, Any]:
+        req = _json_object(body, ("partition", "attempt", "state"))
+        partition = _int_field(req, "partition")
+        state = str(req["state"])
+        with self._lock:
+            worker = self._workers.setdefault(partition, WorkerState(partition))
+            if _int_field(req, "attempt") == worker.attempt:
+                worker.state = state
+                worker.last_seen = time.time()
+                if self.mode == "sync":
+                    self._pending.pop(partition, None)
+                    self._maybe_complete_round()
+        return {"ok": True}
+
+    def handle_pull(self) -> tuple[list[Any], dict[str, Any]]:
+        with self._lock:
+            params, version = self._params, self._version
+        return wire.encode(params, {"version": version}), {"version": version}
+
+    def handle_push(self, body: bytearray, respond: Callable[[int, list[Any], str], None]) -> None:
+        """Decode and apply (or defer, in sync mode) one push; ``respond`` is called once."""
+        tensors, meta = wire.decode(body)
+        partition = _int_field(meta, "partition")
+        epoch = _int_field(meta, "epoch")
+        seq = _int_field(meta, "seq")
+        attempt = _int_field(meta, "attempt")
+        samples = _int_field(meta, "samples")
+        base_version = _int_field(meta, "base_version")
+        with self._lock:
+            self._check_tensors(tensors)
+            worker = self._workers.setdefault(partition, WorkerState(partition, attempt=attempt))
+            worker.last_seen = time.time()
+            worker.attempt = attempt
+            if worker.state != "active":
+                worker.state = "active"
+            status = self._classify(partition, epoch, seq, tensors, base_version)
+            if status == "duplicate":
+                worker.duplicates += 1
+                self._counters["duplicate_pushes"] += 1
+                logger.debug("duplicate push partition=%s epoch=%s seq=%s ignored", partition, epoch, seq)
+                self._respond_params(respond, status)
+                return
+            if status in ("stale", "diverged"):
+                self._counters[f"{status}_pushes"] += 1
+                self._respond_params(respond, status)
+                self._notify(meta, status)
+                return
+            if self.mode == "sync":
+                self._pending[partition] = _Pending(partition, dict(tensors), samples, dict(meta), respond)
+                self._maybe_complete_round()
+                return
+            info = PushInfo(
+                partition=partition,
+                samples=samples,
+                base_version=base_version,
+                current_version=self._version,
+                active_workers=self._active_count(),
+            )
+            self._params = self.combiner.combine(self._params, tensors, info)
+            self._apply_bookkeeping(worker, meta, info.staleness)
+            self._respond_params(respond, "applied")
+        self._notify(meta, "applied")
+
+    def _check_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
+        missing = [k for k in self._params if k not in tensors]
+        unknown = [k for k in tensors if k not in self._params]
+        if missing or unknown:
+            raise HttpError(400, f"push does not match the model: missing tensors {missing}, unknown tensors {unknown}")
+        for name, arr in tensors.items():
+            ref = self._params[name]
+            if arr.shape != ref.shape or arr.dtype != ref.dtype:
+                raise HttpError(
+                    400,
+                    f"tensor {name!r}: expected {ref.dtype}{list(ref.shape)}, received {arr.dtype}{list(arr.shape)}",
+                )
+
+    def _classify(
+        self, partition: int, epoch: int, seq: int, tensors: Mapping[str, np.ndarray], base_version: int
+    ) -> str:
+        done = self._progress.get(partition)
+        if done is not None and (epoch, seq) <= done:
+            return "duplicate"
+        for arr in tensors.values():
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                logger.warning(
+                    "rejected a non-finite push from partition %s (epoch %s, sync %s)", partition, epoch, seq
+                )
+                return "diverged"
+        if self.max_staleness is not None and self._version - base_version > self.max_staleness:
+            return "stale"
+        return "applied"
+
+    def _active_count(self) -> int:
+        return max(1, sum(1 for w in self._workers.values() if w.state == "active"))
+
+    def _apply_bookkeeping(self, worker: WorkerState, meta: Mapping[str, Any], staleness: int) -> None:
+        epoch, seq, samples = int(meta["epoch"]), int(meta["seq"]), int(meta["samples"])
+        self._version += 1
+        self._progress[worker.partition] = (epoch, seq)
+        self._counters["applied_pushes"] += 1
+        self._counters["samples"] += samples
+        now = time.time()
+        self._push_times.append(now)
+        worker.pushes += 1
+        worker.samples += samples
+        worker.staleness = staleness
+        worker.epoch, worker.seq = epoch, seq
+        loss = meta.get("loss")
+        if isinstance(loss, (int, float)) and np.isfinite(loss):
+            worker.loss = float(loss)
+            entry = {"time": now, "version": self._version, "partition": worker.partition, "loss": float(loss), "samples": samples}
+            metrics = meta.get("metrics")
+            if isinstance(metrics, dict):
+                entry["metrics"] = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+            self._history.append(entry)
+
+    def _respond_params(self, respond: Callable[[int, list[Any], str], None], status: str) -> None:
+        respond(200, wire.encode(self._params, {"version": self._version, "status": status}), wire.CONTENT_TYPE)
+
+    def _notify(self, meta: dict[str, Any], status: str) -> None:
+        if self._on_push is not None:
+            try:
+                self._on_push(meta, status)
+            except Exception:  # pragma: no cover - a display callback must not break training
+                logger.exception("on_push callback failed")
+
+    # sync rounds --------------------------------------------------------------
+
+    def _maybe_complete_round(self) -> None:
+        """Combine the round when every still-active partition has pushed (lock held)."""
+        assert self.num_workers is not None
+        left = {p for p, w in self._workers.items() if w.state in ("done", "failed")}
+        waiting_for = [p for p in range(self.num_workers) if p not in left and p not in self._pending]
+        if not self._pending:
+            return
+        if waiting_for:
+            self._arm_round_timer(waiting_for)
+            return
+        pending = list(self._pending.values())
+        self._pending.clear()
+        total = sum(max(0, p.samples) for p in pending)
+        weights = [(p.samples / total) if total > 0 else 1.0 / len(pending) for p in pending]
+        new = {}
+        for name, old in self._params.items():
+            acc = old.astype(np.float64) if old.dtype.kind == "f" else old.copy()
+            for p, w in zip(pending, weights):
+                acc = acc + w * p.delta[name]
+            new[name] = acc.astype(old.dtype, copy=False)
+        self._params = new
+        self._round += 1
+        for p in pending:
+            worker = self._workers[p.partition]
+            self._apply_bookkeeping(worker, p.meta, 0)
+            self._version -= 1  # one version per round, not per contribution
+        self._version += 1
+        for p in pending:
+            self._respond_params(p.respond, "applied")
+        if self._round_timer is not None and self._loop is not None:
+            self._loop.remove_timeout(self._round_timer)
+            self._round_timer = None
+        for p in pending:
+            self._notify(p.meta, "applied")
+
+    def _arm_round_timer(self, waiting_for: list[int]) -> None:
+        if self._round_timer is not None or self._loop is None:
+            return
+
+        def expire() -> None:
+            with self._lock:
+                self._round_timer = None
+                if self._pending:
+                    self._fail_round(
+                        f"sync round {self._round} timed out after {self.round_timeout}s waiting for "
+                        f"partitions {waiting_for}"
+                    )
+
+        self._round_timer = self._loop.call_later(self.round_timeout, expire)
+
+    def _fail_round(self, message: str) -> None:
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for p in pending:
+            p.respond(503, [json.dumps({"error": message}).encode()], "application/json")
+
+
+# ---------------------------------------------------------------------- HTTP plumbing
+
+
+def _json_object(body: bytes, required: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        obj = json.loads(bytes(body).decode("utf-8") or "{}")
+    except (UnicodeDecodeError, ValueError) as err:
+        raise HttpError(400, f"body is not valid JSON: {err}") from None
+    if not isinstance(obj, dict):
+        raise HttpError(400, "body must be a JSON object")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise HttpError(400, f"missing fields {missing}")
+    return obj
+
+
+def _int_field(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if type(value) is not int:
+        raise HttpError(400, f"field {key!r} must be an integer, received {value!r}")
+    return value
+
+
+class _Router(httputil.HTTPServerConnectionDelegate):
+    def __init__(self, server: ParameterServer) -> None:
+        self.server = server
+
+    def start_request(
+        self, server_conn: object, request_conn: httputil.HTTPConnection
+    ) -> httputil.HTTPMessageDelegate:
+        return _Request(self.server, request_conn)
+
+
+_ROUTES = {
+    ("POST", "/push"),
+    ("GET", "/pull"),
+    ("POST", "/join"),
+    ("POST", "/leave"),
+    ("GET", "/status"),
+}
+
+
+class _Request(httputil.HTTPMessageDelegate):
+    """One HTTP request: body read into a preallocated buffer, response written zero-copy."""
+
+    def __init__(self, server: ParameterServer, conn: httputil.HTTPConnection) -> None:
+        self.server = server
+        self.conn = conn
+        self.method = ""
+        self.path = ""
+        self.headers: httputil.HTTPHeaders | None = None
+        self.body: bytearray | None = None
+        self.received = 0
+        self.error: HttpError | None = None
+        self.responded = False
+
+    def headers_received(
+        self,
+        start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
+        headers: httputil.HTTPHeaders,
+    ) -> None:
+        assert isinstance(start_line, httputil.RequestStartLine)
+        self.method = start_line.method
+        self.path = start_line.path.split("?", 1)[0]
+        self.headers = headers
+        try:
+            length = int(headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if (self.method, self.path) not in _ROUTES:
+            known = {p for _, p in _ROUTES}
+            code = 405 if self.path in known else 404
+            self.error = HttpError(code, f"no endpoint {self.method} {self.path}")
+        elif length < 0:
+            self.error = HttpError(400, "invalid Content-Length")
+        elif length > self.server.max_body_bytes:
+            self.error = HttpError(
+                413,
+                f"request body of {length} bytes exceeds the limit of {self.server.max_body_bytes} bytes",
+            )
+        else:
+            self.body = bytearray(length)
+        if self.error is not None:
+            self._fail(self.error)
+
+    def data_received(self, chunk: bytes) -> None:
+        if self.body is None or self.responded:
+            return
+        end = self.received + len(chunk)
+        if end > len(self.body):
+            self._fail(HttpError(400, "body longer than Content-Length"))
+            return
+        self.body[self.received : end] = chunk
+        self.received = end
+
+    def finish(self) -> None:
+        if self.responded:
+            return
+        assert self.body is not None
+        if self.received != len(self.body):
+            self._fail(HttpError(400, "body shorter than Content-Length"))
+            return
+        server = self.server
+        try:
+            if self.path == "/push":
+                server.handle_push(self.body, self._respond)
+            elif self.path == "/pull":
+                parts, _ = server.handle_pull()
+                self._respond(200, parts, wire.CONTENT_TYPE)
+            elif self.path == "/join":
+                self._json(server.handle_join(self.body))
+            elif self.path == "/leave":
+                self._json(server.handle_leave(self.body))
+            elif self.path == "/status":
+                self._json(server.status())
+        except WireFormatError as err:
+            self._fail(HttpError(400, f"malformed payload: {err}"))
+        except HttpError as err:
+            self._fail(err)
+        except Exception as err:  # never let a request take the server down
+            logger.exception("parameter server: %s %s failed", self.method, self.path)
+            self._fail(HttpError(500, f"internal error: {type(err).__name__}: {err}"))
+
+    def on_connection_close(self) -> None:
+        self.responded = True
+
+    def _json(self, obj: Any) -> None:
+        self._respond(200, [json.dumps(obj).encode("utf-8")], "application/json")
+
+    def _fail(self, err: HttpError) -> None:
+        if err.code != 404:
+            with self.server._lock:
+                self.server._counters["rejected_requests"] += 1
+        logger.debug("parameter server: %s %s -> %s %s", self.method, self.path, err.code, err.message)
+        self._respond(err.code, [json.dumps({"error": err.message}).encode("utf-8")], "application/json")
+
+    def _respond(self, code: int, parts: list[Any], content_type: str) -> None:
+        """Write the response; may be called from the loop thread only, once."""
+        if self.responded:
+            return
+        self.responded = True
+        size = sum(memoryview(p).nbytes for p in parts)
+        headers = httputil.HTTPHeaders({"Content-Type": content_type, "Content-Length": str(size)})
+        reason = httputil.responses.get(code, "Unknown")
+        try:
+            self.conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", code, reason), headers)
+            for part in parts:
+                if memoryview(part).nbytes:
+                    self.conn.write(part)  # type: ignore[arg-type]
+            self.conn.finish()
+        except Exception:  # connection went away while answering
+            logger.debug("parameter server: client went away during the response", exc_info=True)
