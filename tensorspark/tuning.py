@@ -26,7 +26,9 @@ import concurrent.futures
 import itertools
 import logging
 import math
+import os
 import secrets
+import socket
 import sys
 import time
 import traceback
@@ -407,6 +409,8 @@ class TrialResult:
         error: ``"ExceptionType: message"`` of a failed trial, else ``None``.
         traceback: The worker's traceback of a failed trial (truncated), else ``None``.
         history: Per-epoch values of every metric Keras logged.
+        started_at: Wall-clock time (``time.time()`` on the executor) the trial started.
+        worker: ``host:pid`` of the Python worker that ran it.
     """
 
     index: int
@@ -417,6 +421,8 @@ class TrialResult:
     error: str | None = None
     traceback: str | None = None
     history: dict[str, list[float]] = field(default_factory=dict)
+    started_at: float | None = None
+    worker: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -498,8 +504,8 @@ def _run_trial(
 
     Returns:
         A dict of plain values: ``index``, ``params``, ``score``, ``epochs``,
-        ``elapsed_s``, ``error``, ``traceback``, ``history`` and ``weights`` (a list of
-        numpy arrays of the best epoch, or ``None``).
+        ``elapsed_s``, ``error``, ``traceback``, ``history``, ``started_at``, ``worker``
+        and ``weights`` (a list of numpy arrays of the best epoch, or ``None``).
     """
     from tensorspark.tfthreads import limit_tf_threads, task_cpus
 
@@ -514,6 +520,8 @@ def _run_trial(
         "traceback": None,
         "history": {},
         "weights": None,
+        "started_at": time.time(),
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
     }
     try:
         limit_tf_threads(task_cpus())
@@ -691,8 +699,6 @@ class TuneResult:
         Raises:
             ConfigurationError: ``x`` or ``y`` is not a parameter of the search.
         """
-        import os
-
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -1113,6 +1119,8 @@ def _run_all(
                 error=raw.get("error"),
                 traceback=raw.get("traceback"),
                 history=raw.get("history", {}),
+                started_at=raw.get("started_at"),
+                worker=raw.get("worker"),
             )
             by_index[trial.index] = trial
             if trial.ok and (best is None or _better(trial.score, best.score, config.mode)):  # type: ignore[arg-type]

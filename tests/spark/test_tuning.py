@@ -1,0 +1,175 @@
+"""Hyperparameter search on real Spark (local[2]) with a small Fashion-MNIST subset."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark import cloudpickle
+
+from tensorspark.datasets.mnist import load_mnist
+from tensorspark.errors import TensorSparkError
+from tensorspark.tuning import IntRange, LogUniform, TuneResult, TuningError, tune
+
+# pytest imports this file as a top-level module the Python workers cannot import: ship the
+# build functions by value, as they would be from a notebook's __main__.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TRAIN_ROWS = 2000
+VAL_ROWS = 500
+
+
+def build_mlp(params: dict[str, Any]) -> Any:
+    """A small MLP; runs on the executors (and on the driver for ``return_best_model``)."""
+    import keras
+
+    if params.get("units") == 13:
+        raise ValueError("units=13 is unlucky")
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(int(params["units"]), activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(float(params.get("learning_rate", 1e-3))),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def build_broken(params: dict[str, Any]) -> Any:
+    raise RuntimeError(f"no model for {params}")
+
+
+@pytest.fixture(scope="module")
+def data(fashion_mnist_dir: Path) -> dict[str, np.ndarray]:
+    mnist = load_mnist(fashion_mnist_dir, download=False)
+    x = mnist.train_images[: TRAIN_ROWS + VAL_ROWS].reshape(-1, 784).astype("float32") / 255.0
+    y = mnist.train_labels[: TRAIN_ROWS + VAL_ROWS].astype("int64")
+    if y.ndim == 2:  # one-hot
+        y = y.argmax(axis=1)
+    return {"x": x[:TRAIN_ROWS], "y": y[:TRAIN_ROWS], "xv": x[TRAIN_ROWS:], "yv": y[TRAIN_ROWS:]}
+
+
+@pytest.fixture(scope="module")
+def grid_result(spark_contexts, data: dict[str, np.ndarray]) -> TuneResult:  # type: ignore[no-untyped-def]
+    sc = spark_contexts.get("local[2]")
+    return tune(
+        sc,
+        build_mlp,
+        space={"learning_rate": [1e-5, 1e-2], "units": [16, 64]},
+        train=(data["x"], data["y"]),
+        validation=(data["xv"], data["yv"]),
+        epochs=2,
+        batch_size=64,
+        metric="val_accuracy",
+        mode="max",
+        search="grid",
+        seed=1,
+        return_best_model=True,
+        progress=False,
+    )
+
+
+def test_grid_runs_every_trial_in_parallel(grid_result: TuneResult) -> None:
+    table = grid_result.table
+    assert len(table) == 4
+    assert set(zip(table["learning_rate"], table["units"], strict=True)) == {
+        (1e-5, 16),
+        (1e-5, 64),
+        (1e-2, 16),
+        (1e-2, 64),
+    }
+    assert list(table["status"]) == ["ok"] * 4
+    assert table["val_accuracy"].iloc[0] > table["val_accuracy"].iloc[-1] + 0.05
+    assert grid_result.best_params["learning_rate"] == 1e-2
+    # Two Python workers trained at the same time.
+    trials = grid_result.trials
+    assert len({t.worker for t in trials}) == 2
+    spans = sorted((t.started_at, t.started_at + t.elapsed_s) for t in trials)  # type: ignore[operator]
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_best_model_carries_the_best_weights(grid_result: TuneResult, data) -> None:  # type: ignore[no-untyped-def]
+    model = grid_result.best_model
+    assert model is not None
+    assert all(isinstance(w, np.ndarray) for w in grid_result.best_weights or [])
+    _, accuracy = model.evaluate(data["xv"], data["yv"], verbose=0)
+    assert accuracy == pytest.approx(grid_result.best_score, abs=1e-6)
+
+
+def test_plot_writes_a_png_of_the_expected_size(grid_result: TuneResult, tmp_path: Path) -> None:
+    path = grid_result.plot("learning_rate", "units", path=str(tmp_path / "sensitivity.png"))
+    header = Path(path).read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == (640, 480)
+
+
+def test_random_search_with_a_seed_is_reproducible(sc, data) -> None:  # type: ignore[no-untyped-def]
+    def run() -> TuneResult:
+        return tune(
+            sc,
+            build_mlp,
+            space={"learning_rate": LogUniform(1e-4, 1e-2), "units": IntRange(8, 32)},
+            train=(data["x"][:1000], data["y"][:1000]),
+            validation=(data["xv"], data["yv"]),
+            epochs=1,
+            batch_size=64,
+            metric="val_loss",
+            search="random",
+            n_trials=2,
+            seed=42,
+            progress=False,
+        )
+
+    first, second = run(), run()
+    assert [t.params for t in first.trials] == [t.params for t in second.trials]
+    assert first.mode == "min"
+    # One TensorFlow thread per task, a fixed seed per trial: the scores repeat too.
+    assert [t.score for t in first.trials] == pytest.approx(
+        [t.score for t in second.trials], rel=1e-5
+    )
+
+
+def test_a_failing_trial_is_recorded_and_the_others_finish(sc, data, caplog) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.INFO, logger="tensorspark.tuning"):
+        result = tune(
+            sc,
+            build_mlp,
+            space={"units": [13, 8]},
+            train=(data["x"][:500], data["y"][:500]),
+            epochs=1,
+            metric="accuracy",
+            progress=False,
+        )
+    table = result.table
+    assert list(table["units"]) == [8, 13]
+    assert list(table["status"]) == ["ok", "failed"]
+    assert table.loc[1, "error"] == "ValueError: units=13 is unlucky"
+    assert "build_mlp" in (result.trials[0].traceback or "")
+    assert result.best_params == {"units": 8}
+    done = [r.getMessage() for r in caplog.records if "done" in r.getMessage()]
+    assert any(m.startswith("Trial 2/2 done") for m in done)
+
+
+def test_all_trials_failing_raises_with_a_summary(sc, data) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TuningError, match=r"All 2 trials failed") as info:
+        tune(
+            sc,
+            build_broken,
+            space={"units": [1, 2]},
+            train=(data["x"][:100], data["y"][:100]),
+            metric="loss",
+            progress=False,
+        )
+    assert isinstance(info.value, TensorSparkError)
+    assert "RuntimeError: no model for {'units': 1}" in str(info.value)
+    assert "RuntimeError: no model for {'units': 2}" in str(info.value)
