@@ -1,0 +1,187 @@
+"""Where durable files live: local disk or HDFS (over WebHDFS), behind one interface.
+
+:func:`open_storage` reads a location and returns the :class:`Storage` for it together with
+the path inside it:
+
+================================  ==========================================================
+``/abs/path``, ``rel/path``       local filesystem (unless under ``spark.hdfs.dir``, below)
+``file:///abs/path``              local filesystem
+``webhdfs://nn:9870/path``        HDFS over WebHDFS at ``http://nn:9870``
+``swebhdfs://nn:9871/path``       the same over HTTPS
+``hdfs://nn:8020/path``           HDFS; the WebHDFS address comes from the Spark conf
+a bare path under                 HDFS, as ``hdfs://`` above (``spark.hdfs.dir``, e.g. ``/data``
+``spark.hdfs.dir``                or ``hdfs://nn:8020/data``, is tensorspark's HDFS folder)
+================================  ==========================================================
+
+The WebHDFS address for ``hdfs://`` locations is, in this order: ``spark.tensorspark.webhdfs.url``,
+``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+from tensorspark.errors import ConfigurationError
+from tensorspark.storage.base import Storage
+from tensorspark.storage.local import LocalStorage
+from tensorspark.storage.webhdfs import AUTH_MODES, WebHDFSStorage, make_client, normalize_path
+
+__all__ = [
+    "AUTH_MODES",
+    "LocalStorage",
+    "Storage",
+    "WebHDFSStorage",
+    "make_client",
+    "open_storage",
+    "webhdfs_url",
+]
+
+WEBHDFS_URL_KEY = "spark.tensorspark.webhdfs.url"
+HTTP_ADDRESS_KEYS = ("dfs.namenode.http-address", "spark.hadoop.dfs.namenode.http-address")
+HDFS_DIR_KEY = "spark.hdfs.dir"
+
+
+def open_storage(
+    location: str,
+    user: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    auth: str = "insecure",
+    token: str | None = None,
+    *,
+    timeout: float = 60.0,
+) -> tuple[Storage, str]:
+    """Return the storage that holds ``location`` and the path of ``location`` inside it.
+
+    Runs on the driver or on executors; makes no network call (the first storage call does).
+
+    Args:
+        location: A path or URL, see the module docstring.
+        user: HDFS user name (ignored for local paths).
+        conf: Spark configuration as a plain mapping (e.g. ``dict(sc.getConf().getAll())``),
+            read for the WebHDFS address and ``spark.hdfs.dir``.
+        auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
+        token: Delegation token for ``auth="token"``.
+        timeout: Seconds each WebHDFS HTTP call may take.
+
+    Returns:
+        ``(storage, path)``; ``path`` is absolute.
+
+    Raises:
+        ConfigurationError: an unsupported scheme, a malformed URL, an ``hdfs://`` location
+            with no WebHDFS address configured, or bad ``auth``/``token``/``timeout``.
+    """
+    if not isinstance(location, str) or not location:
+        raise ConfigurationError(
+            f"location must be a non-empty path or URL. Received: location={location!r}"
+        )
+    conf = conf or {}
+    if auth not in AUTH_MODES:
+        raise ConfigurationError(f"auth must be one of {AUTH_MODES}. Received: auth={auth!r}")
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file") and not _under_hdfs_dir(location, conf):
+        if scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise ConfigurationError(
+                    "A file:// location must name a local path (file:///abs/path). "
+                    f"Received: location={location!r}"
+                )
+            return LocalStorage(), os.path.abspath(unquote(parts.path) or "/")
+        return LocalStorage(), os.path.abspath(location)
+    if scheme in ("webhdfs", "swebhdfs"):
+        if not parts.netloc:
+            raise ConfigurationError(
+                f"A {scheme}:// location needs the NameNode's HTTP address "
+                f"({scheme}://namenode:9870/path). Received: location={location!r}"
+            )
+        http = "https" if scheme == "swebhdfs" else "http"
+        url = f"{http}://{parts.netloc}"
+        storage = WebHDFSStorage(
+            url, user=user, auth=auth, token=token, timeout=timeout, display=f"{scheme}://{parts.netloc}"
+        )
+        return storage, normalize_path(unquote(parts.path))
+    if scheme == "hdfs":
+        url = webhdfs_url(conf, location=location, namenode_host=parts.hostname)
+        display = f"hdfs://{parts.netloc}" if parts.netloc else "hdfs://"
+        storage = WebHDFSStorage(
+            url, user=user, auth=auth, token=token, timeout=timeout, display=display
+        )
+        return storage, normalize_path(unquote(parts.path))
+    if scheme == "":  # a bare path under spark.hdfs.dir
+        hdfs_dir = urlsplit(conf[HDFS_DIR_KEY])
+        if hdfs_dir.scheme.lower() in ("webhdfs", "swebhdfs"):
+            rebased = f"{hdfs_dir.scheme}://{hdfs_dir.netloc}{normalize_path(location)}"
+        else:
+            rebased = f"hdfs://{hdfs_dir.netloc}{normalize_path(location)}"
+        return open_storage(rebased, user, conf, auth, token, timeout=timeout)
+    raise ConfigurationError(
+        "location must be a local path, file://, hdfs://, webhdfs:// or swebhdfs:// URL. "
+        f"Received: location={location!r}"
+    )
+
+
+def webhdfs_url(
+    conf: Mapping[str, str],
+    *,
+    location: str = "",
+    namenode_host: str | None = None,
+) -> str:
+    """The NameNode's WebHDFS address (``http://host:port``) from the Spark conf.
+
+    Runs on the driver or on executors.
+
+    Args:
+        conf: Spark configuration as a plain mapping.
+        location: The location being opened, for the error message.
+        namenode_host: Host of the ``hdfs://`` URL, used when the configured HTTP address
+            binds the wildcard ``0.0.0.0``.
+
+    Raises:
+        ConfigurationError: no address is configured.
+    """
+    explicit = conf.get(WEBHDFS_URL_KEY)
+    if explicit:
+        parts = urlsplit(explicit)
+        scheme = {"webhdfs": "http", "swebhdfs": "https"}.get(parts.scheme, parts.scheme)
+        if scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"{WEBHDFS_URL_KEY} must be an http://host:port URL of the NameNode's WebHDFS. "
+                f"Received: {WEBHDFS_URL_KEY}={explicit!r}"
+            )
+        return f"{scheme}://{parts.netloc}"
+    for key in HTTP_ADDRESS_KEYS:
+        address = conf.get(key)
+        if address:
+            address = address.strip()
+            if "://" in address:
+                address = urlsplit(address).netloc
+            host, sep, port = address.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ConfigurationError(
+                    f"{key} must be host:port (e.g. namenode:9870). Received: {key}={address!r}"
+                )
+            if host in ("0.0.0.0", "") and namenode_host:
+                host = namenode_host
+            return f"http://{host}:{port}"
+    raise ConfigurationError(
+        f"No WebHDFS address is known for {location or 'HDFS'}: tensorspark reaches HDFS over "
+        f"WebHDFS. Set {WEBHDFS_URL_KEY} (e.g. http://namenode:9870) or "
+        f"{HTTP_ADDRESS_KEYS[0]} (as {HTTP_ADDRESS_KEYS[1]}) in the Spark conf, or use a "
+        "webhdfs://namenode:9870/path location."
+    )
+
+
+def _under_hdfs_dir(location: str, conf: Mapping[str, str]) -> bool:
+    """Whether bare path ``location`` lies under the ``spark.hdfs.dir`` setting."""
+    hdfs_dir = conf.get(HDFS_DIR_KEY)
+    if not hdfs_dir or urlsplit(location).scheme or not location.startswith("/"):
+        return False
+    parts = urlsplit(hdfs_dir)
+    if parts.scheme.lower() == "file":
+        return False  # spark.hdfs.dir names a local folder; nothing to map.
+    base = normalize_path(unquote(parts.path))
+    path = posixpath.normpath(location)
+    return base == "/" or path == base or path.startswith(base + "/")

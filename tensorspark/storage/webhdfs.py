@@ -1,0 +1,224 @@
+"""Storage on HDFS through WebHDFS, using HdfsCLI (the ``hdfs`` package).
+
+Only HTTP to the NameNode (and the DataNodes it redirects file data to) is needed: no JVM
+and no Hadoop client on the Python side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+
+import hdfs
+import requests
+
+from tensorspark.errors import ConfigurationError, StorageError
+from tensorspark.storage.base import Storage, temporary_name
+
+logger = logging.getLogger(__name__)
+
+AUTH_MODES = ("insecure", "token", "kerberos")
+
+# What a RemoteException name means for the user, added to the message.
+_HINTS = {
+    "AccessControlException": "permission denied",
+    "SafeModeException": "the NameNode is in safe mode; retry once it has left it",
+    "RetriableException": "the NameNode asked to retry later (it may be in safe mode)",
+    "FileNotFoundException": "not found",
+    "FileAlreadyExistsException": "already exists",
+    "StandbyException": "this NameNode is in standby; point the WebHDFS address at the active one",
+}
+
+
+def make_client(
+    url: str,
+    *,
+    user: str | None = None,
+    auth: str = "insecure",
+    token: str | None = None,
+    timeout: float = 60.0,
+) -> hdfs.Client:
+    """Build the HdfsCLI client for ``url`` with the chosen authentication.
+
+    Runs on the driver or on executors.
+
+    Args:
+        url: The NameNode's WebHDFS HTTP address, ``http://host:port``.
+        user: The HDFS user for ``insecure`` auth (``user.name``); None means the server's
+            default (usually ``dr.who``, who can write almost nothing).
+        auth: ``"insecure"``, ``"token"`` (a delegation token) or ``"kerberos"``.
+        token: The delegation token, required with ``auth="token"``.
+        timeout: Seconds every HTTP call may take (connect and read each).
+
+    Raises:
+        ConfigurationError: unknown ``auth``, missing ``token``, non-positive ``timeout``, or
+            Kerberos requested without ``requests-kerberos`` installed.
+    """
+    if not timeout or timeout <= 0:
+        raise ConfigurationError(
+            f"timeout must be a positive number of seconds. Received: timeout={timeout!r}"
+        )
+    if auth == "insecure":
+        return hdfs.InsecureClient(url, user=user, timeout=timeout)
+    if auth == "token":
+        if not token:
+            raise ConfigurationError(
+                "auth='token' needs the HDFS delegation token in token=. Received: token=None"
+            )
+        return hdfs.TokenClient(url, token, timeout=timeout)
+    if auth == "kerberos":
+        try:
+            from hdfs.ext.kerberos import KerberosClient
+        except ImportError as err:
+            raise ConfigurationError(
+                "auth='kerberos' needs requests-kerberos: run `pip install hdfs[kerberos]` "
+                f"(on the driver and every executor). Import failed with: {err}"
+            ) from err
+        return KerberosClient(url, timeout=timeout)
+    raise ConfigurationError(f"auth must be one of {AUTH_MODES}. Received: auth={auth!r}")
+
+
+class WebHDFSStorage(Storage):
+    """Files on HDFS, reached over WebHDFS.
+
+    Writes upload to a unique temporary name in the target directory and rename it into
+    place. HDFS refuses to rename onto an existing file, so an existing target is deleted
+    just before the rename: a reader may briefly find no file, but never half of one.
+
+    Runs on the driver or on executors. Thread-safe as far as the underlying
+    ``requests.Session`` is (concurrent simple requests are fine in practice).
+
+    Args:
+        url: The NameNode's WebHDFS address, ``http://host:port``.
+        user: HDFS user name for ``insecure`` auth.
+        auth: ``"insecure"``, ``"token"`` or ``"kerberos"``.
+        token: Delegation token for ``auth="token"``.
+        timeout: Seconds each HTTP call may take.
+        display: How locations are shown in messages, e.g. ``"hdfs://nn:8020"``; defaults
+            to ``url`` with the ``webhdfs://`` scheme.
+        client: An HdfsCLI client to use instead of building one (tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        user: str | None = None,
+        auth: str = "insecure",
+        token: str | None = None,
+        timeout: float = 60.0,
+        display: str | None = None,
+        client: hdfs.Client | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.user = user
+        self._display = (display or _webhdfs_display(self.url)).rstrip("/")
+        self._client = client or make_client(
+            self.url, user=user, auth=auth, token=token, timeout=timeout
+        )
+
+    def __repr__(self) -> str:
+        return f"WebHDFSStorage(url={self.url!r}, user={self.user!r})"
+
+    def location(self, path: str) -> str:
+        return f"{self._display}{path}"
+
+    @contextlib.contextmanager
+    def _converting(self, action: str, path: str) -> Iterator[None]:
+        """The one boundary where HdfsCLI and network errors become ``StorageError``."""
+        try:
+            yield
+        except hdfs.HdfsError as err:
+            java = err.exception or "HdfsError"
+            hint = _HINTS.get(java)
+            as_user = f" as user {self.user!r}" if self.user else ""
+            raise StorageError(
+                f"WebHDFS could not {action} {self.location(path)}{as_user}"
+                f"{': ' + hint if hint else ''} ({java}: {err.message})"
+            ) from err
+        except requests.exceptions.Timeout as err:
+            raise StorageError(
+                f"WebHDFS could not {action} {self.location(path)}: no answer from {self.url} "
+                f"in time ({type(err).__name__}: {err})"
+            ) from err
+        except requests.exceptions.ConnectionError as err:
+            raise StorageError(
+                f"WebHDFS could not {action} {self.location(path)}: the NameNode (or a DataNode) "
+                f"at {self.url} is unreachable; check the WebHDFS address (setting "
+                f"spark.tensorspark.webhdfs.url or dfs.namenode.http-address) and that "
+                f"WebHDFS is enabled ({type(err).__name__}: {err})"
+            ) from err
+        except requests.exceptions.RequestException as err:
+            raise StorageError(
+                f"WebHDFS could not {action} {self.location(path)} ({type(err).__name__}: {err})"
+            ) from err
+
+    def _status(self, path: str) -> dict[str, Any] | None:
+        status: dict[str, Any] | None = self._client.status(path, strict=False)
+        return status
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        tmp = temporary_name(path)
+        with self._converting("write", path):
+            # CREATE makes missing parent directories.
+            self._client.write(tmp, data=bytes(data), overwrite=False)
+            try:
+                self._replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(hdfs.HdfsError, requests.exceptions.RequestException):
+                    self._client.delete(tmp)
+                raise
+        logger.debug("Wrote %d bytes to %s", len(data), self.location(path))
+
+    def _replace(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst``, deleting a file at ``dst`` first (HDFS will not overwrite)."""
+        status = self._status(dst)
+        if status is not None:
+            if status.get("type") == "DIRECTORY":
+                raise StorageError(
+                    f"WebHDFS will not replace the directory {self.location(dst)} with a file"
+                )
+            self._client.delete(dst)
+        self._client.rename(src, dst)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self._converting("read", path), self._client.read(path) as reader:
+            data: bytes = reader.read()
+            return data
+
+    def list(self, path: str) -> list[str]:
+        with self._converting("list", path):
+            return sorted(self._client.list(path))
+
+    def exists(self, path: str) -> bool:
+        with self._converting("check", path):
+            return self._status(path) is not None
+
+    def delete(self, path: str) -> bool:
+        with self._converting("delete", path):
+            return bool(self._client.delete(path, recursive=False))
+
+    def makedirs(self, path: str) -> None:
+        with self._converting("create directory", path):
+            self._client.makedirs(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        with self._converting(f"rename {self.location(src)} to", dst):
+            self._replace(src, dst)
+
+
+def _webhdfs_display(url: str) -> str:
+    """``http://nn:9870`` → ``webhdfs://nn:9870`` (``https`` → ``swebhdfs``)."""
+    if url.startswith("https://"):
+        return "swebhdfs://" + url[len("https://") :]
+    if url.startswith("http://"):
+        return "webhdfs://" + url[len("http://") :]
+    return url
+
+
+def normalize_path(path: str) -> str:
+    """An absolute, normalized HDFS path (``""`` → ``/``)."""
+    return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
