@@ -1,0 +1,320 @@
+"""A real Spark standalone cluster on 127.0.0.1 for the `cluster` test set.
+
+pip's pyspark ships the Spark jars and ``bin/spark-class`` but not ``sbin/start-*.sh``, so the
+Master and two Workers (1 core, 2 GiB each) are started here with ``spark-class``, each in its
+own process group, with their own temporary work and log folders and free loopback ports.
+Readiness is polled on the Master's JSON status page; teardown stops every process group this
+fixture started (SIGTERM, then SIGKILL), whatever the tests did.
+
+Usage::
+
+    def test_x(cluster_sc):            # a SparkContext on the cluster, both executors up
+        ...
+
+    def test_y(spark_cluster):
+        sc = spark_cluster.context("my-app", **{"spark.task.maxFailures": "2"})
+
+Only one SparkContext can live in a process: :meth:`StandaloneCluster.context` stops the
+active one (for instance the local one of ``tests/spark``) before it creates its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from pyspark import SparkConf, SparkContext, cloudpickle
+
+import tests
+
+logger = logging.getLogger(__name__)
+
+# Executors run in the Workers' work folders, where the `tests` package cannot be imported:
+# functions defined in test modules travel by value instead of by reference.
+cloudpickle.register_pickle_by_value(tests)
+
+WORKERS = 2
+WORKER_CORES = 1
+WORKER_MEMORY = "2g"
+START_TIMEOUT_S = 180.0
+EXECUTORS_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.25
+LOG_TAIL_CHARS = 4000
+
+
+def free_port() -> int:
+    """A loopback port free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def poll(check: Any, timeout: float, what: str, on_timeout: Any = None) -> Any:
+    """Calls ``check()`` until it returns something truthy, at most ``timeout`` seconds.
+
+    ``on_timeout()`` supplies extra text for the failure message (the logs' tails).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            extra = on_timeout() if on_timeout is not None else ""
+            pytest.fail(f"Timed out after {timeout:.0f}s waiting for {what}.\n{extra}")
+        # The process under test gives no signal we could block on; poll its status page.
+        time.sleep(POLL_INTERVAL_S)
+
+
+@dataclass
+class _Daemon:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class StandaloneCluster:
+    """A running standalone cluster: one Master and :data:`WORKERS` Workers on 127.0.0.1.
+
+    Attributes:
+        master_url: ``spark://127.0.0.1:<port>``.
+        web_url: the Master's web UI, ``http://127.0.0.1:<port>``.
+        spark_home: the pyspark package folder (the Spark jars and ``bin/spark-class``).
+        root: the temporary folder with the ``logs/`` and ``work/`` of the daemons.
+        startup_s: seconds from launching the Master until every Worker had registered.
+    """
+
+    master_url: str
+    web_url: str
+    spark_home: str
+    root: Path
+    startup_s: float = 0.0
+    daemons: list[_Daemon] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any] | None:
+        """The Master's JSON status, or None while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"{self.web_url}/json/", timeout=2.0) as response:
+                return dict(json.load(response))
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def alive_workers(self) -> int:
+        status = self.status()
+        if status is None:
+            return 0
+        if "aliveworkers" in status:
+            return int(status["aliveworkers"])
+        return sum(1 for worker in status.get("workers", []) if worker.get("state") == "ALIVE")
+
+    def log_tails(self) -> str:
+        """The last lines of every daemon's log, and which daemons have exited."""
+        parts = []
+        for daemon in self.daemons:
+            code = daemon.process.poll()
+            state = "running" if code is None else f"exited with {code}"
+            text = daemon.log.read_text(errors="replace") if daemon.log.exists() else ""
+            parts.append(f"--- {daemon.name} ({state}), {daemon.log} ---\n{text[-LOG_TAIL_CHARS:]}")
+        return "\n".join(parts)
+
+    def context(self, app_name: str, **conf: str) -> SparkContext:
+        """A SparkContext on this cluster, returned once both executors have registered.
+
+        Stops the process's active SparkContext first (one per process).
+
+        Args:
+            app_name: the application name.
+            **conf: more Spark settings; pass dotted keys with ``**{"spark.x": "v"}``.
+        """
+        active = SparkContext._active_spark_context  # noqa: SLF001
+        if active is not None:
+            active.stop()
+        spark_conf = (
+            SparkConf()
+            .setMaster(self.master_url)
+            .setAppName(app_name)
+            .set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.pyspark.python", sys.executable)
+            .set("spark.executor.cores", "1")
+            .set("spark.cores.max", str(WORKERS * WORKER_CORES))
+            .set("spark.executor.memory", "1g")
+            .set("spark.ui.enabled", "false")
+            .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+            .set("spark.executorEnv.OMP_NUM_THREADS", "1")
+        )
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        sc = SparkContext(conf=spark_conf)
+        sc.setLogLevel("ERROR")
+        expected = WORKERS * WORKER_CORES + 1  # executors plus the driver's block manager
+
+        def executors_up() -> bool:
+            return int(sc._jsc.sc().getExecutorMemoryStatus().size()) >= expected  # noqa: SLF001
+
+        try:
+            poll(executors_up, EXECUTORS_TIMEOUT_S, f"{WORKERS} executors", self.log_tails)
+        except BaseException:
+            sc.stop()
+            raise
+        return sc
+
+    def stop(self) -> None:
+        """Stops every daemon's process group: SIGTERM, then SIGKILL after a timeout."""
+        for daemon in reversed(self.daemons):
+            _signal_group(daemon.process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for daemon in reversed(self.daemons):
+            try:
+                daemon.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s ignored SIGTERM; killing it", daemon.name)
+            # Executors are the Workers' children, in their group: kill what is left of it.
+            _signal_group(daemon.process, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                daemon.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)  # started with start_new_session: pgid == pid
+
+
+def _launch(cluster: StandaloneCluster, name: str, args: list[str], env: dict[str, str]) -> None:
+    log = cluster.root / "logs" / f"{name}.log"
+    with log.open("wb") as stream:
+        process = subprocess.Popen(
+            [str(Path(cluster.spark_home) / "bin" / "spark-class"), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cluster.root,
+            start_new_session=True,
+        )
+    cluster.daemons.append(_Daemon(name, process, log))
+
+
+def new_cluster(root: Path) -> StandaloneCluster:
+    """Describes a cluster under ``root`` on free loopback ports; starts nothing."""
+    (root / "logs").mkdir()
+    (root / "work").mkdir()
+    return StandaloneCluster(
+        master_url=f"spark://127.0.0.1:{free_port()}",
+        web_url=f"http://127.0.0.1:{free_port()}",
+        spark_home=str(Path(pyspark.__file__).resolve().parent),
+        root=root,
+    )
+
+
+def start_cluster(cluster: StandaloneCluster) -> None:
+    """Starts the Master and Workers and waits for every Worker to register.
+
+    Each process is recorded on ``cluster`` as soon as it is launched, so
+    :meth:`StandaloneCluster.stop` stops it even when start-up fails.
+    """
+    root, spark_home = cluster.root, cluster.spark_home
+    port = cluster.master_url.rsplit(":", 1)[1]
+    web_port = cluster.web_url.rsplit(":", 1)[1]
+    env = {
+        **os.environ,
+        "SPARK_HOME": spark_home,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(root / "logs"),
+        "SPARK_WORKER_DIR": str(root / "work"),
+        "SPARK_DAEMON_MEMORY": "512m",
+        "PYSPARK_PYTHON": sys.executable,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    started = time.monotonic()
+    _launch(
+        cluster,
+        "master",
+        [
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--webui-port",
+            web_port,
+        ],
+        env,
+    )
+    for index in range(WORKERS):
+        work_dir = root / "work" / f"worker-{index}"
+        work_dir.mkdir()
+        _launch(
+            cluster,
+            f"worker-{index}",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--webui-port",
+                "0",
+                "--cores",
+                str(WORKER_CORES),
+                "--memory",
+                WORKER_MEMORY,
+                "--work-dir",
+                str(work_dir),
+                cluster.master_url,
+            ],
+            env,
+        )
+
+    def ready() -> bool:
+        exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
+        if exited:
+            pytest.fail(f"{', '.join(exited)} exited during start-up.\n{cluster.log_tails()}")
+        return cluster.alive_workers() >= WORKERS
+
+    poll(ready, START_TIMEOUT_S, f"{WORKERS} workers to register", cluster.log_tails)
+    cluster.startup_s = time.monotonic() - started
+    logger.info("Standalone cluster %s up in %.1fs", cluster.master_url, cluster.startup_s)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[StandaloneCluster]:
+    """A standalone cluster (1 Master, 2 Workers x 1 core) on 127.0.0.1 for the session."""
+    with tempfile.TemporaryDirectory(prefix="tensorspark-cluster-") as tmp:
+        cluster = new_cluster(Path(tmp))
+        try:
+            start_cluster(cluster)
+            yield cluster
+        finally:
+            active = SparkContext._active_spark_context  # noqa: SLF001
+            if active is not None and active.master == cluster.master_url:
+                active.stop()
+            cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_sc(
+    spark_cluster: StandaloneCluster, request: pytest.FixtureRequest
+) -> Iterator[SparkContext]:
+    """A SparkContext on the cluster with both executors registered; stopped after the module."""
+    sc = spark_cluster.context(f"tensorspark-{request.module.__name__}")
+    try:
+        yield sc
+    finally:
+        sc.stop()
