@@ -100,7 +100,12 @@ def open_storage(
         http = "https" if scheme == "swebhdfs" else "http"
         url = f"{http}://{parts.netloc}"
         storage = WebHDFSStorage(
-            url, user=user, auth=auth, token=token, timeout=timeout, display=f"{scheme}://{parts.netloc}"
+            url,
+            user=user,
+            auth=auth,
+            token=token,
+            timeout=timeout,
+            display=f"{scheme}://{parts.netloc}",
         )
         return storage, normalize_path(unquote(parts.path))
     if scheme == "hdfs":
