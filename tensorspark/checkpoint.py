@@ -556,7 +556,8 @@ def _prepare(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
             )
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        arrays[name] = np.ascontiguousarray(array)
+        # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones.
+        arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
     return arrays
 
 
@@ -564,9 +565,11 @@ def _digest(arrays: Mapping[str, np.ndarray]) -> str:
     """sha256 over every tensor in name order: name, dtype, shape, then the raw bytes."""
     hasher = hashlib.sha256()
     for name in sorted(arrays):
-        array = np.ascontiguousarray(arrays[name])
+        array = np.asarray(arrays[name])
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
         hasher.update(f"{name}\0{array.dtype.name}\0{list(array.shape)}\0".encode())
         hasher.update(array.reshape(-1).view(np.uint8))
     return hasher.hexdigest()
