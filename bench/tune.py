@@ -1,0 +1,254 @@
+"""Benchmark: the same trials by ``tensorspark.tuning.tune`` on Spark and one after another.
+
+Runs, in one invocation:
+
+1. a sequential baseline per ``--seq-threads`` value, each in a fresh Python process
+   (TensorFlow's thread pools are fixed once it starts): the trials one after another with
+   TensorFlow on that many threads, timed after TensorFlow is imported;
+2. ``tune`` on ``local[N]`` (one TensorFlow thread per task), timed after a warm-up job
+   that imports TensorFlow in every Python worker (Spark reuses them); the warm-up is
+   reported separately.
+
+Prints a summary to stderr and the results as JSON to stdout (and ``--output``). With N
+cores the ceiling of the speed-up over the one-thread baseline is N. On a shared machine,
+use ``--quick`` for a smoke run.
+
+Usage::
+
+    python bench/tune.py [--quick] [--master local[2]] [--output bench-tune.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# PySpark starts its Python workers with $PYSPARK_PYTHON (default python3): use this venv.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+SPACE = {"learning_rate": [1e-4, 1e-3, 1e-2, 1e-1], "units": [64, 256]}
+QUICK_SPACE = {"learning_rate": [1e-3, 1e-2], "units": [32, 64]}
+
+
+def build(params: dict[str, Any]) -> Any:
+    """The model of every trial: a one-hidden-layer MLP on flattened 28x28 images."""
+    import keras
+
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(int(params["units"]), activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(float(params["learning_rate"])),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def load(data_dir: str, rows: int, val_rows: int) -> dict[str, np.ndarray]:
+    """The first ``rows`` training and ``val_rows`` test examples, scaled to [0, 1]."""
+    from tensorspark.datasets.mnist import load_mnist
+
+    mnist = load_mnist(data_dir, download=False)
+
+    def prep(images: np.ndarray, labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = labels[:n]
+        y = y.argmax(axis=1) if y.ndim == 2 else y
+        return images[:n].reshape(n, -1).astype("float32") / 255.0, y.astype("int64")
+
+    x, y = prep(mnist.train_images, mnist.train_labels, rows)
+    xv, yv = prep(mnist.test_images, mnist.test_labels, val_rows)
+    return {"x": x, "y": y, "x_val": xv, "y_val": yv}
+
+
+def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
+    """Run the trials one after another in this process (the child of ``--sequential``)."""
+    from tensorspark.tfthreads import limit_tf_threads
+    from tensorspark.tuning import _run_trial, _Trial, _TrialConfig, expand_space
+
+    limit_tf_threads(threads)
+    import keras  # noqa: F401 - imported before timing, as in a warm Spark worker
+
+    data = load(args.data_dir, args.rows, args.val_rows)
+    config = _TrialConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        metric="val_accuracy",
+        mode="max",
+        seed=args.seed,
+        early_stopping_patience=None,
+        return_weights=False,
+    )
+    space = QUICK_SPACE if args.quick else SPACE
+    trials = [_Trial(i, p) for i, p in enumerate(expand_space(space))]
+    start = time.monotonic()
+    results = [_run_trial(build, data, config, t) for t in trials]
+    elapsed = time.monotonic() - start
+    return {
+        "threads": threads,
+        "elapsed_s": elapsed,
+        "scores": [r["score"] for r in results],
+        "errors": [r["error"] for r in results],
+    }
+
+
+def run_sequential_child(args: argparse.Namespace, threads: int) -> dict[str, Any]:
+    """Start a fresh Python for one sequential baseline and read its JSON line."""
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(
+        cmd, env=env, check=True, capture_output=True, text=True, timeout=args.timeout
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _import_tf(_: int) -> int:
+    """Warm-up task: import TensorFlow in this Python worker; return its pid."""
+    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+
+    limit_tf_threads(task_cpus())
+    import keras  # noqa: F401
+
+    return os.getpid()
+
+
+def on_spark(args: argparse.Namespace) -> dict[str, Any]:
+    """Warm the Python workers, then run the search with ``tune``."""
+    from pyspark import SparkConf, SparkContext
+
+    from tensorspark.tuning import tune
+
+    conf = (
+        SparkConf()
+        .setMaster(args.master)
+        .setAppName("tensorspark-bench-tune")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.python.worker.reuse", "true")
+        .set("spark.task.cpus", "1")
+        .set("spark.pyspark.python", sys.executable)
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+    )
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        slots = sc.defaultParallelism
+        start = time.monotonic()
+        pids = sc.parallelize(range(slots), slots).map(_import_tf).collect()
+        warmup = time.monotonic() - start
+        data = load(args.data_dir, args.rows, args.val_rows)
+        result = tune(
+            sc,
+            build,
+            space=QUICK_SPACE if args.quick else SPACE,
+            train=(data["x"], data["y"]),
+            validation=(data["x_val"], data["y_val"]),
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            metric="val_accuracy",
+            mode="max",
+            seed=args.seed,
+            progress=True,
+            timeout=args.timeout,
+        )
+    finally:
+        sc.stop()
+    return {
+        "master": args.master,
+        "slots": slots,
+        "warmup_s": warmup,
+        "warm_workers": len(set(pids)),
+        "elapsed_s": result.elapsed_s,
+        "scores": [t.score for t in result.trials],
+        "errors": [t.error for t in result.trials],
+        "best_params": result.best_params,
+        "best_score": result.best_score,
+        "table": json.loads(result.table.to_json(orient="records")),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="4 tiny trials: a smoke run")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--rows", type=int, default=None, help="training rows (default 10000)")
+    parser.add_argument("--val-rows", type=int, default=None, help="validation rows (2000)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per trial (default 2)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seq-threads", default=None, help="comma-separated TF thread counts (default 1,2)"
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per phase")
+    parser.add_argument("--output", default=None, help="also write the JSON here")
+    parser.add_argument("--sequential", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.rows = args.rows or (300 if args.quick else 10000)
+    args.val_rows = args.val_rows or (200 if args.quick else 2000)
+    args.epochs = args.epochs or (1 if args.quick else 2)
+    args.seq_threads = args.seq_threads or ("1" if args.quick else "1,2")
+
+    if args.sequential is not None:  # child process: one baseline, one JSON line
+        print(json.dumps(sequential(args, args.sequential)))
+        return
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    baselines = [run_sequential_child(args, int(n)) for n in args.seq_threads.split(",")]
+    spark = on_spark(args)
+    for base in baselines:
+        base["speedup"] = base["elapsed_s"] / spark["elapsed_s"]
+        base["speedup_incl_warmup"] = base["elapsed_s"] / (spark["elapsed_s"] + spark["warmup_s"])
+        pairs = [
+            (a, b)
+            for a, b in zip(base["scores"], spark["scores"], strict=True)
+            if None not in (a, b)
+        ]
+        base["max_score_diff_vs_spark"] = max((abs(a - b) for a, b in pairs), default=None)
+    report = {
+        "benchmark": "tune",
+        "trials": len(spark["scores"]),
+        "rows": args.rows,
+        "val_rows": args.val_rows,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "cores": os.cpu_count(),
+        "quick": args.quick,
+        "sequential": baselines,
+        "spark": spark,
+    }
+    text = json.dumps(report, indent=2)
+    if args.output:
+        tmp = Path(f"{args.output}.tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(args.output)
+    for base in baselines:
+        print(
+            f"{report['trials']} trials: sequential ({base['threads']} TF thread(s)) "
+            f"{base['elapsed_s']:.1f}s, tune on {args.master} {spark['elapsed_s']:.1f}s "
+            f"(+{spark['warmup_s']:.1f}s warm-up): speed-up {base['speedup']:.2f}x "
+            f"({base['speedup_incl_warmup']:.2f}x with warm-up)",
+            file=sys.stderr,
+        )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
