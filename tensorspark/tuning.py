@@ -1036,7 +1036,7 @@ def tune(
             sc, build, data_bc, config, trials, parallel, group, progress, timeout
         )
     finally:
-        data_bc.unpersist(blocking=False)
+        data_bc.destroy()
     elapsed = time.monotonic() - start
     result = TuneResult(
         trials=results,

@@ -30,6 +30,12 @@ def build_mlp(params: dict[str, Any]) -> Any:
 
     if params.get("units") == 13:
         raise ValueError("units=13 is unlucky")
+    loss: Any = "sparse_categorical_crossentropy"
+    if params.get("units") == 7:  # a loss that is NaN from the first batch: divergence
+
+        def loss(y_true: Any, y_pred: Any) -> Any:
+            return keras.ops.log(keras.ops.mean(y_pred) - 1.0)
+
     model = keras.Sequential(
         [
             keras.Input((784,)),
@@ -39,7 +45,7 @@ def build_mlp(params: dict[str, Any]) -> Any:
     )
     model.compile(
         optimizer=keras.optimizers.Adam(float(params.get("learning_rate", 1e-3))),
-        loss="sparse_categorical_crossentropy",
+        loss=loss,
         metrics=["accuracy"],
     )
     return model
@@ -144,20 +150,39 @@ def test_a_failing_trial_is_recorded_and_the_others_finish(sc, data, caplog) -> 
         result = tune(
             sc,
             build_mlp,
-            space={"units": [13, 8]},
+            space={"units": [13, 8, 7]},
             train=(data["x"][:500], data["y"][:500]),
             epochs=1,
             metric="accuracy",
             progress=False,
         )
     table = result.table
-    assert list(table["units"]) == [8, 13]
-    assert list(table["status"]) == ["ok", "failed"]
+    assert list(table["units"]) == [8, 13, 7]
+    assert list(table["status"]) == ["ok", "failed", "failed"]
     assert table.loc[1, "error"] == "ValueError: units=13 is unlucky"
+    assert table.loc[2, "error"].startswith("DivergenceError: Training diverged: loss became nan")
     assert "build_mlp" in (result.trials[0].traceback or "")
     assert result.best_params == {"units": 8}
     done = [r.getMessage() for r in caplog.records if "done" in r.getMessage()]
-    assert any(m.startswith("Trial 2/2 done") for m in done)
+    assert any(m.startswith("Trial 3/3 done") for m in done)
+
+
+def test_early_stopping_stops_a_trial_that_does_not_improve(sc, data) -> None:  # type: ignore[no-untyped-def]
+    # The training loss falls every epoch, so with mode='max' it never improves after epoch 1.
+    result = tune(
+        sc,
+        build_mlp,
+        space={"units": [8]},
+        train=(data["x"][:300], data["y"][:300]),
+        epochs=6,
+        metric="loss",
+        mode="max",
+        early_stopping_patience=2,
+        progress=False,
+    )
+    trial = result.trials[0]
+    assert trial.epochs == 3
+    assert trial.score == trial.history["loss"][0]
 
 
 def test_all_trials_failing_raises_with_a_summary(sc, data) -> None:  # type: ignore[no-untyped-def]
