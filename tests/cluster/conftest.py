@@ -241,6 +241,8 @@ def start_cluster(cluster: StandaloneCluster) -> None:
         "SPARK_LOG_DIR": str(root / "logs"),
         "SPARK_WORKER_DIR": str(root / "work"),
         "SPARK_DAEMON_MEMORY": "512m",
+        # The Master's REST submission server would take the fixed port 6066: not needed.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "PYSPARK_PYTHON": sys.executable,
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
@@ -259,6 +261,22 @@ def start_cluster(cluster: StandaloneCluster) -> None:
         ],
         env,
     )
+
+    def alive(what: str, done: Any) -> Any:
+        def check() -> Any:
+            exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
+            if exited:
+                pytest.fail(
+                    f"{', '.join(exited)} exited while waiting for {what}.\n{cluster.log_tails()}"
+                )
+            return done()
+
+        return check
+
+    # Workers that find no Master back off for 5-15 s before retrying: start them once the
+    # Master answers, and they register at their first attempt.
+    poll(alive("the Master", cluster.status), START_TIMEOUT_S, "the Master", cluster.log_tails)
+    master_up = time.monotonic() - started
     for index in range(WORKERS):
         work_dir = root / "work" / f"worker-{index}"
         work_dir.mkdir()
@@ -282,15 +300,19 @@ def start_cluster(cluster: StandaloneCluster) -> None:
             env,
         )
 
-    def ready() -> bool:
-        exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
-        if exited:
-            pytest.fail(f"{', '.join(exited)} exited during start-up.\n{cluster.log_tails()}")
-        return cluster.alive_workers() >= WORKERS
-
-    poll(ready, START_TIMEOUT_S, f"{WORKERS} workers to register", cluster.log_tails)
+    poll(
+        alive("the Workers", lambda: cluster.alive_workers() >= WORKERS),
+        START_TIMEOUT_S,
+        f"{WORKERS} workers to register",
+        cluster.log_tails,
+    )
     cluster.startup_s = time.monotonic() - started
-    logger.info("Standalone cluster %s up in %.1fs", cluster.master_url, cluster.startup_s)
+    logger.info(
+        "Standalone cluster %s up in %.1fs (Master answered after %.1fs)",
+        cluster.master_url,
+        cluster.startup_s,
+        master_up,
+    )
 
 
 @pytest.fixture(scope="session")
