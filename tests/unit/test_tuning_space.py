@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,7 @@ from tensorspark.tuning import (
     TuneResult,
     TuningError,
     Uniform,
+    _Progress,
     expand_space,
 )
 
@@ -210,3 +214,30 @@ def test_plot_names_the_unknown_parameter(tmp_path: Path) -> None:
 
 def test_tuning_error_is_a_tensorspark_error() -> None:
     assert issubclass(TuningError, TensorSparkError)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_logs_each_trial_and_draws_a_bar_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    good = TrialResult(0, {"units": 8}, score=0.5, elapsed_s=1.0)
+    bad = TrialResult(1, {"units": 13}, error="ValueError: unlucky", elapsed_s=0.1)
+    with caplog.at_level(logging.INFO, logger="tensorspark.tuning"):
+        progress = _Progress(2, "val_accuracy", enabled=True)
+        progress.update(good, good)
+        progress.update(bad, good)
+        progress.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "Trial 1/2 done (#0 {'units': 8}) in 1.0s: val_accuracy=0.5; "
+        "best val_accuracy=0.5 {'units': 8}",
+        "Trial 2/2 done (#1 {'units': 13}) in 0.1s: failed (ValueError: unlucky); "
+        "best val_accuracy=0.5 {'units': 8}",
+    ]
+    assert "2/2" in terminal.getvalue()
+    assert _Progress(2, "loss", enabled=False).bar is None
