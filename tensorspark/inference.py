@@ -1,0 +1,748 @@
+"""Distributed inference: one model, broadcast once, applied to an RDD or a DataFrame.
+
+    scores = predict(sc, "hdfs:///models/fashion.keras", images_df,
+                     features_col="pixels", batch_size=512, top_k=5)
+
+How it works (the seed's "large scale deployment", made robust):
+
+1. On the driver a *model source* (:class:`ModelSource`) is resolved from the ``model``
+   argument: an in-memory Keras model, a ``.keras`` file or a SavedModel directory (local
+   disk, HDFS, anything :mod:`tensorspark.storage` reads), or a source object such as the
+   TF1-session source. The source gives the model's input and output shapes, so the column,
+   its type and the length of its first row are checked *before* any job starts.
+2. The source's :meth:`~ModelSource.payload` (bytes; Keras's ``.keras`` format for Keras
+   models, never a pickle of a live object) goes out once with ``sc.broadcast``, under an id
+   minted on the driver for this call.
+3. On executors, each Python worker process limits TensorFlow to ``spark.task.cpus`` threads,
+   then loads the model once through the bounded per-process cache of
+   :mod:`tensorspark.models.keras_io` (keyed by that id) and runs batches of ``batch_size``
+   rows through it.
+
+RDD in, RDD out: one result per element, in the input's order and partitioning (so
+``rdd.zip(result)`` pairs them). DataFrame in: the same rows plus one prediction column.
+
+Adding a kind of model (e.g. a TF1 graph and session) means one more :class:`ModelSource`
+subclass and its executor-side :class:`ModelLoader`; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import io
+import logging
+import math
+import os
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from tensorspark.errors import ConfigurationError
+from tensorspark.models import keras_io
+
+if TYPE_CHECKING:
+    import keras
+    from pyspark import RDD, SparkContext
+    from pyspark.broadcast import Broadcast
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+#: A loaded model on an executor: a batch of inputs in, a batch of outputs out (numpy).
+PredictFn = Callable[[np.ndarray], np.ndarray]
+#: A shape with ``None`` for unknown dimensions; the first is the batch dimension.
+Shape = tuple[int | None, ...]
+
+_SAVED_MODEL_FILE = "saved_model.pb"
+_ALLOWED_MODELS = (
+    "a keras.Model, a path to a .keras file or a SavedModel directory (local or hdfs://...), "
+    "or a tensorspark.inference.ModelSource"
+)
+
+
+class ModelLoader(Protocol):
+    """The executor half of a model source: plain values only, pickled into the job."""
+
+    def load(self, payload: bytes) -> PredictFn:
+        """Builds the predict function from the broadcast payload.
+
+        Runs on an executor, once per Python worker process (the result is cached); need
+        not be thread-safe (the cache serialises loads).
+        """
+        ...
+
+
+class ModelSource(abc.ABC):
+    """Where a model comes from, seen from the driver.
+
+    A source may hold heavy driver-side objects (a Keras model, a ``tf.compat.v1.Session``);
+    those never travel. What travels is :meth:`payload` (broadcast once) and
+    :meth:`loader` (a small picklable object holding plain values).
+
+    Subclasses implement the four methods below and set :attr:`description`, which error
+    messages use (e.g. ``"model='/models/a.keras'"``).
+    """
+
+    description: str = "the model"
+
+    @abc.abstractmethod
+    def input_shape(self) -> Shape:
+        """The model's input shape, batch dimension first (driver)."""
+
+    @abc.abstractmethod
+    def output_shape(self) -> Shape:
+        """The model's output shape, batch dimension first (driver)."""
+
+    @abc.abstractmethod
+    def payload(self) -> bytes:
+        """The bytes to broadcast, from which :meth:`ModelLoader.load` rebuilds the model
+        (driver, called once per :func:`predict`)."""
+
+    @abc.abstractmethod
+    def loader(self) -> ModelLoader:
+        """The executor half: a picklable object with plain values only (driver)."""
+
+
+@dataclass(frozen=True)
+class KerasLoader:
+    """Rebuilds a Keras model from ``.keras`` bytes on an executor (plain values only)."""
+
+    custom_objects: Mapping[str, Any] | None = None
+
+    def load(self, payload: bytes) -> PredictFn:
+        model = keras_io.deserialize_model(payload, self.custom_objects, compile=False)
+        # predict_on_batch runs Keras's compiled predict step (traced once, retraces reduced)
+        # without model.predict's per-call dataset set-up; same numbers as model.predict.
+        return model.predict_on_batch  # type: ignore[no-any-return]
+
+
+class KerasModelSource(ModelSource):
+    """A Keras model held on the driver (in memory, or loaded from a ``.keras`` file).
+
+    Args:
+        model: the model.
+        description: how messages name it.
+        data: the model's ``.keras`` bytes when already at hand (a file's content), else
+            they are written with :func:`~tensorspark.models.keras_io.serialize_model`.
+        custom_objects: custom classes the executors need to rebuild the model.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        description: str = "the model",
+        data: bytes | None = None,
+        custom_objects: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.description = description
+        self._data = data
+        self._custom_objects = dict(custom_objects) if custom_objects else None
+
+    def _shape(self, tensors: Any, which: str) -> Shape:
+        if not tensors:
+            raise ConfigurationError(
+                f"{self.description} has no known {which} shape: build it (call it once on a "
+                "batch, or start it with keras.Input) before predicting. "
+                f"Received: model {self.model.name!r} (unbuilt)"
+            )
+        if len(tensors) != 1:
+            raise ConfigurationError(
+                f"predict supports models with one {which}. Received: {self.description} "
+                f"with {len(tensors)} {which}s"
+            )
+        return tuple(tensors[0].shape)
+
+    def input_shape(self) -> Shape:
+        try:
+            tensors = self.model.inputs
+        except AttributeError:  # a subclassed model that was never called
+            tensors = None
+        return self._shape(tensors, "input")
+
+    def output_shape(self) -> Shape:
+        try:
+            tensors = self.model.outputs
+        except AttributeError:
+            tensors = None
+        return self._shape(tensors, "output")
+
+    def payload(self) -> bytes:
+        if self._data is None:
+            self._data = keras_io.serialize_model(self.model)
+        return self._data
+
+    def loader(self) -> KerasLoader:
+        return KerasLoader(self._custom_objects)
+
+
+@dataclass(frozen=True)
+class SavedModelLoader:
+    """Rebuilds a TensorFlow SavedModel signature from a tar of its folder (executor)."""
+
+    signature: str
+    input_name: str
+    output_name: str
+
+    def load(self, payload: bytes) -> PredictFn:
+        import tensorflow as tf
+
+        with tempfile.TemporaryDirectory(prefix="tensorspark-savedmodel-") as folder:
+            with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as archive:
+                archive.extractall(folder, filter="data")
+            loaded = tf.saved_model.load(folder)
+        return _SignatureFn(loaded, self.signature, self.input_name, self.output_name)
+
+
+class _SignatureFn:
+    """Calls one signature of a loaded SavedModel on numpy batches (executor).
+
+    Keeps the loaded object referenced: its variables back the signature.
+    """
+
+    def __init__(self, loaded: Any, signature: str, input_name: str, output_name: str) -> None:
+        self._loaded = loaded
+        self._function = loaded.signatures[signature]
+        self._input_name = input_name
+        self._output_name = output_name
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        outputs = self._function(**{self._input_name: tf.constant(batch)})
+        return outputs[self._output_name].numpy()  # type: ignore[no-any-return]
+
+
+class SavedModelSource(ModelSource):
+    """A TensorFlow SavedModel folder on the driver's local disk (e.g. from ``model.export``).
+
+    Args:
+        folder: the local folder holding ``saved_model.pb``.
+        description: how messages name it.
+        signature: the serving signature to call.
+    """
+
+    def __init__(
+        self, folder: str, description: str = "the model", signature: str = "serving_default"
+    ) -> None:
+        import tensorflow as tf
+
+        self.folder = folder
+        self.description = description
+        self.signature = signature
+        try:
+            loaded = tf.saved_model.load(folder)
+        except Exception as err:
+            raise ConfigurationError(
+                f"{description} could not be loaded as a SavedModel: {type(err).__name__}: {err}"
+            ) from err
+        if signature not in loaded.signatures:
+            raise ConfigurationError(
+                f"{description} has no signature {signature!r}. Available: "
+                f"{sorted(loaded.signatures)}. Received: signature={signature!r}"
+            )
+        function = loaded.signatures[signature]
+        inputs = function.structured_input_signature[1]
+        outputs = function.structured_outputs
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ConfigurationError(
+                f"predict supports SavedModel signatures with one input and one output. "
+                f"Received: {description} signature {signature!r} with inputs "
+                f"{sorted(inputs)} and outputs {sorted(outputs)}"
+            )
+        (self._input_name, in_spec), (self._output_name, out_spec) = (
+            next(iter(inputs.items())),
+            next(iter(outputs.items())),
+        )
+        self._input_shape: Shape = tuple(in_spec.shape.as_list())
+        self._output_shape: Shape = tuple(out_spec.shape.as_list())
+
+    def input_shape(self) -> Shape:
+        return self._input_shape
+
+    def output_shape(self) -> Shape:
+        return self._output_shape
+
+    def payload(self) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            archive.add(self.folder, arcname=".")
+        return buffer.getvalue()
+
+    def loader(self) -> SavedModelLoader:
+        return SavedModelLoader(self.signature, self._input_name, self._output_name)
+
+
+# --------------------------------------------------------------------------- driver side
+
+
+def _is_remote(location: str) -> bool:
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    return scheme not in ("", "file")
+
+
+def _local_path(location: str) -> str:
+    return location[len("file://") :] if location.startswith("file://") else location
+
+
+def _read_remote_file(sc: SparkContext, location: str, what: str) -> bytes:
+    """The bytes of one remote file (driver): through tensorspark.storage when present,
+    else with ``sc.binaryFiles`` (any Hadoop file system the cluster is configured for)."""
+    try:
+        from tensorspark.storage import open_storage  # type: ignore[attr-defined]
+    except ImportError:
+        open_storage = None
+    try:
+        if open_storage is not None:
+            storage, path = open_storage(location)
+            return bytes(storage.read_bytes(path))
+        files = sc.binaryFiles(location).take(2)
+    except Exception as err:
+        raise ConfigurationError(
+            f"{what} could not be read: {type(err).__name__}: {err}. Expected {_ALLOWED_MODELS}."
+        ) from err
+    if len(files) != 1:
+        raise ConfigurationError(
+            f"{what} must name one .keras file. Received: {len(files)} files at that location"
+        )
+    return bytes(files[0][1])
+
+
+def _resolve_source(
+    sc: SparkContext,
+    model: Any,
+    custom_objects: Mapping[str, Any] | None,
+) -> ModelSource:
+    """Turns the ``model`` argument into a :class:`ModelSource` (driver)."""
+    import keras
+
+    if isinstance(model, ModelSource):
+        return model
+    if isinstance(model, keras.Model):
+        return KerasModelSource(model, f"model {model.name!r}", custom_objects=custom_objects)
+    if not isinstance(model, (str, os.PathLike)):
+        raise ConfigurationError(
+            f"Argument `model` must be {_ALLOWED_MODELS}. "
+            f"Received: model={model!r} (of type {type(model).__name__})"
+        )
+    location = os.fspath(model)
+    what = f"model={location!r}"
+    if _is_remote(location):
+        if not location.rstrip("/").endswith(".keras"):
+            raise ConfigurationError(
+                f"{what}: remote models must be .keras files for now (copy a SavedModel "
+                f"folder to local disk first). Received: model={location!r}"
+            )
+        data = _read_remote_file(sc, location, what)
+    else:
+        path = _local_path(location)
+        if os.path.isdir(path):
+            if not os.path.isfile(os.path.join(path, _SAVED_MODEL_FILE)):
+                raise ConfigurationError(
+                    f"{what} is a folder without {_SAVED_MODEL_FILE}, so not a SavedModel. "
+                    f"Expected {_ALLOWED_MODELS}."
+                )
+            return SavedModelSource(path, what)
+        if not os.path.isfile(path):
+            raise ConfigurationError(
+                f"{what} does not exist. Expected {_ALLOWED_MODELS}. Received: model={location!r}"
+            )
+        with open(path, "rb") as f:
+            data = f.read()
+    loaded = keras_io.deserialize_model(data, custom_objects, compile=False, what=what)
+    return KerasModelSource(loaded, what, data=data, custom_objects=custom_objects)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What each task needs, all plain values (shipped to executors)."""
+
+    key: str
+    loader: ModelLoader
+    input_shape: tuple[int, ...]  # without the batch dimension
+    num_features: int
+    batch_size: int
+    top_k: int | None
+    labels: tuple[str, ...] | None
+
+
+def _check_options(
+    source: ModelSource,
+    batch_size: int,
+    top_k: int | None,
+    labels: Sequence[str] | None,
+) -> tuple[tuple[int, ...], int, tuple[str, ...] | None]:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigurationError(
+            f"Argument `batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
+        )
+    in_shape = source.input_shape()[1:]
+    if any(d is None for d in in_shape):
+        raise ConfigurationError(
+            f"{source.description} must have a fully known input shape (besides the batch "
+            f"dimension) to reshape rows. Received: input shape {source.input_shape()}"
+        )
+    known_in: tuple[int, ...] = tuple(int(d) for d in in_shape if d is not None)
+    out_shape = source.output_shape()
+    if top_k is not None:
+        if len(out_shape) != 2 or out_shape[1] is None:
+            raise ConfigurationError(
+                "Argument `top_k` needs a model with one score per class (output shape "
+                f"(batch, classes)). Received: top_k={top_k!r} for output shape {out_shape}"
+            )
+        classes = int(out_shape[1])
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= classes:
+            raise ConfigurationError(
+                f"Argument `top_k` must be an integer from 1 to the number of classes "
+                f"({classes}). Received: top_k={top_k!r}"
+            )
+        if labels is not None:
+            if isinstance(labels, str) or len(labels) != classes:
+                raise ConfigurationError(
+                    f"Argument `labels` must be a sequence of {classes} names, one per class. "
+                    f"Received: labels={labels!r}"
+                )
+            return known_in, top_k, tuple(str(label) for label in labels)
+    elif labels is not None:
+        raise ConfigurationError(
+            "Argument `labels` names the classes returned by top_k=; pass top_k too. "
+            f"Received: labels={labels!r}, top_k=None"
+        )
+    return known_in, top_k or 0, None
+
+
+def predict(
+    sc: SparkContext,
+    model: Any,
+    data: RDD[Any] | DataFrame,
+    *,
+    features_col: str = "features",
+    output_col: str = "prediction",
+    batch_size: int = 512,
+    top_k: int | None = None,
+    labels: Sequence[str] | None = None,
+    custom_objects: Mapping[str, Any] | None = None,
+) -> RDD[Any] | DataFrame:
+    """Runs a model over an RDD or a DataFrame, batch by batch, on the executors.
+
+    Runs on the driver: resolves and checks the model and the input, broadcasts the model
+    once, and returns a lazy RDD/DataFrame (nothing runs until an action). Thread-safe as
+    far as Spark's job submission is. The broadcast lives as long as the result is
+    referenced (Spark's ContextCleaner removes it after).
+
+    Args:
+        sc: the SparkContext.
+        model: a ``keras.Model``; a path to a ``.keras`` file or a SavedModel folder, on
+            local disk or ``hdfs://`` (``.keras`` only); or a :class:`ModelSource`.
+        data: an RDD whose elements are the features of one row (a numpy array, a list,
+            a ``pyspark.ml.linalg`` vector, or a tuple whose first item is one of those), or
+            a DataFrame with the features in ``features_col``. Rows are flat (or already
+            shaped): each holds as many numbers as the model's input has per example, and is
+            reshaped to it.
+        features_col: DataFrame column of ``array<float|double|int|long>`` or ``vector``.
+        output_col: the DataFrame column added for the predictions.
+        batch_size: rows per model call.
+        top_k: return the ``top_k`` best classes and their scores instead of all scores.
+        labels: class names for ``top_k`` (one per model output); default: class indices.
+        custom_objects: custom Keras classes the model needs (see ``keras.saving.load_model``).
+
+    Returns:
+        For an RDD: an RDD in the input's order and partitioning, one element per input
+        row: a float32 numpy array of the model's output, or, with ``top_k``, a list of
+        ``(label, score)`` pairs, best first. For a DataFrame: its rows plus ``output_col``,
+        ``array<float>`` (the output, flattened), or with ``top_k``
+        ``array<struct<label: string|bigint, score: float>>``, best first.
+
+    Raises:
+        ConfigurationError: the model cannot be found or loaded (the message says which and
+            why), the input column is missing or of the wrong type, the rows do not fit the
+            model's input shape, or an option is out of range.
+    """
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
+    if not isinstance(data, (RDD, DataFrame)):
+        raise ConfigurationError(
+            "Argument `data` must be a pyspark RDD or DataFrame. "
+            f"Received: data of type {type(data).__name__}"
+        )
+    source = _resolve_source(sc, model, custom_objects)
+    in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
+    plan = _Plan(
+        key=uuid.uuid4().hex,
+        loader=source.loader(),
+        input_shape=in_shape,
+        num_features=math.prod(in_shape),
+        batch_size=batch_size,
+        top_k=k or None,
+        labels=label_names,
+    )
+    if isinstance(data, DataFrame):
+        feature_expr = _check_dataframe(data, features_col, output_col, plan, source)
+        payload = sc.broadcast(source.payload())
+        _log_broadcast(source, plan, payload)
+        return _predict_dataframe(data, feature_expr, output_col, plan, payload)
+    _check_rdd(data, plan, source)
+    payload = sc.broadcast(source.payload())
+    _log_broadcast(source, plan, payload)
+    return data.mapPartitions(
+        functools.partial(_predict_partition, plan, payload), preservesPartitioning=True
+    )
+
+
+def _log_broadcast(source: ModelSource, plan: _Plan, payload: Broadcast[bytes]) -> None:
+    logger.info(
+        "Broadcast %s for inference as %s (%d bytes, batch_size=%d)",
+        source.description,
+        plan.key,
+        len(payload.value),
+        plan.batch_size,
+    )
+
+
+def _shape_error(plan: _Plan, source_description: str, received: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"Each row must hold {plan.num_features} numbers, the input shape "
+        f"{plan.input_shape} of {source_description}. Received: {received}"
+    )
+
+
+def _check_rdd(rdd: RDD[Any], plan: _Plan, source: ModelSource) -> None:
+    """Checks the first element against the model's input (driver; runs a take(1) job)."""
+    first = rdd.take(1)
+    if not first:
+        return
+    try:
+        features = _row_features(first[0])
+    except (TypeError, ValueError) as err:
+        raise ConfigurationError(
+            "RDD elements must be numeric arrays, lists or vectors, or tuples whose first "
+            f"item is one. Received: first element {_preview(first[0])} ({err})"
+        ) from err
+    if features.size != plan.num_features:
+        raise _shape_error(plan, source.description, f"first element with shape {features.shape}")
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_dataframe(
+    df: DataFrame, features_col: str, output_col: str, plan: _Plan, source: ModelSource
+) -> Any:
+    """Checks the column, its type and its first row; returns the float32 array column."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, FloatType, NumericType
+
+    if not isinstance(features_col, str) or features_col not in df.columns:
+        raise ConfigurationError(
+            f"Argument `features_col` must name a column of the DataFrame, one of "
+            f"{df.columns}. Received: features_col={features_col!r}"
+        )
+    if not isinstance(output_col, str) or not output_col:
+        raise ConfigurationError(
+            f"Argument `output_col` must be a column name. Received: output_col={output_col!r}"
+        )
+    if output_col in df.columns:
+        raise ConfigurationError(
+            f"Argument `output_col` must be a new column; the DataFrame already has it. "
+            f"Received: output_col={output_col!r}"
+        )
+    dtype = df.schema[features_col].dataType
+    column = F.col(features_col)
+    if isinstance(dtype, VectorUDT):
+        values = vector_to_array(column, dtype="float32")
+    elif isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
+        values = column.cast(ArrayType(FloatType()))
+    else:
+        raise ConfigurationError(
+            f"Argument `features_col` must name a column of type array<float|double|int|long> "
+            f"or vector. Received: features_col={features_col!r} of type "
+            f"{dtype.simpleString()}"
+        )
+    first = df.select(F.size(values).alias("n")).head(1)
+    if first and first[0]["n"] != plan.num_features:
+        raise _shape_error(
+            plan,
+            source.description,
+            f"features_col={features_col!r} whose first row holds {first[0]['n']} numbers",
+        )
+    # Later rows are checked as they stream past (in the JVM, before Arrow), with the same
+    # Keras-style message.
+    return F.when(F.size(values) == plan.num_features, values).otherwise(
+        F.raise_error(
+            F.concat(
+                F.lit(
+                    f"Each row of features_col={features_col!r} must hold "
+                    f"{plan.num_features} numbers, the input shape {plan.input_shape} of "
+                    f"{source.description}. Received: a row with "
+                ),
+                F.size(values).cast("string"),
+                F.lit(" numbers (-1: null)"),
+            )
+        )
+    )
+
+
+def _predict_dataframe(
+    df: DataFrame, feature_expr: Any, output_col: str, plan: _Plan, payload: Broadcast[bytes]
+) -> DataFrame:
+    """Adds ``output_col`` with pyspark's ``predict_batch_udf`` (driver).
+
+    ``predict_batch_udf`` does the Arrow batching, the reshaping of flat arrays and the
+    result conversion; it caches the predict function per job, and our key-based cache under
+    it keeps the model across jobs (a DataFrame evaluated twice loads once per process).
+    """
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        ArrayType,
+        FloatType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    make_predict_fn = functools.partial(_make_batch_fn, plan, payload)
+    shape = [plan.num_features]
+    if not plan.top_k:
+        udf = predict_batch_udf(
+            make_predict_fn,
+            return_type=ArrayType(FloatType()),
+            batch_size=plan.batch_size,
+            input_tensor_shapes=[shape],
+        )
+        return df.withColumn(output_col, udf(feature_expr))
+    label_type = StringType() if plan.labels is not None else LongType()
+    udf = predict_batch_udf(
+        make_predict_fn,
+        return_type=StructType(
+            [
+                StructField("labels", ArrayType(label_type)),
+                StructField("scores", ArrayType(FloatType())),
+            ]
+        ),
+        batch_size=plan.batch_size,
+        input_tensor_shapes=[shape],
+    )
+    # predict_batch_udf returns arrays of columns, not arrays of structs: pair them in the JVM.
+    scratch = f"__tensorspark_{plan.key}"
+    top = F.col(scratch)
+    return (
+        df.withColumn(scratch, udf(feature_expr))
+        .withColumn(
+            output_col,
+            F.zip_with(
+                top["labels"],
+                top["scores"],
+                lambda label, score: F.struct(label.alias("label"), score.alias("score")),
+            ),
+        )
+        .drop(scratch)
+    )
+
+
+# ------------------------------------------------------------------------- executor side
+
+
+def _load(plan: _Plan, payload: Broadcast[bytes]) -> PredictFn:
+    """The cached predict function of this Python worker process (executor)."""
+    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+
+    limit_tf_threads(task_cpus())
+    loader = plan.loader
+    return keras_io.cached(plan.key, lambda: loader.load(payload.value))
+
+
+def _run(predict_fn: PredictFn, batch: np.ndarray, plan: _Plan) -> np.ndarray:
+    outputs = np.asarray(predict_fn(batch.reshape((len(batch), *plan.input_shape))))
+    if outputs.shape[:1] != (len(batch),):
+        raise ConfigurationError(
+            f"The model must return one output row per input row. Received: output shape "
+            f"{outputs.shape} for a batch of {len(batch)}"
+        )
+    return outputs.astype(np.float32, copy=False)
+
+
+def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices and scores of the ``k`` best classes per row, best first (ties: lower
+    index first)."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(scores, order, axis=1)
+
+
+def _make_batch_fn(
+    plan: _Plan, payload: Broadcast[bytes]
+) -> Callable[[np.ndarray], np.ndarray | dict[str, np.ndarray]]:
+    """``make_predict_fn`` for ``predict_batch_udf`` (executor, once per task)."""
+    predict_fn = _load(plan, payload)
+    label_array = np.asarray(plan.labels, dtype=object) if plan.labels is not None else None
+
+    def run(batch: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
+        outputs = _run(predict_fn, batch, plan)
+        if not plan.top_k:
+            return outputs.reshape(len(outputs), -1)
+        order, scores = _top(outputs, plan.top_k)
+        names = label_array[order] if label_array is not None else order.astype(np.int64)
+        return {"labels": names, "scores": scores}
+
+    return run
+
+
+def _row_features(element: Any) -> np.ndarray:
+    if isinstance(element, tuple):
+        element = element[0]
+    if hasattr(element, "toArray"):  # pyspark.ml / mllib vectors
+        element = element.toArray()
+    return np.asarray(element, dtype=np.float32)
+
+
+def _predict_partition(
+    plan: _Plan, payload: Broadcast[bytes], rows: Iterable[Any]
+) -> Iterator[Any]:
+    """Runs one RDD partition through the model, ``batch_size`` rows at a time (executor)."""
+    predict_fn: PredictFn | None = None
+    batch: list[np.ndarray] = []
+    index = 0
+
+    def flush() -> Iterator[Any]:
+        nonlocal predict_fn
+        if predict_fn is None:
+            predict_fn = _load(plan, payload)
+        outputs = _run(predict_fn, np.stack(batch), plan)
+        if not plan.top_k:
+            yield from outputs
+            return
+        order, scores = _top(outputs, plan.top_k)
+        for row_order, row_scores in zip(order, scores, strict=True):
+            names: Sequence[Any] = (
+                [plan.labels[i] for i in row_order]
+                if plan.labels is not None
+                else [int(i) for i in row_order]
+            )
+            yield list(zip(names, (float(s) for s in row_scores), strict=True))
+
+    for row in rows:
+        features = _row_features(row)
+        if features.size != plan.num_features:
+            raise ConfigurationError(
+                f"Each RDD row must hold {plan.num_features} numbers, the model's input "
+                f"shape {plan.input_shape}. Received: row {index} of this partition with "
+                f"shape {features.shape}"
+            )
+        batch.append(features.reshape(-1))
+        index += 1
+        if len(batch) == plan.batch_size:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
