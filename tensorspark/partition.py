@@ -1,0 +1,230 @@
+"""Mini-batches of one partition, for several epochs, in bounded memory.
+
+Runs on executors. Spark hands a task its partition once, as an iterator. The first epoch
+streams straight from it; when more epochs follow (or the user asked for a shuffle within
+the partition) the rows are also spilled to a local file per column and later epochs read
+them back through ``np.memmap``. Peak memory is therefore a few batches, whatever the
+partition's size; a shuffle costs one int64 per row for the permutation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorspark.errors import ConfigurationError
+
+Block = tuple[np.ndarray, ...]
+
+
+def rows_to_blocks(
+    rows: Iterable[Any],
+    names: Sequence[str],
+    dtypes: Sequence[np.dtype | None],
+    block_rows: int,
+) -> Iterator[Block]:
+    """Group RDD elements (tuples aligned with ``names``) into column blocks.
+
+    Raises:
+        ConfigurationError: an element's length differs from ``names``, or a column's
+            rows do not share one shape.
+    """
+    buf: list[Any] = []
+    index = 0
+    for row in rows:
+        if not isinstance(row, (tuple, list)) or len(row) != len(names):
+            got = len(row) if isinstance(row, (tuple, list)) else type(row).__name__
+            raise ConfigurationError(
+                f"RDD element {index} has {got} items but feed_name_list has {len(names)} "
+                f"({list(names)}); each element must be a tuple aligned with feed_name_list."
+            )
+        buf.append(row)
+        index += 1
+        if len(buf) >= block_rows:
+            yield _stack(buf, names, dtypes)
+            buf = []
+    if buf:
+        yield _stack(buf, names, dtypes)
+
+
+def _stack(rows: list[Any], names: Sequence[str], dtypes: Sequence[np.dtype | None]) -> Block:
+    cols = []
+    for i, name in enumerate(names):
+        try:
+            cols.append(np.asarray([r[i] for r in rows], dtype=dtypes[i]))
+        except ValueError as err:
+            raise ConfigurationError(f"the rows for {name!r} do not have one common shape: {err}") from None
+    return tuple(cols)
+
+
+class PartitionData:
+    """Yields the batches of each epoch of one partition.
+
+    Args:
+        blocks: the partition as an iterator of column blocks (equal leading lengths).
+        batch_size: rows per mini-batch (the last batch of an epoch may be smaller).
+        num_epoch: how many passes will be made.
+        shuffle: shuffle rows within the partition each epoch (seeded, reproducible, so a
+            retried task sees the same batches).
+        seed: base seed; combined with ``partition`` and the epoch number.
+        spill_dir: where to spill rows when needed (default: Spark's local dir or /tmp).
+    """
+
+    def __init__(
+        self,
+        blocks: Iterator[Block],
+        batch_size: int,
+        num_epoch: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        partition: int = 0,
+        spill_dir: str | None = None,
+    ) -> None:
+        self._blocks = blocks
+        self.batch_size = int(batch_size)
+        self.num_epoch = int(num_epoch)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.partition = partition
+        self._needs_spill = shuffle or num_epoch > 1
+        self._dir: str | None = None
+        self._spill_root = spill_dir or _local_dir()
+        self._files: list[Any] = []
+        self._row_specs: list[tuple[tuple[int, ...], np.dtype]] = []
+        self.rows = 0
+
+    def close(self) -> None:
+        """Delete the spill files."""
+        for f in self._files:
+            f.close()
+        self._files = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> PartitionData:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def epochs(self) -> Iterator[tuple[int, Iterator[tuple[int, Block, bool]]]]:
+        """Yield ``(epoch, batches)``; ``batches`` yields ``(index, batch, is_last)``.
+
+        Each epoch's batch iterator must be consumed before the next epoch is requested.
+        """
+        first = 0
+        if not self.shuffle:
+            yield 0, _with_last(self._stream_batches())
+            first = 1
+        else:
+            for _ in self._spilled(self._blocks):
+                pass
+        if self.num_epoch > first:
+            self._finish_spill()
+            for epoch in range(first, self.num_epoch):
+                yield epoch, _with_last(self._memmap_batches(epoch))
+
+    # -- first pass ---------------------------------------------------------------
+
+    def _stream_batches(self) -> Iterator[Block]:
+        blocks = self._spilled(self._blocks) if self._needs_spill else self._counted(self._blocks)
+        yield from _rebatch(blocks, self.batch_size)
+
+    def _counted(self, blocks: Iterator[Block]) -> Iterator[Block]:
+        for block in blocks:
+            self.rows += len(block[0])
+            yield block
+
+    def _spilled(self, blocks: Iterator[Block]) -> Iterator[Block]:
+        for block in blocks:
+            if not self._files:
+                self._dir = tempfile.mkdtemp(prefix="tensorspark-spill-", dir=self._spill_root)
+                for i, col in enumerate(block):
+                    self._files.append(open(os.path.join(self._dir, f"col{i}.bin"), "wb"))  # noqa: SIM115
+                    self._row_specs.append((tuple(col.shape[1:]), col.dtype))
+            for i, col in enumerate(block):
+                shape, dtype = self._row_specs[i]
+                if tuple(col.shape[1:]) != shape or col.dtype != dtype:
+                    raise ConfigurationError(
+                        f"column {i} changes shape within the partition: first rows were "
+                        f"{dtype}{list(shape)}, later rows {col.dtype}{list(col.shape[1:])}"
+                    )
+                self._files[i].write(np.ascontiguousarray(col).tobytes())
+            self.rows += len(block[0])
+            yield block
+
+    def _finish_spill(self) -> None:
+        for f in self._files:
+            f.close()
+
+    # -- later passes -------------------------------------------------------------
+
+    def _memmap_batches(self, epoch: int) -> Iterator[Block]:
+        if self.rows == 0:
+            return
+        assert self._dir is not None
+        cols = [
+            np.memmap(os.path.join(self._dir, f"col{i}.bin"), dtype=dtype, mode="r", shape=(self.rows, *shape))
+            for i, (shape, dtype) in enumerate(self._row_specs)
+        ]
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.partition, epoch])
+            order = rng.permutation(self.rows)
+            for start in range(0, self.rows, self.batch_size):
+                idx = np.sort(order[start : start + self.batch_size])
+                yield tuple(np.asarray(c[idx]) for c in cols)
+        else:
+            for start in range(0, self.rows, self.batch_size):
+                yield tuple(np.array(c[start : start + self.batch_size]) for c in cols)
+
+
+def _rebatch(blocks: Iterable[Block], batch_size: int) -> Iterator[Block]:
+    pending: list[Block] = []
+    have = 0
+    for block in blocks:
+        n = len(block[0])
+        if n == 0:
+            continue
+        pending.append(block)
+        have += n
+        while have >= batch_size:
+            merged = _concat(pending) if len(pending) > 1 else pending[0]
+            yield tuple(c[:batch_size] for c in merged)
+            rest = tuple(c[batch_size:] for c in merged)
+            have -= batch_size
+            pending = [rest] if have else []
+    if have:
+        yield _concat(pending) if len(pending) > 1 else pending[0]
+
+
+def _concat(blocks: list[Block]) -> Block:
+    return tuple(np.concatenate(cols) for cols in zip(*blocks))
+
+
+def _with_last(batches: Iterator[Block]) -> Iterator[tuple[int, Block, bool]]:
+    """Number the batches and flag the last one (one batch of look-ahead)."""
+    it = iter(batches)
+    try:
+        current = next(it)
+    except StopIteration:
+        return
+    index = 0
+    for nxt in it:
+        yield index, current, False
+        current = nxt
+        index += 1
+    yield index, current, True
+
+
+def _local_dir() -> str:
+    dirs = os.environ.get("SPARK_LOCAL_DIRS") or os.environ.get("LOCAL_DIRS")
+    if dirs:
+        return dirs.split(",")[0]
+    return tempfile.gettempdir()

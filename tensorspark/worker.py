@@ -1,0 +1,226 @@
+"""The partition training loop: one loop for every kind of model.
+
+Runs on executors, inside a Spark task. For its partition the loop
+
+1. joins the parameter server (learning how far an earlier attempt of this partition
+   got, so a retried task resumes after the last applied sync),
+2. builds the model once (a TF1 graph+session or a Keras model, through an adapter),
+3. pulls the global weights, trains ``sync_interval`` mini-batches, pushes its update
+   and sets the global weights it gets back, until its epochs are done,
+4. leaves the server (``done`` or ``failed``) and returns its statistics.
+
+Adapters (``tensorspark.models``) differ in how they train a chunk of batches and move
+weights; this loop does not change with the model type.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from tensorspark.errors import DivergenceError, ParameterServerError
+from tensorspark.partition import Block, PartitionData
+from tensorspark.ps.client import ParameterClient, PushResult
+
+logger = logging.getLogger(__name__)
+
+_MAX_REBASES = 20
+
+
+class TrainableModel(Protocol):
+    """What the loop needs from a model adapter (built on the executor)."""
+
+    def get_weights(self) -> dict[str, np.ndarray]: ...
+
+    def set_weights(self, params: Mapping[str, np.ndarray]) -> None: ...
+
+    def train_chunk(self, batches: list[Block]) -> dict[str, float]:
+        """Train on the batches in order; return sums over them: ``samples`` and, when
+        known, ``loss`` and metrics, each multiplied by the batch's sample count."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the loop needs besides the data and the model; travels to executors."""
+
+    server_url: str
+    mode: str = "async"
+    sync_interval: int = 100
+    batch_size: int = 100
+    num_epoch: int = 1
+    shuffle: bool = False
+    seed: int = 0
+    ps_timeout: float = 60.0
+    request_timeout: float = 600.0
+    ssl_cafile: str | None = None
+    on_divergence: str = "fail"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@dataclass
+class _EpochStats:
+    samples: int = 0
+    sums: dict[str, float] | None = None
+
+    def add(self, chunk: Mapping[str, float]) -> None:
+        self.samples += int(chunk.get("samples", 0))
+        sums = self.sums if self.sums is not None else {}
+        for k, v in chunk.items():
+            if k != "samples":
+                sums[k] = sums.get(k, 0.0) + float(v)
+        self.sums = sums
+
+
+def train_partition(
+    partition: int,
+    attempt: int,
+    blocks: Iterator[Block],
+    config: WorkerConfig,
+    build_model: Callable[[], TrainableModel],
+) -> dict[str, Any]:
+    """Train one partition against the parameter server; return JSON-able statistics.
+
+    Raises whatever the model raises (Spark then retries the task), and
+    :class:`~tensorspark.errors.DivergenceError` when the server rejects a non-finite
+    update and ``on_divergence='fail'``.
+    """
+    client = ParameterClient(config.server_url, timeout=config.request_timeout, ps_timeout=config.ps_timeout,
+                             ssl_cafile=config.ssl_cafile)
+    state = "failed"
+    try:
+        joined = client.join(partition, attempt)
+        done = joined.get("progress")
+        resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
+        payload = str(joined.get("payload", "delta"))
+        model = build_model()
+        try:
+            stats = _Loop(partition, attempt, config, client, model, payload, resume_after).run(blocks)
+        finally:
+            model.close()
+        state = "done"
+        return stats
+    finally:
+        try:
+            client.leave(partition, attempt, state)
+        except Exception:  # the server may be gone already; the original error matters more
+            logger.debug("leave() failed for partition %s", partition, exc_info=True)
+        client.close()
+
+
+class _Loop:
+    def __init__(
+        self,
+        partition: int,
+        attempt: int,
+        config: WorkerConfig,
+        client: ParameterClient,
+        model: TrainableModel,
+        payload: str,
+        resume_after: tuple[int, int] | None,
+    ) -> None:
+        self.partition = partition
+        self.attempt = attempt
+        self.config = config
+        self.client = client
+        self.model = model
+        self.payload = payload
+        self.resume_after = resume_after
+        self.counts = {"applied": 0, "duplicate": 0, "stale": 0, "diverged": 0, "skipped_batches": 0}
+        self.version = 0
+        self.base: dict[str, np.ndarray] = {}
+
+    def run(self, blocks: Iterator[Block]) -> dict[str, Any]:
+        cfg = self.config
+        started = time.time()
+        self.version, self.base = self.client.pull()
+        self.model.set_weights(self.base)
+        epochs: list[dict[str, Any]] = []
+        with PartitionData(
+            blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
+        ) as data:
+            for epoch, batches in data.epochs():
+                stats = _EpochStats()
+                chunk: list[Block] = []
+                first_index = 0
+                for index, batch, is_last in batches:
+                    seq = index // cfg.sync_interval
+                    if self.resume_after is not None and (epoch, seq) <= self.resume_after:
+                        self.counts["skipped_batches"] += 1
+                        continue
+                    if not chunk:
+                        first_index = index
+                    chunk.append(batch)
+                    if len(chunk) == cfg.sync_interval or is_last:
+                        result = self.model.train_chunk(chunk)
+                        chunk = []
+                        stats.add(result)
+                        self._sync(epoch, seq, result, (first_index, index))
+                epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
+            rows = data.rows
+        return {
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "rows": rows,
+            "epochs": epochs,
+            "counts": self.counts,
+            "seconds": time.time() - started,
+            "version": self.version,
+        }
+
+    def _sync(self, epoch: int, seq: int, result: Mapping[str, float], batches: tuple[int, int]) -> None:
+        samples = int(result.get("samples", 0))
+        local = self.model.get_weights()
+        delta = {k: local[k] - self.base[k] for k in self.base}
+        meta: dict[str, Any] = {
+            "partition": self.partition,
+            "epoch": epoch,
+            "seq": seq,
+            "attempt": self.attempt,
+            "samples": samples,
+        }
+        if samples and "loss" in result and math.isfinite(result["loss"]):
+            meta["loss"] = result["loss"] / samples
+            meta["metrics"] = {
+                k: v / samples for k, v in result.items() if k not in ("loss", "samples") and math.isfinite(v)
+            }
+        response: PushResult | None = None
+        for _ in range(_MAX_REBASES):
+            meta["base_version"] = self.version
+            if self.payload == "delta":
+                update = delta
+            else:
+                update = {k: self.base[k] + delta[k] for k in self.base}
+            response = self.client.push(update, meta)
+            self.counts[response.status] = self.counts.get(response.status, 0) + 1
+            if response.status != "stale":
+                break
+            # Stale-synchronous rule: our base was too old; take the current weights as the
+            # new base and push the same progress again on top of them.
+            self.version, self.base = response.version, response.params
+        assert response is not None
+        if response.status == "stale":
+            raise ParameterServerError(
+                f"partition {self.partition}: push stayed stale after {_MAX_REBASES} rebases; "
+                "max_staleness is too small for this many workers"
+            )
+        if response.status == "diverged" and self.config.on_divergence == "fail":
+            raise DivergenceError(
+                f"worker for partition {self.partition} (attempt {self.attempt}) produced non-finite "
+                f"parameters (NaN/Inf) in epoch {epoch}, mini-batches {batches[0]}-{batches[1]}; the "
+                "server rejected the update. Lower the learning rate, check the input data for "
+                "NaN/Inf, or pass on_divergence='skip' to drop such updates and carry on."
+            )
+        self.version, self.base = response.version, response.params
+        self.model.set_weights(self.base)
