@@ -442,6 +442,15 @@ def _better(a: float, b: float | None, mode: str) -> bool:
     return a > b if mode == "max" else a < b
 
 
+def _beats(a: TrialResult, b: TrialResult | None, mode: str) -> bool:
+    """Whether finished trial ``a`` ranks above ``b``: a better score, or equal and earlier."""
+    if b is None or b.score is None:
+        return a.score is not None
+    if a.score is None:
+        return False
+    return _better(a.score, b.score, mode) or (a.score == b.score and a.index < b.index)
+
+
 def _make_tracker(config: _TrialConfig) -> Any:
     """A Keras callback that tracks the best epoch, stops early and catches divergence.
 
@@ -458,15 +467,14 @@ def _make_tracker(config: _TrialConfig) -> Any:
             self.diverged: str | None = None
             self.missing: list[str] | None = None
 
-        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            loss = (logs or {}).get("loss")
-            if loss is not None and not math.isfinite(float(loss)):
-                self.diverged = f"loss became {float(loss)} at batch {batch}"
-                self.model.stop_training = True
-
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            # Checked per epoch, not per batch: a per-batch check syncs the device every
+            # step; an epoch's mean loss is NaN/Inf as soon as one batch's is.
             logs = logs or {}
-            if self.diverged:
+            loss = logs.get("loss")
+            if loss is not None and not math.isfinite(float(loss)):
+                self.diverged = f"loss became {float(loss)} in epoch {epoch + 1}"
+                self.model.stop_training = True
                 return
             if config.metric not in logs:
                 self.missing = sorted(logs)
@@ -474,7 +482,7 @@ def _make_tracker(config: _TrialConfig) -> Any:
                 return
             value = float(logs[config.metric])
             if not math.isfinite(value):
-                self.diverged = f"{config.metric} became {value} at epoch {epoch + 1}"
+                self.diverged = f"{config.metric} became {value} in epoch {epoch + 1}"
                 self.model.stop_training = True
                 return
             if _better(value, self.best, config.mode):
@@ -620,7 +628,7 @@ class TuneResult:
         """The trial with the best score (ties: the earliest)."""
         best: TrialResult | None = None
         for t in self.succeeded:
-            if best is None or _better(t.score, best.score, self.mode):  # type: ignore[arg-type]
+            if _beats(t, best, self.mode):
                 best = t
         if best is None:  # tune() raises before building such a result
             raise TuningError("No trial succeeded.")
@@ -1092,10 +1100,11 @@ def _run_all(
         try:
             return sc.parallelize([trial], 1).map(task).collect()[0]
         except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
+            first_line = next(iter(str(err).splitlines()), "")
             return {
                 "index": trial.index,
                 "params": dict(trial.params),
-                "error": f"Spark task failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                "error": f"Spark task failed: {type(err).__name__}: {first_line}",
                 "traceback": str(err)[-_MAX_TRACEBACK_CHARS:],
             }
 
@@ -1123,7 +1132,7 @@ def _run_all(
                 worker=raw.get("worker"),
             )
             by_index[trial.index] = trial
-            if trial.ok and (best is None or _better(trial.score, best.score, config.mode)):  # type: ignore[arg-type]
+            if trial.ok and _beats(trial, best, config.mode):  # same rule as best_trial
                 best = trial
                 best_weights = weights
             reporter.update(trial, best)

@@ -241,3 +241,9 @@ def test_progress_logs_each_trial_and_draws_a_bar_on_a_terminal(
     ]
     assert "2/2" in terminal.getvalue()
     assert _Progress(2, "loss", enabled=False).bar is None
+
+
+def test_ties_go_to_the_earliest_trial() -> None:
+    result = _result({(1e-3, 32): 0.5, (1e-3, 64): 0.9, (1e-2, 32): 0.9})
+    assert result.best_trial.index == 1
+    assert list(result.table["trial"]) == [1, 2, 0]
