@@ -84,9 +84,9 @@ def make_client(
 class WebHDFSStorage(Storage):
     """Files on HDFS, reached over WebHDFS.
 
-    Writes upload to a unique temporary name in the target directory and rename it into
-    place. HDFS refuses to rename onto an existing file, so an existing target is deleted
-    just before the rename: a reader may briefly find no file, but never half of one.
+    Writes upload to a unique temporary name in the target directory and rename it over the
+    target with the NameNode's overwriting rename, a single atomic operation: a reader finds
+    the old file or the new one, never half of one, and a failed write leaves the old file.
 
     Runs on the driver or on executors. Thread-safe as far as the underlying
     ``requests.Session`` is (concurrent simple requests are fine in practice).
@@ -157,7 +157,17 @@ class WebHDFSStorage(Storage):
             ) from err
 
     def _status(self, path: str) -> dict[str, Any] | None:
-        status: dict[str, Any] | None = self._client.status(path, strict=False)
+        """GETFILESTATUS, or None when ``path`` does not exist.
+
+        Not HdfsCLI's ``status(strict=False)``: that returns None for every error, which
+        would turn "permission denied" into "does not exist".
+        """
+        try:
+            status: dict[str, Any] = self._client.status(path, strict=True)
+        except hdfs.HdfsError as err:
+            if err.exception == "FileNotFoundException":
+                return None
+            raise
         return status
 
     def write_bytes(self, path: str, data: bytes) -> None:
@@ -174,15 +184,14 @@ class WebHDFSStorage(Storage):
         logger.debug("Wrote %d bytes to %s", len(data), self.location(path))
 
     def _replace(self, src: str, dst: str) -> None:
-        """Rename ``src`` to ``dst``, deleting a file at ``dst`` first (HDFS will not overwrite)."""
-        status = self._status(dst)
-        if status is not None:
-            if status.get("type") == "DIRECTORY":
-                raise StorageError(
-                    f"WebHDFS will not replace the directory {self.location(dst)} with a file"
-                )
-            self._client.delete(dst)
-        self._client.rename(src, dst)
+        """Rename ``src`` over ``dst`` in one NameNode operation (WebHDFS ``RENAME`` with
+        ``renameoptions=OVERWRITE``, i.e. ``FileSystem.rename(src, dst, OVERWRITE)``).
+
+        HdfsCLI's public ``rename`` refuses an existing destination (and deleting it first
+        would lose the old file if the rename then failed), so its raw ``RENAME`` endpoint
+        is called with the overwrite option; a failure raises ``HdfsError``.
+        """
+        self._client._rename(src, destination=self._client.resolve(dst), renameoptions="OVERWRITE")
 
     def read_bytes(self, path: str) -> bytes:
         with self._converting("read", path), self._client.read(path) as reader:
@@ -207,6 +216,12 @@ class WebHDFSStorage(Storage):
 
     def rename(self, src: str, dst: str) -> None:
         with self._converting(f"rename {self.location(src)} to", dst):
+            status = self._status(dst)
+            if status is not None and status.get("type") == "DIRECTORY":
+                raise StorageError(
+                    f"WebHDFS will not replace the directory {self.location(dst)} with "
+                    f"{self.location(src)}"
+                )
             self._replace(src, dst)
 
 

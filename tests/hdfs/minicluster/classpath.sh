@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Resolves the jars of Hadoop's mini cluster (tests/hdfs) with Maven and prints the path of a
+# file holding their Java classpath. The jars are cached in ~/.m2 and the classpath file under
+# ${XDG_CACHE_HOME:-~/.cache}/tensorspark, keyed by the pom, so after one run (CI does it while
+# it has network) the tests start the cluster without Maven or network.
+#
+# Usage: tests/hdfs/minicluster/classpath.sh        (prints the classpath file's path)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="${TENSORSPARK_MINICLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorspark}"
+key="$(sha256sum "$here/pom.xml" | cut -c1-16)"
+out="$cache/minicluster-$key.classpath"
+
+complete() {
+  [[ -s "$out" ]] || return 1
+  local jar
+  while IFS= read -r jar; do
+    [[ -f "$jar" ]] || return 1
+  done < <(tr ':' '\n' < "$out")
+}
+
+if ! complete; then
+  mkdir -p "$cache"
+  tmp="$(mktemp "$out.XXXXXX")"
+  trap 'rm -f "$tmp"' EXIT
+  mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:build-classpath -Dmdep.outputFile="$tmp" >&2
+  mv "$tmp" "$out"
+fi
+echo "$out"
