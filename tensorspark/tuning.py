@@ -756,10 +756,18 @@ class TuneResult:
                 ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
                 ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
                 if cells <= 64:
+                    finite = grid[~np.isnan(grid)]
+                    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
                     for i in range(len(ys)):
                         for j in range(len(xs)):
-                            text = "failed" if math.isnan(grid[i, j]) else f"{grid[i, j]:.3g}"
-                            ax.text(j, i, text, ha="center", va="center", color="w", fontsize=8)
+                            value = grid[i, j]
+                            if math.isnan(value):
+                                text, colour = "failed", "0.3"
+                            else:
+                                # viridis is dark at the low end, light at the high end.
+                                light = high > low and (value - low) / (high - low) > 0.6
+                                text, colour = f"{value:.3g}", "black" if light else "white"
+                            ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=8)
             else:
                 image = ax.scatter(
                     [p[x] for p, _ in scored],
