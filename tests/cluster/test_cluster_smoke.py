@@ -52,3 +52,12 @@ def test_tensorspark_imports_on_executors(cluster_sc: SparkContext) -> None:
 
     found = set(cluster_sc.parallelize(range(4), 4).map(_tensorspark_on_executor).collect())
     assert found == {(tensorspark.__version__, str(Path(tensorspark.__file__).resolve()))}
+
+
+def test_mnist_rdd_on_the_cluster(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
+    from tensorspark.datasets import load_mnist_rdd
+
+    rdd, test = load_mnist_rdd(cluster_sc, f"file://{fashion_mnist_dir}", one_hot_labels=False)
+    assert rdd.map(lambda row: row[0].shape).distinct().collect() == [(784,)]
+    assert rdd.glom().map(len).collect() == [30000, 30000]
+    assert test.name == "Fashion-MNIST"
