@@ -571,7 +571,7 @@ def _digest(arrays: Mapping[str, np.ndarray]) -> str:
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
         hasher.update(f"{name}\0{array.dtype.name}\0{list(array.shape)}\0".encode())
-        hasher.update(array.reshape(-1).view(np.uint8))
+        hasher.update(array.reshape(-1).view(np.uint8).data)
     return hasher.hexdigest()
 
 
