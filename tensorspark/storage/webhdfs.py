@@ -173,11 +173,11 @@ class WebHDFSStorage(Storage):
     def write_bytes(self, path: str, data: bytes) -> None:
         tmp = temporary_name(path)
         with self._converting("write", path):
-            # CREATE makes missing parent directories.
-            self._client.write(tmp, data=bytes(data), overwrite=False)
             try:
+                # CREATE makes missing parent directories.
+                self._client.write(tmp, data=bytes(data), overwrite=False)
                 self._replace(tmp, path)
-            except BaseException:
+            except BaseException:  # also a half upload: remove it, then report
                 with contextlib.suppress(hdfs.HdfsError, requests.exceptions.RequestException):
                     self._client.delete(tmp)
                 raise

@@ -120,13 +120,33 @@ def test_permission_denied(hdfs_cluster: HdfsCluster, private_dir: str) -> None:
 
 
 def test_checkpoints_as_other_user_fail_clearly(
-    hdfs_cluster: HdfsCluster, private_dir: str
+    hdfs_cluster: HdfsCluster, private_dir: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    manager = CheckpointManager(f"{hdfs_cluster.webhdfs_location}{private_dir}", user="mallory")
+    location = f"{hdfs_cluster.webhdfs_location}{private_dir}"
+    manager = CheckpointManager(
+        location, user="mallory", max_failures=2, attempts=1, backoff_s=0, timeout=10
+    )
     with pytest.raises(
         CheckpointError, match=r"Could not list checkpoints in .*AccessControlException"
     ):
         manager.latest()
+    weights = {"W": np.zeros((2, 2), np.float32)}
+    with caplog.at_level(logging.ERROR, logger="tensorspark.checkpoint"):
+        assert manager.save(weights, 1, "async", {}) is None  # tolerated, logged
+    assert "1 of 2 failures in a row tolerated" in caplog.records[-1].getMessage()
+    with pytest.raises(CheckpointError, match=r"2 saves failed in a row.*permission denied"):
+        manager.save(weights, 2, "async", {})
+
+
+def test_bare_path_under_spark_hdfs_dir(hdfs_cluster: HdfsCluster, base: str) -> None:
+    conf = {
+        "spark.hdfs.dir": f"{hdfs_cluster.hdfs_url}/tests",
+        "spark.hadoop.dfs.namenode.http-address": hdfs_cluster.webhdfs_url[len("http://") :],
+    }
+    storage, path = open_storage(f"{base}/bare.bin", user=hdfs_cluster.superuser, conf=conf)
+    storage.write_bytes(path, b"on hdfs")
+    with hdfs_cluster.client().read(f"{base}/bare.bin") as reader:
+        assert reader.read() == b"on hdfs"
 
 
 def test_unreachable_namenode(closed_port: int) -> None:
