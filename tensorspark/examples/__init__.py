@@ -1,0 +1,1 @@
+"""Example jobs shipped with tensorspark (importable from the pyspark shell)."""
