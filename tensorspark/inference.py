@@ -291,26 +291,78 @@ def _local_path(location: str) -> str:
 
 
 def _read_remote_file(sc: SparkContext, location: str, what: str) -> bytes:
-    """The bytes of one remote file (driver): through tensorspark.storage when present,
-    else with ``sc.binaryFiles`` (any Hadoop file system the cluster is configured for)."""
+    """The bytes of one remote file, through :mod:`tensorspark.storage` (driver)."""
+    from tensorspark.errors import StorageError
+    from tensorspark.storage import open_storage
+
+    storage, path = open_storage(location, conf=dict(sc.getConf().getAll()))
     try:
-        from tensorspark.storage import open_storage  # type: ignore[attr-defined]
-    except ImportError:
-        open_storage = None
-    try:
-        if open_storage is not None:
-            storage, path = open_storage(location)
-            return bytes(storage.read_bytes(path))
-        files = sc.binaryFiles(location).take(2)
-    except Exception as err:
+        return bytes(storage.read_bytes(path))
+    except StorageError as err:
         raise ConfigurationError(
-            f"{what} could not be read: {type(err).__name__}: {err}. Expected {_ALLOWED_MODELS}."
+            f"{what} could not be read: {err}. Expected {_ALLOWED_MODELS}."
         ) from err
-    if len(files) != 1:
+
+
+def _apply_checkpoint(sc: SparkContext, source: ModelSource, location: str) -> ModelSource:
+    """A copy of a Keras source's model with a tensorspark checkpoint's weights (driver).
+
+    Weights are matched by Keras variable path (``"dense/kernel"``), then by name; when
+    neither names all of them, by order, if every shape matches in order.
+    """
+    from tensorspark.checkpoint import check_signature, load_checkpoint, model_signature
+    from tensorspark.errors import CheckpointError
+
+    if not isinstance(source, KerasModelSource):
         raise ConfigurationError(
-            f"{what} must name one .keras file. Received: {len(files)} files at that location"
+            "Argument `checkpoint` needs a Keras model (in memory or a file) to put the "
+            f"weights into. Received: checkpoint={location!r} with {source.description}"
         )
-    return bytes(files[0][1])
+    ckpt = load_checkpoint(location, conf=dict(sc.getConf().getAll()))
+    model = keras_io.deserialize_model(
+        keras_io.serialize_model(source.model), source.loader().custom_objects, compile=False
+    )
+    variables = list(model.weights)
+    params = ckpt.params
+    values: list[np.ndarray] | None = None
+    # Keras paths may or may not start with the model's name ("fashion/dense/kernel" vs
+    # "dense/kernel"), depending on how the model was built: try both sides both ways.
+    prefix = f"{model.name}/"
+    namings = [
+        [str(v.path) for v in variables],
+        [str(v.path).removeprefix(prefix) for v in variables],
+        [str(v.name) for v in variables],
+    ]
+    stripped = {n.split("/", 1)[1]: a for n, a in params.items() if "/" in n}
+    for candidates in (params, stripped):
+        for names in namings:
+            if len(set(names)) == len(names) and set(names) == set(candidates):
+                expected = {n: np.asarray(v.numpy()) for n, v in zip(names, variables, strict=True)}
+                check_signature(model_signature(expected), model_signature(candidates), ckpt.path)
+                values = [candidates[n] for n in names]
+                break
+        if values is not None:
+            break
+    if values is None:
+        ordered = list(params.values())
+        if len(ordered) != len(variables) or any(
+            tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, variables, strict=True)
+        ):
+            raise CheckpointError(
+                f"Checkpoint {ckpt.path} does not match {source.description}: its parameters "
+                f"{model_signature(params)} match the model's weights "
+                f"{[(v.path, tuple(v.shape)) for v in variables]} neither by name nor by order. "
+                "Pass the model the checkpoint was written from."
+            )
+        values = ordered
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(np.asarray(value, dtype=variable.dtype))
+    logger.info("Loaded checkpoint %s (version %d) into %s", ckpt.path, ckpt.version, model.name)
+    return KerasModelSource(
+        model,
+        f"{source.description} with checkpoint {ckpt.path!r}",
+        custom_objects=source.loader().custom_objects,
+    )
 
 
 def _resolve_source(
@@ -427,6 +479,7 @@ def predict(
     top_k: int | None = None,
     labels: Sequence[str] | None = None,
     custom_objects: Mapping[str, Any] | None = None,
+    checkpoint: str | None = None,
 ) -> RDD[Any] | DataFrame:
     """Runs a model over an RDD or a DataFrame, batch by batch, on the executors.
 
@@ -450,6 +503,9 @@ def predict(
         top_k: return the ``top_k`` best classes and their scores instead of all scores.
         labels: class names for ``top_k`` (one per model output); default: class indices.
         custom_objects: custom Keras classes the model needs (see ``keras.saving.load_model``).
+        checkpoint: a tensorspark checkpoint (file or folder, local or HDFS) whose weights
+            replace the Keras model's (a copy: ``model`` itself is not changed); matched by
+            variable path or name, else by order.
 
     Returns:
         For an RDD: an RDD in the input's order and partitioning, one element per input
@@ -462,6 +518,7 @@ def predict(
         ConfigurationError: the model cannot be found or loaded (the message says which and
             why), the input column is missing or of the wrong type, the rows do not fit the
             model's input shape, or an option is out of range.
+        CheckpointError: ``checkpoint`` cannot be read or does not fit the model.
     """
     from pyspark import RDD
     from pyspark.sql import DataFrame
@@ -472,6 +529,8 @@ def predict(
             f"Received: data of type {type(data).__name__}"
         )
     source = _resolve_source(sc, model, custom_objects)
+    if checkpoint is not None:
+        source = _apply_checkpoint(sc, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     plan = _Plan(
         key=uuid.uuid4().hex,

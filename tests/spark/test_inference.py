@@ -285,3 +285,32 @@ def test_not_a_model(sc: SparkContext) -> None:
         ConfigurationError, match=r"`model` must be a keras.Model.*Received: model=3"
     ):
         predict(sc, 3, sc.parallelize([np.zeros(784)]))
+
+
+def test_checkpoint_weights_replace_the_models(
+    sc: SparkContext, model: keras.Model, images: np.ndarray, expected: np.ndarray, tmp_path: Path
+) -> None:
+    from tensorspark.checkpoint import checkpoint_name, encode_checkpoint
+
+    params = {v.path: np.asarray(v.numpy()) for v in model.weights}
+    path = tmp_path / checkpoint_name(7)
+    path.write_bytes(encode_checkpoint(params, 7, "async", {}))
+    keras.utils.set_random_seed(99)
+    fresh = keras.models.clone_model(model)  # same architecture, other weights
+    before = [np.asarray(v.numpy()).copy() for v in fresh.weights]
+
+    result = predict(sc, fresh, sc.parallelize(list(images[:200]), 2), checkpoint=str(tmp_path))
+
+    np.testing.assert_allclose(np.stack(result.collect()), expected[:200], atol=1e-5, rtol=0)
+    for old, variable in zip(before, fresh.weights, strict=True):
+        np.testing.assert_array_equal(old, variable.numpy())  # the caller's model is unchanged
+
+
+def test_checkpoint_that_does_not_fit(sc: SparkContext, model: keras.Model, tmp_path: Path) -> None:
+    from tensorspark.checkpoint import checkpoint_name, encode_checkpoint
+    from tensorspark.errors import CheckpointError
+
+    path = tmp_path / checkpoint_name(1)
+    path.write_bytes(encode_checkpoint({"W": np.zeros((3, 3), "float32")}, 1, "async", {}))
+    with pytest.raises(CheckpointError, match="neither by name nor by order"):
+        predict(sc, model, sc.parallelize([np.zeros(784)]), checkpoint=str(path))

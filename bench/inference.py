@@ -1,0 +1,152 @@
+"""Benchmark: distributed inference (tensorspark.inference.predict) vs single-process predict.
+
+Scores the 70,000 Fashion-MNIST images (train + test) with a 784-32-10 Keras model, once
+with ``model.predict`` in this process and once with ``predict`` on ``local[N]`` over a
+cached DataFrame (and an RDD), with the same batch size, and reports rows/s, the ratio,
+and the time spent loading the model on the driver. Writes the results as JSON.
+
+    python bench/inference.py                # full run (70,000 rows)
+    python bench/inference.py --quick        # smoke run: 2,000 rows, one repetition
+
+Spark's time includes the executors' one-off model load (it is part of what a user waits
+for); the data is cached in Spark before timing, as it would be read once from storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 rows, one repetition")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=0, help="default: cores")
+    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--out", default="bench/results/inference.json")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    import keras
+    import numpy as np
+    import pandas as pd
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    from tensorspark.datasets.mnist import load_mnist
+    from tensorspark.inference import predict
+
+    data = load_mnist(args.data_dir, download=False)
+    images = np.concatenate([data.train_images, data.test_images])
+    repeats = args.repeats
+    if args.quick:
+        images, repeats = images[:2000], 1
+    rows = len(images)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    folder = tempfile.mkdtemp(prefix="bench-inference-")
+    path = os.path.join(folder, "fashion.keras")
+    model.save(path)
+
+    # Single process: load the model from the file, then model.predict.
+    started = time.perf_counter()
+    local_model = keras.saving.load_model(path, compile=False)
+    local_load_s = time.perf_counter() - started
+    local_model.predict(images[: args.batch_size], batch_size=args.batch_size, verbose=0)
+    local_times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        expected = local_model.predict(images, batch_size=args.batch_size, verbose=0)
+        local_times.append(time.perf_counter() - started)
+
+    conf = (
+        SparkConf()
+        .setMaster(args.master)
+        .setAppName("bench-inference")
+        .set("spark.ui.enabled", "false")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.pyspark.python", sys.executable)
+        .set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .set("spark.driver.memory", "4g")
+    )
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    spark = SparkSession.builder.getOrCreate()
+    partitions = args.partitions or sc.defaultParallelism
+    try:
+        df = spark.createDataFrame(
+            pd.DataFrame({"id": np.arange(rows), "pixels": list(images)})
+        ).repartition(partitions)
+        df.cache().count()
+        rdd = sc.parallelize(list(images), partitions).cache()
+        rdd.count()
+
+        results: dict[str, list[float]] = {"dataframe": [], "rdd": []}
+        driver_load_s = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            scored = predict(sc, path, df, features_col="pixels", batch_size=args.batch_size)
+            driver_load_s.append(time.perf_counter() - started)
+            scored.write.format("noop").mode("overwrite").save()
+            results["dataframe"].append(time.perf_counter() - started)
+
+            started = time.perf_counter()
+            outputs = predict(sc, path, rdd, batch_size=args.batch_size)
+            got = np.stack(outputs.collect())
+            results["rdd"].append(time.perf_counter() - started)
+        max_abs_diff = float(np.abs(got - expected).max())
+    finally:
+        sc.stop()
+
+    local_rate = rows / min(local_times)
+    report = {
+        "rows": rows,
+        "master": args.master,
+        "partitions": partitions,
+        "batch_size": args.batch_size,
+        "repeats": repeats,
+        "quick": args.quick,
+        "single_process": {"seconds": local_times, "rows_per_s": local_rate},
+        "model_load_s": {"single_process": local_load_s, "driver": driver_load_s},
+        "rdd_max_abs_diff": max_abs_diff,
+    }
+    for kind, times in results.items():
+        rate = rows / min(times)
+        report[kind] = {"seconds": times, "rows_per_s": rate, "ratio": rate / local_rate}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(
+        f"single process {local_rate:,.0f} rows/s; "
+        f"DataFrame {report['dataframe']['rows_per_s']:,.0f} rows/s "
+        f"({report['dataframe']['ratio']:.2f}x); "
+        f"RDD {report['rdd']['rows_per_s']:,.0f} rows/s ({report['rdd']['ratio']:.2f}x); "
+        f"model load {local_load_s:.2f} s (single), {min(driver_load_s):.2f} s (driver); "
+        f"max |diff| {max_abs_diff:.1e}; results in {out}"
+    )
+
+
+if __name__ == "__main__":
+    main()
