@@ -8,6 +8,7 @@ wins over the built-in default. The table below is the documentation (README rep
 Spark conf key                        SparkSession argument    default
 ====================================  =======================  ==========================
 spark.tensorspark.server.host         server_host              spark.driver.host
+spark.tensorspark.server.bind         server_bind_host         the server host
 spark.tensorspark.server.port         server_port              0 (free port); "P" or "P1-P2"
 spark.tensorspark.ps.timeout          ps_timeout               60 (seconds)
 spark.tensorspark.checkpoint.dir      checkpoint_dir           none (no checkpoints)
@@ -98,6 +99,7 @@ def _read_file(key: str) -> Callable[[str], str]:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(PREFIX + "server.host", "server_host", str, None),
+    Setting(PREFIX + "server.bind", "server_bind_host", str, None),
     Setting(PREFIX + "server.port", "server_port", _port, 0),
     Setting(PREFIX + "ps.timeout", "ps_timeout", _positive_float(PREFIX + "ps.timeout"), 60.0),
     Setting(PREFIX + "checkpoint.dir", "checkpoint_dir", str, None),

@@ -56,6 +56,10 @@ class SparkSession:
         name: a name for the run (logs, checkpoint folder).
         server_host: address the executors use to reach the parameter server; default
             ``spark.tensorspark.server.host`` or ``spark.driver.host``.
+        server_bind_host: address the server binds to, when it differs from the one the
+            executors are told (``"0.0.0.0"`` behind NAT or in a container whose routable
+            name is not a local address); default ``spark.tensorspark.server.bind`` or
+            ``server_host``.
         server_port: port (0 = a free one) or ``(first, last)`` range.
         sync_interval: mini-batches a worker trains between push/pulls.
         batch_size: examples per mini-batch.
@@ -87,6 +91,7 @@ class SparkSession:
         mode: str = "async",
         max_staleness: int | None = None,
         ps_timeout: float | None = None,
+        server_bind_host: str | None = None,
         seed: int = 0,
         on_divergence: str = "fail",
         custom_objects: dict[str, Any] | None = None,
@@ -121,7 +126,12 @@ class SparkSession:
         self.seed = int(seed)
         self.custom_objects = custom_objects
         self.options = tsconf.resolve(
-            {"server_host": server_host, "server_port": server_port, "ps_timeout": ps_timeout},
+            {
+                "server_host": server_host,
+                "server_bind_host": server_bind_host,
+                "server_port": server_port,
+                "ps_timeout": ps_timeout,
+            },
             tsconf.spark_conf(sc),
             self.name,
         )
@@ -131,6 +141,7 @@ class SparkSession:
                 "cannot tell which address executors should use for the parameter server: set "
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
+        self.server_bind_host = self.options["server_bind_host"] or self.server_host
         self.server_port = self.options["server_port"]
         self.ps_timeout = float(self.options["ps_timeout"])
         self._server: ParameterServer | None = None
@@ -160,7 +171,7 @@ class SparkSession:
         self._server = ParameterServer(
             params,
             combiner=self.combiner,
-            host=self.server_host,
+            host=self.server_bind_host,
             port=self.server_port,
             mode=self.mode,
             num_workers=num_workers,
@@ -169,6 +180,15 @@ class SparkSession:
         )
         self._server.start()
         return self._server
+
+    def server_url(self, server: ParameterServer) -> str:
+        """The URL executors are told for ``server``: ``server_host`` and the bound port.
+
+        Differs from ``server.url`` (the bound address) only when ``server_bind_host`` is set.
+        """
+        host = f"[{self.server_host}]" if ":" in self.server_host else self.server_host
+        scheme = server.url.split("://", 1)[0]
+        return f"{scheme}://{host}:{server.port}"
 
     def close(self) -> None:
         """Stop a reusable parameter server."""
@@ -268,7 +288,7 @@ class SparkSession:
                 bcast=bcast,
                 kind="tf1",
                 options={},
-                config=self._worker_config(server.url, num_epoch, shuffle_within_partition),
+                config=self._worker_config(self.server_url(server), num_epoch, shuffle_within_partition),
                 feed_names=spec.feed_names,
                 feed_dtypes=spec.feed_dtypes,
             ),

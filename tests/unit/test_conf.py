@@ -1,0 +1,233 @@
+"""Cluster-wide settings from Spark conf: explicit argument > spark.tensorspark.* > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorspark import conf as tsconf
+from tensorspark.errors import ConfigurationError
+from tensorspark.session import SparkSession
+
+DEFAULTS = {s.argument: s.default for s in tsconf.SETTINGS}
+
+
+class _Conf:
+    """The two SparkConf calls SparkSession makes, over a plain dict."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def getAll(self) -> list[tuple[str, str]]:  # noqa: N802 - SparkConf's name
+        return list(self.values.items())
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Context:
+    """Stands in for a SparkContext: SparkSession.__init__ only reads its conf."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self._conf = _Conf(values)
+
+    def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
+        return self._conf
+
+    def parallelize(self, *args: Any) -> None:
+        raise AssertionError("the unit tests never start a Spark job")
+
+
+class _TF1Session:
+    """Has what SparkSession checks for a TF1 session (a graph and run)."""
+
+    graph = object()
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("not run in these tests")
+
+
+def test_defaults_without_conf() -> None:
+    out = tsconf.resolve({}, {})
+    assert out == DEFAULTS
+    assert out["server_port"] == 0
+    assert out["ps_timeout"] == 60.0
+    assert out["checkpoint_dir"] is None
+
+
+def test_conf_over_default() -> None:
+    out = tsconf.resolve(
+        {},
+        {
+            "spark.tensorspark.server.host": "10.0.0.5",
+            "spark.tensorspark.server.bind": "0.0.0.0",
+            "spark.tensorspark.server.port": "41000-41010",
+            "spark.tensorspark.ps.timeout": "7.5",
+            "spark.tensorspark.checkpoint.dir": "hdfs://nn:8020/ckpt",
+            "spark.tensorspark.checkpoint.interval": "30",
+            "spark.tensorspark.checkpoint.keep": "5",
+            "spark.tensorspark.ssl.certfile": "/etc/ts/cert.pem",
+        },
+    )
+    assert out["server_host"] == "10.0.0.5"
+    assert out["server_bind_host"] == "0.0.0.0"
+    assert out["server_port"] == (41000, 41010)
+    assert out["ps_timeout"] == 7.5
+    assert out["checkpoint_dir"] == "hdfs://nn:8020/ckpt"
+    assert out["checkpoint_interval"] == 30.0
+    assert out["keep_checkpoints"] == 5
+    assert out["ssl_certfile"] == "/etc/ts/cert.pem"
+    assert out["ssl_keyfile"] is None
+
+
+def test_explicit_over_conf() -> None:
+    conf = {
+        "spark.tensorspark.server.port": "41000",
+        "spark.tensorspark.ps.timeout": "7.5",
+        "spark.tensorspark.server.host": "10.0.0.5",
+    }
+    out = tsconf.resolve({"server_port": 5000, "ps_timeout": 2.0, "server_host": None}, conf)
+    assert out["server_port"] == 5000
+    assert out["ps_timeout"] == 2.0
+    # None means "not given": the conf still applies.
+    assert out["server_host"] == "10.0.0.5"
+
+
+def test_explicit_value_wins_over_a_bad_conf_value() -> None:
+    out = tsconf.resolve({"server_port": 5000}, {"spark.tensorspark.server.port": "not-a-port"})
+    assert out["server_port"] == 5000
+
+
+def test_single_port_and_port_zero() -> None:
+    assert tsconf.resolve({}, {"spark.tensorspark.server.port": " 41000 "})["server_port"] == 41000
+    assert tsconf.resolve({}, {"spark.tensorspark.server.port": "0"})["server_port"] == 0
+
+
+@pytest.mark.parametrize("text", ["abc", "70000", "-1", "5-3", "0-10", "1-70000", "1-2-3", ""])
+def test_bad_port(text: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        tsconf.resolve({}, {"spark.tensorspark.server.port": text})
+    assert str(info.value) == (
+        "spark.tensorspark.server.port must be a port (0-65535) or a range 'first-last'. "
+        f"Received: {text.strip()!r}"
+    )
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "soon", "nan-ish"])
+def test_bad_timeouts(text: str) -> None:
+    for key in ("spark.tensorspark.ps.timeout", "spark.tensorspark.checkpoint.interval"):
+        with pytest.raises(ConfigurationError) as info:
+            tsconf.resolve({}, {key: text})
+        assert str(info.value) == f"{key} must be a positive number of seconds. Received: {text!r}"
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "2.5", "three"])
+def test_bad_keep(text: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        tsconf.resolve({}, {"spark.tensorspark.checkpoint.keep": text})
+    assert str(info.value) == (
+        f"spark.tensorspark.checkpoint.keep must be a positive integer. Received: {text!r}"
+    )
+
+
+def test_secret_file(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("s3cr3t\n", encoding="utf-8")
+    out = tsconf.resolve({}, {"spark.tensorspark.secret.file": str(path)})
+    assert out["secret"] == "s3cr3t"
+    assert tsconf.resolve({"secret": "given"}, {"spark.tensorspark.secret.file": str(path)})["secret"] == "given"
+
+
+def test_missing_secret_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigurationError) as info:
+        tsconf.resolve({}, {"spark.tensorspark.secret.file": str(missing)})
+    assert str(info.value) == (
+        f"spark.tensorspark.secret.file: cannot read the secret file {str(missing)!r}: "
+        "No such file or directory"
+    )
+
+
+def test_hdfs_dir_maps_to_checkpoint_dir() -> None:
+    conf = {"spark.hdfs.dir": "hdfs://nn:8020/user/alice/"}
+    assert tsconf.resolve({}, conf, "mnist")["checkpoint_dir"] == "hdfs://nn:8020/user/alice/tensorspark/mnist"
+    assert tsconf.resolve({}, conf)["checkpoint_dir"] == "hdfs://nn:8020/user/alice/tensorspark/default"
+
+
+def test_hdfs_dir_loses_to_the_argument_and_to_our_key() -> None:
+    conf = {"spark.hdfs.dir": "hdfs://nn:8020/user/alice"}
+    assert tsconf.resolve({"checkpoint_dir": "/tmp/ck"}, conf, "m")["checkpoint_dir"] == "/tmp/ck"
+    ours = {**conf, "spark.tensorspark.checkpoint.dir": "hdfs://nn:8020/ck"}
+    assert tsconf.resolve({}, ours, "m")["checkpoint_dir"] == "hdfs://nn:8020/ck"
+    assert tsconf.resolve({}, {"spark.hdfs.dir": ""}, "m")["checkpoint_dir"] is None
+
+
+def test_every_setting_is_in_the_documented_table() -> None:
+    doc = tsconf.__doc__ or ""
+    for setting in tsconf.SETTINGS:
+        row = next((line for line in doc.splitlines() if line.startswith(setting.key + " ")), None)
+        assert row is not None, setting.key
+        assert setting.argument.split("_")[0] in row
+
+
+def test_spark_session_reads_the_conf() -> None:
+    sc = _Context(
+        {
+            "spark.driver.host": "driver.example",
+            "spark.tensorspark.server.port": "41000-41010",
+            "spark.tensorspark.ps.timeout": "9",
+        }
+    )
+    sess = SparkSession(sc, _TF1Session())
+    assert sess.server_host == "driver.example"
+    assert sess.server_bind_host == "driver.example"
+    assert sess.server_port == (41000, 41010)
+    assert sess.ps_timeout == 9.0
+    assert sess._worker_config("http://driver.example:41000", 1, False).ps_timeout == 9.0
+
+
+def test_spark_session_arguments_win() -> None:
+    sc = _Context(
+        {
+            "spark.driver.host": "driver.example",
+            "spark.tensorspark.server.host": "ps.example",
+            "spark.tensorspark.server.bind": "0.0.0.0",
+            "spark.tensorspark.server.port": "41000",
+            "spark.tensorspark.ps.timeout": "9",
+        }
+    )
+    from_conf = SparkSession(sc, _TF1Session())
+    assert (from_conf.server_host, from_conf.server_bind_host) == ("ps.example", "0.0.0.0")
+    assert from_conf.server_port == 41000
+    explicit = SparkSession(
+        sc, _TF1Session(), server_host="10.1.1.1", server_bind_host="10.1.1.1", server_port=0, ps_timeout=3
+    )
+    assert (explicit.server_host, explicit.server_bind_host) == ("10.1.1.1", "10.1.1.1")
+    assert explicit.server_port == 0
+    assert explicit.ps_timeout == 3.0
+
+
+def test_spark_session_rejects_a_bad_conf_value() -> None:
+    sc = _Context({"spark.driver.host": "127.0.0.1", "spark.tensorspark.ps.timeout": "0"})
+    with pytest.raises(ConfigurationError, match=r"spark.tensorspark.ps.timeout must be a positive"):
+        SparkSession(sc, _TF1Session())
+
+
+def test_spark_session_needs_a_host() -> None:
+    with pytest.raises(ConfigurationError, match="set server_host=, spark.tensorspark.server.host or spark.driver.host"):
+        SparkSession(_Context({}), _TF1Session())
+
+
+def test_server_binds_one_host_and_advertises_another() -> None:
+    sc = _Context({"spark.driver.host": "127.0.0.1", "spark.tensorspark.server.bind": "127.0.0.1"})
+    sess = SparkSession(sc, _TF1Session(), server_host="ts-driver.example")
+    server = sess._server_for({"w": np.zeros(3, np.float32)}, 1)
+    try:
+        assert server.url == f"http://127.0.0.1:{server.port}"
+        assert sess.server_url(server) == f"http://ts-driver.example:{server.port}"
+    finally:
+        server.stop()
+    assert not server.running
