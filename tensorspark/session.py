@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
+from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import (
@@ -73,6 +74,18 @@ class SparkSession:
         seed: seeds the within-partition shuffle.
         on_divergence: ``"fail"`` or ``"skip"`` when a worker's update is NaN/Inf.
         custom_objects: Keras custom layers/losses, for rebuilding the model on executors.
+        secret: the parameter server's shared secret (bytes or str, >= 16 bytes); default
+            the contents of ``spark.tensorspark.secret.file``, else a fresh random secret
+            per run. Every request to the server is signed with it; never logged.
+        ssl_certfile: PEM certificate for the server to serve HTTPS with (with
+            ``ssl_keyfile``); default ``spark.tensorspark.ssl.certfile``.
+        ssl_keyfile: the certificate's private key; default ``spark.tensorspark.ssl.keyfile``.
+        ssl_cafile: CA bundle executors verify the server's certificate with; default
+            ``spark.tensorspark.ssl.cafile``, else the system's CAs.
+        public_status: serve the server's ``/status`` (and dashboard) without the secret or
+            the read-only status token.
+        max_body_bytes: largest request the server accepts (default: twice the model's
+            size plus 4 MiB).
     """
 
     def __init__(
@@ -95,6 +108,12 @@ class SparkSession:
         seed: int = 0,
         on_divergence: str = "fail",
         custom_objects: dict[str, Any] | None = None,
+        secret: bytes | str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_cafile: str | None = None,
+        public_status: bool = False,
+        max_body_bytes: int | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -131,6 +150,10 @@ class SparkSession:
                 "server_bind_host": server_bind_host,
                 "server_port": server_port,
                 "ps_timeout": ps_timeout,
+                "secret": secret,
+                "ssl_certfile": ssl_certfile,
+                "ssl_keyfile": ssl_keyfile,
+                "ssl_cafile": ssl_cafile,
             },
             tsconf.spark_conf(sc),
             self.name,
@@ -144,6 +167,9 @@ class SparkSession:
         self.server_bind_host = self.options["server_bind_host"] or self.server_host
         self.server_port = self.options["server_port"]
         self.ps_timeout = float(self.options["ps_timeout"])
+        self._secret = None if self.options["secret"] is None else as_secret(self.options["secret"])
+        self.public_status = bool(public_status)
+        self.max_body_bytes = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         self._server: ParameterServer | None = None
         self.last_run: TrainResult | None = None
         if self.is_keras:
@@ -167,6 +193,7 @@ class SparkSession:
                     "call close() first to start a fresh server"
                 )
             self._server.num_workers = num_workers
+            self._server.reset_progress()
             return self._server
         self._server = ParameterServer(
             params,
@@ -177,6 +204,11 @@ class SparkSession:
             num_workers=num_workers,
             max_staleness=self.max_staleness,
             round_timeout=max(60.0, self.ps_timeout * 10),
+            secret=self._secret,  # None: a fresh random secret for this server
+            ssl_certfile=self.options["ssl_certfile"],
+            ssl_keyfile=self.options["ssl_keyfile"],
+            public_status=self.public_status,
+            max_body_bytes=self.max_body_bytes,
         )
         self._server.start()
         return self._server
@@ -202,6 +234,7 @@ class SparkSession:
         self.close()
 
     def _worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+        server = self._server
         return WorkerConfig(
             server_url=url,
             mode=self.mode,
@@ -212,6 +245,8 @@ class SparkSession:
             seed=self.seed,
             ps_timeout=self.ps_timeout,
             on_divergence=self.on_divergence,
+            ssl_cafile=self.options["ssl_cafile"],
+            secret=None if server is None else server.client_options().get("secret"),
         )
 
     def _prepare_partitions(self, num_partitions: int) -> None:

@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -51,7 +51,11 @@ class TrainableModel(Protocol):
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything the loop needs besides the data and the model; travels to executors."""
+    """Everything the loop needs besides the data and the model; travels to executors.
+
+    ``secret`` (the run's parameter-server secret) is left out of ``repr`` and
+    :meth:`to_json`, so it never reaches a log.
+    """
 
     server_url: str
     mode: str = "async"
@@ -64,9 +68,13 @@ class WorkerConfig:
     request_timeout: float = 600.0
     ssl_cafile: str | None = None
     on_divergence: str = "fail"
+    secret: bytes | None = field(default=None, repr=False)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """The settings as JSON, without the secret."""
+        out = asdict(self)
+        out.pop("secret")
+        return json.dumps(out)
 
 
 @dataclass
@@ -97,7 +105,7 @@ def train_partition(
     update and ``on_divergence='fail'``.
     """
     client = ParameterClient(config.server_url, timeout=config.request_timeout, ps_timeout=config.ps_timeout,
-                             ssl_cafile=config.ssl_cafile)
+                             ssl_cafile=config.ssl_cafile, secret=config.secret)
     state = "failed"
     try:
         joined = client.join(partition, attempt)

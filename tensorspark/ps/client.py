@@ -8,6 +8,10 @@ Requests that cannot reach the server are retried with exponential backoff for u
 :class:`~tensorspark.errors.ParameterServerConnectionError` naming the address and the
 usual causes. Retrying a push is safe: the server applies each
 ``(partition, epoch, seq)`` at most once.
+
+With a ``secret``, every request (each retry afresh) is signed as
+:mod:`tensorspark.ps.auth` describes; a 401 raises
+:class:`~tensorspark.errors.AuthenticationError` at once (retrying cannot help).
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from tensorspark.errors import (
+    AuthenticationError,
     ConfigurationError,
     ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark.ps import wire
+from tensorspark.ps import auth, wire
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +63,10 @@ class ParameterClient:
         url: the server's URL (``http://host:port`` or ``https://...``).
         timeout: seconds one request may take (a sync-mode push waits for its round).
         ps_timeout: how long to keep retrying a server that cannot be reached.
-        ssl_cafile: CA bundle to verify an HTTPS server with.
+        ssl_cafile: CA bundle (PEM) to verify an HTTPS server with; None uses the
+            system's trusted CAs.
+        secret: the run's shared secret; requests are signed with it. None sends
+            unsigned requests (for a server without a secret).
     """
 
     def __init__(
@@ -68,6 +76,7 @@ class ParameterClient:
         timeout: float = 600.0,
         ps_timeout: float = 60.0,
         ssl_cafile: str | None = None,
+        secret: bytes | str | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -82,7 +91,14 @@ class ParameterClient:
         self.ps_timeout = float(ps_timeout)
         self._ssl_context: ssl.SSLContext | None = None
         if parts.scheme == "https":
-            self._ssl_context = ssl.create_default_context(cafile=ssl_cafile)
+            try:
+                self._ssl_context = ssl.create_default_context(cafile=ssl_cafile)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigurationError(
+                    f"cannot load the CA bundle to verify the parameter server with: {err}. "
+                    f"Pass a PEM file. Received: ssl_cafile={ssl_cafile!r}"
+                ) from None
+        self._signer = None if secret is None else auth.Signer(auth.as_secret(secret))
         self._conn: http.client.HTTPConnection | None = None
 
     # ------------------------------------------------------------------ public calls
@@ -159,9 +175,17 @@ class ParameterClient:
             attempt += 1
             try:
                 return self._send_once(method, path, parts, content_type)
-            except (ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException, OSError) as err:
+            except ssl.SSLCertVerificationError as err:
                 self.close()
-                if isinstance(err, (socket.timeout, TimeoutError)) and attempt > 1:
+                raise ParameterServerError(
+                    f"the parameter server at {self.url} presented a certificate that does not "
+                    f"verify: {err.verify_message}. Pass ssl_cafile= (spark.tensorspark.ssl.cafile) "
+                    "with the CA that signed the server's certificate, and make sure the "
+                    "certificate names the server's host."
+                ) from None
+            except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
+                self.close()
+                if isinstance(err, TimeoutError) and attempt > 1:
                     raise self._unreachable(err) from None
                 if time.monotonic() + delay > deadline:
                     raise self._unreachable(err) from None
@@ -175,6 +199,12 @@ class ParameterClient:
         conn.putrequest(method, path, skip_accept_encoding=True)
         conn.putheader("Content-Type", content_type)
         conn.putheader("Content-Length", str(size))
+        if self._signer is not None:
+            digest = auth.BodyDigest()
+            for part in parts:
+                digest.update(part)
+            for name, value in self._signer.headers(method, path, digest.hexdigest()).items():
+                conn.putheader(name, value)
         conn.endheaders()
         for part in parts:
             conn.send(part)
@@ -195,6 +225,11 @@ class ParameterClient:
                 message = json.loads(bytes(body).decode("utf-8")).get("error", "")
             except ValueError:
                 message = bytes(body[:500]).decode("utf-8", "replace")
+            if response.status == 401:
+                raise AuthenticationError(
+                    f"the parameter server at {self.url} refused {method} {path}: {message}. "
+                    "The worker must use the secret of the run that started this server."
+                )
             raise ParameterServerError(f"parameter server {self.url}{path} answered {response.status}: {message}")
         return body
 

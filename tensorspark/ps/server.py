@@ -34,11 +34,13 @@ import errno
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import numpy as np
 from tornado import httputil
@@ -46,8 +48,13 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.netutil import bind_sockets
 
-from tensorspark.errors import ConfigurationError, ParameterServerError, WireFormatError
-from tensorspark.ps import wire
+from tensorspark.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    ParameterServerError,
+    WireFormatError,
+)
+from tensorspark.ps import auth, dashboard, wire
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
 
 logger = logging.getLogger(__name__)
@@ -55,6 +62,7 @@ logger = logging.getLogger(__name__)
 MODES = ("async", "sync")
 _HEADROOM = 4 * 1024 * 1024
 _HISTORY = 2000
+_FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
 
 
 @dataclass
@@ -142,6 +150,19 @@ class ParameterServer:
         round_timeout: sync mode: how long a round waits for missing workers.
         on_push: optional callback ``(meta, status)`` called on the loop thread after
             each push (for progress display); must be quick.
+        secret: the run's shared secret (bytes or str, >= 16 bytes); None makes a fresh
+            random 256-bit one. Every request must be signed with it
+            (:mod:`tensorspark.ps.auth`); others get 401 and change nothing. Never logged
+            and never shown in ``/status``; :meth:`client_options` hands it to in-process
+            clients.
+        authenticate: False serves unsigned requests (benchmarks, trusted loopback use);
+            then ``secret`` must be None.
+        ssl_certfile: PEM certificate (chain) to serve HTTPS with; needs ``ssl_keyfile``.
+        ssl_keyfile: the certificate's PEM private key.
+        public_status: serve ``GET /status`` (and the dashboard at ``/``) without
+            authentication. Otherwise they need a signed request or the read-only
+            ``?token=`` (:func:`tensorspark.ps.auth.status_token`).
+        auth_window: seconds a signed request's timestamp may differ from this clock.
     """
 
     def __init__(
@@ -159,6 +180,12 @@ class ParameterServer:
         progress: Mapping[int, Mapping[str, int]] | None = None,
         round_timeout: float = 600.0,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
+        secret: bytes | str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        public_status: bool = False,
+        auth_window: float = auth.DEFAULT_WINDOW,
+        authenticate: bool = True,
     ) -> None:
         if not params:
             raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
@@ -189,7 +216,23 @@ class ParameterServer:
         self.num_workers = num_workers
         self.max_staleness = max_staleness
         model_bytes = sum(a.nbytes for a in self._params.values())
+        if max_body_bytes is not None and (isinstance(max_body_bytes, bool) or int(max_body_bytes) < 1):
+            raise ConfigurationError(
+                f"max_body_bytes must be a positive number of bytes. Received: max_body_bytes={max_body_bytes!r}"
+            )
         self.max_body_bytes = int(max_body_bytes or 2 * model_bytes + _HEADROOM)
+        if not authenticate and secret is not None:
+            raise ConfigurationError(
+                "secret= needs authenticate=True (a secret that is not checked protects nothing). "
+                "Received: authenticate=False with a secret"
+            )
+        self._secret: bytes | None = None
+        self._verifier: auth.Verifier | None = None
+        if authenticate:
+            self._secret = auth.new_secret() if secret is None else auth.as_secret(secret)
+            self._verifier = auth.Verifier(self._secret, window=auth_window)
+        self.public_status = bool(public_status)
+        self._ssl_context = _server_ssl_context(ssl_certfile, ssl_keyfile)
         self.round_timeout = round_timeout
         self._on_push = on_push
 
@@ -220,11 +263,27 @@ class ParameterServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` once started."""
+        """``http://host:port`` (``https://`` with TLS) once started."""
         if self.port is None:
             raise ParameterServerError("the parameter server is not started; call start() first")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether requests must be signed with a secret."""
+        return self._verifier is not None
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for a :class:`~tensorspark.ps.client.ParameterClient` of this
+        server in the same process (the secret, when there is one). Never log them."""
+        return {} if self._secret is None else {"secret": self._secret}
+
+    @property
+    def status_token(self) -> str | None:
+        """The read-only ``?token=`` for ``GET /`` and ``/status`` (None without a secret)."""
+        return None if self._verifier is None else self._verifier.status_token
 
     @property
     def running(self) -> bool:
@@ -251,7 +310,13 @@ class ParameterServer:
         if self._startup_error is not None:
             raise ParameterServerError(f"the parameter server failed to start: {self._startup_error}")
         self._started_at = time.time()
-        logger.info("parameter server listening at %s (mode=%s, combiner=%s)", self.url, self.mode, self.combiner.name)
+        logger.info(
+            "parameter server listening at %s (mode=%s, combiner=%s, authentication %s)",
+            self.url,
+            self.mode,
+            self.combiner.name,
+            "on" if self._verifier is not None else "off",
+        )
         return self.url
 
     def _bind(self) -> list[socket.socket]:
@@ -290,6 +355,7 @@ class ParameterServer:
                 idle_connection_timeout=3600,
                 body_timeout=600,
                 decompress_request=False,
+                ssl_options=self._ssl_context,
             )
             self._http.add_sockets(self._sockets)
         except BaseException as err:  # pragma: no cover - reported to start()
@@ -368,6 +434,14 @@ class ParameterServer:
                 applied_pushes=self._counters["applied_pushes"],
             )
 
+    def reset_progress(self) -> None:
+        """Start a new run on this (reused) server: forget per-partition progress and
+        workers, keep the parameters and the version. Thread-safe."""
+        with self._lock:
+            self._progress.clear()
+            self._workers.clear()
+            self._fail_round("a new run started on this parameter server")
+
     def progress(self) -> dict[int, dict[str, int]]:
         """Per-partition last applied ``{"epoch", "seq"}``."""
         return self.snapshot().progress
@@ -388,6 +462,9 @@ class ParameterServer:
                 "stale_pushes": self._counters["stale_pushes"],
                 "diverged_pushes": self._counters["diverged_pushes"],
                 "rejected_requests": self._counters["rejected_requests"],
+                "unauthorized_requests": self._counters["unauthorized_requests"],
+                "authenticated": self._verifier is not None,
+                "tls": self._ssl_context is not None,
                 "samples": self._counters["samples"],
                 "updates_per_sec": (len(recent) - 1) / span if span > 0 else 0.0,
                 "num_params": int(sum(a.size for a in self._params.values())),
@@ -505,7 +582,7 @@ class ParameterServer:
         if done is not None and (epoch, seq) <= done:
             return "duplicate"
         for arr in tensors.values():
-            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            if arr.dtype.kind == "f" and not _all_finite(arr):
                 logger.warning(
                     "rejected a non-finite push from partition %s (epoch %s, sync %s)", partition, epoch, seq
                 )
@@ -529,13 +606,14 @@ class ParameterServer:
         worker.samples += samples
         worker.staleness = staleness
         worker.epoch, worker.seq = epoch, seq
-        loss = meta.get("loss")
-        if isinstance(loss, (int, float)) and np.isfinite(loss):
-            worker.loss = float(loss)
-            entry = {"time": now, "version": self._version, "partition": worker.partition, "loss": float(loss), "samples": samples}
+        loss = _finite_float(meta.get("loss"))
+        if loss is not None:
+            worker.loss = loss
+            entry = {"time": now, "version": self._version, "partition": worker.partition, "loss": loss, "samples": samples}
             metrics = meta.get("metrics")
             if isinstance(metrics, dict):
-                entry["metrics"] = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+                values = {k: _finite_float(v) for k, v in metrics.items()}
+                entry["metrics"] = {k: v for k, v in values.items() if v is not None}
             self._history.append(entry)
 
     def _respond_params(self, respond: Callable[[int, list[Any], str], None], status: str) -> None:
@@ -567,7 +645,7 @@ class ParameterServer:
         new = {}
         for name, old in self._params.items():
             acc = old.astype(np.float64) if old.dtype.kind == "f" else old.copy()
-            for p, w in zip(pending, weights):
+            for p, w in zip(pending, weights, strict=True):
                 acc = acc + w * p.delta[name]
             new[name] = acc.astype(old.dtype, copy=False)
         self._params = new
@@ -610,6 +688,53 @@ class ParameterServer:
 # ---------------------------------------------------------------------- HTTP plumbing
 
 
+def _server_ssl_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None:
+        raise ConfigurationError(
+            "ssl_keyfile needs ssl_certfile (the certificate to serve HTTPS with). "
+            f"Received: ssl_certfile=None, ssl_keyfile={keyfile!r}"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigurationError(
+            "cannot load the parameter server's TLS certificate/key: "
+            f"{getattr(err, 'strerror', None) or err}. Pass PEM files. "
+            f"Received: ssl_certfile={certfile!r}, ssl_keyfile={keyfile!r}"
+        ) from None
+    return context
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether a float array has no NaN/Inf, checked in chunks (no n-byte temporary)."""
+    flat = arr.reshape(-1)
+    if flat.size <= _FINITE_CHUNK:
+        return bool(np.isfinite(flat).all())
+    buf = np.empty(_FINITE_CHUNK, dtype=bool)
+    for start in range(0, flat.size, _FINITE_CHUNK):
+        part = flat[start : start + _FINITE_CHUNK]
+        out = buf[: part.size]
+        np.isfinite(part, out=out)
+        if not out.all():
+            return False
+    return True
+
+
+def _finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None (a push's loss/metrics come from the network)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:  # a huge JSON integer
+        return None
+    return out if np.isfinite(out) else None
+
+
 def _json_object(body: bytes, required: tuple[str, ...]) -> dict[str, Any]:
     try:
         obj = json.loads(bytes(body).decode("utf-8") or "{}")
@@ -646,22 +771,36 @@ _ROUTES = {
     ("POST", "/join"),
     ("POST", "/leave"),
     ("GET", "/status"),
+    ("GET", "/"),  # the live dashboard (tensorspark.ps.dashboard)
 }
 
 
+#: Routes that only read the status: open to the read-only ``?token=`` (and to everyone
+#: with ``public_status=True``). The dashboard's ``("GET", "/")`` belongs here too.
+_STATUS_ROUTES = {("GET", "/"), ("GET", "/status")}
+
+
 class _Request(httputil.HTTPMessageDelegate):
-    """One HTTP request: body read into a preallocated buffer, response written zero-copy."""
+    """One HTTP request: body read into a preallocated buffer, response written zero-copy.
+
+    With a secret, the body is hashed as its chunks arrive and the signature is checked
+    in :meth:`finish`, before the request is dispatched; an unsigned request is refused
+    once its (size-limited) body has been read and discarded, so the client always gets
+    the 401 rather than a reset connection.
+    """
 
     def __init__(self, server: ParameterServer, conn: httputil.HTTPConnection) -> None:
         self.server = server
         self.conn = conn
         self.method = ""
         self.path = ""
+        self.target = ""
         self.headers: httputil.HTTPHeaders | None = None
         self.body: bytearray | None = None
         self.received = 0
         self.error: HttpError | None = None
         self.responded = False
+        self.digest: auth.BodyDigest | None = None
 
     def headers_received(
         self,
@@ -670,7 +809,8 @@ class _Request(httputil.HTTPMessageDelegate):
     ) -> None:
         assert isinstance(start_line, httputil.RequestStartLine)
         self.method = start_line.method
-        self.path = start_line.path.split("?", 1)[0]
+        self.target = start_line.path
+        self.path, _, query = start_line.path.partition("?")
         self.headers = headers
         try:
             length = int(headers.get("Content-Length", "0"))
@@ -679,18 +819,36 @@ class _Request(httputil.HTTPMessageDelegate):
         if (self.method, self.path) not in _ROUTES:
             known = {p for _, p in _ROUTES}
             code = 405 if self.path in known else 404
-            self.error = HttpError(code, f"no endpoint {self.method} {self.path}")
-        elif length < 0:
-            self.error = HttpError(400, "invalid Content-Length")
-        elif length > self.server.max_body_bytes:
-            self.error = HttpError(
-                413,
-                f"request body of {length} bytes exceeds the limit of {self.server.max_body_bytes} bytes",
+            self._fail(HttpError(code, f"no endpoint {self.method} {self.path}"))
+            return
+        if length < 0:
+            self._fail(HttpError(400, "invalid Content-Length"))
+            return
+        if length > self.server.max_body_bytes:
+            self._fail(
+                HttpError(
+                    413,
+                    f"request body of {length} bytes exceeds the limit of {self.server.max_body_bytes} bytes",
+                )
             )
-        else:
-            self.body = bytearray(length)
-        if self.error is not None:
-            self._fail(self.error)
+            return
+        verifier = self.server._verifier
+        if verifier is not None and not self._status_read_allowed(verifier, query):
+            try:
+                verifier.precheck(headers)
+            except AuthenticationError as err:
+                self.error = HttpError(401, str(err))  # answered once the body is drained
+                return
+            self.digest = auth.BodyDigest()
+        self.body = bytearray(length)
+
+    def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
+        if (self.method, self.path) not in _STATUS_ROUTES:
+            return False
+        if self.server.public_status:
+            return True
+        token = parse_qs(query).get("token")
+        return bool(token) and verifier.check_status_token(token[-1])
 
     def data_received(self, chunk: bytes) -> None:
         if self.body is None or self.responded:
@@ -701,15 +859,26 @@ class _Request(httputil.HTTPMessageDelegate):
             return
         self.body[self.received : end] = chunk
         self.received = end
+        if self.digest is not None:
+            self.digest.update(chunk)
 
     def finish(self) -> None:
         if self.responded:
             return
-        assert self.body is not None
+        if self.error is not None:
+            self._fail(self.error)
+            return
+        assert self.body is not None and self.headers is not None
         if self.received != len(self.body):
             self._fail(HttpError(400, "body shorter than Content-Length"))
             return
         server = self.server
+        if self.digest is not None and server._verifier is not None:
+            try:
+                server._verifier.verify(self.method, self.target, self.digest.hexdigest(), self.headers)
+            except AuthenticationError as err:
+                self._fail(HttpError(401, str(err)))
+                return
         try:
             if self.path == "/push":
                 server.handle_push(self.body, self._respond)
@@ -722,6 +891,8 @@ class _Request(httputil.HTTPMessageDelegate):
                 self._json(server.handle_leave(self.body))
             elif self.path == "/status":
                 self._json(server.status())
+            elif self.path == "/":
+                self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
         except WireFormatError as err:
             self._fail(HttpError(400, f"malformed payload: {err}"))
         except HttpError as err:
@@ -740,6 +911,8 @@ class _Request(httputil.HTTPMessageDelegate):
         if err.code != 404:
             with self.server._lock:
                 self.server._counters["rejected_requests"] += 1
+                if err.code == 401:
+                    self.server._counters["unauthorized_requests"] += 1
         logger.debug("parameter server: %s %s -> %s %s", self.method, self.path, err.code, err.message)
         self._respond(err.code, [json.dumps({"error": err.message}).encode("utf-8")], "application/json")
 

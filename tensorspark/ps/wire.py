@@ -141,8 +141,8 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray], 
         raise WireFormatError(f"header length {hlen} does not fit a message of {total} bytes")
     try:
         header = json.loads(bytes(view[_PREAMBLE.size : _PREAMBLE.size + hlen]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise WireFormatError(f"header is not valid UTF-8 JSON: {err}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: [[[[...
+        raise WireFormatError(f"header is not valid UTF-8 JSON: {type(err).__name__}: {err}") from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
         raise WireFormatError("header must be a JSON object with a 'tensors' list")
     meta = header.get("meta", {})
