@@ -38,8 +38,16 @@ class _Contexts:
         self.master: str | None = None
 
     def get(self, master: str) -> SparkContext:
-        if self.sc is not None and self.master == master:
+        # Another fixture (tests/cluster's context()) may have stopped ours and started its
+        # own: reuse ours only while it is still the process's active context.
+        active = SparkContext._active_spark_context  # noqa: SLF001
+        if self.sc is not None and self.master == master and active is self.sc:
             return self.sc
+        if self.sc is not None and active is not self.sc:
+            self.sc = None  # already stopped by whoever replaced it
+            self.master = None
+        if active is not None and active is not self.sc:
+            active.stop()
         self.stop()
         self.sc = SparkContext(conf=make_conf(master))
         self.sc.setLogLevel("ERROR")
