@@ -174,7 +174,7 @@ class _Loop:
                         result = self.model.train_chunk(chunk)
                         chunk = []
                         stats.add(result)
-                        self._sync(epoch, seq, result, (first_index, index))
+                        self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
         return {
@@ -187,7 +187,9 @@ class _Loop:
             "version": self.version,
         }
 
-    def _sync(self, epoch: int, seq: int, result: Mapping[str, float], batches: tuple[int, int]) -> None:
+    def _sync(
+        self, epoch: int, seq: int, result: Mapping[str, float], batches: tuple[int, int], epoch_end: bool = False
+    ) -> None:
         samples = int(result.get("samples", 0))
         local = self.model.get_weights()
         delta = {k: local[k] - self.base[k] for k in self.base}
@@ -198,6 +200,10 @@ class _Loop:
             "attempt": self.attempt,
             "samples": samples,
         }
+        if epoch_end:
+            # The partition's last push of this epoch: lets the driver snapshot the global
+            # weights at epoch ends (e.g. for Keras validation_data).
+            meta["epoch_end"] = True
         if samples and "loss" in result and math.isfinite(result["loss"]):
             meta["loss"] = result["loss"] / samples
             meta["metrics"] = {
