@@ -221,16 +221,27 @@ class LossAverager:
         self._seen_at_last: set[int] = set()
         self.latest: LossPoint | None = None
 
+    def mark_seen(self, history: Iterable[Mapping[str, Any]]) -> None:
+        """Remember these entries as seen without averaging them (an earlier run's pushes)."""
+        for entry in history:
+            self._is_new(entry)
+
+    def _is_new(self, entry: Mapping[str, Any]) -> bool:
+        version, partition = int(entry["version"]), int(entry["partition"])
+        if version < self._last_version or (version == self._last_version and partition in self._seen_at_last):
+            return False
+        if version > self._last_version:
+            self._last_version, self._seen_at_last = version, set()
+        self._seen_at_last.add(partition)
+        return True
+
     def add(self, history: Iterable[Mapping[str, Any]]) -> list[LossPoint]:
         """Average in the entries not seen before; return one point per new entry."""
         points: list[LossPoint] = []
         for entry in history:
-            version, partition = int(entry["version"]), int(entry["partition"])
-            if version < self._last_version or (version == self._last_version and partition in self._seen_at_last):
+            if not self._is_new(entry):
                 continue
-            if version > self._last_version:
-                self._last_version, self._seen_at_last = version, set()
-            self._seen_at_last.add(partition)
+            version = int(entry["version"])
             metrics = {str(k): float(v) for k, v in (entry.get("metrics") or {}).items()}
             self._recent.append((max(1, int(entry.get("samples", 1))), float(entry["loss"]), metrics))
             total = sum(w for w, _, _ in self._recent)
@@ -291,7 +302,7 @@ class RunMonitor:
         # A reused server already holds earlier runs' pushes: count and plot from here on.
         before = server.status()
         self._base_samples = int(before.get("samples", 0))
-        self.averager.add(before.get("history", ()))
+        self.averager.mark_seen(before.get("history", ()))
         self.last_status: dict[str, Any] | None = None
 
     def announce(self, dashboard_url: str) -> None:

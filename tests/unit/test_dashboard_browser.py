@@ -1,0 +1,156 @@
+"""The parameter server's dashboard at ``GET /``, in a real headless Chromium.
+
+Real ParameterClients push from threads (one per partition, with their loss) while the
+page is open; the page must load without console errors, pass its ``?token=`` on to
+``/status``, draw loss points and list one worker row per partition.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorspark.ps.client import ParameterClient
+from tensorspark.ps.dashboard import dashboard_url, page
+from tensorspark.ps.server import ParameterServer
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PARTITIONS = 3
+
+
+class _Pushers:
+    """One thread per partition pushing small updates with a falling loss until stopped."""
+
+    def __init__(self, server: ParameterServer, partitions: int) -> None:
+        self.server = server
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._run, args=(p,), name=f"pusher-{p}", daemon=True) for p in range(partitions)
+        ]
+
+    def _run(self, partition: int) -> None:
+        rng = np.random.default_rng(partition)
+        try:
+            with ParameterClient(self.server.url, timeout=10, ps_timeout=10, **self.server.client_options()) as client:
+                client.join(partition, 0)
+                version, _ = client.pull()
+                seq = 0
+                while not self.stop.is_set():
+                    meta = {
+                        "partition": partition, "attempt": 0, "epoch": seq // 20, "seq": seq,
+                        "samples": 32, "base_version": version,
+                        "loss": 2.0 / (1.0 + 0.05 * seq) + 0.05 * float(rng.random()),
+                        "metrics": {"accuracy": min(1.0, 0.1 + 0.01 * seq)},
+                    }
+                    result = client.push({"w": rng.normal(0, 1e-3, 8).astype(np.float32)}, meta)
+                    version = result.version
+                    seq += 1
+                    self.stop.wait(0.05)
+                client.leave(partition, 0, "done")
+        except BaseException as err:  # reported by the test
+            self.errors.append(err)
+
+    def __enter__(self) -> _Pushers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(15)
+
+
+@pytest.fixture
+def server() -> Iterator[ParameterServer]:
+    ps = ParameterServer({"w": np.zeros(8, np.float32)}, host="127.0.0.1", port=0)
+    ps.start()
+    yield ps
+    ps.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="tensorspark-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--window-size=1280,1100",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.browser
+def test_dashboard_shows_live_loss_and_workers(server: ParameterServer, browser, artifacts_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = dashboard_url(server.url, server.status_token)
+    assert "?token=" in url  # the server authenticates; the page must pass the token on
+    with _Pushers(server, PARTITIONS) as pushers:
+        browser.get(url)
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == PARTITIONS)
+        # Points from several refreshes: the chart grows while the page stays open.
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chart-time circle.pt")) >= 30)
+        wait.until(lambda d: d.execute_script("return window.tensorsparkDashboard.refreshes") >= 3)
+        assert browser.find_element(By.ID, "conn").text == "live"
+        by_version = browser.find_elements(By.CSS_SELECTOR, "#chart-version circle.pt")
+        assert len(by_version) >= 30
+        assert browser.find_element(By.CSS_SELECTOR, "#chart-time path.avg").get_attribute("d").startswith("M")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+        table = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+        assert [r[0] for r in table] == [str(p) for p in range(PARTITIONS)]
+        assert all(r[2] == "active" and int(r[3]) > 0 and int(r[4]) == 32 * int(r[3]) for r in table), table
+        assert re.fullmatch(r"\d+(\.\d+)?", browser.find_element(By.ID, "loss").text)
+        assert int(browser.find_element(By.ID, "version").text.replace(",", "")) > 0
+        browser.save_screenshot(str(artifacts_dir / "dashboard.png"))
+        logs = browser.get_log("browser")
+    assert not pushers.errors, pushers.errors
+    severe = [entry for entry in logs if entry["level"] in ("SEVERE", "ERROR")]
+    assert severe == [], severe
+    assert (artifacts_dir / "dashboard.png").stat().st_size > 10_000
+
+
+def test_page_needs_the_token_and_loads_nothing_from_elsewhere(server: ParameterServer) -> None:
+    html = page().decode("utf-8")
+    # Nothing outside the page: no src=/href= to another host, and a policy that forbids it.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "default-src 'none'" in html and "connect-src 'self'" in html
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + "/", timeout=10)
+    assert refused.value.code == 401
+    with urllib.request.urlopen(dashboard_url(server.url, server.status_token), timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert response.read() == page()
+
+
+def test_dashboard_url_quotes_the_token() -> None:
+    assert dashboard_url("http://127.0.0.1:5000") == "http://127.0.0.1:5000/"
+    assert dashboard_url("http://127.0.0.1:5000/", "a+b/c") == "http://127.0.0.1:5000/?token=a%2Bb%2Fc"
