@@ -176,6 +176,10 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_s": warmup,
         "warm_workers": len(set(pids)),
         "elapsed_s": result.elapsed_s,
+        # Busy task time over wall time: how many slots the design kept busy on average
+        # (its ceiling is `slots`); unlike the speed-up, other load on the machine slows
+        # trials but hardly changes this.
+        "concurrency": sum(t.elapsed_s for t in result.trials) / result.elapsed_s,
         "scores": [t.score for t in result.trials],
         "errors": [t.error for t in result.trials],
         "best_params": result.best_params,
@@ -244,7 +248,8 @@ def main() -> None:
             f"{report['trials']} trials: sequential ({base['threads']} TF thread(s)) "
             f"{base['elapsed_s']:.1f}s, tune on {args.master} {spark['elapsed_s']:.1f}s "
             f"(+{spark['warmup_s']:.1f}s warm-up): speed-up {base['speedup']:.2f}x "
-            f"({base['speedup_incl_warmup']:.2f}x with warm-up)",
+            f"({base['speedup_incl_warmup']:.2f}x with warm-up); "
+            f"slots kept busy: {spark['concurrency']:.2f} of {spark['slots']}",
             file=sys.stderr,
         )
     print(text)
