@@ -9,15 +9,17 @@ holds the trained global weights.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
+from tensorspark.progress import RunMonitor
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
+from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import (
     TrainResult,
@@ -172,6 +174,7 @@ class SparkSession:
         self.max_body_bytes = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         self._server: ParameterServer | None = None
         self.last_run: TrainResult | None = None
+        self._push_listener: Callable[[dict[str, Any], str], None] | None = None
         if self.is_keras:
             from tensorspark.models.keras import validate_model
 
@@ -209,6 +212,7 @@ class SparkSession:
             ssl_keyfile=self.options["ssl_keyfile"],
             public_status=self.public_status,
             max_body_bytes=self.max_body_bytes,
+            on_push=self._on_push,
         )
         self._server.start()
         return self._server
@@ -221,6 +225,12 @@ class SparkSession:
         host = f"[{self.server_host}]" if ":" in self.server_host else self.server_host
         scheme = server.url.split("://", 1)[0]
         return f"{scheme}://{host}:{server.port}"
+
+    def _on_push(self, meta: dict[str, Any], status: str) -> None:
+        """The server's push callback (its loop thread): forwards to the current run's listener."""
+        listener = self._push_listener
+        if listener is not None:
+            listener(meta, status)
 
     def close(self) -> None:
         """Stop a reusable parameter server."""
@@ -251,6 +261,17 @@ class SparkSession:
 
     def _prepare_partitions(self, num_partitions: int) -> None:
         if self.mode == "sync":
+            dynamic = str(self.sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower()
+            if dynamic == "true":
+                # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
+                # stack trace; say it here, before a server starts, with the setting to change.
+                raise ConfigurationError(
+                    "mode='sync' runs all partitions at once (Spark barrier execution, gang "
+                    "scheduling), which Spark does not support with dynamic allocation. Set "
+                    "spark.dynamicAllocation.enabled=false for this application, or use "
+                    "mode='async' (workers may come and go). "
+                    "Received: spark.dynamicAllocation.enabled=true"
+                )
             check_barrier_slots(self.sc, num_partitions)
 
     # ------------------------------------------------------------------ TF1 path
@@ -267,6 +288,8 @@ class SparkSession:
         options: Any = None,
         run_metadata: Any = None,
         loss: Any = None,
+        progress: bool = True,
+        tensorboard_dir: str | None = None,
     ) -> Any:
         """Run ``fetches``: locally like ``tf.Session.run``, or distributed over ``feed_rdd``.
 
@@ -275,6 +298,11 @@ class SparkSession:
         tuples aligned with ``feed_name_list``) trains ``fetches`` for ``num_epoch`` epochs,
         synchronising ``param_list`` through the parameter server; afterwards the driver's
         session holds the global values. Returns the run's :class:`TrainResult`.
+
+        While it trains, ``progress`` shows samples done, epoch, the global loss and
+        updates/s on stderr (a bar on a terminal, else a line every 10 s; False: nothing),
+        the dashboard's URL is logged, and ``tensorboard_dir`` (a local folder) receives
+        TensorBoard scalars of the loss and metrics against the model version.
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).
@@ -328,33 +356,251 @@ class SparkSession:
                 feed_dtypes=spec.feed_dtypes,
             ),
             spec,
+            progress=progress,
+            tensorboard_dir=tensorboard_dir,
+            num_epoch=num_epoch,
         )
         loader.load(self.session, result.params)
         return result
 
+    # ------------------------------------------------------------------ Keras path
+
+    def _keras_data(self, data: Any, model: Any, features_col: str, label_col: str, argument: str) -> Any:
+        from tensorspark.models.keras import prepare_data
+
+        return prepare_data(data, model, features_col=features_col, label_col=label_col, argument=argument)
+
+    def fit(
+        self,
+        data: Any,
+        epochs: int = 1,
+        validation_data: Any = None,
+        *,
+        features_col: str = "features",
+        label_col: str = "label",
+        shuffle: bool = True,
+    ) -> Any:
+        """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
+
+        Runs on the driver; one Spark job trains every partition for ``epochs`` epochs through
+        the parameter server (``sync_interval`` mini-batches of ``batch_size`` between syncs).
+        Only the weights are synchronised; each worker keeps its own optimizer state (see
+        :mod:`tensorspark.models.keras`). With ``validation_data``, the server's weights are
+        copied when the last partition finishes each epoch, and after training one more
+        Spark job evaluates every epoch's copy over ``validation_data`` (read once).
+
+        Args:
+            data: an RDD of ``(features, label)`` tuples, or a DataFrame with
+                ``features_col`` (``array<number>`` or ``vector``) and ``label_col`` (a
+                number, ``array<number>`` or ``vector``). DataFrames are fed through Arrow
+                (``mapInArrow``), never row by row.
+            epochs: passes over each partition.
+            validation_data: the same kinds of data, evaluated at each epoch's end.
+            features_col: DataFrame feature column.
+            label_col: DataFrame label column.
+            shuffle: shuffle rows within each partition every epoch (seeded by ``seed``).
+
+        Returns:
+            A :class:`~tensorspark.models.keras.History`: ``history.history`` holds per-epoch
+            ``loss`` and compiled metrics (sample-weighted over workers), and ``val_*``.
+
+        Raises:
+            ConfigurationError: checked on the driver before any job: bad arguments, a
+                missing column, features or labels that do not fit the model or its loss, a
+                custom class missing from ``custom_objects``.
+            WorkerError: a task failed; the message has the worker's traceback.
+        """
+        import uuid
+
+        from tensorspark.models.keras import (
+            EpochSnapshots,
+            assign_weights,
+            build_history,
+            model_payload,
+            read_weights,
+            run_evaluation,
+        )
+        from tensorspark.training import dataframe_job
+
+        if not self.is_keras:
+            raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
+        epochs = _positive_int("epochs", epochs)
+        model = self.session
+        payload, checked = model_payload(model, self.custom_objects)
+        train = self._keras_data(data, checked, features_col, label_col, "data")
+        val = None
+        if validation_data is not None:
+            val = self._keras_data(validation_data, checked, features_col, label_col, "validation_data")
+        num_partitions = train.num_partitions
+        self._prepare_partitions(num_partitions)
+        initial = read_weights(model)
+        snapshots = EpochSnapshots(lambda: self._server.params() if self._server is not None else {})
+        options = {"key": uuid.uuid4().hex, "custom_objects": self.custom_objects, "sync_interval": self.sync_interval}
+
+        def make_job(server: ParameterServer, bcast: Any) -> Any:
+            config = self._worker_config(self.server_url(server), epochs, shuffle)
+            common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
+            if train.rdd is not None:
+                return rdd_job(train.rdd, feed_names=("features", "label"), **common)
+            return dataframe_job(train.df, columns=("features", "label"), **common)
+
+        result = self._train(initial, num_partitions, make_job, payload, on_push=snapshots.on_push)
+        assign_weights(model, result.params)
+        validation = None
+        if val is not None:
+            sets = [snapshots.by_epoch.get(e, result.params) for e in range(epochs)]
+            validation = run_evaluation(
+                self.sc, payload, sets, val, custom_objects=self.custom_objects,
+                batch_size=self.batch_size, description=f"tensorspark {self.name}: validation",
+            )
+        params = {
+            "epochs": epochs,
+            "samples": int(sum(int(p.get("rows", 0)) for p in result.partitions)),
+            "partitions": num_partitions,
+            "batch_size": self.batch_size,
+            "sync_interval": self.sync_interval,
+        }
+        history = build_history(result.epochs, validation, snapshots, params, result, model)
+        logger.info("%s: fit done: %s", self.name, {k: v[-1] for k, v in history.history.items()})
+        return history
+
+    def evaluate(
+        self,
+        data: Any,
+        *,
+        features_col: str = "features",
+        label_col: str = "label",
+        batch_size: int | None = None,
+    ) -> dict[str, float]:
+        """Loss and compiled metrics of the driver's Keras model over ``data`` (one Spark job).
+
+        Runs on the driver. Each Python worker process loads the model once; the values are
+        sample-weighted over all partitions (the same numbers as ``model.evaluate`` for
+        mean-type metrics).
+
+        Args:
+            data: an RDD of ``(features, label)`` tuples or a DataFrame, as for :meth:`fit`.
+            features_col: DataFrame feature column.
+            label_col: DataFrame label column.
+            batch_size: rows per model call (default: the session's ``batch_size``).
+
+        Returns:
+            ``{"loss": ..., "<metric>": ...}``.
+
+        Raises:
+            ConfigurationError: as for :meth:`fit`, checked before the job.
+            WorkerError: a task failed.
+        """
+        from tensorspark.models.keras import model_payload, read_weights, run_evaluation
+
+        if not self.is_keras:
+            raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
+        size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        payload, checked = model_payload(self.session, self.custom_objects)
+        prepared = self._keras_data(data, checked, features_col, label_col, "data")
+        (values,) = run_evaluation(
+            self.sc, payload, [read_weights(self.session)], prepared, custom_objects=self.custom_objects,
+            batch_size=size, description=f"tensorspark {self.name}: evaluate",
+        )
+        return values
+
+    def predict(
+        self,
+        data: Any,
+        *,
+        features_col: str = "features",
+        output_col: str = "prediction",
+        batch_size: int | None = None,
+    ) -> Any:
+        """The driver's Keras model applied to ``data`` on the executors, order kept.
+
+        Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
+        which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
+        RDD of float32 output arrays in the input's order; a DataFrame gives its rows plus
+        ``output_col``.
+
+        Raises:
+            ConfigurationError: a missing column, features that do not fit the model.
+        """
+        from tensorspark.inference import predict
+
+        if not self.is_keras:
+            raise ConfigurationError("predict() needs a Keras model; this SparkSession wraps a TF1 session")
+        size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        return predict(
+            self.sc, self.session, data, features_col=features_col, output_col=output_col,
+            batch_size=size, custom_objects=self.custom_objects,
+        )
+
     # ------------------------------------------------------------------ shared
 
-    def _train(self, initial: dict[str, np.ndarray], num_partitions: int, make_job: Any, payload: Any) -> TrainResult:
-        """Start the server, broadcast ``payload``, run the job, collect the result."""
+    def _monitor(
+        self,
+        server: ParameterServer,
+        progress: bool,
+        tensorboard_dir: str | None,
+        total_samples: int | None,
+        num_epoch: int | None,
+    ) -> RunMonitor:
+        """The run's progress display and TensorBoard writer; shows the dashboard's URL."""
+        monitor = RunMonitor(
+            server,
+            total_samples=total_samples,
+            num_epoch=num_epoch,
+            progress=progress,
+            tensorboard_dir=tensorboard_dir,
+            desc=self.name,
+        )
+        monitor.announce(dashboard_url(self.server_url(server), server.status_token))
+        return monitor
+
+    def _train(
+        self,
+        initial: dict[str, np.ndarray],
+        num_partitions: int,
+        make_job: Any,
+        payload: Any,
+        on_push: Callable[[dict[str, Any], str], None] | None = None,
+        *,
+        progress: bool = True,
+        tensorboard_dir: str | None = None,
+        total_samples: int | None = None,
+        num_epoch: int | None = None,
+    ) -> TrainResult:
+        """Start the server, broadcast ``payload``, run the job, collect the result.
+
+        ``on_push(meta, status)`` is called on the server's loop thread after each push of
+        this run (e.g. to snapshot epoch-end weights); it must be quick.
+        ``progress``, ``tensorboard_dir``: see :meth:`run`; ``total_samples`` (epochs x rows,
+        when known without a pass over the data) and ``num_epoch`` label the progress.
+        """
         import time
 
         started = time.time()
         server = self._server_for(initial, num_partitions)
+        self._push_listener = on_push
+        monitor: RunMonitor | None = None
         try:
             bcast = self.sc.broadcast(payload)
             try:
+                monitor = self._monitor(server, progress, tensorboard_dir, total_samples, num_epoch)
                 partitions = run_job(
                     self.sc,
                     make_job(server, bcast),
                     server=server,
                     keep_server=self.server_reusable,
                     description=f"tensorspark {self.name}",
+                    poll=monitor.poll,
                 )
             finally:
                 bcast.destroy()
+                if monitor is not None:
+                    monitor.close()
         except BaseException:
             server.stop()  # a failed run never leaves a server running
             raise
+        finally:
+            self._push_listener = None
         result = TrainResult(
             params=server.params(),
             version=server.version,

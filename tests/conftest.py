@@ -7,6 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark import cloudpickle
+
+import tests
+
+# Executors cannot import the `tests` package (it is not installed), so functions defined
+# in test modules travel to them by value.
+cloudpickle.register_pickle_by_value(tests)
 
 # Everything binds to loopback and TensorFlow stays on few threads: 2 cores are shared by all.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
