@@ -177,7 +177,7 @@ def _decode_entry(
     nbytes = entry.get("nbytes")
     if not isinstance(name, str) or not name:
         raise WireFormatError(f"tensor entry {i} has no valid name")
-    if dtype_name not in DTYPES:
+    if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
         raise WireFormatError(f"tensor {name!r} has unknown dtype {dtype_name!r}; allowed: {sorted(DTYPES)}")
     if (
         not isinstance(shape, list)
