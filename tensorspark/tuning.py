@@ -29,7 +29,6 @@ import math
 import os
 import secrets
 import socket
-import sys
 import time
 import traceback
 import uuid
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorspark.errors import ConfigurationError, DivergenceError, TensorSparkError
+from tensorspark.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -815,27 +815,22 @@ def _looks_logarithmic(values: Sequence[Any]) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Progress display (driver side; a colleague will later unify progress display)
+# Progress display (driver side; drawn by tensorspark.progress.Progress)
 # --------------------------------------------------------------------------------------
 
 
 class _Progress:
-    """Trials done / total and best so far: one INFO log line per trial, plus a tqdm bar
-    when ``enabled``, tqdm is importable and stderr is a terminal. Driver only; called
-    from the thread that collects results, so it needs no lock."""
+    """Trials done / total and best so far: one INFO log line per trial, plus, when
+    ``enabled``, a :class:`~tensorspark.progress.Progress` on stderr (a tqdm bar on a
+    terminal, else a line every few seconds). Driver only; called from the thread that
+    collects results, so it needs no lock."""
 
     def __init__(self, total: int, metric: str, enabled: bool) -> None:
         self.total = total
         self.metric = metric
         self.done = 0
-        self.bar: Any = None
-        if enabled and sys.stderr is not None and sys.stderr.isatty():
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:  # pragma: no cover - tqdm is a dependency
-                tqdm = None
-            if tqdm is not None:
-                self.bar = tqdm(total=total, desc="tune", unit="trial", leave=True)
+        self.display = Progress(total, desc="tune", unit="trial", enabled=enabled)
+        self.bar: Any = self.display.bar
 
     def update(self, trial: TrialResult, best: TrialResult | None) -> None:
         self.done += 1
@@ -855,14 +850,11 @@ class _Progress:
             outcome,
             best_text,
         )
-        if self.bar is not None:
-            if best is not None:
-                self.bar.set_postfix_str(f"best {self.metric}={best.score:.4g}", refresh=False)
-            self.bar.update(1)
+        fields = {} if best is None else {f"best {self.metric}": f"{best.score:.4g}"}
+        self.display.update(self.done, fields)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.display.close()
 
 
 # --------------------------------------------------------------------------------------
