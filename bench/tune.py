@@ -6,8 +6,8 @@ Runs, in one invocation:
    (TensorFlow's thread pools are fixed once it starts): the trials one after another with
    TensorFlow on that many threads, timed after TensorFlow is imported;
 2. ``tune`` on ``local[N]`` (one TensorFlow thread per task), timed after a warm-up job
-   that imports TensorFlow in every Python worker (Spark reuses them); the warm-up is
-   reported separately.
+   that imports TensorFlow and fits a tiny model in every Python worker (Spark reuses
+   them); the warm-up is reported separately. The baselines warm up the same way.
 
 Prints a summary to stderr and the results as JSON to stdout (and ``--output``). With N
 cores the ceiling of the speed-up over the one-thread baseline is N. On a shared machine,
@@ -78,12 +78,9 @@ def load(data_dir: str, rows: int, val_rows: int) -> dict[str, np.ndarray]:
 
 def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     """Run the trials one after another in this process (the child of ``--sequential``)."""
-    from tensorspark.tfthreads import limit_tf_threads
     from tensorspark.tuning import _run_trial, _Trial, _TrialConfig, expand_space
 
-    limit_tf_threads(threads)
-    import keras  # noqa: F401 - imported before timing, as in a warm Spark worker
-
+    _warm_up(threads)  # before timing, as in the warmed Spark workers
     data = load(args.data_dir, args.rows, args.val_rows)
     config = _TrialConfig(
         epochs=args.epochs,
@@ -104,6 +101,7 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "scores": [r["score"] for r in results],
         "errors": [r["error"] for r in results],
+        "trial_s": [round(r["elapsed_s"], 3) for r in results],
     }
 
 
@@ -117,13 +115,25 @@ def run_sequential_child(args: argparse.Namespace, threads: int) -> dict[str, An
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _import_tf(_: int) -> int:
-    """Warm-up task: import TensorFlow in this Python worker; return its pid."""
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+def _warm_up(threads: int) -> None:
+    """Import TensorFlow and fit a tiny model once, so the timed trials find the runtime
+    initialised, as they do in a long search (Spark reuses its Python workers)."""
+    from tensorspark.tfthreads import limit_tf_threads
 
-    limit_tf_threads(task_cpus())
-    import keras  # noqa: F401
+    limit_tf_threads(threads)
+    import keras
 
+    model = build({"units": 4, "learning_rate": 1e-3})
+    x = np.zeros((8, 784), dtype="float32")
+    model.fit(x, np.zeros(8, dtype="int64"), validation_data=(x, np.zeros(8)), verbose=0)
+    del keras
+
+
+def _warm_worker(_: int) -> int:
+    """Warm-up task: warm this Python worker; return its pid."""
+    from tensorspark.tfthreads import task_cpus
+
+    _warm_up(task_cpus())
     return os.getpid()
 
 
@@ -151,7 +161,7 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
     try:
         slots = sc.defaultParallelism
         start = time.monotonic()
-        pids = sc.parallelize(range(slots), slots).map(_import_tf).collect()
+        pids = sc.parallelize(range(slots), slots).map(_warm_worker).collect()
         warmup = time.monotonic() - start
         data = load(args.data_dir, args.rows, args.val_rows)
         result = tune(
@@ -182,6 +192,7 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": sum(t.elapsed_s for t in result.trials) / result.elapsed_s,
         "scores": [t.score for t in result.trials],
         "errors": [t.error for t in result.trials],
+        "trial_s": [round(t.elapsed_s, 3) for t in result.trials],
         "best_params": result.best_params,
         "best_score": result.best_score,
         "table": json.loads(result.table.to_json(orient="records")),
