@@ -247,3 +247,50 @@ def test_ties_go_to_the_earliest_trial() -> None:
     result = _result({(1e-3, 32): 0.5, (1e-3, 64): 0.9, (1e-2, 32): 0.9})
     assert result.best_trial.index == 1
     assert list(result.table["trial"]) == [1, 2, 0]
+
+
+def _build(params: dict) -> None:  # never called: tune validates before it uses Spark
+    raise AssertionError("not reached")
+
+
+_X = np.zeros((4, 3), dtype="float32")
+_Y = np.zeros(4, dtype="int64")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"build": 3}, r"`build` must be a function.*Received: build=3"),
+        ({"epochs": 0}, r"`epochs` must be a positive integer. Received: epochs=0"),
+        ({"batch_size": 2.5}, r"Received: batch_size=2.5"),
+        (
+            {"mode": "best"},
+            r"`mode` must be one of \['max', 'min', 'auto'\]. Received: mode='best'",
+        ),
+        ({"metric": ""}, r"`metric` must be a non-empty string.*Received: metric=''"),
+        ({"early_stopping_patience": 0}, r"Received: early_stopping_patience=0"),
+        ({"max_parallel": -1}, r"Received: max_parallel=-1"),
+        ({"timeout": 0}, r"`timeout` must be a positive number of seconds. Received: timeout=0"),
+        ({"seed": 1.5}, r"`seed` must be an integer or None. Received: seed=1.5"),
+        ({"train": _X}, r"`train` must be a tuple \(x, y\).*Received: train=ndarray"),
+        ({"train": (_X, _Y[:3])}, r"Received: x.shape=\(4, 3\), y.shape=\(3,\)"),
+        (
+            {"validation": None},
+            r"`validation` is needed for metric='val_loss'.*Received: validation=None",
+        ),
+        ({"search": "random"}, r"Received: n_trials=None"),
+    ],
+)
+def test_tune_validates_its_arguments_before_using_spark(kwargs: dict, message: str) -> None:
+    from tensorspark.tuning import tune
+
+    args: dict = {
+        "build": _build,
+        "space": {"units": [1]},
+        "train": (_X, _Y),
+        "validation": (_X, _Y),
+        "metric": "val_loss",
+    }
+    args.update(kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        tune(None, **args)  # type: ignore[arg-type]
