@@ -33,6 +33,7 @@ import logging
 import math
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -198,7 +199,7 @@ def model_payload(model: keras.Model, custom_objects: Mapping[str, Any] | None) 
             layer missing from ``custom_objects``; the message names it).
     """
     data = keras_io.serialize_model(model)
-    copy = keras_io.deserialize_model(data, custom_objects, compile=True, what=f"model {model.name!r}")
+    copy = _rebuild(data, custom_objects, what=f"model {model.name!r}")
     return data, copy
 
 
@@ -371,11 +372,19 @@ def _groups(batches: Sequence[Block], max_steps: int) -> Iterator[Sequence[Block
             start = i
 
 
+def _rebuild(data: bytes, custom_objects: Mapping[str, Any] | None, what: str = "the model") -> keras.Model:
+    """The compiled model from its bytes (anywhere)."""
+    with warnings.catch_warnings():
+        # The driver's optimizer is saved unbuilt (its variables are not shipped: each
+        # worker keeps its own optimizer state), which Keras reports on every load.
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        return keras_io.deserialize_model(data, custom_objects, compile=True, what=what)
+
+
 def _core(key: str, payload: bytes | Callable[[], bytes], custom_objects: Mapping[str, Any] | None) -> _Core:
     def load() -> _Core:
         data = payload() if callable(payload) else payload
-        model = keras_io.deserialize_model(data, custom_objects, compile=True)
-        return _Core(model)
+        return _Core(_rebuild(data, custom_objects))
 
     return keras_io.cached(key, load)
 
