@@ -379,6 +379,8 @@ class SparkSession:
         features_col: str = "features",
         label_col: str = "label",
         shuffle: bool = True,
+        progress: bool = True,
+        tensorboard_dir: str | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -399,6 +401,9 @@ class SparkSession:
             features_col: DataFrame feature column.
             label_col: DataFrame label column.
             shuffle: shuffle rows within each partition every epoch (seeded by ``seed``).
+            progress: show samples done, epoch, global loss and updates/s on stderr while
+                training (a bar on a terminal, else a line every 10 s); False: nothing.
+            tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
 
         Returns:
             A :class:`~tensorspark.models.keras.History`: ``history.history`` holds per-epoch
@@ -444,7 +449,10 @@ class SparkSession:
                 return rdd_job(train.rdd, feed_names=("features", "label"), **common)
             return dataframe_job(train.df, columns=("features", "label"), **common)
 
-        result = self._train(initial, num_partitions, make_job, payload, on_push=snapshots.on_push)
+        result = self._train(
+            initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
+            progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=epochs,
+        )
         assign_weights(model, result.params)
         validation = None
         if val is not None:
