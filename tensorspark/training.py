@@ -210,6 +210,12 @@ def worker_error(err: BaseException) -> BaseException:
     This is the one boundary where Spark's Java exception text is parsed.
     """
     text = str(err)
+    if "BarrierJobUnsupportedRDDChainException" in text:
+        return ConfigurationError(
+            "mode='sync' runs the partitions as one Spark barrier stage, which cannot follow "
+            "union(), coalesce() or other operations that change the number of partitions. "
+            "Call .repartition(n) on the data before training in sync mode."
+        )
     match = _TRACEBACK.search(text)
     if not match:
         return WorkerError(f"the Spark job failed: {text[:4000]}")
