@@ -24,6 +24,7 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -99,6 +100,7 @@ class ParameterClient:
                     f"Pass a PEM file. Received: ssl_cafile={ssl_cafile!r}"
                 ) from None
         self._signer = None if secret is None else auth.Signer(auth.as_secret(secret))
+        self._hash_pool: ThreadPoolExecutor | None = None  # block-parallel body digests
         self._conn: http.client.HTTPConnection | None = None
 
     # ------------------------------------------------------------------ public calls
@@ -134,6 +136,10 @@ class ParameterClient:
         return self._json("GET", "/status", None)
 
     def close(self) -> None:
+        """Close the connection and the hashing threads (a later request reopens them)."""
+        if self._hash_pool is not None:
+            self._hash_pool.shutdown(wait=False)
+            self._hash_pool = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -200,10 +206,10 @@ class ParameterClient:
         conn.putheader("Content-Type", content_type)
         conn.putheader("Content-Length", str(size))
         if self._signer is not None:
-            digest = auth.BodyDigest()
-            for part in parts:
-                digest.update(part)
-            for name, value in self._signer.headers(method, path, digest.hexdigest()).items():
+            if self._hash_pool is None and size >= 4 * auth.BLOCK:
+                self._hash_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tensorspark-ps-client-hash")
+            digest = auth.body_digest(parts, self._hash_pool)
+            for name, value in self._signer.headers(method, path, digest).items():
                 conn.putheader(name, value)
         conn.endheaders()
         for part in parts:

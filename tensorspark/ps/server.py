@@ -33,11 +33,13 @@ import collections
 import errno
 import json
 import logging
+import os
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -251,6 +253,7 @@ class ParameterServer:
         self._started_at = 0.0
 
         self._thread: threading.Thread | None = None
+        self._hash_pool: ThreadPoolExecutor | None = None  # body digests, off the loop thread
         self._loop: IOLoop | None = None
         self._http: HTTPServer | None = None
         self._sockets: list[socket.socket] = []
@@ -302,6 +305,10 @@ class ParameterServer:
         self.port = self._sockets[0].getsockname()[1]
         self._ready.clear()
         self._stopped.clear()
+        if self._verifier is not None:
+            self._hash_pool = ThreadPoolExecutor(
+                max_workers=min(4, os.cpu_count() or 1), thread_name_prefix=f"tensorspark-ps-hash-{self.port}"
+            )
         self._thread = threading.Thread(target=self._serve, name=f"tensorspark-ps-{self.port}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -400,6 +407,9 @@ class ParameterServer:
             logger.warning("parameter server thread did not end within %ss", timeout)
         for sock in self._sockets:
             sock.close()
+        if self._hash_pool is not None:
+            self._hash_pool.shutdown(wait=False, cancel_futures=True)
+            self._hash_pool = None
         self._thread = None
         self._loop = None
         logger.info("parameter server at %s stopped", f"{self.host}:{self.port}")
@@ -800,7 +810,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self.received = 0
         self.error: HttpError | None = None
         self.responded = False
-        self.digest: auth.BodyDigest | None = None
+        self.hasher: auth.BlockHasher | None = None
 
     def headers_received(
         self,
@@ -833,14 +843,17 @@ class _Request(httputil.HTTPMessageDelegate):
             )
             return
         verifier = self.server._verifier
-        if verifier is not None and not self._status_read_allowed(verifier, query):
+        signed = verifier is not None and not self._status_read_allowed(verifier, query)
+        if signed:
+            assert verifier is not None
             try:
                 verifier.precheck(headers)
             except AuthenticationError as err:
                 self.error = HttpError(401, str(err))  # answered once the body is drained
                 return
-            self.digest = auth.BodyDigest()
         self.body = bytearray(length)
+        if signed:
+            self.hasher = auth.BlockHasher(self.body, self.server._hash_pool)
 
     def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
         if (self.method, self.path) not in _STATUS_ROUTES:
@@ -859,8 +872,8 @@ class _Request(httputil.HTTPMessageDelegate):
             return
         self.body[self.received : end] = chunk
         self.received = end
-        if self.digest is not None:
-            self.digest.update(chunk)
+        if self.hasher is not None:
+            self.hasher.advance(end)
 
     def finish(self) -> None:
         if self.responded:
@@ -873,9 +886,9 @@ class _Request(httputil.HTTPMessageDelegate):
             self._fail(HttpError(400, "body shorter than Content-Length"))
             return
         server = self.server
-        if self.digest is not None and server._verifier is not None:
+        if self.hasher is not None and server._verifier is not None:
             try:
-                server._verifier.verify(self.method, self.target, self.digest.hexdigest(), self.headers)
+                server._verifier.verify(self.method, self.target, self.hasher.hexdigest(), self.headers)
             except AuthenticationError as err:
                 self._fail(HttpError(401, str(err)))
                 return

@@ -86,8 +86,26 @@ def test_status_token_and_secret_checks() -> None:
     assert "s" * 16 not in repr(auth.Signer(SECRET)) and "<hidden>" in repr(verifier)
 
 
-def test_incremental_digest_equals_the_whole() -> None:
-    digest = auth.BodyDigest()
-    for piece in (b"ab", memoryview(b"cd"), bytearray(b"ef")):
-        digest.update(piece)
-    assert digest.hexdigest() == auth.body_digest(b"abcdef")
+@pytest.mark.parametrize("size", [0, 5, auth.BLOCK, 3 * auth.BLOCK + 17, 9 * auth.BLOCK - 1])
+def test_block_digest_is_the_same_however_the_body_is_cut(size: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    whole = auth.body_digest(body)
+    a = min(7, size)
+    b = max(a, size // 2)
+    parts = [body[:a], memoryview(body)[a:b], bytearray(body[b:])]
+    with ThreadPoolExecutor(2) as pool:
+        assert auth.body_digest(parts, pool) == whole
+        received = bytearray(size)
+        hasher = auth.BlockHasher(received, pool)
+        for start in range(0, size, 300_001):  # arrives in odd-sized chunks
+            end = min(size, start + 300_001)
+            received[start:end] = body[start:end]
+            hasher.advance(end)
+        assert hasher.hexdigest() == whole
+    assert auth.body_digest(body + b"\0") != whole
+    if size:
+        changed = bytearray(body)
+        changed[size - 1] ^= 1
+        assert auth.body_digest(bytes(changed)) != whole
