@@ -960,8 +960,9 @@ def tune(
             (``defaultParallelism // spark.task.cpus``).
         return_best_model: Ship the best trial's weights back (numpy arrays), rebuild
             ``build(best_params)`` on the driver and set them: :attr:`TuneResult.best_model`.
-        progress: Show a tqdm bar when stderr is a terminal. INFO log lines are emitted
-            either way (configure logging to see or silence them).
+        progress: Draw trials done / total and the best score so far on stderr (a
+            :class:`~tensorspark.progress.Progress`: a tqdm bar on a terminal, periodic
+            lines otherwise). One INFO log line per finished trial is emitted either way.
         timeout: Seconds the whole search may take; then unfinished trials are cancelled
             and recorded as failed.
 

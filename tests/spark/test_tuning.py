@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import logging
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from pyspark import cloudpickle
 
 from tensorspark.datasets.mnist import load_mnist
 from tensorspark.errors import TensorSparkError
 from tensorspark.tuning import IntRange, LogUniform, TuneResult, TuningError, tune
 
-# pytest imports this file as a top-level module the Python workers cannot import: ship the
-# build functions by value, as they would be from a notebook's __main__.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+# The build functions below reach the Python workers by value: tests/conftest.py registers
+# the `tests` package with cloudpickle, as a notebook's __main__ would be.
 
 TRAIN_ROWS = 2000
 VAL_ROWS = 500
