@@ -41,6 +41,8 @@ from tensorspark.ps import auth, wire
 
 logger = logging.getLogger(__name__)
 
+_SMALL_BODY = 256 * 1024
+
 
 @dataclass(frozen=True)
 class PushResult:
@@ -211,9 +213,12 @@ class ParameterClient:
             digest = auth.body_digest(parts, self._hash_pool)
             for name, value in self._signer.headers(method, path, digest).items():
                 conn.putheader(name, value)
-        conn.endheaders()
-        for part in parts:
-            conn.send(part)
+        if size <= _SMALL_BODY:  # one send (and one packet) for headers and body
+            conn.endheaders(b"".join(parts))
+        else:
+            conn.endheaders()
+            for part in parts:
+                conn.send(part)
         response = conn.getresponse()
         length = int(response.getheader("Content-Length") or "0")
         body = bytearray(length)
