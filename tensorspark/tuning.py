@@ -958,8 +958,10 @@ def tune(
             of ``metric``; ``None`` trains every epoch.
         max_parallel: Trials in flight at once; default: Spark's task slots
             (``defaultParallelism // spark.task.cpus``).
-        return_best_model: Ship the best trial's weights back (numpy arrays), rebuild
-            ``build(best_params)`` on the driver and set them: :attr:`TuneResult.best_model`.
+        return_best_model: Every trial sends the weights of its best epoch back as numpy
+            arrays (costs driver memory per finished trial only until a better one
+            arrives); the driver keeps the best trial's, rebuilds ``build(best_params)``
+            and sets them: :attr:`TuneResult.best_model`.
         progress: Draw trials done / total and the best score so far on stderr (a
             :class:`~tensorspark.progress.Progress`: a tqdm bar on a terminal, periodic
             lines otherwise). One INFO log line per finished trial is emitted either way.
