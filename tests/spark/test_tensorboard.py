@@ -85,3 +85,17 @@ def test_progress_false_prints_nothing(sc, capsys: pytest.CaptureFixture[str]) -
     result = _run(sc, progress=False)
     assert result.version > 0
     assert capsys.readouterr() == ("", "")
+
+
+def test_keras_fit_writes_loss_and_metrics(sc, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    import keras
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    session = sps.SparkSession(sc, model, name="keras-tiny", sync_interval=2, batch_size=16)
+    session.fit(_rdd(sc), epochs=2, progress=False, tensorboard_dir=str(tmp_path))
+    assert capsys.readouterr() == ("", "")
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    tags = {value.tag for event in tf.compat.v1.train.summary_iterator(str(events)) for value in event.summary.value}
+    assert {"loss", "metrics/mae", "updates_per_sec"} <= tags
