@@ -304,6 +304,7 @@ class RunMonitor:
         self._base_samples = int(before.get("samples", 0))
         self.averager.mark_seen(before.get("history", ()))
         self.last_status: dict[str, Any] | None = None
+        self._warned = False
 
     def announce(self, dashboard_url: str) -> None:
         """Log the dashboard's URL (INFO) and show it above the progress bar."""
@@ -311,7 +312,19 @@ class RunMonitor:
         self.progress.write(f"tensorspark: live dashboard at {dashboard_url}")
 
     def poll(self) -> None:
-        """Read the server's status once and update the display and TensorBoard."""
+        """Read the server's status once and update the display and TensorBoard.
+
+        A failure here (a full disk under ``tensorboard_dir``, a closed stream) is logged
+        once as a warning and never interrupts the training run it displays.
+        """
+        try:
+            self._poll()
+        except Exception:
+            if not self._warned:
+                self._warned = True
+                logger.warning("progress display or TensorBoard summaries failed; training goes on", exc_info=True)
+
+    def _poll(self) -> None:
         status = self.server.status()
         self.last_status = status
         points = self.averager.add(status.get("history", ()))

@@ -4,6 +4,7 @@ the global loss as a moving average of the workers' pushes; TensorBoard scalars.
 from __future__ import annotations
 
 import io
+import logging
 import re
 from pathlib import Path
 
@@ -162,3 +163,19 @@ def test_tensorboard_dir_must_be_local() -> None:
 
     with pytest.raises(ConfigurationError, match=r"Received: tensorboard_dir='hdfs://nn:8020/tb'"):
         TensorBoardWriter("hdfs://nn:8020/tb")
+
+
+def test_a_failing_display_is_logged_once_and_never_stops_training(caplog: pytest.LogCaptureFixture) -> None:
+    class _Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    with ParameterServer({"w": np.zeros(4, np.float32)}) as server:
+        monitor = RunMonitor(server, progress=Progress(stream=_Broken(), interval=1e-9))
+        with caplog.at_level(logging.WARNING, logger="tensorspark.progress"):
+            monitor.poll()
+            monitor.poll()
+    assert [r.getMessage() for r in caplog.records] == [
+        "progress display or TensorBoard summaries failed; training goes on"
+    ]
+    assert "No space left on device" in caplog.text
