@@ -1,0 +1,183 @@
+"""Benchmark: SparkSession.fit of a Keras model on local[2] vs single-process model.fit.
+
+Trains the 784-128-10 MLP (Adam, batch 64) on Fashion-MNIST for the same number of epochs
+twice: once with ``model.fit`` in this process (TensorFlow's default threads), once with
+``SparkSession(sc, model, sync_interval=20, batch_size=64).fit`` over 2 partitions on
+``local[2]`` (one TF thread per task). Reports training samples/s, test accuracy after each
+epoch, and the time to reach the target test accuracy, and writes them as JSON.
+
+    python bench/keras_fit.py                 # 60,000 rows, 3 epochs
+    python bench/keras_fit.py --quick         # smoke run: 6,000 rows, 1 epoch
+
+Timing rules (one run each, no repetition):
+
+* single process: seconds spent in training epochs (Keras's epoch-begin to epoch-end), so
+  the per-epoch test evaluation is not counted;
+* Spark, ``fit_seconds``: the whole ``fit`` call as a user waits for it (serialising the
+  model, driver checks, the training job with executor start-up, TensorFlow import and
+  tracing, and the validation job); ``job_seconds``: the training job alone;
+  ``steady_samples_per_s``: samples of epochs 2.. over the time between the first and the
+  last epoch end (start-up excluded), the number comparable with the single-process rate;
+* time to target: from the start of training to the end of the first epoch whose test
+  accuracy reaches ``--target`` (Spark: measured at the epoch-end weight snapshot).
+
+The training RDD is cached and materialised before timing, as data read once from storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="6,000 rows, one epoch")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--sync-interval", type=int, default=20)
+    parser.add_argument("--target", type=float, default=0.84)
+    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--out", default="bench/results/keras_fit.json")
+    return parser.parse_args()
+
+
+def make_model(seed: int = 0):  # type: ignore[no-untyped-def]
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def single_process(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    import keras
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.train_seconds = 0.0
+            self.rows: list[dict] = []
+
+        def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            self.train_seconds += time.perf_counter() - self.began
+            acc = self.model.evaluate(xt, yt, batch_size=1024, verbose=0, return_dict=True)["accuracy"]
+            self.rows.append({"epoch": epoch, "train_seconds": self.train_seconds, "test_accuracy": acc})
+
+    model = make_model()
+    clock = Clock()
+    model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[clock])
+    reached = next((r["train_seconds"] for r in clock.rows if r["test_accuracy"] >= args.target), None)
+    return {
+        "samples_per_s": args.epochs * len(x) / clock.train_seconds,
+        "train_seconds": clock.train_seconds,
+        "epochs": clock.rows,
+        "final_test_accuracy": clock.rows[-1]["test_accuracy"],
+        "seconds_to_target": reached,
+    }
+
+
+def on_spark(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    from pyspark import SparkConf, SparkContext
+
+    import tensorspark as sps
+
+    conf = (
+        SparkConf()
+        .setMaster(args.master)
+        .setAppName("bench-keras-fit")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.task.cpus", "1")
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .set("spark.driver.memory", "2g")
+    )
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        train = sc.parallelize(list(zip(x, y, strict=True)), args.partitions).cache()
+        test = sc.parallelize(list(zip(xt, yt, strict=True)), args.partitions).cache()
+        train.count()
+        test.count()
+        model = make_model()
+        ks = sps.SparkSession(sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size)
+        started = time.perf_counter()
+        history = ks.fit(train, epochs=args.epochs, validation_data=test)
+        fit_seconds = time.perf_counter() - started
+    finally:
+        sc.stop()
+    accs = history.history["val_accuracy"]
+    ends = history.epoch_seconds
+    reached = next((s for a, s in zip(accs, ends, strict=True) if a >= args.target), None)
+    steady = None
+    if len(ends) > 1 and ends[0] is not None and ends[-1] is not None:
+        steady = (len(ends) - 1) * len(x) / (ends[-1] - ends[0])
+    return {
+        "fit_seconds": fit_seconds,
+        "job_seconds": history.result.seconds,
+        "samples_per_s_end_to_end": args.epochs * len(x) / fit_seconds,
+        "samples_per_s_job": args.epochs * len(x) / history.result.seconds,
+        "steady_samples_per_s": steady,
+        "epoch_end_seconds": ends,
+        "history": history.history,
+        "final_test_accuracy": accs[-1],
+        "seconds_to_target": reached,
+        "pushes_applied": history.result.status["applied_pushes"],
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    from tensorspark.datasets.mnist import load_mnist
+
+    data = load_mnist(args.data_dir, download=False)
+    x, y, xt, yt = data.train_images, data.train_labels, data.test_images, data.test_labels
+    if args.quick:
+        x, y, args.epochs = x[:6000], y[:6000], 1
+    spark = on_spark(x, y, xt, yt, args)
+    single = single_process(x, y, xt, yt, args)
+    result = {
+        "setup": {
+            "rows": len(x),
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "sync_interval": args.sync_interval,
+            "master": args.master,
+            "partitions": args.partitions,
+            "cpus": os.cpu_count(),
+        },
+        "single_process": single,
+        "spark": spark,
+        "ratio_steady_vs_single": (spark["steady_samples_per_s"] or 0.0) / single["samples_per_s"],
+        "ratio_job_vs_single": spark["samples_per_s_job"] / single["samples_per_s"],
+        "accuracy_gap": single["final_test_accuracy"] - spark["final_test_accuracy"],
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
