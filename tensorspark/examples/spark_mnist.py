@@ -147,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf, SparkContext
 
-    conf = SparkConf().setIfMissing("spark.master", args.master or "local[*]").setIfMissing("spark.app.name", args.name)
+    conf = SparkConf()
     if args.master:
-        conf.set("spark.master", args.master)
+        conf.setMaster(args.master)
+    # Under spark-submit (which hands this process its JVM gateway) the master and the app name
+    # come from spark-submit. Before the context exists this SparkConf is a plain dict that
+    # cannot see them, and any value set here would silently override `--master`/`--name`.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf.setIfMissing("spark.master", "local[*]").setIfMissing("spark.app.name", args.name)
     sc = SparkContext.getOrCreate(conf)
     sc.setLogLevel("WARN")
     extra: dict[str, Any] = {"mode": args.mode}

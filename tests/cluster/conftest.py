@@ -135,43 +135,56 @@ class StandaloneCluster:
             parts.append(f"--- {daemon.name} ({state}), {daemon.log} ---\n{text[-LOG_TAIL_CHARS:]}")
         return "\n".join(parts)
 
-    def context(self, app_name: str, **conf: str) -> SparkContext:
-        """A SparkContext on this cluster, returned once both executors have registered.
+    def app_conf(self) -> dict[str, str]:
+        """The Spark settings of every application on this cluster, in-process or submitted.
+
+        Loopback only, one core per executor and at most every core of the cluster, so one
+        application at a time gets both Workers; ``spark-submit`` tests pass these as ``--conf``.
+        """
+        return {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.pyspark.python": sys.executable,
+            "spark.executor.cores": "1",
+            "spark.cores.max": str(WORKERS * WORKER_CORES),
+            "spark.executor.memory": "1g",
+            "spark.ui.enabled": "false",
+            "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
+            "spark.executorEnv.OMP_NUM_THREADS": "1",
+        }
+
+    def release(self) -> None:
+        """Stops this process's SparkContext if it runs on this cluster, freeing its cores."""
+        active = SparkContext._active_spark_context  # noqa: SLF001
+        if active is not None and active.master == self.master_url:
+            active.stop()
+
+    def context(self, app_name: str, executors: int = WORKERS * WORKER_CORES, **conf: str) -> SparkContext:
+        """A SparkContext on this cluster, returned once ``executors`` executors have registered.
 
         Stops the process's active SparkContext first (one per process).
 
         Args:
             app_name: the application name.
+            executors: how many executors to wait for (0 with dynamic allocation, which
+                starts them only when tasks wait).
             **conf: more Spark settings; pass dotted keys with ``**{"spark.x": "v"}``.
         """
         active = SparkContext._active_spark_context  # noqa: SLF001
         if active is not None:
             active.stop()
-        spark_conf = (
-            SparkConf()
-            .setMaster(self.master_url)
-            .setAppName(app_name)
-            .set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1")
-            .set("spark.pyspark.python", sys.executable)
-            .set("spark.executor.cores", "1")
-            .set("spark.cores.max", str(WORKERS * WORKER_CORES))
-            .set("spark.executor.memory", "1g")
-            .set("spark.ui.enabled", "false")
-            .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
-            .set("spark.executorEnv.OMP_NUM_THREADS", "1")
-        )
-        for key, value in conf.items():
+        spark_conf = SparkConf().setMaster(self.master_url).setAppName(app_name)
+        for key, value in {**self.app_conf(), **conf}.items():
             spark_conf.set(key, value)
         sc = SparkContext(conf=spark_conf)
         sc.setLogLevel("ERROR")
-        expected = WORKERS * WORKER_CORES + 1  # executors plus the driver's block manager
+        expected = executors + 1  # executors plus the driver's block manager
 
         def executors_up() -> bool:
             return int(sc._jsc.sc().getExecutorMemoryStatus().size()) >= expected  # noqa: SLF001
 
         try:
-            poll(executors_up, EXECUTORS_TIMEOUT_S, f"{WORKERS} executors", self.log_tails)
+            poll(executors_up, EXECUTORS_TIMEOUT_S, f"{executors} executors", self.log_tails)
         except BaseException:
             sc.stop()
             raise
