@@ -16,7 +16,9 @@ import numpy as np
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
+from tensorspark.checkpoint import CheckpointManager
 from tensorspark.progress import RunMonitor
+from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.dashboard import dashboard_url
@@ -88,6 +90,19 @@ class SparkSession:
             the read-only status token.
         max_body_bytes: largest request the server accepts (default: twice the model's
             size plus 4 MiB).
+        checkpoint_dir: where the server checkpoints the global model: a local path,
+            ``file://``, ``webhdfs://host:port/path`` or ``hdfs://`` (WebHDFS address from
+            ``spark.tensorspark.webhdfs.url`` / ``dfs.namenode.http-address``); default
+            ``spark.tensorspark.checkpoint.dir``, or ``<spark.hdfs.dir>/tensorspark/<name>``.
+        checkpoint_interval: seconds between checkpoints (one more is written at the end).
+        keep_checkpoints: how many of the newest checkpoints to keep.
+        resume: continue from the newest valid checkpoint in ``checkpoint_dir``:
+            parameters, version and per-partition progress are restored, and partitions
+            skip the mini-batches already applied.
+        hdfs_auth: ``"insecure"`` (the HDFS user is ``user``), ``"token"`` or ``"kerberos"``.
+        hdfs_token: the delegation token for ``hdfs_auth="token"``.
+        checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
+            retried) before the run fails.
     """
 
     def __init__(
@@ -116,6 +131,13 @@ class SparkSession:
         ssl_cafile: str | None = None,
         public_status: bool = False,
         max_body_bytes: int | None = None,
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: float | None = None,
+        keep_checkpoints: int | None = None,
+        resume: bool = False,
+        hdfs_auth: str = "insecure",
+        hdfs_token: str | None = None,
+        checkpoint_max_failures: int = 5,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -156,6 +178,9 @@ class SparkSession:
                 "ssl_certfile": ssl_certfile,
                 "ssl_keyfile": ssl_keyfile,
                 "ssl_cafile": ssl_cafile,
+                "checkpoint_dir": checkpoint_dir,
+                "checkpoint_interval": checkpoint_interval,
+                "keep_checkpoints": keep_checkpoints,
             },
             tsconf.spark_conf(sc),
             self.name,
@@ -174,6 +199,23 @@ class SparkSession:
         self.max_body_bytes = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         self._server: ParameterServer | None = None
         self.last_run: TrainResult | None = None
+        self.resume = bool(resume)
+        self.checkpoints: CheckpointManager | None = None
+        self._checkpointer: Checkpointer | None = None
+        if self.options["checkpoint_dir"] is not None:
+            self.checkpoints = CheckpointManager(
+                self.options["checkpoint_dir"],
+                user=user,
+                conf=tsconf.spark_conf(sc),
+                keep=int(self.options["keep_checkpoints"]),
+                auth=hdfs_auth,
+                token=hdfs_token,
+                max_failures=_positive_int("checkpoint_max_failures", checkpoint_max_failures),
+            )
+        elif self.resume:
+            raise ConfigurationError(
+                "resume=True needs a checkpoint_dir (or spark.tensorspark.checkpoint.dir) to resume from"
+            )
         self._push_listener: Callable[[dict[str, Any], str], None] | None = None
         if self.is_keras:
             from tensorspark.models.keras import validate_model
@@ -198,8 +240,17 @@ class SparkSession:
             self._server.num_workers = num_workers
             self._server.reset_progress()
             return self._server
+        version, progress, applied_before = 0, None, 0
+        if self.checkpoints is not None and self.resume:
+            checkpoint = resume_state(self.checkpoints, params, self.mode)
+            if checkpoint is not None:
+                params = checkpoint.params
+                version, progress = checkpoint.version, checkpoint.progress
+                applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
         self._server = ParameterServer(
             params,
+            version=version,
+            progress=progress,
             combiner=self.combiner,
             host=self.server_bind_host,
             port=self.server_port,
@@ -215,6 +266,14 @@ class SparkSession:
             on_push=self._on_push,
         )
         self._server.start()
+        if self.checkpoints is not None:
+            self._checkpointer = Checkpointer(
+                self._server,
+                self.checkpoints,
+                float(self.options["checkpoint_interval"]),
+                extra_meta={"name": self.name, "combiner": self.combiner.name},
+                applied_before=applied_before,
+            ).start()
         return self._server
 
     def server_url(self, server: ParameterServer) -> str:
@@ -233,8 +292,9 @@ class SparkSession:
             listener(meta, status)
 
     def close(self) -> None:
-        """Stop a reusable parameter server."""
+        """Stop a reusable parameter server (writing its last checkpoint)."""
         if self._server is not None:
+            self._stop_checkpoints(final=True, quiet=True)
             self._server.stop()
 
     def __enter__(self) -> SparkSession:
@@ -562,6 +622,33 @@ class SparkSession:
         monitor.announce(dashboard_url(self.server_url(server), server.status_token))
         return monitor
 
+    def _poller(self, monitor: RunMonitor) -> Callable[[], None]:
+        """What the driver checks every half second while the job runs."""
+
+        def poll() -> None:
+            if self._checkpointer is not None:
+                self._checkpointer.check()
+            monitor.poll()
+
+        return poll
+
+    def _stop_checkpoints(self, final: bool, quiet: bool = False) -> None:
+        """Write the last checkpoint and stop the checkpoint thread (unless reusable)."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        if self.server_reusable and self._server is not None and self._server.running and not quiet:
+            checkpointer.save_now()  # the thread keeps going with the server
+            return
+        self._checkpointer = None
+        try:
+            checkpointer.stop(final=final)
+            checkpointer.check()
+        except Exception:
+            if not quiet:
+                raise
+            logger.exception("the final checkpoint of a failed run could not be written")
+
     def _train(
         self,
         initial: dict[str, np.ndarray],
@@ -598,14 +685,16 @@ class SparkSession:
                     server=server,
                     keep_server=self.server_reusable,
                     description=f"tensorspark {self.name}",
-                    poll=monitor.poll,
+                    poll=self._poller(monitor),
                 )
             finally:
                 bcast.destroy()
                 if monitor is not None:
                     monitor.close()
+            self._stop_checkpoints(final=True)
         except BaseException:
             server.stop()  # a failed run never leaves a server running
+            self._stop_checkpoints(final=True, quiet=True)
             raise
         finally:
             self._push_listener = None

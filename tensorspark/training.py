@@ -275,9 +275,11 @@ def run_job(
             raise err
         failed = False
         return [json.loads(r) for r in outcome["rows"]]
-    except KeyboardInterrupt:
-        sc.cancelJobGroup(group)
-        done.wait(30)
+    except BaseException:
+        # Ctrl-C, or a failure seen on the driver (e.g. checkpoints failing): stop the tasks.
+        if not done.is_set():
+            sc.cancelJobGroup(group)
+            done.wait(30)
         raise
     finally:
         if failed or not keep_server:

@@ -1,0 +1,134 @@
+"""Periodic checkpoints of a running parameter server, and resuming from them.
+
+Runs on the driver, in a thread of its own: every ``interval`` seconds it takes a
+consistent :meth:`~tensorspark.ps.server.ParameterServer.snapshot` (parameters, version,
+per-partition progress) and, if the version moved, hands it to a
+:class:`~tensorspark.checkpoint.CheckpointManager`, whose writes are atomic (temporary
+name, then rename) so a crash never leaves a half-written checkpoint. Storage I/O never
+runs on the server's event loop, so a slow HDFS does not stall training.
+
+A failed write is logged and retried by the manager; when it has failed
+``max_failures`` times in a row the error is kept here and :meth:`Checkpointer.check`
+raises it on the driver (the training loop polls it), failing the run instead of letting
+it continue unprotected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
+from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.ps.server import ParameterServer
+
+logger = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """Saves ``server``'s state every ``interval`` seconds and once more at :meth:`stop`.
+
+    Thread-safe: :meth:`save_now` may be called from any thread; saves are serialized.
+    """
+
+    def __init__(
+        self,
+        server: ParameterServer,
+        manager: CheckpointManager,
+        interval: float,
+        extra_meta: Mapping[str, Any] | None = None,
+        applied_before: int = 0,
+    ) -> None:
+        if interval <= 0:
+            raise ConfigurationError(f"checkpoint_interval must be > 0 seconds. Received: {interval!r}")
+        self.server = server
+        self.manager = manager
+        self.interval = float(interval)
+        self.extra_meta = dict(extra_meta or {})
+        self.applied_before = int(applied_before)
+        self.error: BaseException | None = None
+        self.saved: list[str] = []
+        self._last_version: int | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tensorspark-checkpointer", daemon=True)
+
+    def start(self) -> Checkpointer:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.save_now()
+            except BaseException as err:  # kept for check(); the run fails on the driver
+                self.error = err
+                return
+
+    def save_now(self, force: bool = False) -> str | None:
+        """Write a checkpoint if the version moved since the last one (or ``force``)."""
+        with self._lock:
+            snap = self.server.snapshot()
+            if not force and snap.version == self._last_version:
+                return None
+            meta = dict(self.extra_meta)
+            meta["applied_pushes"] = self.applied_before + snap.applied_pushes
+            meta["saved_at"] = time.time()
+            path = self.manager.save(snap.params, snap.version, snap.mode, snap.progress, extra_meta=meta)
+            if path is not None:
+                self._last_version = snap.version
+                self.saved.append(path)
+                logger.info("checkpoint of version %d written to %s", snap.version, path)
+            return path
+
+    def check(self) -> None:
+        """Raise the error that stopped periodic checkpoints, if any (driver thread)."""
+        if self.error is not None:
+            err = self.error
+            if isinstance(err, CheckpointError):
+                raise err
+            raise CheckpointError(f"checkpointing to {self.manager.location} failed: {err}") from err
+
+    def stop(self, final: bool = True, timeout: float = 120.0) -> None:
+        """End the periodic thread and, if ``final``, write the last state."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if final and self.error is None:
+            self.save_now()
+
+
+def resume_state(
+    manager: CheckpointManager, params: Mapping[str, np.ndarray], mode: str
+) -> Checkpoint | None:
+    """The newest valid checkpoint, checked against the model's variables (driver side).
+
+    Returns None when the directory holds no checkpoint yet (a first run with
+    ``resume=True`` simply starts fresh).
+
+    Raises:
+        CheckpointError: the checkpoint belongs to a different graph/model (the differences
+            are listed) or to another training mode.
+    """
+    checkpoint = manager.latest()
+    if checkpoint is None:
+        logger.info("no checkpoint in %s yet; starting from the model's current weights", manager.location)
+        return None
+    check_signature(model_signature(params), checkpoint.signature, checkpoint.path)
+    if checkpoint.mode != mode:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.path} was written by a mode={checkpoint.mode!r} run, but this "
+            f"run uses mode={mode!r}; resume with the same mode or start a new checkpoint_dir"
+        )
+    logger.info(
+        "resuming from %s: version %d, progress of %d partitions",
+        checkpoint.path,
+        checkpoint.version,
+        len(checkpoint.progress),
+    )
+    return checkpoint
