@@ -231,3 +231,13 @@ def test_server_binds_one_host_and_advertises_another() -> None:
     finally:
         server.stop()
     assert not server.running
+
+
+def test_spark_session_checkpoints_under_the_seeds_hdfs_dir(tmp_path: Path) -> None:
+    sc = _Context({"spark.driver.host": "127.0.0.1", "spark.hdfs.dir": f"file://{tmp_path}"})
+    sess = SparkSession(sc, _TF1Session(), name="mnist")
+    assert sess.options["checkpoint_dir"] == f"file://{tmp_path}/tensorspark/mnist"
+    assert sess.checkpoints is not None
+    mine = tmp_path / "mine"
+    explicit = SparkSession(sc, _TF1Session(), name="mnist", checkpoint_dir=str(mine))
+    assert explicit.options["checkpoint_dir"] == str(mine)
