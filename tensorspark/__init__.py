@@ -19,7 +19,6 @@ from tensorspark.errors import (
     WireFormatError,
     WorkerError,
 )
-
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.combiners import (
     DeltaWeightCombiner,

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from tensorspark import conf as tsconf
-from tensorspark.errors import ConfigurationError
 from tensorspark.checkpoint import CheckpointManager
+from tensorspark.errors import ConfigurationError
 from tensorspark.progress import RunMonitor
-from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.auth import as_secret
+from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import MODES, ParameterServer

@@ -179,7 +179,7 @@ def aggregate_epochs(partitions: Sequence[dict[str, Any]]) -> list[dict[str, Any
     for epoch in sorted(by_epoch):
         acc = by_epoch[epoch]
         n = acc.pop("samples")
-        row = {"epoch": epoch, "samples": int(n)}
+        row: dict[str, Any] = {"epoch": epoch, "samples": int(n)}
         row.update({k: (v / n if n else float("nan")) for k, v in acc.items()})
         out.append(row)
     return out

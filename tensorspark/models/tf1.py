@@ -74,7 +74,7 @@ def resolve_params(graph: Any, param_list: Sequence[Any] | None) -> tuple[str, .
         return names
     if not param_list:
         raise ConfigurationError("param_list is empty; pass the variables to train, e.g. param_list=[W, b]")
-    names = []
+    chosen: list[str] = []
     for p in param_list:
         name = p if isinstance(p, str) else getattr(p, "name", None)
         is_var = isinstance(p, str) or hasattr(p, "initializer")
@@ -83,8 +83,8 @@ def resolve_params(graph: Any, param_list: Sequence[Any] | None) -> tuple[str, .
                 f"param_list entries must be variables of the session's graph (tf.Variable); "
                 f"{p!r} is not one. Variables in the graph: {sorted(variables)}. Received: {p!r}"
             )
-        names.append(name)
-    return tuple(names)
+        chosen.append(name)
+    return tuple(chosen)
 
 
 def resolve_feeds(graph: Any, feed_name_list: Sequence[str]) -> tuple[list[Any], tuple[str, ...]]:
@@ -95,7 +95,8 @@ def resolve_feeds(graph: Any, feed_name_list: Sequence[str]) -> tuple[list[Any],
     """
     if not feed_name_list:
         raise ConfigurationError("feed_name_list is empty; pass the names of the placeholders, e.g. [x.name, y_.name]")
-    tensors, dtypes = [], []
+    tensors: list[Any] = []
+    dtypes: list[str] = []
     for name in feed_name_list:
         try:
             t = graph.get_tensor_by_name(element_name(name))

@@ -488,7 +488,7 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ request handling
 
-    def handle_join(self, body: bytes) -> dict[str, Any]:
+    def handle_join(self, body: bytes | bytearray) -> dict[str, Any]:
         req = _json_object(body, ("partition", "attempt"))
         partition, attempt = _int_field(req, "partition"), _int_field(req, "attempt")
         with self._lock:
@@ -509,7 +509,7 @@ class ParameterServer:
                 "payload": "delta" if self.mode == "sync" else self.combiner.payload,
             }
 
-    def handle_leave(self, body: bytes) -> dict[str, Any]:
+    def handle_leave(self, body: bytes | bytearray) -> dict[str, Any]:
         req = _json_object(body, ("partition", "attempt", "state"))
         partition = _int_field(req, "partition")
         state = str(req["state"])
@@ -619,7 +619,9 @@ class ParameterServer:
         loss = _finite_float(meta.get("loss"))
         if loss is not None:
             worker.loss = loss
-            entry = {"time": now, "version": self._version, "partition": worker.partition, "loss": loss, "samples": samples}
+            entry: dict[str, Any] = {
+                "time": now, "version": self._version, "partition": worker.partition, "loss": loss, "samples": samples
+            }
             metrics = meta.get("metrics")
             if isinstance(metrics, dict):
                 values = {k: _finite_float(v) for k, v in metrics.items()}
@@ -745,7 +747,7 @@ def _finite_float(value: Any) -> float | None:
     return out if np.isfinite(out) else None
 
 
-def _json_object(body: bytes, required: tuple[str, ...]) -> dict[str, Any]:
+def _json_object(body: bytes | bytearray, required: tuple[str, ...]) -> dict[str, Any]:
     try:
         obj = json.loads(bytes(body).decode("utf-8") or "{}")
     except (UnicodeDecodeError, ValueError) as err:
@@ -861,7 +863,7 @@ class _Request(httputil.HTTPMessageDelegate):
         if self.server.public_status:
             return True
         token = parse_qs(query).get("token")
-        return bool(token) and verifier.check_status_token(token[-1])
+        return token is not None and len(token) > 0 and verifier.check_status_token(token[-1])
 
     def data_received(self, chunk: bytes) -> None:
         if self.body is None or self.responded:

@@ -100,7 +100,7 @@ def encode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = N
     parts: list[Any] = [head]
     for arr in arrays:
         if arr.nbytes:
-            parts.append(memoryview(arr.reshape(-1)).cast("B"))
+            parts.append(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]
         pad = _pad(arr.nbytes)
         if pad:
             parts.append(b"\0" * pad)
@@ -188,6 +188,7 @@ def _decode_entry(
     for field, value in (("offset", offset), ("nbytes", nbytes)):
         if type(value) is not int or value < 0:
             raise WireFormatError(f"tensor {name!r} has an invalid {field} {value!r}")
+    assert isinstance(offset, int) and isinstance(nbytes, int)  # checked just above
     dtype = DTYPES[dtype_name]
     count = 1
     for d in shape:

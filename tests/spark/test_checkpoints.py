@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_run_writes_checkpoints_and_the_last_is_the_final_state(sc, rows, tmp_pa
     assert ckpt.version == result.version
     np.testing.assert_array_equal(ckpt.params[m.W.name], m.sess.run(m.W))
     assert ckpt.mode == "async"
-    syncs = {p["partition"]: -(-(-(-p["rows"] // 100)) // 2) for p in result.partitions}
+    syncs = {p["partition"]: math.ceil(math.ceil(p["rows"] / 100) / 2) for p in result.partitions}
     assert ckpt.progress == {p: {"epoch": 1, "seq": n - 1} for p, n in syncs.items()}
     assert ckpt.meta["extra"]["applied_pushes"] == result.status["applied_pushes"] == 2 * sum(syncs.values())
 
@@ -54,7 +55,7 @@ def test_resume_continues_and_skips_what_was_applied(sc, rows, tmp_path) -> None
     spark_sess, result = _run(sc, rows, m, tmp_path, resume=True)
     # Everything was applied already: the resumed run trains nothing and keeps the weights.
     assert result.status["applied_pushes"] == 0
-    assert all(p["counts"]["skipped_batches"] == 2 * -(-p["rows"] // 100) for p in result.partitions)
+    assert all(p["counts"]["skipped_batches"] == 2 * math.ceil(p["rows"] / 100) for p in result.partitions)
     assert result.version == first.version
     np.testing.assert_array_equal(m.sess.run(m.W), first.params[m.W.name])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_seed_example_trains_on_spark(sc, fashion, image_label_rows) -> None:
     np.testing.assert_array_equal(b, final[m.b.name])
     # Every example was seen once per epoch, and each sync applied once.
     assert [e["samples"] for e in result.epochs] == [60000, 60000]
-    expected_syncs = sum(2 * -(-(-(-p["rows"] // 100)) // 100) for p in result.partitions)
+    expected_syncs = sum(2 * math.ceil(math.ceil(p["rows"] / 100) / 100) for p in result.partitions)
     assert result.status["applied_pushes"] == expected_syncs
     assert _closed(spark_sess.server.port)
     # Without feed_rdd, run() is the wrapped session's run().

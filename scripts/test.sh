@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Quick start, command 2: set up, then lint, type-check and run every test set:
+# unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), browser.
+# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# Resolve the Hadoop mini cluster's jars from Maven Central once (cached in ~/.m2).
+bash tests/hdfs/minicluster/classpath.sh >/dev/null
+export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2
+.venv/bin/ruff check tensorspark tests bench examples
+.venv/bin/mypy tensorspark
+exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
