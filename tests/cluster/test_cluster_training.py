@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from pyspark import SparkContext
 
 from tensorspark.errors import ConfigurationError, ParameterServerConnectionError
 from tensorspark.examples import spark_mnist
-from tests.cluster.conftest import WORKER_CORES, WORKERS
+from tests.cluster.conftest import WORKER_CORES, WORKERS, StandaloneCluster
 
 SLOTS = WORKERS * WORKER_CORES
 LISTENING = re.compile(r"parameter server listening at http://([\d.]+):(\d+) \(mode=(\w+)")
@@ -118,3 +119,97 @@ def test_unreachable_parameter_server_fails_the_job(
     assert "Worker traceback:" in message
     # The failed run stopped its server: nothing keeps the port.
     assert f"parameter server at 127.0.0.1:{port} stopped" in [r.getMessage() for r in caplog.records]
+
+
+def test_keras_fit(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
+    import keras
+
+    import tensorspark as sps
+    from tensorspark.datasets import load_mnist_rdd
+
+    rdd, test = load_mnist_rdd(cluster_sc, _data(fashion_mnist_dir), one_hot_labels=False, num_partitions=SLOTS)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    sess = sps.SparkSession(cluster_sc, model, name="cluster_keras", batch_size=64, sync_interval=50)
+    history = sess.fit(rdd, epochs=3)
+    assert len(history.history["loss"]) == 3
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    # The driver's model holds the trained global weights.
+    _, accuracy = model.evaluate(test.images, test.labels, batch_size=1000, verbose=0)
+    assert accuracy >= 0.84
+    assert sess.last_run is not None
+    assert sorted(p["partition"] for p in sess.last_run.partitions) == list(range(SLOTS))
+
+
+# ---------------------------------------------------------------------- dynamic allocation
+# Last in this module: the dynamic-allocation application replaces `cluster_sc`.
+
+DYNAMIC_ALLOCATION = {
+    "spark.dynamicAllocation.enabled": "true",
+    # No external shuffle service on these Workers: track shuffle files instead.
+    "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+    "spark.dynamicAllocation.minExecutors": "0",
+    "spark.dynamicAllocation.initialExecutors": "0",
+    "spark.dynamicAllocation.maxExecutors": str(SLOTS),
+    "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+    "spark.dynamicAllocation.executorIdleTimeout": "10s",
+}
+
+
+@pytest.fixture(scope="module")
+def dynamic_sc(spark_cluster: StandaloneCluster) -> Iterator[SparkContext]:
+    """An application with dynamic allocation: no executor until tasks wait for one."""
+    sc = spark_cluster.context("tensorspark-dynamic", executors=0, **DYNAMIC_ALLOCATION)
+    try:
+        yield sc
+    finally:
+        sc.stop()
+
+
+def _executors(sc: SparkContext) -> int:
+    return int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1  # noqa: SLF001 - minus the driver
+
+
+def test_async_under_dynamic_allocation(
+    dynamic_sc: SparkContext, fashion_mnist_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tensorspark")
+    assert _executors(dynamic_sc) == 0
+    # More partitions than the cluster has slots: workers join and leave in waves.
+    accuracy = spark_mnist.train(
+        dynamic_sc, name="cluster_dynamic", num_partition=2 * SLOTS, num_epoch=2, data_dir=_data(fashion_mnist_dir)
+    )
+    assert accuracy >= 0.80
+    assert [m.group(1) for m in _messages(caplog, TRAINED)] == [str(2 * SLOTS)]
+    assert 1 <= _executors(dynamic_sc) <= SLOTS
+
+
+def test_sync_refuses_dynamic_allocation(
+    dynamic_sc: SparkContext, fashion_mnist_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tensorspark")
+    with pytest.raises(ConfigurationError) as info:
+        spark_mnist.train(
+            dynamic_sc,
+            name="cluster_dynamic_sync",
+            num_partition=SLOTS,
+            num_epoch=1,
+            data_dir=_data(fashion_mnist_dir),
+            mode="sync",
+        )
+    assert str(info.value) == (
+        "mode='sync' runs all partitions at once (Spark barrier execution, gang scheduling), "
+        "which Spark does not support with dynamic allocation. Set "
+        "spark.dynamicAllocation.enabled=false for this application, or use mode='async' "
+        "(workers may come and go). Received: spark.dynamicAllocation.enabled=true"
+    )
+    assert _messages(caplog, LISTENING) == []
