@@ -24,7 +24,6 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -102,7 +101,6 @@ class ParameterClient:
                     f"Pass a PEM file. Received: ssl_cafile={ssl_cafile!r}"
                 ) from None
         self._signer = None if secret is None else auth.Signer(auth.as_secret(secret))
-        self._hash_pool: ThreadPoolExecutor | None = None  # block-parallel body digests
         self._conn: http.client.HTTPConnection | None = None
 
     # ------------------------------------------------------------------ public calls
@@ -139,9 +137,6 @@ class ParameterClient:
 
     def close(self) -> None:
         """Close the connection and the hashing threads (a later request reopens them)."""
-        if self._hash_pool is not None:
-            self._hash_pool.shutdown(wait=False)
-            self._hash_pool = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -208,9 +203,7 @@ class ParameterClient:
         conn.putheader("Content-Type", content_type)
         conn.putheader("Content-Length", str(size))
         if self._signer is not None:
-            if self._hash_pool is None and size >= 4 * auth.BLOCK:
-                self._hash_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tensorspark-ps-client-hash")
-            digest = auth.body_digest(parts, self._hash_pool)
+            digest = auth.body_digest(parts)
             for name, value in self._signer.headers(method, path, digest).items():
                 conn.putheader(name, value)
         if size <= _SMALL_BODY:  # one send (and one packet) for headers and body

@@ -33,13 +33,11 @@ import collections
 import errno
 import json
 import logging
-import os
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -253,7 +251,6 @@ class ParameterServer:
         self._started_at = 0.0
 
         self._thread: threading.Thread | None = None
-        self._hash_pool: ThreadPoolExecutor | None = None  # body digests, off the loop thread
         self._loop: IOLoop | None = None
         self._http: HTTPServer | None = None
         self._sockets: list[socket.socket] = []
@@ -305,10 +302,6 @@ class ParameterServer:
         self.port = self._sockets[0].getsockname()[1]
         self._ready.clear()
         self._stopped.clear()
-        if self._verifier is not None:
-            self._hash_pool = ThreadPoolExecutor(
-                max_workers=min(4, os.cpu_count() or 1), thread_name_prefix=f"tensorspark-ps-hash-{self.port}"
-            )
         self._thread = threading.Thread(target=self._serve, name=f"tensorspark-ps-{self.port}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -407,9 +400,6 @@ class ParameterServer:
             logger.warning("parameter server thread did not end within %ss", timeout)
         for sock in self._sockets:
             sock.close()
-        if self._hash_pool is not None:
-            self._hash_pool.shutdown(wait=False, cancel_futures=True)
-            self._hash_pool = None
         self._thread = None
         self._loop = None
         logger.info("parameter server at %s stopped", f"{self.host}:{self.port}")
@@ -855,7 +845,7 @@ class _Request(httputil.HTTPMessageDelegate):
                 return
         self.body = bytearray(length)
         if signed:
-            self.hasher = auth.BlockHasher(self.body, self.server._hash_pool)
+            self.hasher = auth.BlockHasher(self.body)
 
     def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
         if (self.method, self.path) not in _STATUS_ROUTES:
