@@ -93,6 +93,15 @@ def checkpoint_name(version: int) -> str:
     return f"ckpt-{version:012d}{SUFFIX}"
 
 
+def checkpoint_version(name: str) -> int | None:
+    """The version in a checkpoint file name (inverse of :func:`checkpoint_name`), else None.
+
+    Temporary files of a write in progress (``.ckpt-....tmp``) are not checkpoint names.
+    """
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
 def model_signature(params: Mapping[str, Any]) -> dict[str, dict]:
     """Name → ``{"shape": [...], "dtype": "float32"}`` for each parameter, sorted by name.
 

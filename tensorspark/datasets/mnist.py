@@ -22,10 +22,11 @@ import gzip
 import hashlib
 import logging
 import os
+import posixpath
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -424,6 +425,65 @@ def load_mnist(data_dir: str | os.PathLike[str] | None = None, download: bool = 
         test_images.shape[0],
     )
     return data
+
+
+def upload_to_hdfs(
+    local_dir: str | os.PathLike[str] | None,
+    location: str,
+    user: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    download: bool = True,
+    auth: str = "insecure",
+    token: str | None = None,
+    timeout: float = 60.0,
+) -> list[str]:
+    """Copies the four idx files to HDFS, like the seed's ``hadoop fs -put MNIST_data/* /data``.
+
+    Runs on the driver and needs no Hadoop client: the files go over WebHDFS
+    (:func:`tensorspark.storage.open_storage`), each to a temporary name that is then renamed,
+    so a reader never sees half a file; files already there are replaced. Afterwards
+    :func:`load_mnist_rdd` (or the example's ``--data-dir``) reads them from
+    ``hdfs://namenode:port/<path>``. Not thread-safe against another upload to the same place.
+
+    Args:
+        local_dir: the folder with the idx files (``.gz`` or raw, uploaded as they are), or
+            None for the default data (see :func:`resolve_data_dir`).
+        location: the HDFS folder: ``webhdfs://namenode:9870/data``, or ``hdfs://`` / a
+            bare path with the WebHDFS address in ``conf`` (any location
+            :func:`~tensorspark.storage.open_storage` accepts, local ones included).
+        user: the HDFS user to write as (``insecure`` auth).
+        conf: Spark configuration as a plain mapping, e.g. ``dict(sc.getConf().getAll())``.
+        download: see :func:`resolve_data_dir`.
+        auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
+        token: the delegation token for ``auth="token"``.
+        timeout: seconds each WebHDFS call may take.
+
+    Returns:
+        The locations written, one per idx file.
+
+    Raises:
+        ConfigurationError: no data found locally, or a bad location or auth setting.
+        StorageError: HDFS refused or failed a write (the message names the file and carries
+            HDFS's own message, e.g. permission denied or safe mode).
+    """
+    from tensorspark.storage import open_storage
+
+    source, name = resolve_data_dir(local_dir, download=download)
+    storage, root = open_storage(
+        location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
+    )
+    storage.makedirs(root)
+    written = []
+    for stem in IDX_FILES:
+        path = _find_file(Path(source), stem)
+        if path is None:  # resolve_data_dir checked; the folder changed under us
+            raise ConfigurationError(f"{stem} vanished from {source}.")
+        target = posixpath.join(root, path.name)
+        storage.write_bytes(target, path.read_bytes())
+        written.append(storage.location(target))
+    logger.info("Uploaded %s from %s to %s", name, source, storage.location(root))
+    return written
 
 
 # --- Spark ---------------------------------------------------------------------------------
