@@ -1,8 +1,11 @@
 """Training on the real standalone cluster: executors in other JVMs and Python processes.
 
 Each test trains (or refuses to train) through the public API a user calls from the driver:
-the seed's MNIST example (``tensorspark.examples.spark_mnist.train``) and
-``SparkSession(..., mode='sync')``. Data is Fashion-MNIST, read by the executors.
+the seed's MNIST example (``tensorspark.examples.spark_mnist.train``, async and
+``mode='sync'``) and ``SparkSession.fit`` on a Keras model. Data is Fashion-MNIST, read by
+the executors. Also: sync mode refuses what it cannot gang-schedule, an executor that cannot
+reach the parameter server fails the job with the clear error, and async training runs
+under dynamic allocation.
 """
 
 from __future__ import annotations
