@@ -105,7 +105,8 @@ def train_partition(
     update and ``on_divergence='fail'``.
     """
     client = ParameterClient(config.server_url, timeout=config.request_timeout, ps_timeout=config.ps_timeout,
-                             ssl_cafile=config.ssl_cafile, secret=config.secret)
+                             ssl_cafile=config.ssl_cafile, secret=config.secret,
+                             recycle_responses=True)  # the loop keeps only the latest weights
     state = "failed"
     try:
         joined = client.join(partition, attempt)

@@ -69,6 +69,10 @@ class ParameterClient:
             system's trusted CAs.
         secret: the run's shared secret; requests are signed with it. None sends
             unsigned requests (for a server without a secret).
+        recycle_responses: receive large responses into two buffers used in turn, so the
+            arrays returned by :meth:`push`/:meth:`pull` stay valid only until the call
+            after next. The training loop keeps just the latest weights and turns this
+            on; leave it off when you keep results longer.
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class ParameterClient:
         ps_timeout: float = 60.0,
         ssl_cafile: str | None = None,
         secret: bytes | str | None = None,
+        recycle_responses: bool = False,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -91,6 +96,11 @@ class ParameterClient:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self.timeout = float(timeout)
         self.ps_timeout = float(ps_timeout)
+        # Two response buffers used in turn (see the class docstring): fresh 100 MB buffers
+        # for every pull cost more in page faults than the transfer itself.
+        self._recycle = bool(recycle_responses)
+        self._ring: list[bytearray | None] = [None, None]
+        self._turn = 0
         self._ssl_context: ssl.SSLContext | None = None
         if parts.scheme == "https":
             try:
@@ -210,11 +220,11 @@ class ParameterClient:
             conn.endheaders(b"".join(parts))
         else:
             conn.endheaders()
-            for part in parts:
-                conn.send(part)
+            for chunk in wire.coalesce(parts):
+                conn.send(chunk)
         response = conn.getresponse()
         length = int(response.getheader("Content-Length") or "0")
-        body = bytearray(length)
+        body = self._response_buffer(length)
         view = memoryview(body)
         got = 0
         while got < length:
@@ -236,6 +246,15 @@ class ParameterClient:
                 )
             raise ParameterServerError(f"parameter server {self.url}{path} answered {response.status}: {message}")
         return body
+
+    def _response_buffer(self, length: int) -> bytearray:
+        if not self._recycle or length < (1 << 20):
+            return bytearray(length)
+        self._turn ^= 1
+        buf = self._ring[self._turn]
+        if buf is None or len(buf) != length:
+            buf = self._ring[self._turn] = bytearray(length)
+        return buf
 
     def _unreachable(self, err: BaseException) -> ParameterServerConnectionError:
         return ParameterServerConnectionError(

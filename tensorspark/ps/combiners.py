@@ -49,8 +49,15 @@ class WeightCombiner:
     payload: ClassVar[str] = "delta"
     name: ClassVar[str] = "custom"
 
-    def combine(self, global_params: Params, pushed: Params, info: PushInfo) -> dict[str, np.ndarray]:
-        """Return the new global parameters after ``pushed`` (a delta or weights)."""
+    def combine(
+        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Return the new global parameters after ``pushed`` (a delta or weights).
+
+        ``out``, when given, is a recycled set of arrays with the same names, shapes and
+        dtypes that the result may be written into (and returned) instead of allocating;
+        it never aliases ``global_params``. Overriding implementations may ignore it.
+        """
         raise NotImplementedError
 
     def get_config(self) -> dict[str, Any]:
@@ -69,8 +76,14 @@ class DeltaWeightCombiner(WeightCombiner):
     payload = "delta"
     name = "delta"
 
-    def combine(self, global_params: Params, pushed: Params, info: PushInfo) -> dict[str, np.ndarray]:
-        return {k: global_params[k] + pushed[k] for k in global_params}
+    def combine(
+        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        if out is None:
+            return {k: global_params[k] + pushed[k] for k in global_params}
+        for k, g in global_params.items():
+            np.add(g, pushed[k], out=out[k])
+        return out
 
 
 class MeanWeightCombiner(WeightCombiner):
@@ -83,7 +96,9 @@ class MeanWeightCombiner(WeightCombiner):
     payload = "weights"
     name = "mean"
 
-    def combine(self, global_params: Params, pushed: Params, info: PushInfo) -> dict[str, np.ndarray]:
+    def combine(
+        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         n = max(1, info.active_workers)
         out = {}
         for k, old_value in global_params.items():
@@ -102,9 +117,16 @@ class DynSGDCombiner(WeightCombiner):
     payload = "delta"
     name = "dynsgd"
 
-    def combine(self, global_params: Params, pushed: Params, info: PushInfo) -> dict[str, np.ndarray]:
+    def combine(
+        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         scale = 1.0 / (info.staleness + 1)
-        return {k: global_params[k] + (pushed[k] * scale).astype(global_params[k].dtype) for k in global_params}
+        if out is None:
+            return {k: global_params[k] + (pushed[k] * scale).astype(global_params[k].dtype) for k in global_params}
+        for k, g in global_params.items():
+            np.multiply(pushed[k], scale, out=out[k], casting="unsafe")
+            out[k] += g
+        return out
 
 
 _BY_NAME: dict[str, type[WeightCombiner]] = {

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import inspect
 import json
 import logging
 import socket
@@ -62,6 +63,8 @@ logger = logging.getLogger(__name__)
 MODES = ("async", "sync")
 _HEADROOM = 4 * 1024 * 1024
 _HISTORY = 2000
+_RECYCLE_FROM = 1 << 20  # request bodies this large are reused between requests
+_MAX_BODIES = 4
 _FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
 
 
@@ -105,7 +108,7 @@ class _Pending:
     delta: dict[str, np.ndarray]
     samples: int
     meta: dict[str, Any]
-    respond: Callable[[int, list[Any], str], None]
+    respond: Callable[..., None]
 
 
 @dataclass
@@ -210,6 +213,11 @@ class ParameterServer:
                 )
             self._params[str(name)] = arr
         self.combiner = get_combiner(combiner)
+        self._combine_takes_out = "out" in inspect.signature(self.combiner.combine).parameters
+        self._inflight: dict[int, int] = {}
+        self._retired: dict[int, dict[str, np.ndarray]] = {}
+        self._spare: dict[str, np.ndarray] | None = None
+        self._bodies: list[bytearray] = []
         self.host = host
         self._port_spec = port
         self.mode = mode
@@ -424,10 +432,10 @@ class ParameterServer:
             return {k: v.copy() for k, v in self._params.items()}
 
     def snapshot(self) -> Snapshot:
-        """The current parameters (read-only references), version and progress, consistent."""
+        """A copy of the current parameters, with version and progress, consistent."""
         with self._lock:
             return Snapshot(
-                params=dict(self._params),
+                params={k: v.copy() for k, v in self._params.items()},
                 version=self._version,
                 progress={p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()},
                 mode=self.mode,
@@ -513,12 +521,11 @@ class ParameterServer:
                     self._maybe_complete_round()
         return {"ok": True}
 
-    def handle_pull(self) -> tuple[list[Any], dict[str, Any]]:
+    def handle_pull(self, respond: Callable[..., None]) -> None:
         with self._lock:
-            params, version = self._params, self._version
-        return wire.encode(params, {"version": version}), {"version": version}
+            self._respond_params(respond, "pulled")
 
-    def handle_push(self, body: bytearray, respond: Callable[[int, list[Any], str], None]) -> None:
+    def handle_push(self, body: bytearray, respond: Callable[..., None]) -> None:
         """Decode and apply (or defer, in sync mode) one push; ``respond`` is called once."""
         tensors, meta = wire.decode(body)
         partition = _int_field(meta, "partition")
@@ -557,7 +564,11 @@ class ParameterServer:
                 current_version=self._version,
                 active_workers=self._active_count(),
             )
-            self._params = self.combiner.combine(self._params, tensors, info)
+            if self._combine_takes_out:
+                new = self.combiner.combine(self._params, tensors, info, out=self._take_spare())
+            else:
+                new = self.combiner.combine(self._params, tensors, info)
+            self._install(new)
             self._apply_bookkeeping(worker, meta, info.staleness)
             self._respond_params(respond, "applied")
         self._notify(meta, "applied")
@@ -618,8 +629,71 @@ class ParameterServer:
                 entry["metrics"] = {k: v for k, v in values.items() if v is not None}
             self._history.append(entry)
 
-    def _respond_params(self, respond: Callable[[int, list[Any], str], None], status: str) -> None:
-        respond(200, wire.encode(self._params, {"version": self._version, "status": status}), wire.CONTENT_TYPE)
+    def _respond_params(self, respond: Callable[..., None], status: str) -> None:
+        """Answer with the current parameters (lock held), written straight from their memory.
+
+        The arrays are counted as in flight until the response has left, so that they are
+        not recycled (see :meth:`_install`) while the socket still reads them.
+        """
+        params = self._params
+        key = id(params)
+        self._inflight[key] = self._inflight.get(key, 0) + 1
+        parts = wire.encode(params, {"version": self._version, "status": status})
+        respond(200, parts, wire.CONTENT_TYPE, lambda: self._release(key))
+
+    # buffer recycling -----------------------------------------------------------
+    # A 100 MB model allocated afresh for every push costs more in page faults than the
+    # arithmetic; superseded parameter sets and request bodies are reused instead.
+
+    def _install(self, new: dict[str, np.ndarray]) -> None:
+        """Make ``new`` the global parameters; the old set becomes the spare once no
+        response is still sending it (lock held)."""
+        old = self._params
+        self._params = new
+        if old is new:
+            return
+        key = id(old)
+        if self._inflight.get(key, 0) == 0:
+            self._inflight.pop(key, None)
+            self._spare = old
+        else:
+            self._retired[key] = old
+
+    def _release(self, key: int) -> None:
+        """A response that was sending the parameter set ``key`` is done (loop thread)."""
+        with self._lock:
+            left = self._inflight.get(key, 0) - 1
+            if left > 0:
+                self._inflight[key] = left
+                return
+            self._inflight.pop(key, None)
+            old = self._retired.pop(key, None)
+            if old is not None:
+                self._spare = old
+
+    def _take_spare(self) -> dict[str, np.ndarray] | None:
+        """A recycled parameter set to combine into, if one fits (lock held)."""
+        spare, self._spare = self._spare, None
+        if spare is None or spare.keys() != self._params.keys():
+            return None
+        for k, v in self._params.items():
+            if spare[k].shape != v.shape or spare[k].dtype != v.dtype:
+                return None
+        return spare
+
+    def take_body(self, length: int) -> bytearray:
+        """A buffer for a request body of ``length`` bytes (loop thread)."""
+        if length >= _RECYCLE_FROM:
+            for i, buf in enumerate(self._bodies):
+                if len(buf) == length:
+                    return self._bodies.pop(i)
+        return bytearray(length)
+
+    def give_body(self, body: bytearray) -> None:
+        """Return a body buffer nothing refers to any more (loop thread)."""
+        if len(body) >= _RECYCLE_FROM and self.mode == "async":
+            self._bodies.append(body)
+            del self._bodies[:-_MAX_BODIES]
 
     def _notify(self, meta: dict[str, Any], status: str) -> None:
         if self._on_push is not None:
@@ -650,7 +724,7 @@ class ParameterServer:
             for p, w in zip(pending, weights, strict=True):
                 acc = acc + w * p.delta[name]
             new[name] = acc.astype(old.dtype, copy=False)
-        self._params = new
+        self._install(new)
         self._round += 1
         for p in pending:
             worker = self._workers[p.partition]
@@ -843,7 +917,7 @@ class _Request(httputil.HTTPMessageDelegate):
             except AuthenticationError as err:
                 self.error = HttpError(401, str(err))  # answered once the body is drained
                 return
-        self.body = bytearray(length)
+        self.body = self.server.take_body(length)
         if signed:
             self.hasher = auth.BlockHasher(self.body)
 
@@ -887,9 +961,9 @@ class _Request(httputil.HTTPMessageDelegate):
         try:
             if self.path == "/push":
                 server.handle_push(self.body, self._respond)
+                server.give_body(self.body)  # the update has been combined (or is pending: sync)
             elif self.path == "/pull":
-                parts, _ = server.handle_pull()
-                self._respond(200, parts, wire.CONTENT_TYPE)
+                server.handle_pull(self._respond)
             elif self.path == "/join":
                 self._json(server.handle_join(self.body))
             elif self.path == "/leave":
@@ -921,19 +995,34 @@ class _Request(httputil.HTTPMessageDelegate):
         logger.debug("parameter server: %s %s -> %s %s", self.method, self.path, err.code, err.message)
         self._respond(err.code, [json.dumps({"error": err.message}).encode("utf-8")], "application/json")
 
-    def _respond(self, code: int, parts: list[Any], content_type: str) -> None:
-        """Write the response; may be called from the loop thread only, once."""
-        if self.responded:
-            return
-        self.responded = True
-        size = sum(memoryview(p).nbytes for p in parts)
-        headers = httputil.HTTPHeaders({"Content-Type": content_type, "Content-Length": str(size)})
-        reason = httputil.responses.get(code, "Unknown")
-        try:
-            self.conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", code, reason), headers)
-            for part in parts:
-                if memoryview(part).nbytes:
-                    self.conn.write(part)  # type: ignore[arg-type]
-            self.conn.finish()
-        except Exception:  # connection went away while answering
-            logger.debug("parameter server: client went away during the response", exc_info=True)
+    def _respond(
+        self, code: int, parts: list[Any], content_type: str, on_sent: Callable[[], None] | None = None
+    ) -> None:
+        """Write the response from ``parts`` without copying them; loop thread only, once.
+
+        ``on_sent`` is called (on the loop thread) once the socket no longer needs the
+        parts' memory: when the last part has been written, or at once if the client left.
+        """
+        last: Any = None
+        if not self.responded:
+            self.responded = True
+            size = sum(memoryview(p).nbytes for p in parts)
+            headers = httputil.HTTPHeaders({"Content-Type": content_type, "Content-Length": str(size)})
+            reason = httputil.responses.get(code, "Unknown")
+            chunks = wire.coalesce([p for p in parts if memoryview(p).nbytes])
+            # Headers and a small first chunk leave in one send (one TCP segment).
+            first = chunks.pop(0) if chunks and isinstance(chunks[0], bytes) and len(chunks[0]) <= 256 * 1024 else None
+            try:
+                start = httputil.ResponseStartLine("HTTP/1.1", code, reason)
+                last = self.conn.write_headers(start, headers, first)
+                for chunk in chunks:
+                    last = self.conn.write(chunk)
+                self.conn.finish()
+            except Exception:  # connection went away while answering
+                logger.debug("parameter server: client went away during the response", exc_info=True)
+                last = None
+        if on_sent is not None:
+            if last is None or last.done():
+                on_sent()
+            else:
+                last.add_done_callback(lambda f: (f.exception(), on_sent()))

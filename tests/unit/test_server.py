@@ -150,3 +150,31 @@ def test_bad_arguments() -> None:
         sps.ParameterServer(_params(), mode="sync")
     with pytest.raises(ConfigurationError, match="at least one parameter"):
         sps.ParameterServer({})
+
+
+def test_recycled_buffers_never_change_a_response_being_sent() -> None:
+    """A slow reader's pull must hold one consistent version while pushes keep combining
+    (the server reuses superseded parameter arrays only after their responses left)."""
+    import http.client
+    import time
+
+    from tensorspark.ps import auth, wire
+
+    n = 10_000_000  # 40 MB: more than the socket buffers hold, so the write stays pending
+    with sps.ParameterServer({"w": np.zeros(n, np.float32)}) as server, _client(server) as pusher:
+        secret = server.client_options()["secret"]
+        slow = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        headers = auth.Signer(secret).headers("GET", "/pull", auth.body_digest(b""))
+        slow.request("GET", "/pull", headers=headers)
+        time.sleep(0.3)  # the server starts writing version 0 while we do not read
+        for seq in range(4):
+            pusher.push({"w": np.ones(n, np.float32)}, _meta(seq=seq, base=seq))
+        response = slow.getresponse()
+        body = bytearray(response.read())
+        tensors, meta = wire.decode(body)
+        assert meta["version"] == 0
+        assert not tensors["w"].any(), "the response changed while it was being sent"
+        slow.close()
+        version, latest = pusher.pull()
+        assert version == 4
+        np.testing.assert_array_equal(latest["w"][:10], 4.0)
