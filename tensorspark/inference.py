@@ -281,6 +281,61 @@ class SavedModelSource(ModelSource):
 # --------------------------------------------------------------------------- driver side
 
 
+def _shape_tuple(tensor: Any) -> tuple[int | None, ...]:
+    if tensor.shape.rank is None:
+        raise ConfigurationError(f"{tensor.name} has an unknown rank; give its placeholder a shape")
+    return tuple(tensor.shape.as_list())
+
+
+class TF1SessionSource(ModelSource):
+    """A TF1 session's graph as a model source for :func:`tensorspark.inference.predict`.
+
+    Args:
+        sess: the session holding the trained variables (driver).
+        fetches: the output tensor (one).
+        feed_name_list: the input placeholder's name (one).
+    """
+
+    description = "the TF1 session's graph"
+
+    def __init__(self, sess: Any, fetches: Any, feed_name_list: Sequence[str]) -> None:
+        fetch_list = fetches if isinstance(fetches, (list, tuple)) else [fetches]
+        if len(fetch_list) != 1 or len(feed_name_list) != 1:
+            raise ConfigurationError(
+                "predict on a TF1 session takes one output tensor and one feed name. "
+                f"Received: {len(fetch_list)} fetches, feed_name_list={list(feed_name_list)!r}"
+            )
+        from tensorspark.models.tf1 import element_name, export_graph, resolve_feeds
+
+        feeds, _ = resolve_feeds(sess.graph, feed_name_list)
+        self._feed = feeds[0]
+        try:
+            self._fetch = sess.graph.as_graph_element(element_name(fetch_list[0]))
+        except (KeyError, ValueError):
+            raise ConfigurationError(f"fetch {element_name(fetch_list[0])!r} is not part of the session's graph") from None
+        if not hasattr(self._fetch, "shape"):
+            raise ConfigurationError(
+                f"predict needs an output tensor, not an operation. Received: fetches={self._fetch.name!r}"
+            )
+        self._spec = export_graph(sess, [self._fetch], feed_name_list, ())
+
+    def input_shape(self) -> tuple[int | None, ...]:
+        return _shape_tuple(self._feed)
+
+    def output_shape(self) -> tuple[int | None, ...]:
+        return _shape_tuple(self._fetch)
+
+    def payload(self) -> bytes:
+        from tensorspark.models.tf1 import spec_to_bytes
+
+        return spec_to_bytes(self._spec)
+
+    def loader(self) -> ModelLoader:
+        from tensorspark.models.tf1 import TF1Loader
+
+        return TF1Loader()
+
+
 def _is_remote(location: str) -> bool:
     scheme = location.split("://", 1)[0] if "://" in location else ""
     return scheme not in ("", "file")

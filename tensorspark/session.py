@@ -579,8 +579,16 @@ class SparkSession:
         features_col: str = "features",
         output_col: str = "prediction",
         batch_size: int | None = None,
+        fetches: Any = None,
+        feed_name_list: Sequence[str] | None = None,
+        top_k: int | None = None,
+        labels: Sequence[str] | None = None,
     ) -> Any:
-        """The driver's Keras model applied to ``data`` on the executors, order kept.
+        """The driver's model applied to ``data`` on the executors, order kept.
+
+        For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
+        name in ``feed_name_list`` (the graph and the session's current variable values are
+        broadcast once). ``top_k``/``labels`` as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
@@ -592,12 +600,22 @@ class SparkSession:
         """
         from tensorspark.inference import predict
 
-        if not self.is_keras:
-            raise ConfigurationError("predict() needs a Keras model; this SparkSession wraps a TF1 session")
         size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        model: Any = self.session
+        if not self.is_keras:
+            from tensorspark.inference import TF1SessionSource
+
+            if fetches is None or feed_name_list is None:
+                raise ConfigurationError(
+                    "predict() on a TF1 session needs fetches= (the output tensor) and "
+                    "feed_name_list= (the input placeholder's name), e.g. fetches=y, feed_name_list=[x.name]"
+                )
+            model = TF1SessionSource(self.session, fetches, feed_name_list)
+        elif fetches is not None or feed_name_list is not None:
+            raise ConfigurationError("fetches= and feed_name_list= are for TF1 sessions; this SparkSession wraps a Keras model")
         return predict(
-            self.sc, self.session, data, features_col=features_col, output_col=output_col,
-            batch_size=size, custom_objects=self.custom_objects,
+            self.sc, model, data, features_col=features_col, output_col=output_col,
+            batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
         )
 
     # ------------------------------------------------------------------ shared

@@ -250,3 +250,51 @@ class TF1Model:
 
     def close(self) -> None:
         self.session.close()
+
+
+# ---------------------------------------------------------------------- inference
+
+
+def spec_to_bytes(spec: TF1GraphSpec) -> bytes:
+    """A graph spec as one wire message (graph and values as byte tensors, names as meta)."""
+    return wire.encode_bytes(
+        {
+            "meta_graph": np.frombuffer(spec.meta_graph, np.uint8),
+            "variable_values": np.frombuffer(spec.variable_values, np.uint8),
+        },
+        {
+            "param_names": list(spec.param_names),
+            "feed_names": list(spec.feed_names),
+            "feed_dtypes": list(spec.feed_dtypes),
+            "fetch_names": list(spec.fetch_names),
+        },
+    )
+
+
+def spec_from_bytes(data: bytes) -> TF1GraphSpec:
+    """Inverse of :func:`spec_to_bytes` (executor side)."""
+    tensors, meta = wire.decode(bytearray(data))
+    return TF1GraphSpec(
+        meta_graph=tensors["meta_graph"].tobytes(),
+        variable_values=tensors["variable_values"].tobytes(),
+        param_names=tuple(meta["param_names"]),
+        feed_names=tuple(meta["feed_names"]),
+        feed_dtypes=tuple(meta["feed_dtypes"]),
+        fetch_names=tuple(meta["fetch_names"]),
+    )
+
+
+@dataclass(frozen=True)
+class TF1Loader:
+    """Executor half of :class:`TF1ModelSource`: rebuilds the graph once per worker process."""
+
+    def load(self, payload: bytes) -> Any:
+        from tensorspark.tfthreads import task_cpus
+
+        model = TF1Model(spec_from_bytes(payload), threads=task_cpus())
+        dtype = np.dtype(model.spec.feed_dtypes[0])
+
+        def predict(batch: np.ndarray) -> np.ndarray:
+            return np.asarray(model.predict((np.asarray(batch, dtype=dtype),))[0])
+
+        return predict

@@ -13,6 +13,7 @@ class Softmax:
     graph: Any
     sess: Any
     x: Any
+    y: Any
     y_: Any
     W: Any
     b: Any
@@ -41,4 +42,4 @@ def softmax_regression(learning_rate: float = 0.1) -> Softmax:
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1)), tf.float32))
         sess = tf1.Session(graph=graph)
         sess.run(tf1.global_variables_initializer())
-    return Softmax(graph, sess, x, y_, W, b, cross_entropy, train_step, accuracy)
+    return Softmax(graph, sess, x, y, y_, W, b, cross_entropy, train_step, accuracy)
