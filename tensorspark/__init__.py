@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from tensorspark.checkpoint import Checkpoint, CheckpointManager, load_checkpoint
 from tensorspark.errors import (
     AuthenticationError,
     CheckpointError,
@@ -19,6 +20,9 @@ from tensorspark.errors import (
     WireFormatError,
     WorkerError,
 )
+from tensorspark.inference import ModelLoader, ModelSource, TF1SessionSource, predict
+from tensorspark.models.keras import History
+from tensorspark.progress import Progress
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.combiners import (
     DeltaWeightCombiner,
@@ -29,12 +33,43 @@ from tensorspark.ps.combiners import (
 from tensorspark.ps.server import ParameterServer
 from tensorspark.session import SparkSession
 from tensorspark.training import TrainResult
+from tensorspark.tuning import (
+    Choice,
+    Distribution,
+    IntRange,
+    LogUniform,
+    TrialResult,
+    TuneResult,
+    TuningError,
+    Uniform,
+    expand_space,
+    tune,
+)
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
+    "CheckpointManager",
+    "Choice",
+    "Distribution",
+    "History",
+    "IntRange",
+    "LogUniform",
+    "ModelLoader",
+    "ModelSource",
+    "Progress",
+    "TF1SessionSource",
+    "TrialResult",
+    "TuneResult",
+    "TuningError",
+    "Uniform",
+    "expand_space",
+    "load_checkpoint",
+    "predict",
+    "tune",
     "DeltaWeightCombiner",
     "DynSGDCombiner",
     "MeanWeightCombiner",
