@@ -47,6 +47,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--sync-interval", type=int, default=20)
     parser.add_argument("--target", type=float, default=0.84)
+    parser.add_argument("--combiner", default=None, help="weight_combiner (default: the library's default)")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/keras_fit.json")
     return parser.parse_args()
@@ -121,7 +122,9 @@ def on_spark(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no
         train.count()
         test.count()
         model = make_model()
-        ks = sps.SparkSession(sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size)
+        ks = sps.SparkSession(
+            sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size, weight_combiner=args.combiner
+        )
         started = time.perf_counter()
         history = ks.fit(train, epochs=args.epochs, validation_data=test)
         fit_seconds = time.perf_counter() - started
