@@ -65,6 +65,18 @@ def _task_context() -> tuple[int | None, int]:
     return ctx.partitionId(), ctx.attemptNumber()
 
 
+def _dtypes(names: Sequence[str | None]) -> list[np.dtype | None]:
+    return [None if d is None else np.dtype(d) for d in names]
+
+
+def _train_blocks(
+    index: int, attempt: int, blocks: Iterator[Block], bcast: Any, kind: str, options: dict[str, Any], config: WorkerConfig
+) -> str:
+    """Train one partition's blocks with the broadcast model; the statistics as JSON."""
+    stats = train_partition(index, attempt, blocks, config, lambda: build_adapter(kind, bcast.value, options))
+    return json.dumps(stats)
+
+
 def rdd_partition_task(
     index: int,
     rows: Iterator[Any],
@@ -78,10 +90,8 @@ def rdd_partition_task(
 ) -> Iterator[str]:
     """``mapPartitionsWithIndex`` body: train on RDD elements; yields one JSON line."""
     _, attempt = _task_context()
-    dtypes = [None if d is None else np.dtype(d) for d in feed_dtypes]
-    blocks = rows_to_blocks(rows, feed_names, dtypes, block_rows=max(config.batch_size, 256))
-    stats = train_partition(index, attempt, blocks, config, lambda: build_adapter(kind, bcast.value, options))
-    yield json.dumps(stats)
+    blocks = rows_to_blocks(rows, feed_names, _dtypes(feed_dtypes), block_rows=max(config.batch_size, 256))
+    yield _train_blocks(index, attempt, blocks, bcast, kind, options, config)
 
 
 def barrier_partition_task(rows: Iterator[Any], **kwargs: Any) -> Iterator[str]:
@@ -106,10 +116,9 @@ def arrow_partition_task(
 
     index, attempt = _task_context()
     assert index is not None
-    dtypes = [None if d is None else np.dtype(d) for d in feed_dtypes]
-    blocks = arrow_to_blocks(batches, columns, dtypes)
-    stats = train_partition(index, attempt, blocks, config, lambda: build_adapter(kind, bcast.value, options))
-    yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats)]})
+    blocks = arrow_to_blocks(batches, columns, _dtypes(feed_dtypes))
+    stats = _train_blocks(index, attempt, blocks, bcast, kind, options, config)
+    yield pa.RecordBatch.from_pydict({"stats": [stats]})
 
 
 def arrow_to_blocks(batches: Iterator[Any], columns: Sequence[str], dtypes: Sequence[np.dtype | None]) -> Iterator[Block]:
