@@ -23,6 +23,7 @@ from pathlib import Path
 import hdfs
 import pytest
 import requests
+from pyspark import SparkContext
 
 MINICLUSTER = Path(__file__).resolve().parent / "minicluster"
 CLASSPATH_SCRIPT = MINICLUSTER / "classpath.sh"
@@ -122,6 +123,15 @@ class HdfsCluster:
         if done.returncode != 0:
             raise RuntimeError(f"dfsadmin {' '.join(args)} failed:\n{done.stderr[-3000:]}")
         return done.stdout
+
+    def home(self, user: str, name: str) -> str:
+        """A fresh directory ``/user/<user>/<name>`` owned by ``user`` (made by the superuser)."""
+        path = f"/user/{user}/{name}"
+        client = self.client()
+        client.makedirs(path)
+        client.set_owner(f"/user/{user}", owner=user)
+        client.set_owner(path, owner=user)
+        return path
 
     def log_tail(self, chars: int = 6000) -> str:
         try:
@@ -262,3 +272,25 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsClust
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def hdfs_sc(hdfs_cluster: HdfsCluster) -> Iterator[SparkContext]:
+    """A local[2] SparkContext whose conf names this HDFS's WebHDFS address; per module.
+
+    ``spark.tensorspark.webhdfs.url`` lets ``hdfs://127.0.0.1:P/...`` locations (checkpoint
+    dirs) reach the NameNode over WebHDFS. Stops the process's active context first (one per
+    JVM) and its own at the end; tests/spark's fixtures start theirs again when needed.
+    """
+    from tests.spark.conftest import make_conf
+
+    active = SparkContext._active_spark_context  # noqa: SLF001
+    if active is not None:
+        active.stop()
+    conf = make_conf("local[2]").set("spark.tensorspark.webhdfs.url", hdfs_cluster.webhdfs_url)
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        yield sc
+    finally:
+        sc.stop()
