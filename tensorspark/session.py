@@ -9,6 +9,7 @@ holds the trained global weights.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -317,6 +318,7 @@ class SparkSession:
             on_divergence=self.on_divergence,
             ssl_cafile=self.options["ssl_cafile"],
             secret=None if server is None else server.client_options().get("secret"),
+            join_deadline=time.time() + self.ps_timeout,
         )
 
     def _prepare_partitions(self, num_partitions: int) -> None:

@@ -32,6 +32,7 @@ from tensorspark.ps.client import ParameterClient, PushResult
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
+_MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
 class TrainableModel(Protocol):
@@ -69,6 +70,12 @@ class WorkerConfig:
     ssl_cafile: str | None = None
     on_divergence: str = "fail"
     secret: bytes | None = field(default=None, repr=False)
+    #: Wall-clock time (driver's clock, seconds since the epoch) by which the server must
+    #: have been reached once: the job's start plus ``ps_timeout``. A retried task whose
+    #: predecessor could not reach the server then gives up after ``_MIN_JOIN_WAIT``
+    #: instead of another full ``ps_timeout``, so an unreachable server fails the job in
+    #: about ``ps_timeout``, not ``spark.task.maxFailures`` times it.
+    join_deadline: float | None = None
 
     def to_json(self) -> str:
         """The settings as JSON, without the secret."""
@@ -109,7 +116,8 @@ def train_partition(
                              recycle_responses=True)  # the loop keeps only the latest weights
     state = "failed"
     try:
-        joined = client.join(partition, attempt)
+        wait = None if config.join_deadline is None else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
+        joined = client.join(partition, attempt, wait=wait)
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))

@@ -133,9 +133,12 @@ class ParameterClient:
         tensors, rmeta = wire.decode(body)
         return PushResult(str(rmeta.get("status")), int(rmeta["version"]), tensors, rmeta)
 
-    def join(self, partition: int, attempt: int) -> dict[str, Any]:
-        """Announce a worker; returns its partition's progress, the version and payload kind."""
-        return self._json("POST", "/join", {"partition": partition, "attempt": attempt})
+    def join(self, partition: int, attempt: int, wait: float | None = None) -> dict[str, Any]:
+        """Announce a worker; returns its partition's progress, the version and payload kind.
+
+        ``wait`` bounds how long an unreachable server is retried (default ``ps_timeout``).
+        """
+        return self._json("POST", "/join", {"partition": partition, "attempt": attempt}, wait=wait)
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         """Tell the server this worker is ``"done"`` or ``"failed"``."""
@@ -159,9 +162,9 @@ class ParameterClient:
 
     # ------------------------------------------------------------------ transport
 
-    def _json(self, method: str, path: str, obj: Any) -> dict[str, Any]:
+    def _json(self, method: str, path: str, obj: Any, wait: float | None = None) -> dict[str, Any]:
         parts = [] if obj is None else [json.dumps(obj).encode("utf-8")]
-        body = self._request(method, path, parts, "application/json")
+        body = self._request(method, path, parts, "application/json", wait=wait)
         result = json.loads(bytes(body).decode("utf-8"))
         if not isinstance(result, dict):
             raise ParameterServerError(f"{method} {path}: unexpected answer {result!r}")
@@ -180,8 +183,11 @@ class ParameterClient:
             self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._conn
 
-    def _request(self, method: str, path: str, parts: list[Any], content_type: str) -> bytearray:
-        deadline = time.monotonic() + self.ps_timeout
+    def _request(
+        self, method: str, path: str, parts: list[Any], content_type: str, wait: float | None = None
+    ) -> bytearray:
+        budget = self.ps_timeout if wait is None else min(self.ps_timeout, wait)
+        deadline = time.monotonic() + budget
         delay = 0.1
         attempt = 0
         while True:
@@ -199,9 +205,9 @@ class ParameterClient:
             except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
                 self.close()
                 if isinstance(err, TimeoutError) and attempt > 1:
-                    raise self._unreachable(err) from None
+                    raise self._unreachable(err, budget) from None
                 if time.monotonic() + delay > deadline:
-                    raise self._unreachable(err) from None
+                    raise self._unreachable(err, budget) from None
                 logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, err, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0) * (0.75 + random.random() / 2)
@@ -256,9 +262,14 @@ class ParameterClient:
             buf = self._ring[self._turn] = bytearray(length)
         return buf
 
-    def _unreachable(self, err: BaseException) -> ParameterServerConnectionError:
+    def _unreachable(self, err: BaseException, waited: float) -> ParameterServerConnectionError:
+        within = (
+            f"ps_timeout={self.ps_timeout:g}s"
+            if waited >= self.ps_timeout
+            else f"{waited:g}s (the run's ps_timeout={self.ps_timeout:g}s since the job started had passed)"
+        )
         return ParameterServerConnectionError(
-            f"cannot reach the parameter server at {self.url} within ps_timeout={self.ps_timeout:g}s "
+            f"cannot reach the parameter server at {self.url} within {within} "
             f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from the "
             "executors (set server_host / spark.driver.host to an address they can route to), a "
             "firewall blocks the port, or the driver died."

@@ -178,3 +178,20 @@ def test_recycled_buffers_never_change_a_response_being_sent() -> None:
         version, latest = pusher.pull()
         assert version == 4
         np.testing.assert_array_equal(latest["w"][:10], 4.0)
+
+
+def test_unreachable_server_is_named_with_the_usual_causes() -> None:
+    from tensorspark.errors import ParameterServerConnectionError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    client = sps.ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=60)
+    with pytest.raises(ParameterServerConnectionError) as info:
+        client.join(0, 1, wait=0.5)  # a retried task past the job's deadline waits briefly
+    message = str(info.value)
+    assert f"http://127.0.0.1:{port} within 0.5s (the run's ps_timeout=60s" in message
+    assert "ConnectionRefusedError" in message and "firewall" in message
+    quick = sps.ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=0.3)
+    with pytest.raises(ParameterServerConnectionError, match=r"within ps_timeout=0.3s"):
+        quick.status()
