@@ -241,12 +241,13 @@ class SparkSession:
             self._server.num_workers = num_workers
             self._server.reset_progress()
             return self._server
-        version, progress, applied_before = 0, None, 0
+        version, progress, applied_before, saved_version = 0, None, 0, None
         if self.checkpoints is not None and self.resume:
             checkpoint = resume_state(self.checkpoints, params, self.mode)
             if checkpoint is not None:
                 params = checkpoint.params
                 version, progress = checkpoint.version, checkpoint.progress
+                saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
         self._server = ParameterServer(
             params,
@@ -274,6 +275,7 @@ class SparkSession:
                 float(self.options["checkpoint_interval"]),
                 extra_meta={"name": self.name, "combiner": self.combiner.name},
                 applied_before=applied_before,
+                saved_version=saved_version,
             ).start()
         return self._server
 

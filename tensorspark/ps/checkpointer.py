@@ -34,6 +34,16 @@ class Checkpointer:
     """Saves ``server``'s state every ``interval`` seconds and once more at :meth:`stop`.
 
     Thread-safe: :meth:`save_now` may be called from any thread; saves are serialized.
+
+    Args:
+        server: the running parameter server.
+        manager: where checkpoints go.
+        interval: seconds between checkpoints.
+        extra_meta: written into every checkpoint's ``extra`` metadata.
+        applied_before: pushes applied by the runs this one resumes (counted into
+            ``extra["applied_pushes"]``).
+        saved_version: the version of the checkpoint this run resumed from, which is not
+            written again until the version moves.
     """
 
     def __init__(
@@ -43,6 +53,7 @@ class Checkpointer:
         interval: float,
         extra_meta: Mapping[str, Any] | None = None,
         applied_before: int = 0,
+        saved_version: int | None = None,
     ) -> None:
         if interval <= 0:
             raise ConfigurationError(f"checkpoint_interval must be > 0 seconds. Received: {interval!r}")
@@ -53,7 +64,8 @@ class Checkpointer:
         self.applied_before = int(applied_before)
         self.error: BaseException | None = None
         self.saved: list[str] = []
-        self._last_version: int | None = None
+        # The checkpoint a resumed run started from is already durable: not written again.
+        self._last_version: int | None = saved_version
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tensorspark-checkpointer", daemon=True)
