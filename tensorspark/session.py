@@ -69,7 +69,7 @@ class SparkSession:
         server_port: port (0 = a free one) or ``(first, last)`` range.
         sync_interval: mini-batches a worker trains between push/pulls.
         batch_size: examples per mini-batch.
-        weight_combiner: ``"delta"`` (default), ``"mean"``, ``"dynsgd"`` or a
+        weight_combiner: ``"dynsgd"`` (default), ``"delta"``, ``"mean"`` or a
             :class:`~tensorspark.WeightCombiner`.
         server_reusable: keep the server (and its weights) alive between runs; call
             :meth:`close` when done.

@@ -69,8 +69,8 @@ class DeltaWeightCombiner(WeightCombiner):
     """Downpour-style: ``global += (local - pulled)``.
 
     Every worker's progress is added in full, so N workers make N times the progress per
-    round of a single one. The default: in the measurement in README it reaches the single
-    worker's accuracy in the fewest epochs.
+    round of a single one; deltas computed on old weights are added in full too, which
+    makes adaptive optimizers (Adam) swing (see the measurements in README).
     """
 
     payload = "delta"
@@ -110,8 +110,9 @@ class MeanWeightCombiner(WeightCombiner):
 class DynSGDCombiner(WeightCombiner):
     """Staleness-aware (DynSGD): a delta pushed against version v is scaled by 1/(current - v + 1).
 
-    Damps updates computed on old weights; use it when workers run at different speeds or
-    ``sync_interval`` is large, so stale deltas would otherwise overshoot.
+    Damps updates computed on old weights, and equals the delta combiner for a fresh one.
+    The default: it reached the best test accuracy in both measurements in README (SGD on
+    the TF1 softmax model, Adam on the Keras MLP), with no throughput cost.
     """
 
     payload = "delta"
@@ -137,9 +138,9 @@ _BY_NAME: dict[str, type[WeightCombiner]] = {
 
 
 def get_combiner(value: WeightCombiner | str | None) -> WeightCombiner:
-    """Resolve ``weight_combiner=`` (an instance, a name, or None for the default)."""
+    """Resolve ``weight_combiner=`` (an instance, a name, or None for the default, DynSGD)."""
     if value is None:
-        return DeltaWeightCombiner()
+        return DynSGDCombiner()
     if isinstance(value, WeightCombiner):
         return value
     if isinstance(value, type) and issubclass(value, WeightCombiner):

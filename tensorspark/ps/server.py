@@ -138,7 +138,7 @@ class ParameterServer:
     Args:
         params: initial global parameters, name -> array (copied).
         combiner: a :class:`~tensorspark.ps.combiners.WeightCombiner`, a name
-            (``"delta"``, ``"mean"``, ``"dynsgd"``) or None for the default (delta).
+            (``"delta"``, ``"mean"``, ``"dynsgd"``) or None for the default (DynSGD).
         host: address to bind and to advertise (executors must be able to reach it).
         port: a port, 0 for a free one, or a ``(first, last)`` range to try in order.
         mode: ``"async"`` or ``"sync"`` (bulk-synchronous rounds, see README).

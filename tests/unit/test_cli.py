@@ -45,7 +45,7 @@ def _table(text: str) -> list[list[str]]:
 def test_status_with_the_secret_prints_the_table(server: ParameterServer, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", server.url, "--secret", SECRET]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("version 3  mode async  combiner delta  uptime ")
+    assert out.startswith("version 3  mode async  combiner dynsgd  uptime ")
     assert "pushes applied 3  duplicate 0  stale 0  diverged 0  samples 30" in out
     assert "global loss 2  accuracy 0.25 (moving average of the last 20 pushes)" in out
     table = _table(out)

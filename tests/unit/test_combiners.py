@@ -38,6 +38,7 @@ def test_dynsgd_scales_by_staleness() -> None:
 
 
 def test_payload_kinds_and_lookup() -> None:
+    assert isinstance(get_combiner(None), sps.DynSGDCombiner)  # the measured default
     assert get_combiner(None).payload == "delta"
     assert get_combiner("mean").payload == "weights"
     assert isinstance(get_combiner("DynSGD"), sps.DynSGDCombiner)

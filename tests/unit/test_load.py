@@ -50,7 +50,7 @@ def test_eight_clients_push_and_pull_without_errors() -> None:
         except BaseException as err:  # reported on the test's thread
             errors.append(err)
 
-    with ParameterServer(params, secret=SECRET) as server:
+    with ParameterServer(params, combiner="delta", secret=SECRET) as server:  # exact sums
         threads = [threading.Thread(target=work, args=(p, server.url)) for p in range(CLIENTS)]
         for t in threads:
             t.start()
