@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--auth-size", default="1M", help="model size for the auth on/off comparison")
-    parser.add_argument("--out", default=str(ROOT / "bench-results" / "ps_throughput.json"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     clients = [int(c) for c in args.clients.split(",")]

@@ -10,6 +10,7 @@ from tensorspark.datasets.mnist import (
     one_hot,
     parse_idx,
     resolve_data_dir,
+    upload_to_hdfs,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "one_hot",
     "parse_idx",
     "resolve_data_dir",
+    "upload_to_hdfs",
 ]

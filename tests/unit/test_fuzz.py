@@ -35,7 +35,7 @@ def _meta(seq: int = 0) -> dict:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ParameterServer]:
-    with ParameterServer(_model(), secret=SECRET) as s:
+    with ParameterServer(_model(), combiner="delta", secret=SECRET) as s:  # exact sums below
         yield s
 
 

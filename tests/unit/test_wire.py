@@ -127,3 +127,19 @@ def test_layout_is_zero_copy_and_handles_odd_arrays() -> None:
     assert wire.decode(buf)[0]["be"][0] == 7
     with pytest.raises(WireFormatError, match="cannot be sent .* Received: dtype=object"):
         wire.encode({"o": np.array([object()])})
+
+
+def test_a_50_mb_tensor_round_trips_without_copies() -> None:
+    big = np.random.default_rng(0).random(12_500_000, dtype=np.float32)  # 50 MB
+    parts = wire.encode({"w": big}, {"version": 3})
+    assert any(isinstance(p, memoryview) and np.shares_memory(np.frombuffer(p, np.uint8), big) for p in parts)
+    buf = bytearray(wire.encoded_size(parts))
+    offset = 0
+    for p in parts:
+        n = memoryview(p).nbytes
+        buf[offset : offset + n] = p
+        offset += n
+    out, meta = wire.decode(buf)
+    assert meta == {"version": 3} and out["w"].shape == big.shape
+    np.testing.assert_array_equal(out["w"], big)
+    assert np.shares_memory(out["w"], np.frombuffer(buf, np.uint8))
