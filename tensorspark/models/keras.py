@@ -251,7 +251,7 @@ def check_example(
                 f"first label of shape {y.shape} ({_preview(label)}); use "
                 "loss='categorical_crossentropy' for one-hot labels"
             )
-        label_dtype = np.dtype(np.int64)
+        label_dtype: np.dtype = np.dtype(np.int64)
     else:
         label_dtype = np.dtype(np.float32)
         if loss in _DENSE_LOSSES and y.size != out_size:

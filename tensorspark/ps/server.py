@@ -900,10 +900,10 @@ class _Request(httputil.HTTPMessageDelegate):
             known = {p for _, p in _ROUTES}
             code = 405 if self.path in known else 404
             self._fail(HttpError(code, f"no endpoint {self.method} {self.path}"))
-            return
+            return None
         if length < 0:
             self._fail(HttpError(400, "invalid Content-Length"))
-            return
+            return None
         if length > self.server.max_body_bytes:
             self._fail(
                 HttpError(
@@ -911,7 +911,7 @@ class _Request(httputil.HTTPMessageDelegate):
                     f"request body of {length} bytes exceeds the limit of {self.server.max_body_bytes} bytes",
                 )
             )
-            return
+            return None
         verifier = self.server._verifier
         signed = verifier is not None and not self._status_read_allowed(verifier, query)
         if signed:
@@ -920,7 +920,7 @@ class _Request(httputil.HTTPMessageDelegate):
                 verifier.precheck(headers)
             except AuthenticationError as err:
                 self.error = HttpError(401, str(err))  # answered once the body is drained
-                return
+                return None
         self.body = self.server.take_body(length)
         if signed:
             self.hasher = auth.BlockHasher(self.body)
@@ -944,7 +944,7 @@ class _Request(httputil.HTTPMessageDelegate):
         try:
             while self.received < total:
                 end = min(total, self.received + _DIRECT_READ_STEP)
-                await asyncio.wait_for(stream.read_into(view[self.received : end]), _BODY_TIMEOUT)
+                await asyncio.wait_for(stream.read_into(view[self.received : end]), _BODY_TIMEOUT)  # type: ignore[arg-type]
                 self.received = end
                 if self.hasher is not None:
                     self.hasher.advance(end)
