@@ -33,7 +33,7 @@ fi
 stamp=.venv/.tensorspark-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing tensorspark and its dependencies into .venv (first time: a few minutes)"
-  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
   .venv/bin/python -m pip install -q -e ".[test]"
   touch "$stamp"
 fi

@@ -709,14 +709,17 @@ def _check_dataframe(
 def _predict_dataframe(
     df: DataFrame, feature_expr: Any, output_col: str, plan: _Plan, payload: Broadcast[bytes]
 ) -> DataFrame:
-    """Adds ``output_col`` with pyspark's ``predict_batch_udf`` (driver).
+    """Adds ``output_col`` with an Arrow UDF over the feature column (driver).
 
-    ``predict_batch_udf`` does the Arrow batching, the reshaping of flat arrays and the
-    result conversion; it caches the predict function per job, and our key-based cache under
-    it keeps the model across jobs (a DataFrame evaluated twice loads once per process).
+    Why not ``pyspark.ml.functions.predict_batch_udf``: it goes through pandas, where an
+    ``array<float>`` column becomes one numpy object per row on the way in and per row
+    again on the way out. ``pyspark.sql.functions.arrow_udf`` (Spark 4.1+) hands over the
+    Arrow array itself: its list buffers are viewed as one ``[rows, features]`` array and
+    the outputs are wrapped back into Arrow lists without touching single rows. Only the
+    feature column travels to Python (``mapInArrow`` would also ship every other column
+    there and back). The numbers are in README (``bench/inference.py``).
     """
-    from pyspark.ml.functions import predict_batch_udf
-    from pyspark.sql import functions as F
+    from pyspark.sql.functions import ArrowUDFType, arrow_udf
     from pyspark.sql.types import (
         ArrayType,
         FloatType,
@@ -726,46 +729,61 @@ def _predict_dataframe(
         StructType,
     )
 
-    make_predict_fn = functools.partial(_make_batch_fn, plan, payload)
-    shape = [plan.num_features]
-    if not plan.top_k:
-        udf = predict_batch_udf(
-            make_predict_fn,
-            return_type=ArrayType(FloatType()),
-            batch_size=plan.batch_size,
-            input_tensor_shapes=[shape],
+    if plan.top_k:
+        label_type = StringType() if plan.labels is not None else LongType()
+        out_type: Any = ArrayType(
+            StructType([StructField("label", label_type), StructField("score", FloatType())])
         )
-        return df.withColumn(output_col, udf(feature_expr))
-    label_type = StringType() if plan.labels is not None else LongType()
-    udf = predict_batch_udf(
-        make_predict_fn,
-        return_type=StructType(
-            [
-                StructField("labels", ArrayType(label_type)),
-                StructField("scores", ArrayType(FloatType())),
-            ]
-        ),
-        batch_size=plan.batch_size,
-        input_tensor_shapes=[shape],
-    )
-    # predict_batch_udf returns arrays of columns, not arrays of structs: pair them in the JVM.
-    scratch = f"__tensorspark_{plan.key}"
-    top = F.col(scratch)
-    return (
-        df.withColumn(scratch, udf(feature_expr))
-        .withColumn(
-            output_col,
-            F.zip_with(
-                top["labels"],
-                top["scores"],
-                lambda label, score: F.struct(label.alias("label"), score.alias("score")),
-            ),
-        )
-        .drop(scratch)
-    )
+    else:
+        out_type = ArrayType(FloatType())
+    fn = functools.partial(_predict_arrow_array, plan, payload)
+    udf = arrow_udf(fn, returnType=out_type, functionType=ArrowUDFType.SCALAR)
+    return df.withColumn(output_col, udf(feature_expr))
 
 
 # ------------------------------------------------------------------------- executor side
+
+
+def _predict_arrow_array(plan: _Plan, payload: Broadcast[bytes], features: Any) -> Any:
+    """Arrow UDF body: one Arrow array of feature rows in, one of predictions out (executor)."""
+    from tensorspark.training import arrow_column_to_numpy
+
+    n = len(features)
+    outputs = np.zeros((0, 0), np.float32)
+    if n:
+        predict_fn = _load(plan, payload)
+        rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
+        outputs = np.concatenate(
+            [
+                _run(predict_fn, chunk, plan).reshape(len(chunk), -1)
+                for chunk in (rows[i : i + plan.batch_size] for i in range(0, n, plan.batch_size))
+            ]
+        )
+    return _to_arrow(outputs, n, plan)
+
+
+def _to_arrow(outputs: np.ndarray, n: int, plan: _Plan) -> Any:
+    """Predictions as an Arrow list column, built from flat buffers (no per-row objects)."""
+    import pyarrow as pa
+
+    if not plan.top_k:
+        width = outputs.shape[1] if n else 0
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * width, pa.int32())
+        return pa.ListArray.from_arrays(offsets, pa.array(outputs.reshape(-1), pa.float32()))
+    k = plan.top_k
+    if n:
+        order, scores = _top(outputs, k)
+    else:
+        order, scores = np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
+    if plan.labels is not None:
+        labels = pa.array(np.asarray(plan.labels, dtype=object)[order.reshape(-1)], pa.string())
+    else:
+        labels = pa.array(order.reshape(-1).astype(np.int64), pa.int64())
+    pairs = pa.StructArray.from_arrays(
+        [labels, pa.array(scores.reshape(-1).astype(np.float32), pa.float32())], names=["label", "score"]
+    )
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * k, pa.int32())
+    return pa.ListArray.from_arrays(offsets, pairs)
 
 
 def _load(plan: _Plan, payload: Broadcast[bytes]) -> PredictFn:
@@ -792,24 +810,6 @@ def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     index first)."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(scores, order, axis=1)
-
-
-def _make_batch_fn(
-    plan: _Plan, payload: Broadcast[bytes]
-) -> Callable[[np.ndarray], np.ndarray | dict[str, np.ndarray]]:
-    """``make_predict_fn`` for ``predict_batch_udf`` (executor, once per task)."""
-    predict_fn = _load(plan, payload)
-    label_array = np.asarray(plan.labels, dtype=object) if plan.labels is not None else None
-
-    def run(batch: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
-        outputs = _run(predict_fn, batch, plan)
-        if not plan.top_k:
-            return outputs.reshape(len(outputs), -1)
-        order, scores = _top(outputs, plan.top_k)
-        names = label_array[order] if label_array is not None else order.astype(np.int64)
-        return {"labels": names, "scores": scores}
-
-    return run
 
 
 def _row_features(element: Any) -> np.ndarray:
