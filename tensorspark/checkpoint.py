@@ -35,6 +35,7 @@ import numpy as np
 import safetensors.numpy
 
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
+from tensorspark.ps import wire
 from tensorspark.storage import Storage, open_storage
 
 logger = logging.getLogger(__name__)
@@ -45,24 +46,8 @@ METADATA_KEY = "tensorspark"
 SUFFIX = ".safetensors"
 _NAME = re.compile(r"^ckpt-(\d{12})\.safetensors$")
 _MAX_VERSION = 10**12 - 1
-# The dtypes safetensors' numpy binding reads back.
-_DTYPES = frozenset(
-    [
-        "float16",
-        "float32",
-        "float64",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "bool",
-        "complex64",
-    ]
-)
+# The dtypes safetensors' numpy binding reads back: the wire's, and complex64.
+_DTYPES = frozenset(wire.DTYPES) | {"complex64"}
 
 
 @dataclass(frozen=True, eq=False)
