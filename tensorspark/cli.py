@@ -162,10 +162,12 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def _mnist(extra: Sequence[str]) -> int:
+def _mnist(extra: Sequence[str], out: IO[str]) -> int:
     from tensorspark.examples import spark_mnist
 
-    return int(spark_mnist.main(list(extra)) or 0)
+    accuracy = spark_mnist.run(list(extra))
+    out.write(f"final test accuracy: {accuracy:.4f}\n")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorspark`` console script. Returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "mnist":
-        return _mnist(args_list[1:])
+        return _mnist(args_list[1:], sys.stdout)
     args = build_parser().parse_args(args_list)
     try:
         return _status(args, sys.stdout)

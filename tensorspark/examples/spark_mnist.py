@@ -6,7 +6,7 @@ From the pyspark shell (as in the original TensorOnSpark README)::
     >>> mnist.train(sc=sc, user='alice', name='mnist_try', sync_interval=100,
     ...             batch_size=100, num_partition=2, num_epoch=2)
 
-As a script: ``python examples/spark_mnist.py`` (starts ``local[*]`` Spark itself) or
+As a script: ``python examples/spark_mnist.py`` or ``tensorspark mnist`` (start ``local[*]`` Spark themselves) or
 ``spark-submit --py-files tensorspark.whl examples/spark_mnist.py``. The idx files are
 read through Spark (``sc.binaryFiles``), so ``--data-dir`` may be a local folder,
 ``file:///...`` or ``hdfs://namenode:port/data``.
@@ -138,8 +138,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``."""
+def run(argv: list[str] | None = None) -> float:
+    """Parse the script's options, train on Spark and return the test accuracy.
+
+    Behind ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``, which
+    print the result (:mod:`tensorspark.cli`). Starts ``local[*]`` Spark unless run by
+    spark-submit or given ``--master``; turns on INFO logging for ``tensorspark``.
+    """
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("tensorspark").setLevel(logging.INFO)
@@ -171,5 +176,4 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         sc.stop()
-    print(f"final test accuracy: {accuracy:.4f}")  # noqa: T201 - the script's result
-    return 0
+    return accuracy
