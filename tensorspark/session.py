@@ -691,8 +691,6 @@ class SparkSession:
         ``progress``, ``tensorboard_dir``: see :meth:`run`; ``total_samples`` (epochs x rows,
         when known without a pass over the data) and ``num_epoch`` label the progress.
         """
-        import time
-
         started = time.time()
         server = self._server_for(initial, num_partitions)
         self._push_listener = on_push

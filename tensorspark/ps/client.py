@@ -214,7 +214,7 @@ class ParameterClient:
 
     def _send_once(self, method: str, path: str, parts: list[Any], content_type: str) -> bytearray:
         conn = self._connection()
-        size = sum(memoryview(p).nbytes for p in parts)
+        size = wire.encoded_size(parts)
         conn.putrequest(method, path, skip_accept_encoding=True)
         conn.putheader("Content-Type", content_type)
         conn.putheader("Content-Length", str(size))

@@ -573,6 +573,7 @@ class ParameterServer:
             else:
                 new = self.combiner.combine(self._params, tensors, info)
             self._install(new)
+            self._version += 1
             self._apply_bookkeeping(worker, meta, info.staleness)
             self._respond_params(respond, "applied")
         self._notify(meta, "applied")
@@ -610,8 +611,8 @@ class ParameterServer:
         return max(1, sum(1 for w in self._workers.values() if w.state == "active"))
 
     def _apply_bookkeeping(self, worker: WorkerState, meta: Mapping[str, Any], staleness: int) -> None:
+        """Record an applied contribution (lock held; the caller has advanced the version)."""
         epoch, seq, samples = int(meta["epoch"]), int(meta["seq"]), int(meta["samples"])
-        self._version += 1
         self._progress[worker.partition] = (epoch, seq)
         self._counters["applied_pushes"] += 1
         self._counters["samples"] += samples
@@ -730,11 +731,9 @@ class ParameterServer:
             new[name] = acc.astype(old.dtype, copy=False)
         self._install(new)
         self._round += 1
+        self._version += 1  # one version per round, not per contribution
         for p in pending:
-            worker = self._workers[p.partition]
-            self._apply_bookkeeping(worker, p.meta, 0)
-            self._version -= 1  # one version per round, not per contribution
-        self._version += 1
+            self._apply_bookkeeping(self._workers[p.partition], p.meta, 0)
         for p in pending:
             self._respond_params(p.respond, "applied")
         if self._round_timer is not None and self._loop is not None:
@@ -1037,7 +1036,7 @@ class _Request(httputil.HTTPMessageDelegate):
         last: Any = None
         if not self.responded:
             self.responded = True
-            size = sum(memoryview(p).nbytes for p in parts)
+            size = wire.encoded_size(parts)
             headers = httputil.HTTPHeaders({"Content-Type": content_type, "Content-Length": str(size)})
             reason = httputil.responses.get(code, "Unknown")
             chunks = wire.coalesce([p for p in parts if memoryview(p).nbytes])

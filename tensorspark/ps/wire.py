@@ -129,7 +129,7 @@ def coalesce(parts: list[Any], small: int = 256 * 1024) -> list[Any]:
 
 
 def encoded_size(parts: list[Any]) -> int:
-    """Total number of bytes of the buffers returned by :func:`encode`."""
+    """Total number of bytes of a list of buffers (e.g. those returned by :func:`encode`)."""
     return sum(memoryview(p).nbytes for p in parts)
 
 
