@@ -67,7 +67,7 @@ _HISTORY = 2000
 _RECYCLE_FROM = 1 << 20  # request bodies this large are reused between requests
 _MAX_BODIES = 4
 _DIRECT_READ_FROM = 1 << 20  # bodies this large are read straight into their buffer
-_DIRECT_READ_STEP = 4 << 20  # ... in steps of this size, hashed as each one lands
+_DIRECT_READ_STEP = 1 << 20  # ... in steps of this size, hashed as each one lands
 _BODY_TIMEOUT = 600.0
 _FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
 
@@ -879,6 +879,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self.received = 0
         self.error: HttpError | None = None
         self.responded = False
+        self.signed = False  # whether this request must carry a valid signature
         self.hasher: auth.BlockHasher | None = None
 
     def headers_received(
@@ -921,10 +922,12 @@ class _Request(httputil.HTTPMessageDelegate):
                 self.error = HttpError(401, str(err))  # answered once the body is drained
                 return None
         self.body = self.server.take_body(length)
-        if signed:
-            self.hasher = auth.BlockHasher(self.body)
+        self.signed = signed
         stream = getattr(self.conn, "stream", None)
         if length >= _DIRECT_READ_FROM and isinstance(stream, IOStream):
+            if signed:  # digested step by step as it lands; smaller bodies at once in finish()
+                assert verifier is not None
+                self.hasher = verifier.body_hasher(headers, self.body)
             return self._read_body_directly(stream, headers)
         return None
 
@@ -982,9 +985,14 @@ class _Request(httputil.HTTPMessageDelegate):
             self._fail(HttpError(400, "body shorter than Content-Length"))
             return
         server = self.server
-        if self.hasher is not None and server._verifier is not None:
+        if self.signed and server._verifier is not None:
             try:
-                server._verifier.verify(self.method, self.target, self.hasher.hexdigest(), self.headers)
+                digest = (
+                    self.hasher.hexdigest()
+                    if self.hasher is not None
+                    else server._verifier.digest(self.headers, self.body)
+                )
+                server._verifier.verify(self.method, self.target, digest, self.headers)
             except AuthenticationError as err:
                 self._fail(HttpError(401, str(err)))
                 return

@@ -2,72 +2,93 @@
 
 from __future__ import annotations
 
-import blake3
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tensorspark.errors import AuthenticationError, ConfigurationError
 from tensorspark.ps import auth
 
 SECRET = b"s" * 32
-DIGEST = auth.body_digest(b"body")
+BODY = b"body"
+KEY = auth.body_key(SECRET)
 
 
 def _signed(now: float = 1000.0, secret: bytes = SECRET, path: str = "/push") -> dict[str, str]:
-    return auth.Signer(secret).headers("POST", path, DIGEST, now=now)
+    return auth.Signer(secret).headers("POST", path, BODY, now=now)
+
+
+def _digest(headers: dict[str, str], body: bytes = BODY) -> str:
+    return auth.body_digest(KEY, headers[auth.HEADER_NONCE], body)
 
 
 def test_a_signed_request_verifies_once() -> None:
     verifier = auth.Verifier(SECRET, window=60)
     headers = _signed()
-    verifier.verify("POST", "/push", DIGEST, headers, now=1001.0)
+    assert verifier.digest(headers, BODY) == _digest(headers)
+    verifier.verify("POST", "/push", _digest(headers), headers, now=1001.0)
     with pytest.raises(AuthenticationError, match="replayed"):
-        verifier.verify("POST", "/push", DIGEST, headers, now=1002.0)
+        verifier.verify("POST", "/push", _digest(headers), headers, now=1002.0)
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "digest"),
-    [("GET", "/push", DIGEST), ("POST", "/pull", DIGEST), ("POST", "/push", auth.body_digest(b"bodY"))],
-)
-def test_any_change_breaks_the_signature(method: str, path: str, digest: str) -> None:
+@pytest.mark.parametrize(("method", "path", "body"), [("GET", "/push", BODY), ("POST", "/pull", BODY), ("POST", "/push", b"bodY")])
+def test_any_change_breaks_the_signature(method: str, path: str, body: bytes) -> None:
     verifier = auth.Verifier(SECRET, window=60)
+    headers = _signed()
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify(method, path, digest, _signed(), now=1000.0)
+        verifier.verify(method, path, _digest(headers, body), headers, now=1000.0)
+
+
+def test_a_body_digest_needs_the_secret_and_depends_on_the_nonce() -> None:
+    nonce = auth.new_nonce()
+    digest = auth.body_digest(KEY, nonce, BODY)
+    assert digest != auth.body_digest(auth.body_key(b"t" * 32), nonce, BODY)
+    assert digest != auth.body_digest(KEY, auth.new_nonce(), BODY)
+    assert len(digest) == 32 and SECRET.hex() not in digest
+    for bad in ("", "0" * 31, "g" * 32, "A" * 32, "0" * 64):
+        with pytest.raises(AuthenticationError, match="nonce"):
+            auth.body_digest(KEY, bad, BODY)
+    headers = dict(_signed(), **{auth.HEADER_NONCE: "x" * 32})
+    with pytest.raises(AuthenticationError, match="nonce"):
+        auth.Verifier(SECRET, window=60).precheck(headers, now=1000.0)
 
 
 def test_wrong_secret_missing_headers_and_old_timestamps_are_refused() -> None:
     verifier = auth.Verifier(SECRET, window=60)
+    other = _signed(secret=b"t" * 32)
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", DIGEST, _signed(secret=b"t" * 32), now=1000.0)
+        verifier.verify("POST", "/push", verifier.digest(other, BODY), other, now=1000.0)
     with pytest.raises(AuthenticationError, match="not signed"):
-        verifier.verify("POST", "/push", DIGEST, {}, now=1000.0)
-    with pytest.raises(AuthenticationError, match="off the server's clock"):
-        verifier.verify("POST", "/push", DIGEST, _signed(now=1000.0), now=1061.0)
-    with pytest.raises(AuthenticationError, match="off the server's clock"):
-        verifier.verify("POST", "/push", DIGEST, _signed(now=1100.0), now=1000.0)
+        verifier.verify("POST", "/push", "", {}, now=1000.0)
+    for sent, now in ((1000.0, 1061.0), (1100.0, 1000.0)):
+        headers = _signed(now=sent)
+        with pytest.raises(AuthenticationError, match="off the server's clock"):
+            verifier.verify("POST", "/push", _digest(headers), headers, now=now)
     tampered = dict(_signed(), **{auth.HEADER_TIME: "1000.5"})
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", DIGEST, tampered, now=1000.0)
+        verifier.verify("POST", "/push", _digest(tampered), tampered, now=1000.0)
     non_ascii = dict(_signed(), **{auth.HEADER_SIGNATURE: "é" * 64})
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", DIGEST, non_ascii, now=1000.0)
+        verifier.verify("POST", "/push", _digest(non_ascii), non_ascii, now=1000.0)
 
 
 def test_a_full_nonce_cache_still_refuses_every_replay() -> None:
     verifier = auth.Verifier(SECRET, window=60, max_nonces=3)
     sent = [_signed(now=1000.0 + i) for i in range(10)]
     for headers in sent:
-        verifier.verify("POST", "/push", DIGEST, headers, now=1010.0)
+        verifier.verify("POST", "/push", _digest(headers), headers, now=1010.0)
     assert len(verifier._nonces) <= 3
     for headers in sent:  # evicted or remembered, none may be accepted again
         with pytest.raises(AuthenticationError, match="replayed"):
-            verifier.verify("POST", "/push", DIGEST, headers, now=1010.0)
-    verifier.verify("POST", "/push", DIGEST, _signed(now=1011.0), now=1011.0)  # fresh ones still pass
+            verifier.verify("POST", "/push", _digest(headers), headers, now=1010.0)
+    fresh = _signed(now=1011.0)
+    verifier.verify("POST", "/push", _digest(fresh), fresh, now=1011.0)  # fresh ones still pass
 
 
 def test_expired_nonces_are_dropped() -> None:
     verifier = auth.Verifier(SECRET, window=10)
-    verifier.verify("POST", "/push", DIGEST, _signed(now=1000.0), now=1000.0)
-    verifier.verify("POST", "/push", DIGEST, _signed(now=1020.0), now=1020.0)
+    for now in (1000.0, 1020.0):
+        headers = _signed(now=now)
+        verifier.verify("POST", "/push", _digest(headers), headers, now=now)
     assert len(verifier._nonces) == 1
 
 
@@ -90,21 +111,23 @@ def test_status_token_and_secret_checks() -> None:
 @pytest.mark.parametrize("size", [0, 5, 1 << 20, 3 * (1 << 20) + 17, 9 * (1 << 20) - 1])
 def test_body_digest_is_the_same_however_the_body_is_cut(size: int) -> None:
     body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
-    whole = auth.body_digest(body)
-    assert whole == blake3.blake3(body).hexdigest()
+    nonce = auth.new_nonce()
+    whole = auth.body_digest(KEY, nonce, body)
+    # It is AES-256-GCM's tag with nothing encrypted and the body as associated data (GMAC).
+    assert whole == AESGCM(KEY).encrypt(bytes.fromhex(nonce)[:12], b"", body).hex()
     a = min(7, size)
     b = max(a, size // 2)
     parts = [body[:a], memoryview(body)[a:b], bytearray(body[b:])]
-    assert auth.body_digest(parts) == whole
+    assert auth.body_digest(KEY, nonce, parts) == whole
     received = bytearray(size)
-    hasher = auth.BlockHasher(received)
+    hasher = auth.BlockHasher(KEY, nonce, received)
     for start in range(0, size, 300_001):  # arrives in odd-sized chunks
         end = min(size, start + 300_001)
         received[start:end] = body[start:end]
         hasher.advance(end)
     assert hasher.hexdigest() == whole
-    assert auth.body_digest(body + b"\0") != whole
+    assert auth.body_digest(KEY, nonce, body + b"\0") != whole
     if size:
         changed = bytearray(body)
         changed[size - 1] ^= 1
-        assert auth.body_digest(bytes(changed)) != whole
+        assert auth.body_digest(KEY, nonce, bytes(changed)) != whole

@@ -40,7 +40,7 @@ def server() -> Iterator[ParameterServer]:
 
 
 def _push(server: ParameterServer, body: bytes) -> int:
-    headers = auth.Signer(SECRET).headers("POST", "/push", auth.body_digest(body))
+    headers = auth.Signer(SECRET).headers("POST", "/push", body)
     headers["Content-Length"] = str(len(body))
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:

@@ -59,7 +59,7 @@ def _raw(
 
 
 def _signed(method: str, path: str, body: bytes, secret: bytes = SECRET) -> dict[str, str]:
-    return auth.Signer(secret).headers(method, path, auth.body_digest(body))
+    return auth.Signer(secret).headers(method, path, body)
 
 
 def _unchanged(server: ParameterServer) -> bool:
