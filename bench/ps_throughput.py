@@ -6,9 +6,12 @@ trip (the worker's hot path) for a few seconds. Measured in the same run, for sc
 
 * memcpy: copying the model's bytes in memory (numpy, one process),
 * loopback TCP: one process streaming the model's bytes to another over a socket pair,
-* body digest: BLAKE3 (what :mod:`tensorspark.ps.auth` uses) against ``hashlib.sha256`` and
-  ``hashlib.blake2b`` over 100 MB,
-* authentication on and off (at 1M parameters by default).
+* body digest: GMAC (AES-256-GCM's tag, what :mod:`tensorspark.ps.auth` uses) against
+  ``hashlib.sha256``, ``hashlib.blake2b`` and BLAKE3 (when installed) over 100 MB,
+* authentication on and off (at 1M parameters by default), as ``--auth-pairs`` pairs of
+  runs one right after the other; the cost is the median over pairs of
+  ``1 - signed/unsigned``, which cancels the drift of a shared machine better than one
+  run of each.
 
 Throughput counts the bytes of both directions (``2 x model bytes`` per update), the
 same bytes the TCP baseline streams. Prints a table and writes JSON::
@@ -28,13 +31,14 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import blake3
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +92,15 @@ def measure_ps(n: int, clients: int, seconds: float, authenticate: bool) -> dict
         ]
         for p in procs:
             p.start()
-        rows = [out.get(timeout=seconds + 300) for _ in procs]
+        rows = []
+        deadline = time.monotonic() + seconds + 300
+        while len(rows) < clients:
+            try:
+                rows.append(out.get(timeout=5))
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
         for p in procs:
             p.join(60)
         applied = server.status()["applied_pushes"]
@@ -156,16 +168,46 @@ def measure_tcp(nbytes: int, seconds: float) -> float:
 
 
 def measure_hashes(nbytes: int = 100 * 1024 * 1024) -> dict[str, float]:
+    from tensorspark.ps import auth
+
     data = np.ones(nbytes, np.uint8)
     view = memoryview(data)
     out = {}
-    for name in ("sha256", "blake2b", "blake3"):
-        h = blake3.blake3() if name == "blake3" else hashlib.new(name)
+    makers: dict[str, Any] = {"sha256": lambda: hashlib.sha256(), "blake2b": lambda: hashlib.blake2b()}
+    try:
+        import blake3
+
+        makers["blake3"] = lambda: blake3.blake3()
+    except ImportError:  # not a dependency; compared when installed
+        pass
+    key = auth.body_key(b"k" * 32)
+    for name in ("gmac", *makers):
         t0 = time.perf_counter()
-        for i in range(0, nbytes, 1 << 20):
-            h.update(view[i : i + (1 << 20)])
+        if name == "gmac":
+            signing = auth.Signing(b"k" * 32, key, "POST", "/push", None)
+            for i in range(0, nbytes, 1 << 20):
+                signing.update(view[i : i + (1 << 20)])
+            signing.trailer()
+        else:
+            h = makers[name]()
+            for i in range(0, nbytes, 1 << 20):
+                h.update(view[i : i + (1 << 20)])
+            h.digest()
         out[name] = nbytes / (time.perf_counter() - t0) / MB
     return out
+
+
+def _run_row(size: str, c: int, seconds: float, authenticate: bool, baselines: dict[str, Any]) -> dict[str, Any]:
+    row = measure_ps(SIZES[size], c, seconds, authenticate)
+    row["size"] = size
+    row["vs_tcp"] = row["mb_per_s"] / baselines[size]["tcp_mb_per_s"]
+    row["vs_memcpy"] = row["mb_per_s"] / baselines[size]["memcpy_mb_per_s"]
+    print(
+        f"{size:>6} {c:>7} {'on' if authenticate else 'off':>5} {row['updates_per_s']:>10.0f} {row['mb_per_s']:>8.0f} "
+        f"{row['vs_tcp']:>7.2f} {row['vs_memcpy']:>9.2f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}",
+        flush=True,
+    )
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,16 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--auth-size", default="1M", help="model size for the auth on/off comparison")
+    parser.add_argument("--auth-pairs", type=int, default=5, help="unsigned/signed run pairs per client count")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     clients = [int(c) for c in args.clients.split(",")]
 
     hashes = measure_hashes()
-    print(
-        f"body digest over 100 MB: blake3 {hashes['blake3']:.0f} MB/s (used), "
-        f"sha256 {hashes['sha256']:.0f} MB/s, blake2b {hashes['blake2b']:.0f} MB/s"
-    )
+    print("body digest over 100 MB: " + ", ".join(f"{k} {v:.0f} MB/s" + (" (used)" if k == "gmac" else "") for k, v in hashes.items()))
     baselines = {}
     for size in sizes:
         nbytes = SIZES[size] * 4
@@ -193,26 +233,24 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     print(f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}")
     plan = [(s, c, True) for s in sizes for c in clients]
-    if args.auth_size in sizes:
-        plan += [(args.auth_size, c, False) for c in clients]
     for size, c, authenticate in plan:
-        row = measure_ps(SIZES[size], c, args.seconds, authenticate)
-        row["size"] = size
-        row["vs_tcp"] = row["mb_per_s"] / baselines[size]["tcp_mb_per_s"]
-        row["vs_memcpy"] = row["mb_per_s"] / baselines[size]["memcpy_mb_per_s"]
-        runs.append(row)
+        runs.append(_run_row(size, c, args.seconds, authenticate, baselines))
+    auth_cost: dict[int, float] = {}
+    auth_pairs: dict[int, list[dict[str, float]]] = {}
+    if args.auth_size in sizes:
+        for c in clients:
+            pairs = []
+            for _ in range(args.auth_pairs):
+                off = _run_row(args.auth_size, c, args.seconds, False, baselines)
+                on = _run_row(args.auth_size, c, args.seconds, True, baselines)
+                runs.extend([off, on])
+                pairs.append({"unsigned": off["updates_per_s"], "signed": on["updates_per_s"]})
+            auth_pairs[c] = pairs
+            auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
         print(
-            f"{size:>6} {c:>7} {'on' if authenticate else 'off':>5} {row['updates_per_s']:>10.0f} {row['mb_per_s']:>8.0f} "
-            f"{row['vs_tcp']:>7.2f} {row['vs_memcpy']:>9.2f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}"
+            f"authentication cost at {args.auth_size} (median of {args.auth_pairs} back-to-back pairs): "
+            + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items())
         )
-    auth_cost = {}
-    for c in clients:
-        on = [r for r in runs if r["size"] == args.auth_size and r["clients"] == c and r["auth"]]
-        off = [r for r in runs if r["size"] == args.auth_size and r["clients"] == c and not r["auth"]]
-        if on and off:
-            auth_cost[c] = 1 - on[0]["updates_per_s"] / off[0]["updates_per_s"]
-    if auth_cost:
-        print("authentication cost at " + args.auth_size + ": " + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items()))
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "seconds": args.seconds,
@@ -220,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "baselines": baselines,
         "runs": runs,
         "auth_cost": {str(k): v for k, v in auth_cost.items()},
+        "auth_pairs": {str(k): v for k, v in auth_pairs.items()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

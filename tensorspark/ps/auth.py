@@ -14,6 +14,12 @@ What is signed (one line each, joined with ``\\n``)::
     <timestamp, seconds since the epoch, as sent>
     <nonce, 32 hex characters>
 
+The signature travels after the body: with a secret, a request's last 64 bytes are its
+hex HMAC (Content-Length counts them), and only the time and nonce are headers. So the
+client digests a large body chunk by chunk just before each chunk is sent (from the CPU's
+cache, while the server is still receiving the chunk before), instead of a whole extra
+pass over the body before its first byte leaves; the server digests chunks as they land.
+
 The body digest is a keyed one: the GMAC tag (AES-256-GCM's 128-bit authentication tag
 over the body, with nothing encrypted) under a key derived from the secret, with the
 request's nonce as the IV. An attacker without the secret can neither compute it nor find
@@ -64,7 +70,8 @@ from tensorspark.errors import AuthenticationError, ConfigurationError
 SCHEME = "TSPS2"
 HEADER_TIME = "X-Tensorspark-Time"
 HEADER_NONCE = "X-Tensorspark-Nonce"
-HEADER_SIGNATURE = "X-Tensorspark-Signature"
+#: Bytes after the body that hold the signature (hex HMAC-SHA256).
+TRAILER_BYTES = 64
 #: Default tolerated difference between the client's and the server's clocks, seconds.
 DEFAULT_WINDOW = 120.0
 #: Default number of nonces the server remembers (about 5 MB).
@@ -161,7 +168,7 @@ class BodyMac:
             return self.digest(nonce, [parts[i : i + _ONE_SHOT_UP_TO] for i in range(0, len(parts), _ONE_SHOT_UP_TO)])
         return self._aead.encrypt(bytes.fromhex(nonce)[:_IV_BYTES], b"", parts).hex()
 
-    def hasher(self, nonce: str, body: bytearray) -> BlockHasher:
+    def hasher(self, nonce: str, body: bytearray | memoryview) -> BlockHasher:
         """An incremental digest of ``body`` as it is received (see :class:`BlockHasher`)."""
         return BlockHasher(self._key, nonce, body)
 
@@ -186,7 +193,7 @@ class BlockHasher:
     must not change under it (the server never writes a received byte twice).
     """
 
-    def __init__(self, key: bytes, nonce: str, body: bytearray) -> None:
+    def __init__(self, key: bytes, nonce: str, body: bytearray | memoryview) -> None:
         _check_nonce(nonce)
         self._view = memoryview(body)
         self._mac = _gmac(key, nonce)
@@ -219,30 +226,60 @@ def status_token(secret: bytes) -> str:
     return hmac.new(secret, _STATUS_PURPOSE, hashlib.sha256).hexdigest()
 
 
-class Signer:
-    """Makes the authentication headers of a client's requests (executor side).
+class Signing:
+    """One request being signed while its body is sent (client side); see :class:`Signer`.
 
-    ``repr`` never shows the secret.
+    Send :attr:`headers`, then each chunk of the body after passing it to :meth:`update`,
+    then :meth:`trailer`. Not thread-safe; one request only.
+    """
+
+    def __init__(self, secret: bytes, key: bytes, method: str, path: str, now: float | None) -> None:
+        self._secret = secret
+        self._method = method
+        self._path = path
+        self._ts = f"{time.time() if now is None else now:.6f}"
+        self._nonce = new_nonce()
+        self._mac = _gmac(key, self._nonce)
+        self.headers = {HEADER_TIME: self._ts, HEADER_NONCE: self._nonce}
+
+    def update(self, chunk: Any) -> None:
+        """Digest the next chunk of the body (call just before sending it)."""
+        if memoryview(chunk).nbytes:
+            self._mac.authenticate_additional_data(chunk)
+
+    def trailer(self) -> bytes:
+        """The signature to send after the body (:data:`TRAILER_BYTES` ASCII bytes)."""
+        self._mac.finalize()
+        digest = self._mac.tag.hex()
+        return sign(self._secret, self._method, self._path, digest, self._ts, self._nonce).encode("ascii")
+
+
+class Signer:
+    """Signs a client's requests (executor side): :meth:`sign` for a body at hand,
+    :meth:`begin` to sign a large body while sending it. ``repr`` never shows the secret.
     """
 
     def __init__(self, secret: bytes) -> None:
         self.secret = secret
-        self._mac = BodyMac(body_key(secret))
+        self._key = body_key(secret)
+        self._mac = BodyMac(self._key)
 
     def __repr__(self) -> str:
         return "Signer(secret=<hidden>)"
 
-    def headers(self, method: str, path: str, body: Any, now: float | None = None) -> dict[str, str]:
-        """The signed headers of one request whose body is ``body`` (a buffer or a list of
-        buffers, as sent); a fresh nonce each call."""
+    def sign(self, method: str, path: str, body: Any, now: float | None = None) -> tuple[dict[str, str], bytes]:
+        """The headers and the trailer of one request whose body is ``body`` (a buffer or
+        a list of buffers, as sent); a fresh nonce each call. Send the trailer after the
+        body and count it in Content-Length."""
         ts = f"{time.time() if now is None else now:.6f}"
         nonce = new_nonce()
         digest = self._mac.digest(nonce, body)
-        return {
-            HEADER_TIME: ts,
-            HEADER_NONCE: nonce,
-            HEADER_SIGNATURE: sign(self.secret, method, path, digest, ts, nonce),
-        }
+        trailer = sign(self.secret, method, path, digest, ts, nonce).encode("ascii")
+        return {HEADER_TIME: ts, HEADER_NONCE: nonce}, trailer
+
+    def begin(self, method: str, path: str, now: float | None = None) -> Signing:
+        """Start signing a request whose body will be digested chunk by chunk as it is sent."""
+        return Signing(self.secret, self._key, method, path, now)
 
 
 class Verifier:
@@ -275,10 +312,10 @@ class Verifier:
     def __repr__(self) -> str:
         return f"Verifier(window={self.window}, max_nonces={self.max_nonces}, secret=<hidden>)"
 
-    def precheck(self, headers: Mapping[str, str], now: float | None = None) -> tuple[float, str, str]:
+    def precheck(self, headers: Mapping[str, str], now: float | None = None) -> tuple[float, str]:
         """Check the headers' presence and the timestamp before the body is read.
 
-        Returns ``(timestamp, nonce, signature)``.
+        Returns ``(timestamp, nonce)``.
 
         Raises:
             AuthenticationError: headers missing or malformed, or the timestamp is outside
@@ -286,8 +323,7 @@ class Verifier:
         """
         ts_text = headers.get(HEADER_TIME)
         nonce = headers.get(HEADER_NONCE)
-        signature = headers.get(HEADER_SIGNATURE)
-        if not ts_text or not nonce or not signature:
+        if not ts_text or not nonce:
             raise AuthenticationError(
                 "the request is not signed: it needs the run's secret (X-Tensorspark-* headers)"
             )
@@ -304,9 +340,9 @@ class Verifier:
                 f"the request's timestamp is {now - ts:+.1f}s off the server's clock (allowed: "
                 f"{self.window:g}s): a replayed request, or the clocks of driver and executor differ"
             )
-        return ts, nonce, signature
+        return ts, nonce
 
-    def body_hasher(self, headers: Mapping[str, str], body: bytearray) -> BlockHasher:
+    def body_hasher(self, headers: Mapping[str, str], body: bytearray | memoryview) -> BlockHasher:
         """The incremental digest of a body being received (after :meth:`precheck`)."""
         return self._mac.hasher(headers[HEADER_NONCE], body)
 
@@ -320,16 +356,20 @@ class Verifier:
         path: str,
         digest: str,
         headers: Mapping[str, str],
+        signature: bytes | bytearray | str,
         now: float | None = None,
     ) -> None:
         """Accept a request or raise; a nonce is remembered only once the signature is valid.
 
+        ``signature`` is the request's trailer (the hex HMAC sent after the body).
+
         Raises:
             AuthenticationError: unsigned, bad signature, outside the window, nonce reused.
         """
-        ts, nonce, signature = self.precheck(headers, now)
+        ts, nonce = self.precheck(headers, now)
         expected = sign(self._secret, method, path, digest, headers[HEADER_TIME], nonce)
-        if not hmac.compare_digest(expected.encode(), _ascii(signature)):
+        given = _ascii(signature) if isinstance(signature, str) else bytes(signature)
+        if not hmac.compare_digest(expected.encode(), given):
             raise AuthenticationError(
                 "the request's signature is wrong: a different secret, or the request was altered"
             )

@@ -41,6 +41,7 @@ from tensorspark.ps import auth, wire
 logger = logging.getLogger(__name__)
 
 _SMALL_BODY = 256 * 1024
+_SEND_STEP = 256 * 1024  # a large signed body is digested and sent in pieces of this size
 _HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
 _MAX_HEAD = 64 * 1024
 
@@ -225,21 +226,37 @@ class ParameterClient:
         """
         sock = self._socket()
         size = wire.encoded_size(parts)
+        signer = self._signer
         lines = [
             f"{method} {path} HTTP/1.1",
             f"Host: {self._host}:{self._port}",
             f"Content-Type: {content_type}",
-            f"Content-Length: {size}",
+            f"Content-Length: {size if signer is None else size + auth.TRAILER_BYTES}",
         ]
-        if self._signer is not None:
-            lines.extend(f"{k}: {v}" for k, v in self._signer.headers(method, path, parts).items())
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        if size <= _SMALL_BODY:  # one send (and one packet) for headers and body
-            sock.sendall(b"".join([head, *parts]))
-        else:
-            sock.sendall(head)
+        if size <= _SMALL_BODY:  # one send (and one packet) for headers, body and signature
+            trailer = b""
+            if signer is not None:
+                headers, trailer = signer.sign(method, path, parts)
+                lines.extend(f"{k}: {v}" for k, v in headers.items())
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            sock.sendall(b"".join([head, *parts, trailer]))
+        elif signer is None:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             for chunk in wire.coalesce(parts):
                 sock.sendall(chunk)
+        else:
+            # Each piece is digested just before it is sent: it is read from memory once
+            # for both, and the server receives the previous piece meanwhile.
+            signing = signer.begin(method, path)
+            lines.extend(f"{k}: {v}" for k, v in signing.headers.items())
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            for chunk in wire.coalesce(parts):
+                view = memoryview(chunk).cast("B")
+                for start in range(0, view.nbytes, _SEND_STEP):
+                    piece = view[start : start + _SEND_STEP]
+                    signing.update(piece)
+                    sock.sendall(piece)
+            sock.sendall(signing.trailer())
         status, headers, early = self._read_head(sock)
         length = int(headers.get("content-length", "0"))
         body = self._response_buffer(length)

@@ -490,7 +490,7 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ request handling
 
-    def handle_join(self, body: bytes | bytearray) -> dict[str, Any]:
+    def handle_join(self, body: bytes | bytearray | memoryview) -> dict[str, Any]:
         req = _json_object(body, ("partition", "attempt"))
         partition, attempt = _int_field(req, "partition"), _int_field(req, "attempt")
         with self._lock:
@@ -511,7 +511,7 @@ class ParameterServer:
                 "payload": "delta" if self.mode == "sync" else self.combiner.payload,
             }
 
-    def handle_leave(self, body: bytes | bytearray) -> dict[str, Any]:
+    def handle_leave(self, body: bytes | bytearray | memoryview) -> dict[str, Any]:
         req = _json_object(body, ("partition", "attempt", "state"))
         partition = _int_field(req, "partition")
         state = str(req["state"])
@@ -529,7 +529,7 @@ class ParameterServer:
         with self._lock:
             self._respond_params(respond, "pulled")
 
-    def handle_push(self, body: bytearray, respond: Callable[..., None]) -> None:
+    def handle_push(self, body: bytearray | memoryview, respond: Callable[..., None]) -> None:
         """Decode and apply (or defer, in sync mode) one push; ``respond`` is called once."""
         tensors, meta = wire.decode(body)
         partition = _int_field(meta, "partition")
@@ -814,7 +814,7 @@ def _finite_float(value: Any) -> float | None:
     return out if np.isfinite(out) else None
 
 
-def _json_object(body: bytes | bytearray, required: tuple[str, ...]) -> dict[str, Any]:
+def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]) -> dict[str, Any]:
     try:
         obj = json.loads(bytes(body).decode("utf-8") or "{}")
     except (UnicodeDecodeError, ValueError) as err:
@@ -862,8 +862,9 @@ _STATUS_ROUTES = {("GET", "/"), ("GET", "/status")}
 class _Request(httputil.HTTPMessageDelegate):
     """One HTTP request: body read into a preallocated buffer, response written zero-copy.
 
-    With a secret, the body is hashed as its chunks arrive and the signature is checked
-    in :meth:`finish`, before the request is dispatched; an unsigned request is refused
+    With a secret, the body is digested as its chunks arrive and the signature that
+    follows it (:data:`~tensorspark.ps.auth.TRAILER_BYTES`) is checked in :meth:`finish`,
+    before the request is dispatched; an unsigned request is refused
     once its (size-limited) body has been read and discarded, so the client always gets
     the 401 rather than a reset connection.
     """
@@ -879,7 +880,8 @@ class _Request(httputil.HTTPMessageDelegate):
         self.received = 0
         self.error: HttpError | None = None
         self.responded = False
-        self.signed = False  # whether this request must carry a valid signature
+        self.signed = False  # the body ends with the signature (auth.TRAILER_BYTES)
+        self.payload_length = 0
         self.hasher: auth.BlockHasher | None = None
 
     def headers_received(
@@ -921,13 +923,17 @@ class _Request(httputil.HTTPMessageDelegate):
             except AuthenticationError as err:
                 self.error = HttpError(401, str(err))  # answered once the body is drained
                 return None
+        if signed and length < auth.TRAILER_BYTES:
+            self.error = HttpError(401, "the request is not signed: its body must end with the signature")
+            return None
         self.body = self.server.take_body(length)
         self.signed = signed
+        self.payload_length = length - auth.TRAILER_BYTES if signed else length
         stream = getattr(self.conn, "stream", None)
         if length >= _DIRECT_READ_FROM and isinstance(stream, IOStream):
             if signed:  # digested step by step as it lands; smaller bodies at once in finish()
                 assert verifier is not None
-                self.hasher = verifier.body_hasher(headers, self.body)
+                self.hasher = verifier.body_hasher(headers, memoryview(self.body)[: self.payload_length])
             return self._read_body_directly(stream, headers)
         return None
 
@@ -949,7 +955,7 @@ class _Request(httputil.HTTPMessageDelegate):
                 await asyncio.wait_for(stream.read_into(view[self.received : end]), _BODY_TIMEOUT)  # type: ignore[arg-type]
                 self.received = end
                 if self.hasher is not None:
-                    self.hasher.advance(end)
+                    self.hasher.advance(min(end, self.payload_length))
         finally:
             view.release()
         headers["Content-Length"] = "0"
@@ -972,7 +978,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self.body[self.received : end] = chunk
         self.received = end
         if self.hasher is not None:
-            self.hasher.advance(end)
+            self.hasher.advance(min(end, self.payload_length))
 
     def finish(self) -> None:
         if self.responded:
@@ -985,27 +991,30 @@ class _Request(httputil.HTTPMessageDelegate):
             self._fail(HttpError(400, "body shorter than Content-Length"))
             return
         server = self.server
+        payload: bytearray | memoryview = self.body
         if self.signed and server._verifier is not None:
+            payload = memoryview(self.body)[: self.payload_length]
             try:
                 digest = (
                     self.hasher.hexdigest()
                     if self.hasher is not None
-                    else server._verifier.digest(self.headers, self.body)
+                    else server._verifier.digest(self.headers, payload)
                 )
-                server._verifier.verify(self.method, self.target, digest, self.headers)
+                trailer = self.body[self.payload_length :]
+                server._verifier.verify(self.method, self.target, digest, self.headers, trailer)
             except AuthenticationError as err:
                 self._fail(HttpError(401, str(err)))
                 return
         try:
             if self.path == "/push":
-                server.handle_push(self.body, self._respond)
+                server.handle_push(payload, self._respond)
                 server.give_body(self.body)  # the update has been combined (or is pending: sync)
             elif self.path == "/pull":
                 server.handle_pull(self._respond)
             elif self.path == "/join":
-                self._json(server.handle_join(self.body))
+                self._json(server.handle_join(payload))
             elif self.path == "/leave":
-                self._json(server.handle_leave(self.body))
+                self._json(server.handle_leave(payload))
             elif self.path == "/status":
                 self._json(server.status())
             elif self.path == "/":

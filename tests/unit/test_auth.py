@@ -14,7 +14,9 @@ KEY = auth.body_key(SECRET)
 
 
 def _signed(now: float = 1000.0, secret: bytes = SECRET, path: str = "/push") -> dict[str, str]:
-    return auth.Signer(secret).headers("POST", path, BODY, now=now)
+    """The headers of a signed request, with its trailer under "signature" (test only)."""
+    headers, trailer = auth.Signer(secret).sign("POST", path, BODY, now=now)
+    return {**headers, "signature": trailer.decode()}
 
 
 def _digest(headers: dict[str, str], body: bytes = BODY) -> str:
@@ -24,10 +26,10 @@ def _digest(headers: dict[str, str], body: bytes = BODY) -> str:
 def test_a_signed_request_verifies_once() -> None:
     verifier = auth.Verifier(SECRET, window=60)
     headers = _signed()
-    assert verifier.digest(headers, BODY) == _digest(headers)
-    verifier.verify("POST", "/push", _digest(headers), headers, now=1001.0)
+    assert verifier.digest(headers, BODY) == _digest(headers) and len(headers["signature"]) == auth.TRAILER_BYTES
+    verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=1001.0)
     with pytest.raises(AuthenticationError, match="replayed"):
-        verifier.verify("POST", "/push", _digest(headers), headers, now=1002.0)
+        verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=1002.0)
 
 
 @pytest.mark.parametrize(("method", "path", "body"), [("GET", "/push", BODY), ("POST", "/pull", BODY), ("POST", "/push", b"bodY")])
@@ -35,7 +37,7 @@ def test_any_change_breaks_the_signature(method: str, path: str, body: bytes) ->
     verifier = auth.Verifier(SECRET, window=60)
     headers = _signed()
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify(method, path, _digest(headers, body), headers, now=1000.0)
+        verifier.verify(method, path, _digest(headers, body), headers, headers["signature"], now=1000.0)
 
 
 def test_a_body_digest_needs_the_secret_and_depends_on_the_nonce() -> None:
@@ -56,39 +58,39 @@ def test_wrong_secret_missing_headers_and_old_timestamps_are_refused() -> None:
     verifier = auth.Verifier(SECRET, window=60)
     other = _signed(secret=b"t" * 32)
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", verifier.digest(other, BODY), other, now=1000.0)
+        verifier.verify("POST", "/push", verifier.digest(other, BODY), other, other["signature"], now=1000.0)
     with pytest.raises(AuthenticationError, match="not signed"):
-        verifier.verify("POST", "/push", "", {}, now=1000.0)
+        verifier.verify("POST", "/push", "", {}, "", now=1000.0)
     for sent, now in ((1000.0, 1061.0), (1100.0, 1000.0)):
         headers = _signed(now=sent)
         with pytest.raises(AuthenticationError, match="off the server's clock"):
-            verifier.verify("POST", "/push", _digest(headers), headers, now=now)
+            verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=now)
     tampered = dict(_signed(), **{auth.HEADER_TIME: "1000.5"})
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", _digest(tampered), tampered, now=1000.0)
-    non_ascii = dict(_signed(), **{auth.HEADER_SIGNATURE: "é" * 64})
+        verifier.verify("POST", "/push", _digest(tampered), tampered, tampered["signature"], now=1000.0)
+    non_ascii = dict(_signed(), signature="é" * 64)
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.verify("POST", "/push", _digest(non_ascii), non_ascii, now=1000.0)
+        verifier.verify("POST", "/push", _digest(non_ascii), non_ascii, non_ascii["signature"], now=1000.0)
 
 
 def test_a_full_nonce_cache_still_refuses_every_replay() -> None:
     verifier = auth.Verifier(SECRET, window=60, max_nonces=3)
     sent = [_signed(now=1000.0 + i) for i in range(10)]
     for headers in sent:
-        verifier.verify("POST", "/push", _digest(headers), headers, now=1010.0)
+        verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=1010.0)
     assert len(verifier._nonces) <= 3
     for headers in sent:  # evicted or remembered, none may be accepted again
         with pytest.raises(AuthenticationError, match="replayed"):
-            verifier.verify("POST", "/push", _digest(headers), headers, now=1010.0)
+            verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=1010.0)
     fresh = _signed(now=1011.0)
-    verifier.verify("POST", "/push", _digest(fresh), fresh, now=1011.0)  # fresh ones still pass
+    verifier.verify("POST", "/push", _digest(fresh), fresh, fresh["signature"], now=1011.0)  # fresh ones still pass
 
 
 def test_expired_nonces_are_dropped() -> None:
     verifier = auth.Verifier(SECRET, window=10)
     for now in (1000.0, 1020.0):
         headers = _signed(now=now)
-        verifier.verify("POST", "/push", _digest(headers), headers, now=now)
+        verifier.verify("POST", "/push", _digest(headers), headers, headers["signature"], now=now)
     assert len(verifier._nonces) == 1
 
 
@@ -131,3 +133,16 @@ def test_body_digest_is_the_same_however_the_body_is_cut(size: int) -> None:
         changed = bytearray(body)
         changed[size - 1] ^= 1
         assert auth.body_digest(KEY, nonce, bytes(changed)) != whole
+
+
+def test_a_body_signed_while_it_is_sent_verifies_like_one_signed_at_once() -> None:
+    body = bytes(range(256)) * 5000
+    signing = auth.Signer(SECRET).begin("POST", "/push", now=1000.0)
+    for start in range(0, len(body), 70_001):
+        signing.update(memoryview(body)[start : start + 70_001])
+    trailer = signing.trailer()
+    verifier = auth.Verifier(SECRET, window=60)
+    digest = verifier.digest(signing.headers, body)
+    with pytest.raises(AuthenticationError, match="signature is wrong"):
+        verifier.verify("POST", "/push", verifier.digest(signing.headers, body[:-1]), signing.headers, trailer, now=1000.0)
+    verifier.verify("POST", "/push", digest, signing.headers, trailer, now=1000.0)

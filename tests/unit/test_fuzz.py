@@ -40,11 +40,11 @@ def server() -> Iterator[ParameterServer]:
 
 
 def _push(server: ParameterServer, body: bytes) -> int:
-    headers = auth.Signer(SECRET).headers("POST", "/push", body)
-    headers["Content-Length"] = str(len(body))
+    headers, trailer = auth.Signer(SECRET).sign("POST", "/push", body)
+    headers["Content-Length"] = str(len(body) + len(trailer))
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        conn.request("POST", "/push", body=body, headers=headers)
+        conn.request("POST", "/push", body=body + trailer, headers=headers)
         response = conn.getresponse()
         response.read()
         return response.status

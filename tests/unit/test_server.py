@@ -164,8 +164,8 @@ def test_recycled_buffers_never_change_a_response_being_sent() -> None:
     with sps.ParameterServer({"w": np.zeros(n, np.float32)}) as server, _client(server) as pusher:
         secret = server.client_options()["secret"]
         slow = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-        headers = auth.Signer(secret).headers("GET", "/pull", b"")
-        slow.request("GET", "/pull", headers=headers)
+        headers, trailer = auth.Signer(secret).sign("GET", "/pull", b"")
+        slow.request("GET", "/pull", body=trailer, headers=headers)
         time.sleep(0.3)  # the server starts writing version 0 while we do not read
         for seq in range(4):
             pusher.push({"w": np.ones(n, np.float32)}, _meta(seq=seq, base=seq))

@@ -58,8 +58,10 @@ def _raw(
     return response.status, {"bytes": len(data)}
 
 
-def _signed(method: str, path: str, body: bytes, secret: bytes = SECRET) -> dict[str, str]:
-    return auth.Signer(secret).headers(method, path, body)
+def _signed(method: str, path: str, body: bytes, secret: bytes = SECRET) -> tuple[bytes, dict[str, str]]:
+    """``body`` followed by its signature, and the signed headers."""
+    headers, trailer = auth.Signer(secret).sign(method, path, body)
+    return body + trailer, headers
 
 
 def _unchanged(server: ParameterServer) -> bool:
@@ -95,21 +97,28 @@ def test_unsigned_wrong_tampered_and_replayed_requests_get_401_and_change_nothin
     assert _raw(server, "POST", "/push", body)[0] == 401
     assert _raw(server, "GET", "/pull")[0] == 401
     assert _raw(server, "POST", "/join", b'{"partition": 0, "attempt": 0}')[0] == 401
-    assert _raw(server, "POST", "/push", body, _signed("POST", "/push", body, secret=b"y" * 32))[0] == 401
+    assert _raw(server, "POST", "/push", *_signed("POST", "/push", body, secret=b"y" * 32))[0] == 401
     tampered = wire.encode_bytes(_delta(5.0), _meta())
-    code, answer = _raw(server, "POST", "/push", tampered, _signed("POST", "/push", body))
+    signed, headers = _signed("POST", "/push", body)
+    code, answer = _raw(server, "POST", "/push", tampered + signed[len(body) :], headers)
     assert code == 401 and "signature is wrong" in answer["error"]
+    # A tampered signature, no signature after the body, a body shorter than one.
+    code, answer = _raw(server, "POST", "/push", signed[:-1] + b"0" if signed[-1:] != b"0" else signed[:-1] + b"1", headers)
+    assert code == 401 and "signature is wrong" in answer["error"]
+    assert _raw(server, "POST", "/push", body, _signed("POST", "/push", body)[1])[0] == 401
+    code, answer = _raw(server, "GET", "/pull", b"x" * 10, _signed("GET", "/pull", b"")[1])
+    assert code == 401 and "must end with the signature" in answer["error"]
     # Signed for another endpoint, or with its timestamp moved.
-    assert _raw(server, "POST", "/push", body, _signed("POST", "/join", body))[0] == 401
-    moved = dict(_signed("POST", "/push", body), **{auth.HEADER_TIME: "1.0"})
-    code, answer = _raw(server, "POST", "/push", body, moved)
+    assert _raw(server, "POST", "/push", *_signed("POST", "/join", body))[0] == 401
+    signed, headers = _signed("POST", "/push", body)
+    code, answer = _raw(server, "POST", "/push", signed, dict(headers, **{auth.HEADER_TIME: "1.0"}))
     assert code == 401 and "off the server's clock" in answer["error"]
     assert _unchanged(server)
-    assert server.status()["unauthorized_requests"] == 7
+    assert server.status()["unauthorized_requests"] == 10
 
-    headers = _signed("POST", "/push", body)
-    assert _raw(server, "POST", "/push", body, headers)[0] == 200
-    code, answer = _raw(server, "POST", "/push", body, headers)  # the same request again
+    signed, headers = _signed("POST", "/push", body)
+    assert _raw(server, "POST", "/push", signed, headers)[0] == 200
+    code, answer = _raw(server, "POST", "/push", signed, headers)  # the same request again
     assert code == 401 and "replayed" in answer["error"]
     assert server.version == 1 and server.status()["applied_pushes"] == 1
 
@@ -155,7 +164,7 @@ def test_oversized_and_malformed_pushes_get_4xx_with_a_message(server: Parameter
     good = wire.encode_bytes(_delta(), _meta())
 
     def push(body: bytes) -> tuple[int, str]:
-        code, answer = _raw(server, "POST", "/push", body, _signed("POST", "/push", body))
+        code, answer = _raw(server, "POST", "/push", *_signed("POST", "/push", body))
         return code, answer.get("error", "")
 
     cases = {
@@ -178,7 +187,7 @@ def test_oversized_and_malformed_pushes_get_4xx_with_a_message(server: Parameter
         assert code == 400 and message in error, (name, code, error)
     assert server.version == 1 and server.status()["rejected_requests"] == len(cases) - 1
     with ParameterServer(_params(), secret=SECRET, max_body_bytes=100) as small:
-        code, answer = _raw(small, "POST", "/push", good, _signed("POST", "/push", good))
+        code, answer = _raw(small, "POST", "/push", *_signed("POST", "/push", good))
         assert code == 413 and "exceeds the limit of 100 bytes" in answer["error"]
         assert small.version == 0
     with pytest.raises(ConfigurationError, match="max_body_bytes must be a positive"):
