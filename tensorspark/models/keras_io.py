@@ -241,7 +241,9 @@ def cached(key: str, load: Callable[[], T]) -> T:
 
     Runs on executors (any process); thread-safe. The cache keeps the
     :data:`CACHE_CAPACITY` most recently used objects; ``key`` must be minted on the driver
-    (a fresh uuid per broadcast model) so a changed model is never served from the cache.
+    so that a changed model never gets an old key: a fresh uuid per broadcast, or a digest
+    of the model's bytes (what inference uses, so the same model file is loaded once per
+    worker across calls).
     Any loaded model (a Keras model, a predict function of another framework) may be cached.
 
     Args:

@@ -251,11 +251,13 @@ def test_later_dataframe_row_that_does_not_fit_fails_the_job(
         result.collect()
 
 
-def test_rdd_rows_that_do_not_fit_the_input(sc: SparkContext, model: keras.Model) -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"must hold 784 numbers.*Received: first element with shape"
-    ):
-        predict(sc, model, sc.parallelize([np.zeros((28, 27))]))
+def test_rdd_rows_that_do_not_fit_the_input_fail_the_action(sc: SparkContext, model: keras.Model) -> None:
+    result = predict(sc, model, sc.parallelize([np.zeros(784), np.zeros((28, 27))], 1))
+    with pytest.raises(Exception, match=r"must hold 784 numbers.*Received: row 1 of this partition with shape \(28, 27\)"):
+        result.collect()
+    result = predict(sc, model, sc.parallelize(["not numbers"], 1))
+    with pytest.raises(Exception, match=r"RDD elements must be numeric arrays.*Received: row 0 of this partition: 'not numbers'"):
+        result.collect()
 
 
 def test_existing_output_column(sc: SparkContext, spark: SparkSession, model: keras.Model) -> None:
