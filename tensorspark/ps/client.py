@@ -97,6 +97,7 @@ class ParameterClient:
         self._scheme = parts.scheme
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._host_header = f"[{self._host}]:{self._port}" if ":" in self._host else f"{self._host}:{self._port}"
         self.timeout = float(timeout)
         self.ps_timeout = float(ps_timeout)
         # Two response buffers used in turn (see the class docstring): fresh 100 MB buffers
@@ -229,7 +230,7 @@ class ParameterClient:
         signer = self._signer
         lines = [
             f"{method} {path} HTTP/1.1",
-            f"Host: {self._host}:{self._port}",
+            f"Host: {self._host_header}",
             f"Content-Type: {content_type}",
             f"Content-Length: {size if signer is None else size + auth.TRAILER_BYTES}",
         ]
