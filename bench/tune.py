@@ -6,8 +6,8 @@ Runs, in one invocation:
    (TensorFlow's thread pools are fixed once it starts): the trials one after another with
    TensorFlow on that many threads, timed after TensorFlow is imported;
 2. the machine's own ceiling: one plain Python process per core (no Spark), one
-   TensorFlow thread each, running its share of the trials, all started together once
-   warm;
+   TensorFlow thread each, all started together once warm, each taking the next trial
+   when it is free;
 3. ``tune`` on ``local[N]`` (one TensorFlow thread per task), timed after a warm-up job
    that imports TensorFlow and fits a tiny model in every Python worker (Spark reuses
    them); the warm-up is reported separately. The baselines warm up the same way.
@@ -29,8 +29,10 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -98,13 +100,11 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     )
     space = QUICK_SPACE if args.quick else SPACE
     trials = [_Trial(i, p) for i, p in enumerate(expand_space(space))]
-    if args.share is not None:  # one of N plain processes: every N-th trial, on a signal
-        index, count = (int(v) for v in args.share.split("/"))
-        trials = trials[index::count]
+    if args.claims is not None:  # one of N plain processes, started on a signal
         print("ready", flush=True)
         sys.stdin.readline()
     start = time.monotonic()
-    results = [_run_trial(build, data, config, t) for t in trials]
+    results = [_run_trial(build, data, config, t) for t in trials if _claim(args.claims, t.index)]
     elapsed = time.monotonic() - start
     return {
         "threads": threads,
@@ -125,16 +125,29 @@ def run_sequential_child(args: argparse.Namespace, threads: int) -> dict[str, An
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _claim(folder: str | None, index: int) -> bool:
+    """Take trial ``index`` for this process (first come, first served: a shared queue
+    without a server, like Spark's scheduler handing a free slot the next trial)."""
+    if folder is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(folder, str(index)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def run_plain_parallel(args: argparse.Namespace, processes: int) -> dict[str, Any]:
     """The machine's own ceiling for this workload: ``processes`` plain Python processes
-    (no Spark), one TensorFlow thread each, every one running its share of the trials
-    (round robin), started together once all are warm. Its wall time is the best any
-    scheduler of these trials could do with one process per core."""
-    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", "1"]
+    (no Spark), one TensorFlow thread each, started together once all are warm, each
+    taking the next unclaimed trial whenever it is free (the same dynamic order as
+    ``tune``'s). What any scheduler of these trials could do with one process per core."""
+    claims = tempfile.mkdtemp(prefix="tensorspark-bench-tune-")
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", "1", "--claims", claims]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     children = [
         subprocess.Popen(
-            [*cmd, "--share", f"{i}/{processes}"],
+            cmd,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -159,6 +172,7 @@ def run_plain_parallel(args: argparse.Namespace, processes: int) -> dict[str, An
         for child in children:
             if child.poll() is None:
                 child.kill()
+        shutil.rmtree(claims, ignore_errors=True)
     # From the common start to the last trial's end (each child's own clock; what follows,
     # printing and TensorFlow's slow exit, is not training).
     return {
@@ -271,7 +285,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per phase")
     parser.add_argument("--output", default=None, help="also write the JSON here")
     parser.add_argument("--sequential", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--share", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--claims", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.rows = args.rows or (300 if args.quick else 10000)
     args.val_rows = args.val_rows or (200 if args.quick else 2000)

@@ -957,7 +957,8 @@ def tune(
         early_stopping_patience: Stop a trial after this many epochs without improvement
             of ``metric``; ``None`` trains every epoch.
         max_parallel: Trials in flight at once; default: Spark's task slots
-            (``defaultParallelism // spark.task.cpus``).
+            (``defaultParallelism // spark.task.cpus``) plus one, which waits in Spark's
+            queue so that a freed slot starts it at once.
         return_best_model: Every trial sends the weights of its best epoch back as numpy
             arrays (costs driver memory per finished trial only until a better one
             arrives); the driver keeps the best trial's, rebuilds ``build(best_params)``
@@ -1021,7 +1022,10 @@ def tune(
         return_weights=bool(return_best_model),
     )
     trials = [_Trial(i, params) for i, params in enumerate(param_sets)]
-    parallel = min(len(trials), max_parallel or _task_slots(sc))
+    # By default one trial more than there are slots is in flight: Spark holds it queued
+    # and starts it the moment a slot frees, without waiting for the driver thread that
+    # collects the finished trial to submit the next job.
+    parallel = min(len(trials), max_parallel or _task_slots(sc) + 1)
     logger.info(
         "Tuning: %s search, %d trials, %d at a time, metric %s (%s), seed %d",
         search,

@@ -16,9 +16,9 @@ What is signed (one line each, joined with ``\\n``)::
 
 The signature travels after the body: with a secret, a request's last 64 bytes are its
 hex HMAC (Content-Length counts them), and only the time and nonce are headers. So the
-client digests a large body chunk by chunk just before each chunk is sent (from the CPU's
-cache, while the server is still receiving the chunk before), instead of a whole extra
-pass over the body before its first byte leaves; the server digests chunks as they land.
+client digests a large body piece by piece right after sending each piece (from the CPU's
+cache, where the send left it, while the server receives it), instead of a whole extra
+pass over the body before its first byte leaves; the server digests pieces as they land.
 
 The body digest is a keyed one: the GMAC tag (AES-256-GCM's 128-bit authentication tag
 over the body, with nothing encrypted) under a key derived from the secret, with the
@@ -243,7 +243,7 @@ class Signing:
         self.headers = {HEADER_TIME: self._ts, HEADER_NONCE: self._nonce}
 
     def update(self, chunk: Any) -> None:
-        """Digest the next chunk of the body (call just before sending it)."""
+        """Digest the next chunk of the body, in the order sent."""
         if memoryview(chunk).nbytes:
             self._mac.authenticate_additional_data(chunk)
 

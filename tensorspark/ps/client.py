@@ -246,8 +246,8 @@ class ParameterClient:
             for chunk in wire.coalesce(parts):
                 sock.sendall(chunk)
         else:
-            # Each piece is digested just before it is sent: it is read from memory once
-            # for both, and the server receives the previous piece meanwhile.
+            # Each piece is digested right after it is sent, from the CPU's cache where
+            # the send just left it, while the server receives it.
             signing = signer.begin(method, path)
             lines.extend(f"{k}: {v}" for k, v in signing.headers.items())
             sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
@@ -255,8 +255,8 @@ class ParameterClient:
                 view = memoryview(chunk).cast("B")
                 for start in range(0, view.nbytes, _SEND_STEP):
                     piece = view[start : start + _SEND_STEP]
-                    signing.update(piece)
                     sock.sendall(piece)
+                    signing.update(piece)
             sock.sendall(signing.trailer())
         status, headers, early = self._read_head(sock)
         length = int(headers.get("content-length", "0"))
