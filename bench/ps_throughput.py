@@ -9,9 +9,9 @@ trip (the worker's hot path) for a few seconds. Measured in the same run, for sc
 * body digest: GMAC (AES-256-GCM's tag, what :mod:`tensorspark.ps.auth` uses) against
   ``hashlib.sha256``, ``hashlib.blake2b`` and BLAKE3 (when installed) over 100 MB,
 * authentication on and off (at 1M parameters by default), as ``--auth-pairs`` pairs of
-  runs one right after the other; the cost is the median over pairs of
-  ``1 - signed/unsigned``, which cancels the drift of a shared machine better than one
-  run of each.
+  runs one right after the other (in alternating order); the cost is the median over
+  pairs of ``1 - signed/unsigned``, which cancels the drift of a shared machine better
+  than one run of each.
 
 Throughput counts the bytes of both directions (``2 x model bytes`` per update), the
 same bytes the TCP baseline streams. Prints a table and writes JSON::
@@ -240,15 +240,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.auth_size in sizes:
         for c in clients:
             pairs = []
-            for _ in range(args.auth_pairs):
-                off = _run_row(args.auth_size, c, args.seconds, False, baselines)
-                on = _run_row(args.auth_size, c, args.seconds, True, baselines)
+            for i in range(args.auth_pairs):
+                # ABBA order: half the pairs run signed first, so a drift of the machine
+                # within a pair does not always count against the same side.
+                if i % 2:
+                    on = _run_row(args.auth_size, c, args.seconds, True, baselines)
+                    off = _run_row(args.auth_size, c, args.seconds, False, baselines)
+                else:
+                    off = _run_row(args.auth_size, c, args.seconds, False, baselines)
+                    on = _run_row(args.auth_size, c, args.seconds, True, baselines)
                 runs.extend([off, on])
                 pairs.append({"unsigned": off["updates_per_s"], "signed": on["updates_per_s"]})
             auth_pairs[c] = pairs
             auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
         print(
-            f"authentication cost at {args.auth_size} (median of {args.auth_pairs} back-to-back pairs): "
+            f"authentication cost at {args.auth_size} (median of {args.auth_pairs} back-to-back pairs, alternating order): "
             + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items())
         )
     result = {
