@@ -50,7 +50,8 @@ def limit_tf_threads(n: int) -> None:
 
     Thread-safe. TensorFlow refuses to change its pools after its runtime started; then
     the first setting stays in force (logged at DEBUG) because in a reused Spark Python
-    worker the runtime was set up by an earlier task with the same limit.
+    worker the runtime was set up by an earlier task with the same limit. Inside a Spark
+    task, the first call also freezes the start-up objects (see the module docstring).
     """
     n = max(1, int(n))
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
