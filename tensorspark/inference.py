@@ -28,6 +28,7 @@ subclass and its executor-side :class:`ModelLoader`; nothing else changes.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import hashlib
 import io
@@ -36,6 +37,7 @@ import math
 import os
 import tarfile
 import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -600,32 +602,48 @@ def predict(
     if checkpoint is not None:
         source = _apply_checkpoint(sc, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
-    payload_bytes = source.payload()
+    loader = source.loader()
     plan = _Plan(
-        # Keyed by content: calling predict again with the same model file finds it
-        # already loaded in the executors' Python workers (Spark reuses them).
-        key=f"{type(source).__name__}-{hashlib.sha256(payload_bytes).hexdigest()[:32]}",
-        loader=source.loader(),
+        key="",  # set below, once the input is checked and the payload made
+        loader=loader,
         input_shape=in_shape,
         num_features=math.prod(in_shape),
         batch_size=batch_size,
         top_k=k or None,
         labels=label_names,
     )
+    feature_expr = None
     if isinstance(data, DataFrame):
         feature_expr = _check_dataframe(data, features_col, output_col, plan, source)
-        payload = sc.broadcast(payload_bytes)
-        _log_broadcast(source, plan, payload)
-        return _predict_dataframe(data, feature_expr, output_col, plan, payload)
     # RDD rows are checked as they stream past, in the job (see _predict_partition), not by
     # a take(1) here: take stops reading its partition early, and PySpark then closes that
     # Python worker instead of reusing it, so the next job paid a fresh worker's
     # TensorFlow import and model load (about 4 s a call on this machine).
+    payload_bytes = source.payload()
+    plan = dataclasses.replace(plan, key=_cache_key(source, loader, payload_bytes))
     payload = sc.broadcast(payload_bytes)
     _log_broadcast(source, plan, payload)
+    if isinstance(data, DataFrame):
+        return _predict_dataframe(data, feature_expr, output_col, plan, payload)
     return data.mapPartitions(
         functools.partial(_predict_partition, plan, payload), preservesPartitioning=True
     )
+
+
+def _cache_key(source: ModelSource, loader: ModelLoader, payload: bytes) -> str:
+    """The executors' cache key of this call's model (driver).
+
+    Keyed by content, the model bytes and the loader's settings (e.g. a SavedModel's
+    signature), so calling predict again with the same model finds it already loaded in
+    the Python workers Spark reuses. With custom classes a key of its own each call: a
+    class redefined under the same name (a notebook cell run again) must not be served
+    from the cache.
+    """
+    if getattr(loader, "custom_objects", None):
+        return uuid.uuid4().hex
+    digest = hashlib.sha256(payload)
+    digest.update(repr(loader).encode("utf-8"))
+    return f"{type(source).__name__}-{digest.hexdigest()[:32]}"
 
 
 def _log_broadcast(source: ModelSource, plan: _Plan, payload: Broadcast[bytes]) -> None:

@@ -1027,7 +1027,7 @@ def tune(
     # collects the finished trial to submit the next job.
     parallel = min(len(trials), max_parallel or _task_slots(sc) + 1)
     logger.info(
-        "Tuning: %s search, %d trials, %d at a time, metric %s (%s), seed %d",
+        "Tuning: %s search, %d trials, %d in flight, metric %s (%s), seed %d",
         search,
         len(trials),
         parallel,

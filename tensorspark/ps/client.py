@@ -153,7 +153,7 @@ class ParameterClient:
         return self._json("GET", "/status", None)
 
     def close(self) -> None:
-        """Close the connection and the hashing threads (a later request reopens them)."""
+        """Close the connection (a later request reopens it)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -259,7 +259,12 @@ class ParameterClient:
                     signing.update(piece)
             sock.sendall(signing.trailer())
         status, headers, early = self._read_head(sock)
-        length = int(headers.get("content-length", "0"))
+        length_text = headers.get("content-length", "0")
+        if not length_text.isdigit():
+            raise http.client.HTTPException(
+                f"the parameter server at {self.url} answered without a valid Content-Length: {length_text[:40]!r}"
+            )
+        length = int(length_text)
         body = self._response_buffer(length)
         view = memoryview(body)
         got = min(len(early), length)
@@ -309,6 +314,8 @@ class ParameterClient:
             name, sep, value = line.partition(":")
             if sep:
                 headers[name.strip().lower()] = value.strip()
+        if version == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+            headers["connection"] = "close"
         return int(code), headers, data[end + 4 :]
 
     def _response_buffer(self, length: int) -> bytearray:

@@ -915,6 +915,17 @@ class _Request(httputil.HTTPMessageDelegate):
             )
             return None
         verifier = self.server._verifier
+        if verifier is None and auth.HEADER_NONCE in headers:
+            # A signed request's body ends with its signature, which this server would
+            # take for part of the body.
+            self._fail(
+                HttpError(
+                    400,
+                    "this parameter server does not check signatures (authenticate=False); "
+                    "create the client without secret=",
+                )
+            )
+            return None
         signed = verifier is not None and not self._status_read_allowed(verifier, query)
         if signed:
             assert verifier is not None

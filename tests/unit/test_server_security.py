@@ -274,3 +274,11 @@ def test_tls_configuration_errors(certificate: tuple[str, str], tmp_path: Path) 
         ParameterServer(_params(), ssl_certfile=str(tmp_path / "missing.pem"))
     with pytest.raises(ConfigurationError, match="Received: ssl_cafile="):
         ParameterClient("https://127.0.0.1:1", ssl_cafile=str(tmp_path / "missing.pem"))
+
+
+def test_a_signing_client_against_a_server_without_authentication_gets_a_clear_400() -> None:
+    with ParameterServer(_params(), authenticate=False) as server:
+        with ParameterClient(server.url, secret=SECRET, ps_timeout=1) as client:
+            with pytest.raises(ParameterServerError, match=r"answered 400: .*does not check signatures.*without secret="):
+                client.push(_delta(), _meta())
+        assert _unchanged(server)
