@@ -125,6 +125,11 @@ def _gmac(key: bytes, nonce: str) -> Any:
     return Cipher(algorithms.AES(key), modes.GCM(bytes.fromhex(nonce)[:_IV_BYTES])).encryptor()
 
 
+def _timestamp(now: float | None) -> str:
+    """A request's timestamp as sent: seconds since the epoch, microsecond resolution."""
+    return f"{time.time() if now is None else now:.6f}"
+
+
 def new_nonce() -> str:
     """A fresh random nonce: 32 hex characters (128 bits)."""
     return secrets.token_hex(_NONCE_HEX // 2)
@@ -155,19 +160,18 @@ class BodyMac:
     def digest(self, nonce: str, parts: Any) -> str:
         """The hex digest of a body given as one buffer or a list of buffers (sent in order)."""
         _check_nonce(nonce)
-        if isinstance(parts, (list, tuple)):
-            size = sum(memoryview(p).nbytes for p in parts)
-            if size > _JOIN_UP_TO:
-                mac = _gmac(self._key, nonce)
-                for part in parts:
-                    if memoryview(part).nbytes:
-                        mac.authenticate_additional_data(part)
-                mac.finalize()
-                return mac.tag.hex()  # type: ignore[no-any-return]
-            parts = b"".join(parts)
-        if memoryview(parts).nbytes > _ONE_SHOT_UP_TO:  # AESGCM's limit; never a request here
-            return self.digest(nonce, [parts[i : i + _ONE_SHOT_UP_TO] for i in range(0, len(parts), _ONE_SHOT_UP_TO)])
-        return self._aead.encrypt(bytes.fromhex(nonce)[:_IV_BYTES], b"", parts).hex()
+        parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
+        size = sum(memoryview(p).nbytes for p in parts)
+        if size <= _JOIN_UP_TO or (len(parts) == 1 and size <= _ONE_SHOT_UP_TO):
+            whole = parts[0] if len(parts) == 1 else b"".join(parts)
+            return self._aead.encrypt(bytes.fromhex(nonce)[:_IV_BYTES], b"", whole).hex()
+        mac = _gmac(self._key, nonce)
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, view.nbytes, _ONE_SHOT_UP_TO):
+                mac.authenticate_additional_data(view[start : start + _ONE_SHOT_UP_TO])
+        mac.finalize()
+        return mac.tag.hex()  # type: ignore[no-any-return]
 
     def hasher(self, nonce: str, body: bytearray | memoryview) -> BlockHasher:
         """An incremental digest of ``body`` as it is received (see :class:`BlockHasher`)."""
@@ -175,7 +179,7 @@ class BodyMac:
 
 
 _JOIN_UP_TO = 64 * 1024  # small bodies in several buffers are joined for the one-shot call
-_ONE_SHOT_UP_TO = (1 << 31) - 1  # AESGCM.encrypt's limit on associated data
+_ONE_SHOT_UP_TO = (1 << 31) - 1  # AESGCM.encrypt's limit on associated data (and the pieces streamed above it)
 
 
 def body_digest(key: bytes, nonce: str, parts: Any) -> str:
@@ -238,7 +242,7 @@ class Signing:
         self._secret = secret
         self._method = method
         self._path = path
-        self._ts = f"{time.time() if now is None else now:.6f}"
+        self._ts = _timestamp(now)
         self._nonce = new_nonce()
         self._mac = _gmac(key, self._nonce)
         self.headers = {HEADER_TIME: self._ts, HEADER_NONCE: self._nonce}
@@ -272,7 +276,7 @@ class Signer:
         """The headers and the trailer of one request whose body is ``body`` (a buffer or
         a list of buffers, as sent); a fresh nonce each call. Send the trailer after the
         body and count it in Content-Length."""
-        ts = f"{time.time() if now is None else now:.6f}"
+        ts = _timestamp(now)
         nonce = new_nonce()
         digest = self._mac.digest(nonce, body)
         trailer = sign(self.secret, method, path, digest, ts, nonce).encode("ascii")

@@ -234,23 +234,26 @@ class ParameterClient:
             f"Content-Type: {content_type}",
             f"Content-Length: {size if signer is None else size + auth.TRAILER_BYTES}",
         ]
+        trailer = b""
+        signing: auth.Signing | None = None
+        if signer is not None:
+            if size <= _SMALL_BODY:
+                auth_headers, trailer = signer.sign(method, path, parts)
+            else:
+                signing = signer.begin(method, path)
+                auth_headers = signing.headers
+            lines.extend(f"{k}: {v}" for k, v in auth_headers.items())
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         if size <= _SMALL_BODY:  # one send (and one packet) for headers, body and signature
-            trailer = b""
-            if signer is not None:
-                headers, trailer = signer.sign(method, path, parts)
-                lines.extend(f"{k}: {v}" for k, v in headers.items())
-            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
             sock.sendall(b"".join([head, *parts, trailer]))
-        elif signer is None:
-            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        elif signing is None:
+            sock.sendall(head)
             for chunk in wire.coalesce(parts):
                 sock.sendall(chunk)
         else:
             # Each piece is digested right after it is sent, from the CPU's cache where
             # the send just left it, while the server receives it.
-            signing = signer.begin(method, path)
-            lines.extend(f"{k}: {v}" for k, v in signing.headers.items())
-            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            sock.sendall(head)
             for chunk in wire.coalesce(parts):
                 view = memoryview(chunk).cast("B")
                 for start in range(0, view.nbytes, _SEND_STEP):
