@@ -109,6 +109,11 @@ class ModelSource(abc.ABC):
     def loader(self) -> ModelLoader:
         """The executor half: a picklable object with plain values only (driver)."""
 
+    def payload_digest(self, payload: bytes) -> str:
+        """The hex SHA-256 of ``payload`` (this source's :meth:`payload`); sources that
+        already know it (a file read and hashed on the driver) return it unhashed again."""
+        return _sha256(payload)
+
 
 @dataclass(frozen=True)
 class KerasLoader:
@@ -132,6 +137,7 @@ class KerasModelSource(ModelSource):
         data: the model's ``.keras`` bytes when already at hand (a file's content), else
             they are written with :func:`~tensorspark.models.keras_io.serialize_model`.
         custom_objects: custom classes the executors need to rebuild the model.
+        data_digest: the hex SHA-256 of ``data``, when already computed.
     """
 
     def __init__(
@@ -140,11 +146,18 @@ class KerasModelSource(ModelSource):
         description: str = "the model",
         data: bytes | None = None,
         custom_objects: Mapping[str, Any] | None = None,
+        data_digest: str | None = None,
     ) -> None:
         self.model = model
         self.description = description
         self._data = data
+        self._data_digest = data_digest if data is not None else None
         self._custom_objects = dict(custom_objects) if custom_objects else None
+
+    def payload_digest(self, payload: bytes) -> str:
+        if self._data_digest is None:
+            self._data_digest = _sha256(payload)
+        return self._data_digest
 
     def _shape(self, tensors: Any, which: str) -> Shape:
         if not tensors:
@@ -468,12 +481,9 @@ def _resolve_source(
 
     # The driver only reads the model's shapes: the same file's model, built once, serves
     # later calls too (the bounded per-process cache, keyed by the bytes' digest).
-    loaded = (
-        load()
-        if custom_objects
-        else keras_io.cached(f"driver-{hashlib.sha256(data).hexdigest()[:32]}", load)
-    )
-    return KerasModelSource(loaded, what, data=data, custom_objects=custom_objects)
+    digest = _sha256(data)
+    loaded = load() if custom_objects else keras_io.cached(f"driver-{digest[:32]}", load)
+    return KerasModelSource(loaded, what, data=data, custom_objects=custom_objects, data_digest=digest)
 
 
 @dataclass(frozen=True)
@@ -641,9 +651,12 @@ def _cache_key(source: ModelSource, loader: ModelLoader, payload: bytes) -> str:
     """
     if getattr(loader, "custom_objects", None):
         return uuid.uuid4().hex
-    digest = hashlib.sha256(payload)
-    digest.update(repr(loader).encode("utf-8"))
-    return f"{type(source).__name__}-{digest.hexdigest()[:32]}"
+    content = f"{source.payload_digest(payload)}\n{loader!r}"
+    return f"{type(source).__name__}-{_sha256(content.encode('utf-8'))[:32]}"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _log_broadcast(source: ModelSource, plan: _Plan, payload: Broadcast[bytes]) -> None:
