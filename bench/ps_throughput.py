@@ -8,10 +8,12 @@ trip (the worker's hot path) for a few seconds. Measured in the same run, for sc
 * loopback TCP: one process streaming the model's bytes to another over a socket pair,
 * body digest: GMAC (AES-256-GCM's tag, what :mod:`tensorspark.ps.auth` uses) against
   ``hashlib.sha256``, ``hashlib.blake2b`` and BLAKE3 (when installed) over 100 MB,
-* authentication on and off (at 1M parameters by default), as ``--auth-pairs`` pairs of
-  runs one right after the other (in alternating order); the cost is the median over
-  pairs of ``1 - signed/unsigned``, which cancels the drift of a shared machine better
-  than one run of each.
+* authentication on and off (at 1M parameters by default): an unsigned and a signed
+  server run side by side, and the same warm client processes push to one, then the
+  other, in ``--auth-pairs`` pairs of ``--auth-seconds`` windows (ABBA order); the cost
+  is the median over pairs of ``1 - signed/unsigned``. On a shared machine whose speed
+  drifts by 10-20 % from one minute to the next, separate runs of each (a fresh server
+  and fresh clients per run, as this script did before) could not tell 5 % from 12 %.
 
 Throughput counts the bytes of both directions (``2 x model bytes`` per update), the
 same bytes the TCP baseline streams. Prints a table and writes JSON::
@@ -121,6 +123,88 @@ def measure_ps(n: int, clients: int, seconds: float, authenticate: bool) -> dict
     }
 
 
+def _paired_client(
+    urls: list[str], secret: bytes, n: int, partition: int, windows: list[tuple[int, float]], sync: Any, out: Any
+) -> None:
+    """One client process of the interleaved auth comparison: for each ``(server, seconds)``
+    window, wait for every client at the barrier, then push+pull against that server."""
+    delta = {"w": np.full(n, 1e-6, np.float32)}
+    clients = [
+        ParameterClient(url, secret=secret if i == 1 else None, timeout=120, ps_timeout=30, recycle_responses=True)
+        for i, url in enumerate(urls)
+    ]
+    seqs = [0, 0]
+    try:
+        for which, client in enumerate(clients):
+            client.join(partition, 0)
+            for _ in range(_WARMUP_PUSHES):
+                meta = {"partition": partition, "epoch": 0, "seq": seqs[which], "attempt": 0, "samples": 1, "base_version": 0}
+                client.push(delta, meta)
+                seqs[which] += 1
+        for window, (which, seconds) in enumerate(windows):
+            sync.wait(120)
+            client, done, t0 = clients[which], 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                meta = {"partition": partition, "epoch": 0, "seq": seqs[which], "attempt": 0, "samples": 1, "base_version": 0}
+                if client.push(delta, meta).status != "applied":
+                    raise RuntimeError("push not applied")
+                seqs[which] += 1
+                done += 1
+            out.put((window, partition, done, time.perf_counter() - t0))
+    finally:
+        for client in clients:
+            client.close()
+
+
+def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -> list[dict[str, float]]:
+    """Authentication cost with the drift of a shared machine cancelled out.
+
+    Two servers run side by side, one unsigned and one signed, and the same warm client
+    processes push to them in turns of ``seconds`` (ABBA order), all clients on the same
+    server at a time. Returns one ``{"unsigned", "signed"}`` pair of updates/s per pair of
+    adjacent windows.
+    """
+    ctx = mp.get_context("spawn")
+    order = [w for i in range(pairs) for w in ((0, 1) if i % 2 == 0 else (1, 0))]
+    windows = [(which, seconds) for which in order]
+    with ParameterServer(_model(n), authenticate=False) as plain, ParameterServer(_model(n)) as signed:
+        secret = signed.client_options()["secret"]
+        sync = ctx.Barrier(clients)
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_paired_client, args=([plain.url, signed.url], secret, n, p, windows, sync, out)
+            )
+            for p in range(clients)
+        ]
+        for proc in procs:
+            proc.start()
+        got: dict[int, list[tuple[int, float]]] = {}
+        deadline = time.monotonic() + len(windows) * (seconds + 30) + 120
+        while sum(len(v) for v in got.values()) < clients * len(windows):
+            try:
+                window, _, done, elapsed = out.get(timeout=5)
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
+                continue
+            got.setdefault(window, []).append((done, elapsed))
+        for proc in procs:
+            proc.join(60)
+        sent = [sum(d for w, rows in got.items() if order[w] == which for d, _ in rows) for which in (0, 1)]
+        applied = [plain.status()["applied_pushes"], signed.status()["applied_pushes"]]
+        if applied != [s + clients * _WARMUP_PUSHES for s in sent]:
+            raise RuntimeError(f"servers applied {applied} pushes, clients sent {sent} (+ warm-up)")
+    rates = [sum(d for d, _ in got[w]) / max(e for _, e in got[w]) for w in range(len(windows))]
+    result = []
+    for i in range(pairs):
+        a, b = rates[2 * i], rates[2 * i + 1]
+        unsigned, signed_rate = (a, b) if order[2 * i] == 0 else (b, a)
+        result.append({"unsigned": unsigned, "signed": signed_rate})
+    return result
+
+
 def measure_memcpy(nbytes: int, seconds: float = 1.0) -> float:
     src = np.ones(nbytes, np.uint8)
     dst = np.empty_like(src)
@@ -216,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--auth-size", default="1M", help="model size for the auth on/off comparison")
-    parser.add_argument("--auth-pairs", type=int, default=5, help="unsigned/signed run pairs per client count")
+    parser.add_argument("--auth-pairs", type=int, default=10, help="unsigned/signed window pairs per client count")
+    parser.add_argument("--auth-seconds", type=float, default=1.0, help="length of one auth comparison window")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
@@ -239,22 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     auth_pairs: dict[int, list[dict[str, float]]] = {}
     if args.auth_size in sizes:
         for c in clients:
-            pairs = []
-            for i in range(args.auth_pairs):
-                # ABBA order: half the pairs run signed first, so a drift of the machine
-                # within a pair does not always count against the same side.
-                if i % 2:
-                    on = _run_row(args.auth_size, c, args.seconds, True, baselines)
-                    off = _run_row(args.auth_size, c, args.seconds, False, baselines)
-                else:
-                    off = _run_row(args.auth_size, c, args.seconds, False, baselines)
-                    on = _run_row(args.auth_size, c, args.seconds, True, baselines)
-                runs.extend([off, on])
-                pairs.append({"unsigned": off["updates_per_s"], "signed": on["updates_per_s"]})
+            pairs = measure_auth_interleaved(SIZES[args.auth_size], c, args.auth_seconds, args.auth_pairs)
             auth_pairs[c] = pairs
             auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
+            print(
+                f"{args.auth_size:>6} {c:>7}  auth cost {auth_cost[c]:+.1%}: signed/unsigned updates/s per pair "
+                + " ".join(f"{p['signed']:.0f}/{p['unsigned']:.0f}" for p in pairs),
+                flush=True,
+            )
         print(
-            f"authentication cost at {args.auth_size} (median of {args.auth_pairs} back-to-back pairs, alternating order): "
+            f"authentication cost at {args.auth_size} (median over {args.auth_pairs} pairs of adjacent "
+            f"{args.auth_seconds:g} s windows, same clients, ABBA order): "
             + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items())
         )
     result = {
@@ -265,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "auth_cost": {str(k): v for k, v in auth_cost.items()},
         "auth_pairs": {str(k): v for k, v in auth_pairs.items()},
+        "auth_seconds": args.auth_seconds,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
