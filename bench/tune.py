@@ -2,21 +2,25 @@
 
 Runs, in one invocation:
 
-1. a sequential baseline per ``--seq-threads`` value, each in a fresh Python process
-   (TensorFlow's thread pools are fixed once it starts): the trials one after another with
-   TensorFlow on that many threads, timed after TensorFlow is imported;
-2. the machine's own ceiling: one plain Python process per core (no Spark), one
-   TensorFlow thread each, all started together once warm, each taking the next trial
-   when it is free;
+1. the sequential baselines of ``--seq``, each in a fresh Python process (TensorFlow's
+   thread pools are fixed once it starts): the trials one after another, timed after
+   TensorFlow is imported. ``keras:N`` is the loop a user writes without tensorspark
+   (``model.fit`` on the numpy arrays, Keras's own feeding) with TensorFlow on N
+   threads; ``tensorspark:1`` runs tune's own trial code (batches fed by
+   :mod:`tensorspark.feed`) in one process. The speed-up is quoted against the fastest;
+2. the machine's own ceiling: one plain Python process per core (no Spark) running
+   tune's trial code, one TensorFlow thread each, all started together once warm, each
+   taking the next trial when it is free; its scores must equal tune's;
 3. ``tune`` on ``local[N]`` (one TensorFlow thread per task), timed after a warm-up job
    that imports TensorFlow and fits a tiny model in every Python worker (Spark reuses
    them); the warm-up is reported separately. The baselines warm up the same way.
 
 Prints a summary to stderr and the results as JSON to stdout (and ``--output``). With N
 cores the speed-up's theoretical ceiling is N; step 2 measures what this machine really
-allows for these trials (on the 2-core machine of README, two processes training
-concurrently each run about 20% slower than one alone), and ``tune``'s efficiency
-against it. On a shared machine, use ``--quick`` for a smoke run.
+allows for these trials, and ``tune``'s efficiency against it. (With Keras's own feeding,
+two processes training at once on README's 2-core machine each ran 15-20 % slower than
+one alone: its feeding threads compete for the cores; see :mod:`tensorspark.feed`.) On a
+shared machine, use ``--quick`` for a smoke run.
 
 Usage::
 
@@ -103,21 +107,51 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     if args.claims is not None:  # one of N plain processes, started on a signal
         print("ready", flush=True)
         sys.stdin.readline()
+    # The baseline is the loop a user writes without tensorspark (Keras's own feeding of
+    # numpy arrays); the plain-parallel ceiling runs tensorspark's trial code, as tune does.
+    run = _run_trial if args.claims is not None or args.runner == "tensorspark" else _keras_trial
     start = time.monotonic()
-    results = [_run_trial(build, data, config, t) for t in trials if _claim(args.claims, t.index)]
+    done = [(t.index, run(build, data, config, t)) for t in trials if _claim(args.claims, t.index)]
     elapsed = time.monotonic() - start
+    results = [r for _, r in done]
     return {
+        "runner": "tensorspark" if run is _run_trial else "keras",
         "threads": threads,
         "elapsed_s": elapsed,
         "scores": [r["score"] for r in results],
+        "trial_index": [i for i, _ in done],
         "errors": [r["error"] for r in results],
         "trial_s": [round(r["elapsed_s"], 3) for r in results],
     }
 
 
-def run_sequential_child(args: argparse.Namespace, threads: int) -> dict[str, Any]:
+def _keras_trial(build: Any, data: dict[str, np.ndarray], config: Any, trial: Any) -> dict[str, Any]:
+    """One trial as a user writes it in a plain loop: seed, build, ``fit`` on the arrays
+    (Keras's own tf.data feeding, shuffled), best validation accuracy over the epochs."""
+    import keras
+
+    start = time.monotonic()
+    keras.utils.set_random_seed(config.seed + trial.index)
+    model = build(dict(trial.params))
+    history = model.fit(
+        data["x"],
+        data["y"],
+        validation_data=(data["x_val"], data["y_val"]),
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        shuffle=True,
+        verbose=0,
+    )
+    return {
+        "score": max(history.history["val_accuracy"]),
+        "error": None,
+        "elapsed_s": time.monotonic() - start,
+    }
+
+
+def run_sequential_child(args: argparse.Namespace, runner: str, threads: int) -> dict[str, Any]:
     """Start a fresh Python for one sequential baseline and read its JSON line."""
-    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", str(threads)]
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", str(threads), "--runner", runner]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(
         cmd, env=env, check=True, capture_output=True, text=True, timeout=args.timeout
@@ -181,6 +215,7 @@ def run_plain_parallel(args: argparse.Namespace, processes: int) -> dict[str, An
         "waited_s": waited,
         "process_s": [o["elapsed_s"] for o in outs],
         "trial_s": [t for o in outs for t in o["trial_s"]],
+        "scores_by_trial": {i: sc for o in outs for i, sc in zip(o["trial_index"], o["scores"], strict=True)},
     }
 
 
@@ -280,8 +315,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--seq-threads", default=None, help="comma-separated TF thread counts (default 1,2)"
+        "--seq",
+        default=None,
+        help="comma-separated sequential baselines RUNNER:THREADS, RUNNER keras (a plain "
+        "fit loop) or tensorspark (tune's trial code); default keras:1,keras:2,tensorspark:1",
     )
+    parser.add_argument("--runner", default="keras", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per phase")
     parser.add_argument("--output", default=None, help="also write the JSON here")
     parser.add_argument("--sequential", type=int, default=None, help=argparse.SUPPRESS)
@@ -290,14 +329,19 @@ def main() -> None:
     args.rows = args.rows or (300 if args.quick else 10000)
     args.val_rows = args.val_rows or (200 if args.quick else 2000)
     args.epochs = args.epochs or (1 if args.quick else 2)
-    args.seq_threads = args.seq_threads or ("1" if args.quick else "1,2")
+    args.seq = args.seq or ("keras:1" if args.quick else "keras:1,keras:2,tensorspark:1")
 
     if args.sequential is not None:  # child process: one baseline, one JSON line
         print(json.dumps(sequential(args, args.sequential)))
         return
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    baselines = [run_sequential_child(args, int(n)) for n in args.seq_threads.split(",")]
+    baselines = []
+    for spec in args.seq.split(","):
+        runner, _, threads = spec.partition(":")
+        if runner not in ("keras", "tensorspark") or not threads.isdigit():
+            parser.error(f"--seq wants RUNNER:THREADS items (keras:1,tensorspark:1). Received: {spec!r}")
+        baselines.append(run_sequential_child(args, runner, int(threads)))
     cores = os.cpu_count() or 1
     ceiling = run_plain_parallel(args, cores)
     spark = on_spark(args)
@@ -309,9 +353,16 @@ def main() -> None:
             for a, b in zip(base["scores"], spark["scores"], strict=True)
             if None not in (a, b)
         ]
+        # Zero for the tensorspark runner (same code and seeds); not for the keras runner,
+        # whose pipeline shuffles the rows in another order.
         base["max_score_diff_vs_spark"] = max((abs(a - b) for a, b in pairs), default=None)
         base["plain_parallel_speedup"] = base["elapsed_s"] / ceiling["elapsed_s"]
     ceiling["spark_efficiency"] = ceiling["elapsed_s"] / spark["elapsed_s"]
+    # The same trial code and seeds without Spark: the scores must match tune's exactly.
+    ceiling["max_score_diff_vs_spark"] = max(
+        (abs(sc - spark["scores"][i]) for i, sc in ceiling["scores_by_trial"].items() if None not in (sc, spark["scores"][i])),
+        default=None,
+    )
     report = {
         "benchmark": "tune",
         "trials": len(spark["scores"]),
@@ -332,7 +383,7 @@ def main() -> None:
         tmp.replace(args.output)
     for base in baselines:
         print(
-            f"{report['trials']} trials: sequential ({base['threads']} TF thread(s)) "
+            f"{report['trials']} trials: sequential ({base['runner']}, {base['threads']} TF thread(s)) "
             f"{base['elapsed_s']:.1f}s, tune on {args.master} {spark['elapsed_s']:.1f}s "
             f"(+{spark['warmup_s']:.1f}s warm-up): speed-up {base['speedup']:.2f}x "
             f"({base['speedup_incl_warmup']:.2f}x with warm-up); "
@@ -342,6 +393,15 @@ def main() -> None:
             f"tune reaches {ceiling['spark_efficiency']:.0%} of it",
             file=sys.stderr,
         )
+    fastest = min(baselines, key=lambda b: b["elapsed_s"])
+    print(
+        f"speed-up of tune against the fastest sequential baseline ({fastest['runner']}, "
+        f"{fastest['threads']} thread(s), {fastest['elapsed_s']:.1f}s): {fastest['speedup']:.2f}x; "
+        f"plain processes: {fastest['plain_parallel_speedup']:.2f}x; scores of tune and the "
+        f"plain processes differ by at most {ceiling['max_score_diff_vs_spark']}",
+        file=sys.stderr,
+    )
+    report["speedup_vs_fastest_sequential"] = fastest["speedup"]
     print(text)
 
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark import feed
 from tensorspark.errors import ConfigurationError, DivergenceError, TensorSparkError
 from tensorspark.progress import Progress
 
@@ -542,16 +543,16 @@ def _run_trial(
                 f"build(params) must return a compiled keras.Model. Received: {type(model)!r}"
             )
         tracker = _make_tracker(config)
+        # Batches gathered on the training thread (tensorspark.feed): Keras's own pipeline
+        # for arrays adds threads that only compete with the other trials for the cores.
         validation = None
         if data.get("x_val") is not None:
-            validation = (data["x_val"], data["y_val"])
+            validation = feed.evaluation_dataset(data["x_val"], data["y_val"], config.batch_size)
         history = model.fit(
-            data["x"],
-            data["y"],
+            feed.training_dataset(data["x"], data["y"], config.batch_size, config.seed + trial.index),
             validation_data=validation,
             epochs=config.epochs,
-            batch_size=config.batch_size,
-            shuffle=True,
+            shuffle=False,  # the dataset shuffles every epoch itself
             verbose=0,
             callbacks=[tracker],
         )
