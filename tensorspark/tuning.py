@@ -933,7 +933,8 @@ def tune(
     The training (and validation) arrays are broadcast once; every trial runs
     ``build(params)`` on an executor, fits the returned compiled Keras model with
     TensorFlow limited to ``spark.task.cpus`` threads and Keras seeded with
-    ``seed + trial_index``, and reports the best value of ``metric`` over its epochs.
+    ``seed + trial_index`` (batches from :mod:`tensorspark.feed`, reshuffled every
+    epoch from the same seed), and reports the best value of ``metric`` over its epochs.
     Trials are submitted as one-task Spark jobs from ``max_parallel`` driver threads, so
     they run concurrently and progress is logged (INFO, one line per finished trial) as
     each finishes. Not thread-safe: run one search per SparkContext at a time.
