@@ -181,17 +181,23 @@ def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -
             proc.start()
         got: dict[int, list[tuple[int, float]]] = {}
         deadline = time.monotonic() + len(windows) * (seconds + 30) + 120
-        while sum(len(v) for v in got.values()) < clients * len(windows):
-            try:
-                window, _, done, elapsed = out.get(timeout=5)
-            except queue.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
-                continue
-            got.setdefault(window, []).append((done, elapsed))
-        for proc in procs:
-            proc.join(60)
+        try:
+            while sum(len(v) for v in got.values()) < clients * len(windows):
+                try:
+                    window, _, done, elapsed = out.get(timeout=5)
+                except queue.Empty:
+                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if dead or time.monotonic() > deadline:
+                        raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
+                    continue
+                got.setdefault(window, []).append((done, elapsed))
+        finally:  # after a failure the other clients would wait at the barrier: stop them
+            complete = sum(len(v) for v in got.values()) == clients * len(windows)
+            for proc in procs:
+                proc.join(60 if complete else 0)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(10)
         sent = [sum(d for w, rows in got.items() if order[w] == which for d, _ in rows) for which in (0, 1)]
         applied = [plain.status()["applied_pushes"], signed.status()["applied_pushes"]]
         if applied != [s + clients * _WARMUP_PUSHES for s in sent]:
@@ -327,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             pairs = measure_auth_interleaved(SIZES[args.auth_size], c, args.auth_seconds, args.auth_pairs)
             auth_pairs[c] = pairs
             auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
+            costs = sorted(1 - p["signed"] / p["unsigned"] for p in pairs)
             print(
-                f"{args.auth_size:>6} {c:>7}  auth cost {auth_cost[c]:+.1%}: signed/unsigned updates/s per pair "
+                f"{args.auth_size:>6} {c:>7}  auth cost {auth_cost[c]:+.1%} (pairs {costs[0]:+.0%} to {costs[-1]:+.0%}): "
+                "signed/unsigned updates/s per pair "
                 + " ".join(f"{p['signed']:.0f}/{p['unsigned']:.0f}" for p in pairs),
                 flush=True,
             )

@@ -254,8 +254,8 @@ class ParameterClient:
             for chunk in wire.coalesce(parts):
                 sock.sendall(chunk)
         else:
-            # Each piece is digested right after it is sent, from the CPU's cache where
-            # the send just left it, while the server receives it.
+            # Each piece is digested right after it is sent, while the server receives
+            # it (from the CPU's cache when the core is not shared with many processes).
             sock.sendall(head)
             for chunk in wire.coalesce(parts):
                 view = memoryview(chunk).cast("B")

@@ -29,11 +29,25 @@ def test_every_pass_is_a_new_permutation_of_all_rows_with_a_partial_last_batch()
 def test_the_same_seed_gives_the_same_batches_and_another_seed_others() -> None:
     x = np.zeros((50, 2), np.float32)
     y = np.arange(50)
-    first = [_labels(feed.training_dataset(x, y, 8, seed=7)) for _ in range(1)]
-    again = [_labels(feed.training_dataset(x, y, 8, seed=7)) for _ in range(1)]
-    other = [_labels(feed.training_dataset(x, y, 8, seed=8)) for _ in range(1)]
-    assert first == again
-    assert first != other
+    def passes(seed: int) -> list[list[list[int]]]:
+        dataset = feed.training_dataset(x, y, 8, seed=seed)
+        return [_labels(dataset) for _ in range(3)]
+
+    first = passes(7)
+    assert first == passes(7)  # every epoch repeats, not just the first
+    assert first != passes(8)
+
+
+def test_floats_are_cast_to_floatx_as_keras_does_and_small_sets_work() -> None:
+    x = np.arange(6, dtype=np.float64).reshape(3, 2)
+    y = np.ones((3, 1), dtype=np.float64)
+    dataset = feed.training_dataset(x, y, batch_size=8, seed=0)
+    assert int(dataset.cardinality()) == 1  # fewer rows than a batch: one partial batch
+    xb, yb = next(iter(dataset))
+    assert xb.dtype.name == keras.backend.floatx() and yb.dtype.name == keras.backend.floatx()
+    assert xb.shape == (3, 2) and yb.shape == (3, 1)
+    ints = feed.evaluation_dataset(np.zeros((2, 2), np.float32), np.arange(2), 8)
+    assert next(iter(ints))[1].dtype.name == "int64"
 
 
 def test_evaluation_batches_keep_row_order() -> None:
