@@ -59,6 +59,24 @@ def _model(n: int) -> dict[str, np.ndarray]:
     return {"w": np.zeros(n, np.float32)}
 
 
+def _meta(partition: int, seq: int) -> dict[str, Any]:
+    """A push's metadata (one epoch, one sample: the server only counts them here)."""
+    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
+
+
+def _collect(out: Any, procs: list[Any], count: int, deadline: float) -> list[Any]:
+    """``count`` results from the client processes' queue; fails fast when one dies."""
+    rows: list[Any] = []
+    while len(rows) < count:
+        try:
+            rows.append(out.get(timeout=5))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
+    return rows
+
+
 def _client(url: str, n: int, partition: int, seconds: float, secret: bytes | None, start: Any, out: Any) -> None:
     """One client process: push+pull in a loop until ``seconds`` pass."""
     delta = {"w": np.full(n, 1e-6, np.float32)}
@@ -66,16 +84,15 @@ def _client(url: str, n: int, partition: int, seconds: float, secret: bytes | No
         client.join(partition, 0)
         seq = 0
         for _ in range(_WARMUP_PUSHES):  # steady state: buffers allocated, pages mapped
-            client.push(delta, {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0})
+            client.push(delta, _meta(partition, seq))
             seq += 1
         start.wait(60)
         t0 = time.perf_counter()
         warm = seq
         lat = []
         while time.perf_counter() - t0 < seconds:
-            meta = {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
             t = time.perf_counter()
-            result = client.push(delta, meta)
+            result = client.push(delta, _meta(partition, seq))
             lat.append(time.perf_counter() - t)
             if result.status != "applied":
                 raise RuntimeError(f"push answered {result.status}")
@@ -94,15 +111,7 @@ def measure_ps(n: int, clients: int, seconds: float, authenticate: bool) -> dict
         ]
         for p in procs:
             p.start()
-        rows = []
-        deadline = time.monotonic() + seconds + 300
-        while len(rows) < clients:
-            try:
-                rows.append(out.get(timeout=5))
-            except queue.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
+        rows = _collect(out, procs, clients, time.monotonic() + seconds + 300)
         for p in procs:
             p.join(60)
         applied = server.status()["applied_pushes"]
@@ -138,15 +147,13 @@ def _paired_client(
         for which, client in enumerate(clients):
             client.join(partition, 0)
             for _ in range(_WARMUP_PUSHES):
-                meta = {"partition": partition, "epoch": 0, "seq": seqs[which], "attempt": 0, "samples": 1, "base_version": 0}
-                client.push(delta, meta)
+                client.push(delta, _meta(partition, seqs[which]))
                 seqs[which] += 1
         for window, (which, seconds) in enumerate(windows):
             sync.wait(120)
             client, done, t0 = clients[which], 0, time.perf_counter()
             while time.perf_counter() - t0 < seconds:
-                meta = {"partition": partition, "epoch": 0, "seq": seqs[which], "attempt": 0, "samples": 1, "base_version": 0}
-                if client.push(delta, meta).status != "applied":
+                if client.push(delta, _meta(partition, seqs[which])).status != "applied":
                     raise RuntimeError("push not applied")
                 seqs[which] += 1
                 done += 1
@@ -179,26 +186,20 @@ def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -
         ]
         for proc in procs:
             proc.start()
-        got: dict[int, list[tuple[int, float]]] = {}
-        deadline = time.monotonic() + len(windows) * (seconds + 30) + 120
+        rows: list[Any] = []
         try:
-            while sum(len(v) for v in got.values()) < clients * len(windows):
-                try:
-                    window, _, done, elapsed = out.get(timeout=5)
-                except queue.Empty:
-                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                    if dead or time.monotonic() > deadline:
-                        raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
-                    continue
-                got.setdefault(window, []).append((done, elapsed))
+            rows = _collect(out, procs, clients * len(windows), time.monotonic() + len(windows) * (seconds + 30) + 120)
         finally:  # after a failure the other clients would wait at the barrier: stop them
-            complete = sum(len(v) for v in got.values()) == clients * len(windows)
+            complete = bool(rows)
             for proc in procs:
                 proc.join(60 if complete else 0)
                 if proc.is_alive():
                     proc.terminate()
                     proc.join(10)
-        sent = [sum(d for w, rows in got.items() if order[w] == which for d, _ in rows) for which in (0, 1)]
+        got: dict[int, list[tuple[int, float]]] = {}
+        for window, _, done, elapsed in rows:
+            got.setdefault(window, []).append((done, elapsed))
+        sent = [sum(d for w, per in got.items() if order[w] == which for d, _ in per) for which in (0, 1)]
         applied = [plain.status()["applied_pushes"], signed.status()["applied_pushes"]]
         if applied != [s + clients * _WARMUP_PUSHES for s in sent]:
             raise RuntimeError(f"servers applied {applied} pushes, clients sent {sent} (+ warm-up)")

@@ -42,8 +42,8 @@ logger = logging.getLogger(__name__)
 
 _SMALL_BODY = 256 * 1024
 # A large signed body is sent and digested in pieces of this size: the server reads and
-# digests 1 MB steps too. With 256 KB pieces, authentication cost 10-13 % of 1M-parameter
-# throughput with one client; with 1 MB, 1-6 % (bench/ps_throughput.py, interleaved).
+# digests 1 MB steps too. In interleaved runs of bench/ps_throughput.py with one client,
+# authentication cost 10-13 % of 1M-parameter throughput with 256 KB pieces, 1-6 % with 1 MB.
 _SEND_STEP = 1 << 20
 _HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
 _MAX_HEAD = 64 * 1024

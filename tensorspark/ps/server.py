@@ -987,9 +987,7 @@ class _Request(httputil.HTTPMessageDelegate):
             self._fail(HttpError(400, "body longer than Content-Length"))
             return
         self.body[self.received : end] = chunk
-        self.received = end
-        if self.hasher is not None:
-            self.hasher.advance(min(end, self.payload_length))
+        self.received = end  # signed bodies read here are digested whole in finish()
 
     def finish(self) -> None:
         if self.responded:
