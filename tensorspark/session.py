@@ -587,12 +587,14 @@ class SparkSession:
         feed_name_list: Sequence[str] | None = None,
         top_k: int | None = None,
         labels: Sequence[str] | None = None,
+        feature_dtype: Any = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
 
         For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
         name in ``feed_name_list`` (the graph and the session's current variable values are
-        broadcast once). ``top_k``/``labels`` as in :func:`tensorspark.inference.predict`.
+        broadcast once). ``top_k``/``labels``/``feature_dtype`` (for a binary ``features_col``)
+        as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
@@ -620,6 +622,7 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
+            feature_dtype=feature_dtype,
         )
 
     # ------------------------------------------------------------------ shared

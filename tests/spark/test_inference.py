@@ -116,6 +116,81 @@ def test_dataframe_matches_model_predict(
     )
 
 
+def test_binary_column_of_uint8_pixels_matches_model_predict(
+    sc: SparkContext, spark: SparkSession, model: keras.Model
+) -> None:
+    """Pixels stored as bytes (as the dataset and Spark's image source keep them)."""
+    import pandas as pd
+
+    pixels = np.rint(load_mnist(FASHION_MNIST_DIR, download=False).test_images[:600] * 255)
+    pixels = pixels.astype(np.uint8)
+    frame = pd.DataFrame({"id": np.arange(len(pixels)), "pixels": [r.tobytes() for r in pixels]})
+    df = spark.createDataFrame(frame).repartition(3)
+
+    result = predict(sc, model, df, features_col="pixels", batch_size=100, top_k=3)
+
+    rows = result.select("id", "prediction").collect()
+    ids = [r["id"] for r in rows]
+    assert ids != sorted(ids)
+    want = model.predict(pixels.astype(np.float32), batch_size=100, verbose=0)[ids]
+    got_labels = np.array([[p["label"] for p in r["prediction"]] for r in rows])
+    got_scores = np.array([[p["score"] for p in r["prediction"]] for r in rows])
+    np.testing.assert_array_equal(got_labels, np.argsort(-want, axis=1, kind="stable")[:, :3])
+    np.testing.assert_allclose(got_scores, -np.sort(-want, axis=1)[:, :3], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", ">f8"])
+def test_binary_column_of_other_dtypes(
+    sc: SparkContext, spark: SparkSession, model: keras.Model, images: np.ndarray,
+    expected: np.ndarray, dtype: str,
+) -> None:
+    import pandas as pd
+
+    rows = images[:300].astype(dtype)
+    frame = pd.DataFrame({"id": np.arange(len(rows)), "pixels": [r.tobytes() for r in rows]})
+    df = spark.createDataFrame(frame).repartition(2)
+
+    result = predict(sc, model, df, features_col="pixels", feature_dtype=dtype)
+
+    got = result.select("id", "prediction").collect()
+    ids = [r["id"] for r in got]
+    np.testing.assert_allclose(
+        np.array([r["prediction"] for r in got]), expected[ids], atol=1e-5, rtol=0
+    )
+
+
+def test_binary_rows_that_do_not_fit(
+    sc: SparkContext, spark: SparkSession, model: keras.Model
+) -> None:
+    df = spark.createDataFrame([(1, bytes(784))], ["id", "pixels"])
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Received: features_col='pixels' whose first row holds 784 bytes, not 3136 "
+        r"\(784 x float32; set `feature_dtype` if the bytes are of another type\)",
+    ):
+        predict(sc, model, df, features_col="pixels", feature_dtype="float32")
+    later = spark.createDataFrame(
+        [(1, bytes(784)), (2, bytes(5)), (3, None)], "id long, pixels binary"
+    ).coalesce(1)
+    result = predict(sc, model, later, features_col="pixels")
+    with pytest.raises(Exception, match=r"must hold 784 bytes, 784 x uint8.*Received: a row with 5 bytes"):
+        result.collect()
+    nulls = predict(sc, model, later.where("id != 2"), features_col="pixels")
+    with pytest.raises(Exception, match=r"Received: a row with -1 bytes \(-1: null\)"):
+        nulls.collect()
+
+
+def test_bad_feature_dtype(sc: SparkContext, spark: SparkSession, model: keras.Model) -> None:
+    binary = spark.createDataFrame([(1, bytes(784))], ["id", "pixels"])
+    with pytest.raises(ConfigurationError, match=r"numpy number dtype.*Received: feature_dtype='text'"):
+        predict(sc, model, binary, features_col="pixels", feature_dtype="text")
+    numbers = spark.createDataFrame([(1, [0.0] * 784)], ["id", "pixels"])
+    with pytest.raises(ConfigurationError, match=r"of type array<double>, whose numbers carry their own type"):
+        predict(sc, model, numbers, features_col="pixels", feature_dtype="uint8")
+    with pytest.raises(ConfigurationError, match=r"RDD rows carry their own dtype"):
+        predict(sc, model, sc.parallelize([np.zeros(784)]), feature_dtype="uint8")
+
+
 def test_model_loaded_once_per_worker_process(
     sc: SparkContext, spark: SparkSession, model: keras.Model, images: np.ndarray
 ) -> None:
