@@ -212,7 +212,7 @@ def main() -> None:
         f"DataFrame, array<float> column {report['dataframe']['rows_per_s']:,.0f} rows/s "
         f"({report['dataframe']['ratio']:.2f}x); "
         f"RDD {report['rdd']['rows_per_s']:,.0f} rows/s ({report['rdd']['ratio']:.2f}x); "
-        f"cold first call {report['dataframe']['cold_seconds']:.1f} s (DataFrame); "
+        f"cold first call {report['dataframe_binary']['cold_seconds']:.1f} s (binary DataFrame, the first); "
         f"model load {local_load_s:.2f} s (single), {min(driver_load_s):.2f} s (driver); "
         f"max |diff| RDD {max_abs_diff:.1e}, DataFrame {df_max_abs_diff:.1e}, "
         f"binary {binary_max_abs_diff:.1e}; results in {out}"
