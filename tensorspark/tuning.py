@@ -41,6 +41,7 @@ import numpy as np
 from tensorspark import feed
 from tensorspark.errors import ConfigurationError, DivergenceError, TensorSparkError
 from tensorspark.progress import Progress
+from tensorspark.schedule import LongestFirst
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -924,6 +925,7 @@ def tune(
     seed: int | None = None,
     early_stopping_patience: int | None = None,
     max_parallel: int | None = None,
+    cost: Callable[[dict[str, Any]], float] | None = None,
     return_best_model: bool = False,
     progress: bool = True,
     timeout: float = 24 * 3600.0,
@@ -937,7 +939,11 @@ def tune(
     epoch from the same seed), and reports the best value of ``metric`` over its epochs.
     Trials are submitted as one-task Spark jobs from ``max_parallel`` driver threads, so
     they run concurrently and progress is logged (INFO, one line per finished trial) as
-    each finishes. Not thread-safe: run one search per SparkContext at a time.
+    each finishes. The next trial submitted is the one expected to take longest, so that
+    a long trial does not run alone at the end while other slots idle
+    (:mod:`tensorspark.schedule`): by ``cost``, or else learned from the trials finished
+    so far. The order never changes a trial's result. Not thread-safe: run one search per
+    SparkContext at a time.
 
     Args:
         sc: The SparkContext.
@@ -961,6 +967,10 @@ def tune(
         max_parallel: Trials in flight at once; default: Spark's task slots
             (``defaultParallelism // spark.task.cpus``) plus one, which waits in Spark's
             queue so that a freed slot starts it at once.
+        cost: ``cost(params) -> number``, a guess of a trial's relative duration, e.g.
+            ``lambda p: p["units"] * p["layers"]``; trials start most costly first. Called
+            on the driver once per trial before any starts. Default: durations are learned
+            from finished trials (the first trials start in the space's order).
         return_best_model: Every trial sends the weights of its best epoch back as numpy
             arrays (costs driver memory per finished trial only until a better one
             arrives); the driver keeps the best trial's, rebuilds ``build(best_params)``
@@ -975,7 +985,8 @@ def tune(
         A :class:`TuneResult`.
 
     Raises:
-        ConfigurationError: an argument is invalid (nothing was run).
+        ConfigurationError: an argument is invalid, or ``cost`` raised or returned
+            something other than a finite number (nothing was run).
         TuningError: every trial failed; the message summarises their errors.
     """
     if not callable(build):
@@ -1024,6 +1035,14 @@ def tune(
         return_weights=bool(return_best_model),
     )
     trials = [_Trial(i, params) for i, params in enumerate(param_sets)]
+    if cost is not None and not callable(cost):
+        raise ConfigurationError(
+            f"Argument `cost` must be a function params -> number or None. Received: cost={cost!r}"
+        )
+    try:
+        order = LongestFirst(trials, cost)
+    except ValueError as err:
+        raise ConfigurationError(f"Argument `cost` failed: {err}") from None
     # By default one trial more than there are slots is in flight: Spark holds it queued
     # and starts it the moment a slot frees, without waiting for the driver thread that
     # collects the finished trial to submit the next job.
@@ -1050,7 +1069,7 @@ def tune(
     start = time.monotonic()
     try:
         results, best_weights = _run_all(
-            sc, build, data_bc, config, trials, parallel, group, progress, timeout
+            sc, build, data_bc, config, trials, order, parallel, group, progress, timeout
         )
     finally:
         data_bc.destroy()
@@ -1089,12 +1108,14 @@ def _run_all(
     data_bc: Any,
     config: _TrialConfig,
     trials: list[_Trial],
+    order: LongestFirst[_Trial],
     parallel: int,
     group: str,
     progress: bool,
     timeout: float,
 ) -> tuple[list[TrialResult], list[np.ndarray] | None]:
-    """Submit one Spark job per trial from ``parallel`` threads and collect as they finish.
+    """Submit one Spark job per trial from ``parallel`` threads and collect as they finish;
+    the next trial to submit is the one expected to take longest (:mod:`.schedule`).
 
     Only the best trial's weights are kept on the driver. On timeout or interrupt the
     job group is cancelled and unfinished trials are recorded as failed.
@@ -1121,30 +1142,50 @@ def _run_all(
     best: TrialResult | None = None
     best_weights: list[np.ndarray] | None = None
     reporter = _Progress(len(trials), config.metric, progress)
+    # Trials start longest-expected first (tensorspark.schedule); the next one is chosen
+    # when one finishes, knowing every trial finished so far.
     pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="tensorspark-tune")
-    futures = {pool.submit(submit, t): t for t in trials}
+    in_flight: dict[concurrent.futures.Future[dict[str, Any]], _Trial] = {}
+
+    def start_more() -> None:
+        while len(in_flight) < parallel and (trial := order.next()) is not None:
+            in_flight[pool.submit(submit, trial)] = trial
+
     deadline = time.monotonic() + timeout
     try:
-        for future in concurrent.futures.as_completed(futures, timeout=timeout):
-            raw = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            weights = raw.pop("weights", None)
-            trial = TrialResult(
-                index=raw["index"],
-                params=raw["params"],
-                score=raw.get("score"),
-                epochs=raw.get("epochs", 0),
-                elapsed_s=raw.get("elapsed_s", 0.0),
-                error=raw.get("error"),
-                traceback=raw.get("traceback"),
-                history=raw.get("history", {}),
-                started_at=raw.get("started_at"),
-                worker=raw.get("worker"),
+        start_more()
+        while in_flight:
+            done, _ = concurrent.futures.wait(
+                in_flight,
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=concurrent.futures.FIRST_COMPLETED,
             )
-            by_index[trial.index] = trial
-            if trial.ok and _beats(trial, best, config.mode):  # same rule as best_trial
-                best = trial
-                best_weights = weights
-            reporter.update(trial, best)
+            if not done:
+                raise concurrent.futures.TimeoutError
+            for future in sorted(done, key=lambda f: in_flight[f].index):
+                del in_flight[future]
+                raw = future.result()
+                weights = raw.pop("weights", None)
+                trial = TrialResult(
+                    index=raw["index"],
+                    params=raw["params"],
+                    score=raw.get("score"),
+                    epochs=raw.get("epochs", 0),
+                    elapsed_s=raw.get("elapsed_s", 0.0),
+                    error=raw.get("error"),
+                    traceback=raw.get("traceback"),
+                    history=raw.get("history", {}),
+                    started_at=raw.get("started_at"),
+                    worker=raw.get("worker"),
+                )
+                by_index[trial.index] = trial
+                if trial.ok:
+                    order.finished(trial.params, trial.elapsed_s)
+                    if _beats(trial, best, config.mode):  # same rule as best_trial
+                        best = trial
+                        best_weights = weights
+                reporter.update(trial, best)
+            start_more()
     except concurrent.futures.TimeoutError:
         logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
     except BaseException:  # KeyboardInterrupt included: stop the cluster's work too

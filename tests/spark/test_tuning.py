@@ -164,6 +164,23 @@ def test_a_failing_trial_is_recorded_and_the_others_finish(sc, data, caplog) -> 
     assert any(m.startswith("Trial 3/3 done") for m in done)
 
 
+def test_cost_decides_which_trials_start_first(sc, data) -> None:  # type: ignore[no-untyped-def]
+    result = tune(
+        sc,
+        build_mlp,
+        space={"units": [8, 16, 32]},
+        train=(data["x"][:200], data["y"][:200]),
+        epochs=1,
+        metric="loss",
+        max_parallel=1,  # one at a time: the start order is the submission order
+        cost=lambda p: p["units"],
+        progress=False,
+    )
+    started = sorted(result.trials, key=lambda t: t.started_at or 0.0)
+    assert [t.params["units"] for t in started] == [32, 16, 8]
+    assert [t.params["units"] for t in result.trials] == [8, 16, 32]  # results: space order
+
+
 def test_early_stopping_stops_a_trial_that_does_not_improve(sc, data) -> None:  # type: ignore[no-untyped-def]
     # The training loss falls every epoch, so with mode='max' it never improves after epoch 1.
     result = tune(

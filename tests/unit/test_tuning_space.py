@@ -279,6 +279,11 @@ _Y = np.zeros(4, dtype="int64")
             r"`validation` is needed for metric='val_loss'.*Received: validation=None",
         ),
         ({"search": "random"}, r"Received: n_trials=None"),
+        ({"cost": 3}, r"`cost` must be a function params -> number or None. Received: cost=3"),
+        (
+            {"cost": lambda p: p["depth"]},
+            r"`cost` failed: cost\(\{'units': 1\}\) raised KeyError: 'depth'",
+        ),
     ],
 )
 def test_tune_validates_its_arguments_before_using_spark(kwargs: dict, message: str) -> None:
