@@ -59,6 +59,15 @@ def images_df(spark: SparkSession, images: np.ndarray, partitions: int = 3):  # 
     return spark.createDataFrame(frame).repartition(partitions)  # a shuffle: rows move
 
 
+def assert_predictions_by_id(result, expected: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    """Each row's prediction equals ``expected[id]`` (rows may come in any order)."""
+    rows = result.select("id", "prediction").collect()
+    ids = [r["id"] for r in rows]
+    np.testing.assert_allclose(
+        np.array([r["prediction"] for r in rows]), expected[ids], atol=1e-5, rtol=0
+    )
+
+
 def worker_load_counts(spark: SparkSession, tasks: int = 8) -> list[tuple[int, dict[str, int]]]:
     """Each Python worker's load counters, read by a tiny job of the same kind as the UDF's
     (Spark keeps separate Python worker pools for RDD and Arrow work)."""
@@ -109,11 +118,7 @@ def test_dataframe_matches_model_predict(
     result = predict(sc, str(model_file), df, features_col="pixels", batch_size=256)
 
     assert result.columns == ["id", "pixels", "prediction"]
-    rows = result.select("id", "prediction").collect()
-    ids = [r["id"] for r in rows]
-    np.testing.assert_allclose(
-        np.array([r["prediction"] for r in rows]), expected[ids], atol=1e-5, rtol=0
-    )
+    assert_predictions_by_id(result, expected)
 
 
 def test_binary_column_of_uint8_pixels_matches_model_predict(
@@ -152,11 +157,7 @@ def test_binary_column_of_other_dtypes(
 
     result = predict(sc, model, df, features_col="pixels", feature_dtype=dtype)
 
-    got = result.select("id", "prediction").collect()
-    ids = [r["id"] for r in got]
-    np.testing.assert_allclose(
-        np.array([r["prediction"] for r in got]), expected[ids], atol=1e-5, rtol=0
-    )
+    assert_predictions_by_id(result, expected)
 
 
 def test_binary_rows_that_do_not_fit(
