@@ -16,9 +16,10 @@ Runs, in one invocation:
    reuses them), then a tiny search (4 trials on 256 rows) that warms the JVM's job
    path; the warm-up is reported separately (``warmup_s`` includes the tiny search since
    this was added, so it is not comparable with older results). The baselines warm up
-   TensorFlow the same way. The search runs twice: as by default (trial durations
-   learned while it runs) and with ``cost=`` the hidden layer's width (longest first
-   from the start);
+   TensorFlow the same way. The search runs four times, in ABBA order: as by
+   default (trial durations learned while it runs) and with ``cost=`` the hidden
+   layer's width (longest first from the start); each variant's time is the mean of
+   its two runs;
 4. the fastest baseline once more: the headline speed-up is against the mean of its two
    runs, which brackets ``tune`` in time (this VM's speed drifts over minutes).
 
@@ -300,14 +301,18 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         search(QUICK_SPACE, 256, 64, 1, False)
         warmup = time.monotonic() - start
         space = QUICK_SPACE if args.quick else SPACE
-        # The default: tune learns which trials are long while it runs.
-        started = time.monotonic()
-        result = search(space, args.rows, args.val_rows, args.epochs, True)
-        call_s = time.monotonic() - started
-        # The same search told what makes a trial long (units: the hidden layer's width).
-        started = time.monotonic()
-        with_cost = search(space, args.rows, args.val_rows, args.epochs, False, cost=_units)
-        cost_call_s = time.monotonic() - started
+        # The default (tune learns which trials are long while it runs) and the same search
+        # told what makes a trial long (cost=: the hidden layer's width), in ABBA order so
+        # that the VM's drift over minutes falls on both alike.
+        runs: dict[str, list[tuple[float, Any]]] = {"default": [], "cost": []}
+        for variant in ("default", "cost", "cost", "default"):
+            started = time.monotonic()
+            found = search(
+                space, args.rows, args.val_rows, args.epochs, False,
+                cost=_units if variant == "cost" else None,
+            )
+            runs[variant].append((time.monotonic() - started, found))
+        result = runs["default"][0][1]
     finally:
         sc.stop()
     return {
@@ -315,9 +320,9 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         "slots": slots,
         "warmup_s": warmup,
         "warm_workers": len(set(pids)),
-        **_summary(result, call_s),
+        **_summary(runs["default"]),
         "table": json.loads(result.table.to_json(orient="records")),
-        "with_cost": _summary(with_cost, cost_call_s),
+        "with_cost": _summary(runs["cost"]),
     }
 
 
@@ -326,27 +331,41 @@ def _units(params: dict[str, Any]) -> float:
     return float(params["units"])
 
 
-def _summary(result: Any, call_s: float) -> dict[str, Any]:
-    """A tune result's timing and scores, with its trials in the order they started.
+def _summary(runs: list[tuple[float, Any]]) -> dict[str, Any]:
+    """Timing and scores of the same search run more than once (``(call seconds, result)``
+    pairs); trials listed in the order they started in the first run.
 
-    ``elapsed_s`` is the wall time of the whole ``tune`` call (checks and the data's
+    ``elapsed_s`` is the mean wall time of the whole ``tune`` call (checks and the data's
     broadcast included), what the speed-ups use; ``search_s`` is tune's own
     ``elapsed_s``, from the broadcast's end to the last trial's.
     """
-    started = sorted(result.trials, key=lambda t: t.started_at or 0.0)
+    results = [r for _, r in runs]
+    first = results[0]
     return {
-        "elapsed_s": call_s,
-        "search_s": result.elapsed_s,
+        "elapsed_s": sum(s for s, _ in runs) / len(runs),
+        "call_s": [s for s, _ in runs],
+        "search_s": [r.elapsed_s for r in results],
         # Busy task time over wall time: how many slots the design kept busy on average
         # (its ceiling is `slots`); unlike the speed-up, other load on the machine slows
         # trials but hardly changes this.
-        "concurrency": sum(t.elapsed_s for t in result.trials) / result.elapsed_s,
-        "scores": [t.score for t in result.trials],
-        "errors": [t.error for t in result.trials],
-        "trial_s": [round(t.elapsed_s, 3) for t in result.trials],
-        "start_order": [t.index for t in started],
-        "best_params": result.best_params,
-        "best_score": result.best_score,
+        "concurrency": [sum(t.elapsed_s for t in r.trials) / r.elapsed_s for r in results],
+        "scores": [t.score for t in first.trials],
+        "errors": [t.error for t in first.trials],
+        "trial_s": [round(t.elapsed_s, 3) for t in first.trials],
+        "start_order": [[t.index for t in sorted(r.trials, key=lambda t: t.started_at or 0.0)] for r in results],
+        "best_params": first.best_params,
+        "best_score": first.best_score,
+        # The same seeded search again: the scores must not move (the order never
+        # changes a trial's result).
+        "max_score_diff_between_runs": max(
+            (
+                abs(a.score - b.score)
+                for r in results[1:]
+                for a, b in zip(first.trials, r.trials, strict=True)
+                if a.score is not None and b.score is not None
+            ),
+            default=0.0,
+        ),
     }
 
 
@@ -450,7 +469,7 @@ def main() -> None:
             f"{base['elapsed_s']:.1f}s, tune on {args.master} {spark['elapsed_s']:.1f}s "
             f"(+{spark['warmup_s']:.1f}s warm-up): speed-up {base['speedup']:.2f}x "
             f"({base['speedup_incl_warmup']:.2f}x with warm-up); "
-            f"slots kept busy: {spark['concurrency']:.2f} of {spark['slots']}; "
+            f"slots kept busy: {' / '.join(f'{c:.2f}' for c in spark['concurrency'])} of {spark['slots']}; "
             f"{cores} plain processes without Spark, trials in the space's order: "
             f"{ceiling['elapsed_s']:.1f}s, speed-up {base['plain_parallel_speedup']:.2f}x; "
             f"tune reaches {ceiling['spark_efficiency']:.0%} of it",
@@ -471,7 +490,8 @@ def main() -> None:
         file=sys.stderr,
     )
     print(
-        f"tune with cost=units (longest trials first from the start): "
+        f"tune with cost=units (longest trials first from the start), mean of "
+        f"{' and '.join(f'{c:.1f}' for c in with_cost['call_s'])}s: "
         f"{with_cost['elapsed_s']:.1f}s, {with_cost['speedup_vs_fastest_sequential']:.2f}x the "
         f"fastest sequential; start order {with_cost['start_order']} (default: "
         f"{spark['start_order']}); scores differ from the default's by at most "

@@ -706,9 +706,9 @@ def _binary_dtype(feature_dtype: Any) -> np.dtype[Any]:
     """The numpy dtype a binary column's bytes are read as (driver)."""
     try:
         dtype = np.dtype("uint8" if feature_dtype is None else feature_dtype)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - numpy raises TypeError, ValueError, SyntaxError...
         dtype = None
-    if dtype is None or dtype.kind not in "biuf" or dtype.shape:
+    if dtype is None or dtype.kind not in "iuf" or dtype.shape:
         raise ConfigurationError(
             "Argument `feature_dtype` must be a numpy number dtype such as 'uint8' or "
             f"'float32'. Received: feature_dtype={feature_dtype!r}"
@@ -899,6 +899,11 @@ def _binary_rows(features: Any, dtype: np.dtype[Any], num_features: int) -> np.n
 
     if isinstance(features, pa.ChunkedArray):
         features = features.combine_chunks()
+    if not (pa.types.is_binary(features.type) or pa.types.is_large_binary(features.type)):
+        raise ConfigurationError(
+            f"a binary feature column must reach Python as Arrow binary or large_binary; "
+            f"received Arrow type {features.type}"
+        )
     n = len(features)
     if features.null_count:
         raise ConfigurationError(

@@ -45,7 +45,9 @@ def _key(value: Any) -> str:
 class LongestFirst(Generic[T]):
     """Hands out trials longest-expected first, learning durations as trials finish.
 
-    Not thread-safe: the driver's scheduling loop owns it.
+    Not thread-safe: the driver's scheduling loop owns it. A prediction costs one lookup
+    per parameter (running sums per value), so choosing among N pending trials is O(N x
+    parameters) however many trials have finished.
 
     Args:
         trials: The trials, in the space's order (ties keep it).
@@ -61,7 +63,11 @@ class LongestFirst(Generic[T]):
         self, trials: Iterable[T], cost: Callable[[dict[str, Any]], Any] | None = None
     ) -> None:
         self._pending: list[T] = list(trials)
-        self._seen: list[tuple[Mapping[str, Any], float]] = []
+        self._keys = {id(t): _keys(t.params) for t in self._pending}
+        self._count = 0
+        self._total = 0.0
+        # (parameter, value key) -> [sum of seconds, count] over the finished trials.
+        self._by_value: dict[tuple[str, str], list[float]] = {}
         self._cost: dict[int, float] | None = None
         if cost is not None:
             self._cost = {id(t): _cost_of(cost, t.params) for t in self._pending}
@@ -73,21 +79,29 @@ class LongestFirst(Generic[T]):
     def finished(self, params: Mapping[str, Any], seconds: float) -> None:
         """Learns from a trial that ran to its end in ``seconds`` (failed trials, which
         may stop early, should not be reported)."""
-        if seconds > 0:
-            self._seen.append((dict(params), float(seconds)))
+        if not seconds > 0:
+            return
+        self._count += 1
+        self._total += seconds
+        for key in _keys(params):
+            entry = self._by_value.setdefault(key, [0.0, 0])
+            entry[0] += seconds
+            entry[1] += 1
 
     def expected_seconds(self, params: Mapping[str, Any]) -> float | None:
         """The main-effects prediction of a trial's duration; ``None`` before any trial
         has finished."""
-        if not self._seen:
+        return self._expected(_keys(params))
+
+    def _expected(self, keys: list[tuple[str, str]]) -> float | None:
+        if not self._count:
             return None
-        mean = sum(s for _, s in self._seen) / len(self._seen)
+        mean = self._total / self._count
         total = mean
-        for name, value in params.items():
-            key = _key(value)
-            same = [s for p, s in self._seen if name in p and _key(p[name]) == key]
-            if same:
-                total += sum(same) / len(same) - mean
+        for key in keys:
+            entry = self._by_value.get(key)
+            if entry is not None:
+                total += entry[0] / entry[1] - mean
         return total
 
     def next(self) -> T | None:
@@ -99,10 +113,14 @@ class LongestFirst(Generic[T]):
         if self._cost is not None:
             costs = [self._cost[id(t)] for t in self._pending]
             best = max(range(len(costs)), key=lambda i: (costs[i], -i))
-        elif self._seen:
-            expected = [self.expected_seconds(t.params) for t in self._pending]
+        elif self._count:
+            expected = [self._expected(self._keys[id(t)]) or 0.0 for t in self._pending]
             best = max(range(len(expected)), key=lambda i: (expected[i], -i))
         return self._pending.pop(best)
+
+
+def _keys(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(name, _key(value)) for name, value in params.items()]
 
 
 def _cost_of(cost: Callable[[dict[str, Any]], Any], params: Mapping[str, Any]) -> float:

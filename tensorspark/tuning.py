@@ -514,12 +514,13 @@ def _run_trial(
 
     Returns:
         A dict of plain values: ``index``, ``params``, ``score``, ``epochs``,
-        ``elapsed_s``, ``error``, ``traceback``, ``history``, ``started_at``, ``worker``
-        and ``weights`` (a list of numpy arrays of the best epoch, or ``None``).
+        ``elapsed_s``, ``error``, ``traceback``, ``history``, ``started_at``, ``worker``,
+        ``weights`` (a list of numpy arrays of the best epoch, or ``None``) and, for a
+        trial that succeeded, ``train_s`` (``elapsed_s`` without TensorFlow's import).
     """
     from tensorspark.tfthreads import limit_tf_threads, task_cpus
 
-    start = time.monotonic()
+    start = trained_from = time.monotonic()
     out: dict[str, Any] = {
         "index": trial.index,
         "params": dict(trial.params),
@@ -537,6 +538,7 @@ def _run_trial(
         limit_tf_threads(task_cpus())
         import keras
 
+        trained_from = time.monotonic()  # after a fresh worker's TensorFlow import
         keras.utils.set_random_seed(config.seed + trial.index)
         model = build(dict(trial.params))
         if not isinstance(model, keras.Model):
@@ -575,7 +577,10 @@ def _run_trial(
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, not a crash
         out["error"] = f"{type(err).__name__}: {err}"
         out["traceback"] = traceback.format_exc()[-_MAX_TRACEBACK_CHARS:]
-    out["elapsed_s"] = time.monotonic() - start
+    end = time.monotonic()
+    out["elapsed_s"] = end - start
+    if out["error"] is None:
+        out["train_s"] = end - trained_from  # what the scheduler learns from
     return out
 
 
@@ -967,7 +972,8 @@ def tune(
         max_parallel: Trials in flight at once; default: Spark's task slots
             (``defaultParallelism // spark.task.cpus``). Trials beyond the free slots wait
             in Spark's queue, in the order Spark received them, which may differ from
-            the chosen order.
+            the chosen order; with dynamic allocation, such waiting tasks are what asks
+            Spark for more executors.
         cost: ``cost(params) -> number``, a guess of a trial's relative duration, e.g.
             ``lambda p: p["units"] * p["layers"]``; trials start most costly first. Called
             on the driver once per trial before any starts. Default: durations are learned
@@ -1043,7 +1049,7 @@ def tune(
     try:
         order = LongestFirst(trials, cost)
     except ValueError as err:
-        raise ConfigurationError(f"Argument `cost` failed: {err}") from None
+        raise ConfigurationError(f"Argument `cost` failed: {err}") from err
     # By default as many trials are in flight as there are slots, so every submitted trial
     # starts at once and the order chosen is the order run. (One more, queued in Spark,
     # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
@@ -1166,7 +1172,7 @@ def _run_all(
             if not done:
                 raise concurrent.futures.TimeoutError
             for future in sorted(done, key=lambda f: in_flight[f].index):
-                del in_flight[future]
+                submitted = in_flight.pop(future)
                 raw = future.result()
                 weights = raw.pop("weights", None)
                 trial = TrialResult(
@@ -1183,7 +1189,8 @@ def _run_all(
                 )
                 by_index[trial.index] = trial
                 if trial.ok:
-                    order.finished(trial.params, trial.elapsed_s)
+                    # The driver's params (a copy pickled back may not compare equal).
+                    order.finished(submitted.params, raw.get("train_s", trial.elapsed_s))
                     if _beats(trial, best, config.mode):  # same rule as best_trial
                         best = trial
                         best_weights = weights
