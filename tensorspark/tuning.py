@@ -1155,9 +1155,16 @@ def _run_all(
     # when one finishes, knowing every trial finished so far.
     pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="tensorspark-tune")
     in_flight: dict[concurrent.futures.Future[dict[str, Any]], _Trial] = {}
+    submitted_at: dict[int, float] = {}
 
     def start_more() -> None:
-        while len(in_flight) < parallel and (trial := order.next()) is not None:
+        while len(in_flight) < parallel:
+            now = time.monotonic()
+            running = [(t.params, now - submitted_at[t.index]) for t in in_flight.values()]
+            trial = order.next(running)
+            if trial is None:
+                return
+            submitted_at[trial.index] = now
             in_flight[pool.submit(submit, trial)] = trial
 
     deadline = time.monotonic() + timeout

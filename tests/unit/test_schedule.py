@@ -32,7 +32,9 @@ def makespan(order: LongestFirst[Trial], slots: int) -> float:
     running: list[tuple[float, int, Trial]] = []
     now = 0.0
     while True:
-        while len(running) < slots and (trial := order.next()) is not None:
+        while len(running) < slots and (
+            trial := order.next([(t.params, now - (end - seconds(t))) for end, _, t in running])
+        ) is not None:
             heapq.heappush(running, (now + seconds(trial), trial.index, trial))
         if not running:
             return now
@@ -65,8 +67,9 @@ def test_shortens_the_search_against_the_space_order() -> None:
     # In the space's order slot 1 runs 3.5+3.5+3.5+3.5+5 and idles 4 s at the end.
     space_order = LongestFirst(grid(), cost=lambda p: 0)
     assert makespan(space_order, slots=2) == pytest.approx(19.0)
-    # Learned: blind until the first trials end, then the 256-unit ones go first.
-    assert makespan(LongestFirst(grid()), slots=2) == pytest.approx(18.5)
+    # Learned: when the first 64-unit trial ends, the 256-unit one beside it is overdue,
+    # so the other 256-unit ones go next: the best order.
+    assert makespan(LongestFirst(grid()), slots=2) == pytest.approx(17.0)
     # A cost guess from the start: 4 x 5 s and 4 x 3.5 s split evenly.
     assert makespan(LongestFirst(grid(), cost=lambda p: p["units"]), slots=2) == pytest.approx(17.0)
 
@@ -88,6 +91,15 @@ def test_cost_orders_from_the_start_and_keeps_ties_in_order() -> None:
 def test_bad_cost(cost: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LongestFirst(grid(), cost=cost)
+
+
+def test_trials_like_an_overdue_one_go_first_among_equals() -> None:
+    order = LongestFirst(grid())
+    first, second = order.next(), order.next()
+    assert first is not None and second is not None
+    order.finished(first.params, 3.5)  # 64 units; the 256-unit trial is still running
+    assert order.next([(second.params, 3.0)]).params["units"] == 64  # type: ignore[union-attr]
+    assert order.next([(second.params, 3.2)]).params["units"] == 256  # type: ignore[union-attr]
 
 
 def test_failed_or_empty_runs_teach_nothing() -> None:
