@@ -16,9 +16,9 @@ The order only decides when a trial starts, never its result (each trial's seed 
 by its index).
 
 Learning needs finished trials, so the first choices would be blind. One clue comes
-sooner: a trial still running when it has run about as long as predicted (90 %) is
-*overdue*, and its values probably make trials long. Among trials predicted equal, the
-one sharing more values with overdue trials goes first. With the benchmark's space
+sooner: a trial still running when it has trained about as long as predicted (90 %) is
+*overdue*, and its values that no finished trial had probably make trials long. Among
+trials predicted equal, the one sharing more such values goes first. With the benchmark's space
 (tests/unit/test_schedule.py) this finds the best order: when the first 3.5-s trial
 (width 64) ends, the 5-s one (width 256) beside it is overdue, so the other width-256
 trials go next. A user who knows what makes a trial long can say so with ``cost`` (e.g.
@@ -116,10 +116,12 @@ class LongestFirst(Generic[T]):
         left).
 
         Args:
-            running: ``(params, seconds so far)`` of the trials running now. Among
-                trials predicted equal, the one sharing more parameter values with
-                overdue ones (running for 90 % of their prediction or more) goes first;
-                then the first in the space's order.
+            running: ``(params, seconds trained so far)`` of the trials running now, on
+                the clock the finished trials' seconds were measured with. Among trials
+                predicted equal, the one sharing more parameter values with overdue
+                ones (trained for 90 % of their prediction or more) goes first, counting
+                only values no finished trial had; then the first in the space's order.
+                Ignored when ``cost`` was given.
         """
         if not self._pending:
             return None
@@ -128,22 +130,25 @@ class LongestFirst(Generic[T]):
             costs = [self._cost[id(t)] for t in self._pending]
             best = max(range(len(costs)), key=lambda i: (costs[i], -i))
         elif self._count:
+            # Values of overdue trials that no finished trial has shown to be quick or slow.
             overdue: set[tuple[str, str]] = set()
             for params, seconds in running:
                 keys = _keys(params)
                 expected = self._expected(keys)
-                if expected is not None and seconds >= _OVERDUE * expected:
-                    overdue.update(keys)
+                if expected is not None and expected > 0 and seconds >= _OVERDUE * expected:
+                    overdue.update(key for key in keys if key not in self._by_value)
             ranks = [
                 (
-                    self._expected(self._keys[id(t)]) or 0.0,
+                    self._expected(self._keys[id(t)]) or 0.0,  # never None here: _count > 0
                     sum(key in overdue for key in self._keys[id(t)]),
                     -i,
                 )
                 for i, t in enumerate(self._pending)
             ]
             best = max(range(len(ranks)), key=ranks.__getitem__)
-        return self._pending.pop(best)
+        trial = self._pending.pop(best)
+        del self._keys[id(trial)]
+        return trial
 
 
 def _keys(params: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -1157,10 +1157,20 @@ def _run_all(
     in_flight: dict[concurrent.futures.Future[dict[str, Any]], _Trial] = {}
     submitted_at: dict[int, float] = {}
 
+    overheads: list[float] = []  # per finished trial: driver wall time minus train_s
+
     def start_more() -> None:
         while len(in_flight) < parallel:
             now = time.monotonic()
-            running = [(t.params, now - submitted_at[t.index]) for t in in_flight.values()]
+            # The scheduler learns from train_s (the trial's own clock); a running trial's
+            # time on that clock is about the driver's time since submitting it, less the
+            # mean job launch and set-up overhead seen so far.
+            overhead = sum(overheads) / len(overheads) if overheads else 0.0
+            running = [
+                (t.params, max(0.0, now - submitted_at[t.index] - overhead))
+                for f, t in in_flight.items()
+                if not f.done()
+            ]
             trial = order.next(running)
             if trial is None:
                 return
@@ -1197,7 +1207,9 @@ def _run_all(
                 by_index[trial.index] = trial
                 if trial.ok:
                     # The driver's params (a copy pickled back may not compare equal).
-                    order.finished(submitted.params, raw.get("train_s", trial.elapsed_s))
+                    train_s = raw.get("train_s", trial.elapsed_s)
+                    order.finished(submitted.params, train_s)
+                    overheads.append(time.monotonic() - submitted_at[submitted.index] - train_s)
                     if _beats(trial, best, config.mode):  # same rule as best_trial
                         best = trial
                         best_weights = weights

@@ -94,12 +94,20 @@ def test_bad_cost(cost: Any, message: str) -> None:
 
 
 def test_trials_like_an_overdue_one_go_first_among_equals() -> None:
-    order = LongestFirst(grid())
-    first, second = order.next(), order.next()
-    assert first is not None and second is not None
-    order.finished(first.params, 3.5)  # 64 units; the 256-unit trial is still running
-    assert order.next([(second.params, 3.0)]).params["units"] == 64  # type: ignore[union-attr]
-    assert order.next([(second.params, 3.2)]).params["units"] == 256  # type: ignore[union-attr]
+    def state() -> tuple[LongestFirst[Trial], Trial]:
+        order = LongestFirst(grid())
+        first, second = order.next(), order.next()
+        assert first is not None and second is not None
+        order.finished(first.params, 3.5)  # 64 units; the 256-unit trial still runs
+        return order, second
+
+    order, running = state()
+    assert order.next([(running.params, 3.0)]).index == 2  # type: ignore[union-attr]  # not overdue
+    order, running = state()
+    assert order.next([(running.params, 3.2)]).index == 3  # type: ignore[union-attr]  # overdue: 256 first
+    order, _ = state()
+    assert order.next([({"learning_rate": 1e-4, "units": 64}, 9.0)]).index == 2  # type: ignore[union-attr]
+    # (an overdue trial whose values all finished quickly before tells nothing new)
 
 
 def test_failed_or_empty_runs_teach_nothing() -> None:
