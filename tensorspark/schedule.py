@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 
 class _HasParams(Protocol):
@@ -42,6 +42,11 @@ T = TypeVar("T", bound=_HasParams)
 
 #: A running trial is overdue once it has run this share of its predicted duration.
 _OVERDUE = 0.9
+
+
+class _Pending(NamedTuple, Generic[T]):
+    trial: T
+    keys: list[tuple[str, str]]  # (parameter, value key) pairs, computed once
 
 
 def _key(value: Any) -> str:
@@ -69,15 +74,15 @@ class LongestFirst(Generic[T]):
     def __init__(
         self, trials: Iterable[T], cost: Callable[[dict[str, Any]], Any] | None = None
     ) -> None:
-        self._pending: list[T] = list(trials)
-        self._keys = {id(t): _keys(t.params) for t in self._pending}
+        self._pending = [_Pending(t, _keys(t.params)) for t in trials]
         self._count = 0
         self._total = 0.0
         # (parameter, value key) -> [sum of seconds, count] over the finished trials.
         self._by_value: dict[tuple[str, str], list[float]] = {}
-        self._cost: dict[int, float] | None = None
+        self._fixed = cost is not None  # the order is decided here, once
         if cost is not None:
-            self._cost = {id(t): _cost_of(cost, t.params) for t in self._pending}
+            costs = {id(p): _cost_of(cost, p.trial.params) for p in self._pending}
+            self._pending.sort(key=lambda p: -costs[id(p)])  # stable: ties keep the order
 
     def __len__(self) -> int:
         """The number of trials not handed out yet."""
@@ -126,10 +131,7 @@ class LongestFirst(Generic[T]):
         if not self._pending:
             return None
         best = 0
-        if self._cost is not None:
-            costs = [self._cost[id(t)] for t in self._pending]
-            best = max(range(len(costs)), key=lambda i: (costs[i], -i))
-        elif self._count:
+        if not self._fixed and self._count:
             # Values of overdue trials that no finished trial has shown to be quick or slow.
             overdue: set[tuple[str, str]] = set()
             for params, seconds in running:
@@ -139,16 +141,14 @@ class LongestFirst(Generic[T]):
                     overdue.update(key for key in keys if key not in self._by_value)
             ranks = [
                 (
-                    self._expected(self._keys[id(t)]) or 0.0,  # never None here: _count > 0
-                    sum(key in overdue for key in self._keys[id(t)]),
+                    self._expected(p.keys) or 0.0,  # never None here: _count > 0
+                    sum(key in overdue for key in p.keys),
                     -i,
                 )
-                for i, t in enumerate(self._pending)
+                for i, p in enumerate(self._pending)
             ]
             best = max(range(len(ranks)), key=ranks.__getitem__)
-        trial = self._pending.pop(best)
-        del self._keys[id(trial)]
-        return trial
+        return self._pending.pop(best).trial
 
 
 def _keys(params: Mapping[str, Any]) -> list[tuple[str, str]]:

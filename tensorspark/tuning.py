@@ -1154,9 +1154,8 @@ def _run_all(
     # Trials start longest-expected first (tensorspark.schedule); the next one is chosen
     # when one finishes, knowing every trial finished so far.
     pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="tensorspark-tune")
-    in_flight: dict[concurrent.futures.Future[dict[str, Any]], _Trial] = {}
-    submitted_at: dict[int, float] = {}
-
+    # Each trial in flight, with the driver's time when it was submitted.
+    in_flight: dict[concurrent.futures.Future[dict[str, Any]], tuple[_Trial, float]] = {}
     overheads: list[float] = []  # per finished trial: driver wall time minus train_s
 
     def start_more() -> None:
@@ -1167,15 +1166,14 @@ def _run_all(
             # mean job launch and set-up overhead seen so far.
             overhead = sum(overheads) / len(overheads) if overheads else 0.0
             running = [
-                (t.params, max(0.0, now - submitted_at[t.index] - overhead))
-                for f, t in in_flight.items()
+                (t.params, max(0.0, now - submitted_at - overhead))
+                for f, (t, submitted_at) in in_flight.items()
                 if not f.done()
             ]
             trial = order.next(running)
             if trial is None:
                 return
-            submitted_at[trial.index] = now
-            in_flight[pool.submit(submit, trial)] = trial
+            in_flight[pool.submit(submit, trial)] = (trial, now)
 
     deadline = time.monotonic() + timeout
     try:
@@ -1188,8 +1186,8 @@ def _run_all(
             )
             if not done:
                 raise concurrent.futures.TimeoutError
-            for future in sorted(done, key=lambda f: in_flight[f].index):
-                submitted = in_flight.pop(future)
+            for future in sorted(done, key=lambda f: in_flight[f][0].index):
+                submitted, submitted_at = in_flight.pop(future)
                 raw = future.result()
                 weights = raw.pop("weights", None)
                 trial = TrialResult(
@@ -1209,7 +1207,7 @@ def _run_all(
                     # The driver's params (a copy pickled back may not compare equal).
                     train_s = raw.get("train_s", trial.elapsed_s)
                     order.finished(submitted.params, train_s)
-                    overheads.append(time.monotonic() - submitted_at[submitted.index] - train_s)
+                    overheads.append(time.monotonic() - submitted_at - train_s)
                     if _beats(trial, best, config.mode):  # same rule as best_trial
                         best = trial
                         best_weights = weights
