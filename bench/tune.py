@@ -326,6 +326,15 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _max_score_diff(a: list[float | None], b: list[float | None]) -> float | None:
+    """The largest difference between two runs' scores of the same trials (trials that
+    failed in either are left out; ``None`` if none is left)."""
+    return max(
+        (abs(x - y) for x, y in zip(a, b, strict=True) if x is not None and y is not None),
+        default=None,
+    )
+
+
 def _units(params: dict[str, Any]) -> float:
     """The benchmark's cost guess: a trial's time grows with its hidden layer's width."""
     return float(params["units"])
@@ -359,10 +368,8 @@ def _summary(runs: list[tuple[float, Any]]) -> dict[str, Any]:
         # changes a trial's result).
         "max_score_diff_between_runs": max(
             (
-                abs(a.score - b.score)
+                _max_score_diff([t.score for t in first.trials], [t.score for t in r.trials]) or 0.0
                 for r in results[1:]
-                for a, b in zip(first.trials, r.trials, strict=True)
-                if a.score is not None and b.score is not None
             ),
             default=0.0,
         ),
@@ -413,20 +420,15 @@ def main() -> None:
     for base in baselines:
         base["speedup"] = base["elapsed_s"] / spark["elapsed_s"]
         base["speedup_incl_warmup"] = base["elapsed_s"] / (spark["elapsed_s"] + spark["warmup_s"])
-        pairs = [
-            (a, b)
-            for a, b in zip(base["scores"], spark["scores"], strict=True)
-            if None not in (a, b)
-        ]
         # Zero for the tensorspark runner (same code and seeds); not for the keras runner,
         # whose pipeline shuffles the rows in another order.
-        base["max_score_diff_vs_spark"] = max((abs(a - b) for a, b in pairs), default=None)
+        base["max_score_diff_vs_spark"] = _max_score_diff(base["scores"], spark["scores"])
         base["plain_parallel_speedup"] = base["elapsed_s"] / ceiling["elapsed_s"]
     ceiling["spark_efficiency"] = ceiling["elapsed_s"] / spark["elapsed_s"]
     # The same trial code and seeds without Spark: the scores must match tune's exactly.
-    ceiling["max_score_diff_vs_spark"] = max(
-        (abs(sc - spark["scores"][i]) for i, sc in ceiling["scores_by_trial"].items() if None not in (sc, spark["scores"][i])),
-        default=None,
+    by_trial = ceiling["scores_by_trial"]
+    ceiling["max_score_diff_vs_spark"] = _max_score_diff(
+        list(by_trial.values()), [spark["scores"][i] for i in by_trial]
     )
     report = {
         "benchmark": "tune",
@@ -454,10 +456,7 @@ def main() -> None:
     with_cost = spark["with_cost"]
     with_cost["speedup_vs_fastest_sequential"] = fastest["elapsed_s"] / with_cost["elapsed_s"]
     with_cost["speedup_vs_fastest_sequential_mean"] = sequential_s / with_cost["elapsed_s"]
-    with_cost["max_score_diff_vs_default"] = max(
-        (abs(a - b) for a, b in zip(with_cost["scores"], spark["scores"], strict=True) if None not in (a, b)),
-        default=None,
-    )
+    with_cost["max_score_diff_vs_default"] = _max_score_diff(with_cost["scores"], spark["scores"])
     text = json.dumps(report, indent=2)
     if args.output:
         tmp = Path(f"{args.output}.tmp")
