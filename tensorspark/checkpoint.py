@@ -35,7 +35,7 @@ import numpy as np
 import safetensors.numpy
 
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
-from tensorspark.ps import wire
+from tensorspark import wire
 from tensorspark.storage import Storage, open_storage
 
 logger = logging.getLogger(__name__)

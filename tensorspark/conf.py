@@ -133,3 +133,28 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
         base = conf["spark.hdfs.dir"].rstrip("/")
         out["checkpoint_dir"] = f"{base}/tensorspark/{name or 'default'}"
     return out
+
+
+# ---------------------------------------------------------------------- plain Spark settings
+# Every other module asks these functions rather than reading ``sc.getConf()`` itself.
+
+
+def task_cpus(sc: Any) -> int:
+    """``spark.task.cpus``: cores Spark gives each task (driver; 1 when unset or blank)."""
+    return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+
+
+def task_slots(sc: Any) -> int:
+    """Tasks the cluster runs at once: default parallelism over ``spark.task.cpus`` (driver)."""
+    return max(0, int(sc.defaultParallelism) // task_cpus(sc))
+
+
+def driver_host(sc: Any) -> str | None:
+    """``spark.driver.host``: the driver's address as Spark advertises it (driver)."""
+    host = sc.getConf().get("spark.driver.host", None)
+    return str(host) if host else None
+
+
+def dynamic_allocation(sc: Any) -> bool:
+    """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
+    return str(sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"

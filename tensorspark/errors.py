@@ -22,7 +22,17 @@ class WireFormatError(TensorSparkError, ValueError):
 
 
 class ParameterServerError(TensorSparkError):
-    """The parameter server refused a request or failed to start."""
+    """The parameter server refused a request or failed to start.
+
+    Attributes:
+        status: the HTTP status the server answered, when it answered (else ``None``).
+        url: the server URL (and path) the request went to, when known.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, url: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.url = url
 
 
 class ParameterServerConnectionError(ParameterServerError, ConnectionError):
@@ -46,4 +56,20 @@ class CheckpointError(TensorSparkError):
 
 
 class StorageError(TensorSparkError, OSError):
-    """A storage operation (local disk or WebHDFS) failed; names the location and the cause."""
+    """A storage operation (local disk or WebHDFS) failed; names the location and the cause.
+
+    Raise it ``from`` the error that caused it: :attr:`cause` keeps that error (also
+    ``__cause__``), so callers can branch on its type, never on the message text.
+    """
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The error this one was raised from (``raise StorageError(...) from err``)."""
+        return self.__cause__
+
+
+class TuningError(TensorSparkError):
+    """Every trial of a search failed; the message summarises their errors.
+
+    Retrying the same search will not help: fix ``build``, the space or the data.
+    """

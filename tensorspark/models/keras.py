@@ -43,7 +43,7 @@ import numpy as np
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.partition import Block, PartitionData, rows_to_blocks
-from tensorspark.ps import wire
+from tensorspark import wire
 
 if TYPE_CHECKING:
     import keras

@@ -18,7 +18,7 @@ import numpy as np
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.partition import Block
-from tensorspark.ps import wire
+from tensorspark import wire
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from tensorspark.errors import (
     ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark.ps import auth, wire
+from tensorspark import wire
+from tensorspark.ps import auth
 
 logger = logging.getLogger(__name__)
 

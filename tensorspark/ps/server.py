@@ -4,7 +4,7 @@ Runs in a background thread with its own IOLoop for the duration of a training r
 Workers (Spark tasks) push their update and get the new global parameters back in the
 same response (push-and-pull in one round trip, over keep-alive connections).
 
-Endpoints (binary bodies use :mod:`tensorspark.ps.wire`; control messages are JSON):
+Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON):
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
 * ``GET  /pull``  -> wire(global params, {version})
@@ -56,7 +56,8 @@ from tensorspark.errors import (
     ParameterServerError,
     WireFormatError,
 )
-from tensorspark.ps import auth, dashboard, wire
+from tensorspark import wire
+from tensorspark.ps import auth, dashboard
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorspark.errors import WireFormatError
-from tensorspark.ps import auth, wire
+from tensorspark import wire
+from tensorspark.ps import auth
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
 

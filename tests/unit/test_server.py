@@ -158,7 +158,8 @@ def test_recycled_buffers_never_change_a_response_being_sent() -> None:
     import http.client
     import time
 
-    from tensorspark.ps import auth, wire
+    from tensorspark import wire
+    from tensorspark.ps import auth
 
     n = 10_000_000  # 40 MB: more than the socket buffers hold, so the write stays pending
     with sps.ParameterServer({"w": np.zeros(n, np.float32)}) as server, _client(server) as pusher:

@@ -23,7 +23,8 @@ from tensorspark.errors import (
     ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark.ps import auth, wire
+from tensorspark import wire
+from tensorspark.ps import auth
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer, _all_finite
 

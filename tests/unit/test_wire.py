@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tensorspark.errors import WireFormatError
-from tensorspark.ps import wire
+from tensorspark import wire
 
 _FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,4 +1,4 @@
-"""The parameter server's binary wire format (version 1).
+"""tensorspark's binary wire format (version 1): parameter-server bodies, checkpoints' arrays, TF1 graph specs and evaluation snapshots.
 
 A message is a fixed preamble, a JSON header, then the raw little-endian bytes of each
 tensor, laid out once::

@@ -1,0 +1,142 @@
+"""Spark job plumbing shared by every job tensorspark runs (training, evaluation, tuning).
+
+Runs on the driver, except :func:`task_context`. Two things live here, once:
+
+* :func:`run_job`: a job in its own Spark job group, run in a thread while the driver polls,
+  so that Ctrl-C (or a failure the driver sees) cancels the cluster's work too;
+* :func:`spark_failure`: the one boundary where a failed Spark job (a ``Py4JJavaError`` or a
+  ``PythonException`` carrying the executor's traceback as text) becomes a tensorspark
+  error raised on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tensorspark import errors
+from tensorspark.errors import ConfigurationError, WorkerError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds the driver waits for a cancelled job's thread to return before giving up on it.
+CANCEL_WAIT_S = 30.0
+
+_TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\Z)", re.S)
+_LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
+
+
+def is_spark_failure(err: BaseException) -> bool:
+    """Whether ``err`` is Spark's report of a failed job (as opposed to a driver-side error)."""
+    name = type(err).__name__
+    return name == "Py4JJavaError" or "PythonException" in name
+
+
+def worker_traceback(err: BaseException) -> str | None:
+    """The executor's Python traceback inside a Spark failure's text, if it has one."""
+    match = _TRACEBACK.search(str(err))
+    return match.group(1).rstrip() if match else None
+
+
+def spark_failure(err: BaseException) -> BaseException:
+    """Convert a Spark job failure into our error type, carrying the worker's traceback.
+
+    Errors raised by tensorspark code on an executor (e.g. DivergenceError) come back as
+    the same class; anything else becomes :class:`~tensorspark.errors.WorkerError`.
+    This is the one place where Spark's exception text is parsed.
+    """
+    text = str(err)
+    if "BarrierJobUnsupportedRDDChainException" in text:
+        return ConfigurationError(
+            "mode='sync' runs the partitions as one Spark barrier stage, which cannot follow "
+            "union(), coalesce() or other operations that change the number of partitions. "
+            "Call .repartition(n) on the data before training in sync mode."
+        )
+    tb = worker_traceback(err)
+    if tb is None:
+        return WorkerError(f"the Spark job failed: {text[:4000]}")
+    lines = _LAST_LINE.findall(tb)
+    if lines:
+        qualified, message = lines[-1]
+        cls_name = qualified.rsplit(".", 1)[-1]
+        cls = getattr(errors, cls_name, None)
+        if isinstance(cls, type) and issubclass(cls, errors.TensorSparkError) and qualified.startswith("tensorspark"):
+            return cls(f"{message}\n\nWorker traceback:\n{tb}")
+    return WorkerError(f"a Spark task failed on an executor. Worker traceback:\n{tb}")
+
+
+def collect(start_job: Callable[[], T]) -> T:
+    """Run ``start_job`` here; a Spark failure is raised as :func:`spark_failure`'s error."""
+    try:
+        return start_job()
+    except Exception as err:
+        if is_spark_failure(err):
+            raise spark_failure(err) from None
+        raise
+
+
+def run_job(
+    sc: Any,
+    start_job: Callable[[], T],
+    *,
+    description: str,
+    poll: Callable[[], None] | None = None,
+    poll_interval: float = 0.5,
+) -> T:
+    """Run ``start_job`` (which collects a Spark job) in a thread while ``poll`` runs here.
+
+    The job runs in its own Spark job group, so an interrupt (Ctrl-C) or an error raised by
+    ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
+    to return). A failed job is raised as :func:`spark_failure`'s error.
+    """
+    group = f"tensorspark-{uuid.uuid4().hex[:12]}"
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            sc.setJobGroup(group, description, interruptOnCancel=True)
+            outcome["rows"] = start_job()
+        except BaseException as err:  # re-raised on the caller's thread below
+            outcome["error"] = err
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=target, name=group, daemon=True)
+    try:
+        thread.start()
+        while not done.wait(poll_interval):
+            if poll is not None:
+                poll()
+        if poll is not None:
+            poll()
+        if "error" in outcome:
+            err = outcome["error"]
+            if is_spark_failure(err):
+                raise spark_failure(err) from None
+            raise err
+        return outcome["rows"]  # type: ignore[no-any-return]
+    except BaseException:
+        # Ctrl-C, or a failure seen on the driver (e.g. checkpoints failing): stop the tasks.
+        if not done.is_set():
+            sc.cancelJobGroup(group)
+            if not done.wait(CANCEL_WAIT_S):
+                logger.warning("the cancelled Spark job group %s did not end within %.0fs", group, CANCEL_WAIT_S)
+        raise
+
+
+def task_context() -> tuple[int | None, int]:
+    """``(partition id, attempt number)`` of the Spark task running this code (executor);
+    ``(None, 0)`` outside a task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None, 0
+    return ctx.partitionId(), ctx.attemptNumber()
