@@ -1,92 +1,156 @@
 """tensorspark: ordinary TensorFlow and Keras programs on Apache Spark.
 
-The public API is re-exported here and nowhere else.
+The public API is re-exported here and nowhere else. ``import tensorspark`` is light: it
+imports none of TensorFlow, Keras, pyspark, hdfs, requests or matplotlib; each name below
+loads its module on first use (PEP 562), so ``tensorspark.SparkSession`` costs what
+``tensorspark.session`` imports, once.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-
-from tensorspark.checkpoint import Checkpoint, CheckpointManager, load_checkpoint
-from tensorspark.errors import (
-    AuthenticationError,
-    CheckpointError,
-    ConfigurationError,
-    DivergenceError,
-    ParameterServerConnectionError,
-    ParameterServerError,
-    StorageError,
-    TensorSparkError,
-    WireFormatError,
-    WorkerError,
-)
-from tensorspark.inference import ModelLoader, ModelSource, TF1SessionSource, predict
-from tensorspark.models.keras import History
-from tensorspark.progress import Progress
-from tensorspark.ps.client import ParameterClient, PushResult
-from tensorspark.ps.combiners import (
-    DeltaWeightCombiner,
-    DynSGDCombiner,
-    MeanWeightCombiner,
-    WeightCombiner,
-)
-from tensorspark.ps.server import ParameterServer
-from tensorspark.session import SparkSession
-from tensorspark.training import TrainResult
-from tensorspark.tuning import (
-    Choice,
-    Distribution,
-    IntRange,
-    LogUniform,
-    TrialResult,
-    TuneResult,
-    TuningError,
-    Uniform,
-    expand_space,
-    tune,
-)
+from typing import TYPE_CHECKING, Any
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "Checkpoint": "tensorspark.checkpoint",
+    "CheckpointManager": "tensorspark.checkpoint",
+    "load_checkpoint": "tensorspark.checkpoint",
+    "AuthenticationError": "tensorspark.errors",
+    "CheckpointError": "tensorspark.errors",
+    "ConfigurationError": "tensorspark.errors",
+    "DivergenceError": "tensorspark.errors",
+    "ParameterServerConnectionError": "tensorspark.errors",
+    "ParameterServerError": "tensorspark.errors",
+    "StorageError": "tensorspark.errors",
+    "TensorSparkError": "tensorspark.errors",
+    "TuningError": "tensorspark.errors",
+    "WireFormatError": "tensorspark.errors",
+    "WorkerError": "tensorspark.errors",
+    "predict": "tensorspark.inference",
+    "ModelLoader": "tensorspark.models.base",
+    "ModelSource": "tensorspark.models.base",
+    "TF1SessionSource": "tensorspark.models.tf1",
+    "Progress": "tensorspark.progress",
+    "ParameterClient": "tensorspark.ps.client",
+    "PushResult": "tensorspark.ps.client",
+    "DeltaWeightCombiner": "tensorspark.ps.combiners",
+    "DynSGDCombiner": "tensorspark.ps.combiners",
+    "MeanWeightCombiner": "tensorspark.ps.combiners",
+    "WeightCombiner": "tensorspark.ps.combiners",
+    "ParameterServer": "tensorspark.ps.server",
+    "SparkSession": "tensorspark.session",
+    "History": "tensorspark.training.result",
+    "TrainResult": "tensorspark.training.result",
+    "Choice": "tensorspark.tuning",
+    "Distribution": "tensorspark.tuning",
+    "IntRange": "tensorspark.tuning",
+    "LogUniform": "tensorspark.tuning",
+    "TrialResult": "tensorspark.tuning",
+    "TuneResult": "tensorspark.tuning",
+    "Uniform": "tensorspark.tuning",
+    "expand_space": "tensorspark.tuning",
+    "tune": "tensorspark.tuning",
+}
+
 __all__ = [
+    "AuthenticationError",
     "Checkpoint",
+    "CheckpointError",
     "CheckpointManager",
     "Choice",
+    "ConfigurationError",
+    "DeltaWeightCombiner",
     "Distribution",
+    "DivergenceError",
+    "DynSGDCombiner",
     "History",
     "IntRange",
     "LogUniform",
+    "MeanWeightCombiner",
     "ModelLoader",
     "ModelSource",
+    "ParameterClient",
+    "ParameterServer",
+    "ParameterServerConnectionError",
+    "ParameterServerError",
     "Progress",
+    "PushResult",
+    "SparkSession",
+    "StorageError",
     "TF1SessionSource",
+    "TensorSparkError",
+    "TrainResult",
     "TrialResult",
     "TuneResult",
     "TuningError",
     "Uniform",
+    "WeightCombiner",
+    "WireFormatError",
+    "WorkerError",
     "expand_space",
     "load_checkpoint",
     "predict",
     "tune",
-    "DeltaWeightCombiner",
-    "DynSGDCombiner",
-    "MeanWeightCombiner",
-    "ParameterClient",
-    "ParameterServer",
-    "PushResult",
-    "SparkSession",
-    "TrainResult",
-    "WeightCombiner",
-    "AuthenticationError",
-    "CheckpointError",
-    "ConfigurationError",
-    "DivergenceError",
-    "ParameterServerConnectionError",
-    "ParameterServerError",
-    "StorageError",
-    "TensorSparkError",
-    "WireFormatError",
-    "WorkerError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first use, and keep the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tensorspark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from tensorspark.checkpoint import Checkpoint, CheckpointManager, load_checkpoint
+    from tensorspark.errors import (
+        AuthenticationError,
+        CheckpointError,
+        ConfigurationError,
+        DivergenceError,
+        ParameterServerConnectionError,
+        ParameterServerError,
+        StorageError,
+        TensorSparkError,
+        TuningError,
+        WireFormatError,
+        WorkerError,
+    )
+    from tensorspark.inference import predict
+    from tensorspark.models.base import ModelLoader, ModelSource
+    from tensorspark.models.tf1 import TF1SessionSource
+    from tensorspark.progress import Progress
+    from tensorspark.ps.client import ParameterClient, PushResult
+    from tensorspark.ps.combiners import (
+        DeltaWeightCombiner,
+        DynSGDCombiner,
+        MeanWeightCombiner,
+        WeightCombiner,
+    )
+    from tensorspark.ps.server import ParameterServer
+    from tensorspark.session import SparkSession
+    from tensorspark.training.result import History, TrainResult
+    from tensorspark.tuning import (
+        Choice,
+        Distribution,
+        IntRange,
+        LogUniform,
+        TrialResult,
+        TuneResult,
+        Uniform,
+        expand_space,
+        tune,
+    )

@@ -1,12 +1,13 @@
 """Spark job plumbing shared by every job tensorspark runs (training, evaluation, tuning).
 
-Runs on the driver, except :func:`task_context`. Two things live here, once:
+Runs on the driver, except :func:`task_context`. Three things live here, once:
 
 * :func:`run_job`: a job in its own Spark job group, run in a thread while the driver polls,
   so that Ctrl-C (or a failure the driver sees) cancels the cluster's work too;
 * :func:`spark_failure`: the one boundary where a failed Spark job (a ``Py4JJavaError`` or a
   ``PythonException`` carrying the executor's traceback as text) becomes a tensorspark
-  error raised on the driver.
+  error raised on the driver;
+* :func:`aggregate_epochs`: the tasks' per-epoch sums, as sample-weighted means.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tensorspark import errors
@@ -140,3 +141,26 @@ def task_context() -> tuple[int | None, int]:
     if ctx is None:
         return None, 0
     return ctx.partitionId(), ctx.attemptNumber()
+
+
+def aggregate_epochs(partitions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sample-weighted per-epoch means over all partitions' statistics (driver).
+
+    Each task of a training or evaluation job returns ``{"epochs": [{"epoch", "samples",
+    "sums": {name: value x samples}}]}``; the result has one row per epoch.
+    """
+    by_epoch: dict[int, dict[str, float]] = {}
+    for stats in partitions:
+        for e in stats.get("epochs", []):
+            acc = by_epoch.setdefault(int(e["epoch"]), {"samples": 0.0})
+            acc["samples"] += e["samples"]
+            for k, v in e["sums"].items():
+                acc[k] = acc.get(k, 0.0) + v
+    out = []
+    for epoch in sorted(by_epoch):
+        acc = by_epoch[epoch]
+        n = acc.pop("samples")
+        row: dict[str, Any] = {"epoch": epoch, "samples": int(n)}
+        row.update({k: (v / n if n else float("nan")) for k, v in acc.items()})
+        out.append(row)
+    return out

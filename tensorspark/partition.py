@@ -12,54 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
+from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
-
-Block = tuple[np.ndarray, ...]
-
-
-def rows_to_blocks(
-    rows: Iterable[Any],
-    names: Sequence[str],
-    dtypes: Sequence[np.dtype | None],
-    block_rows: int,
-) -> Iterator[Block]:
-    """Group RDD elements (tuples aligned with ``names``) into column blocks.
-
-    Raises:
-        ConfigurationError: an element's length differs from ``names``, or a column's
-            rows do not share one shape.
-    """
-    buf: list[Any] = []
-    index = 0
-    for row in rows:
-        if not isinstance(row, (tuple, list)) or len(row) != len(names):
-            got = len(row) if isinstance(row, (tuple, list)) else type(row).__name__
-            raise ConfigurationError(
-                f"RDD element {index} has {got} items but feed_name_list has {len(names)} "
-                f"({list(names)}); each element must be a tuple aligned with feed_name_list."
-            )
-        buf.append(row)
-        index += 1
-        if len(buf) >= block_rows:
-            yield _stack(buf, names, dtypes)
-            buf = []
-    if buf:
-        yield _stack(buf, names, dtypes)
-
-
-def _stack(rows: list[Any], names: Sequence[str], dtypes: Sequence[np.dtype | None]) -> Block:
-    cols = []
-    for i, name in enumerate(names):
-        try:
-            cols.append(np.asarray([r[i] for r in rows], dtype=dtypes[i]))
-        except ValueError as err:
-            raise ConfigurationError(f"the rows for {name!r} do not have one common shape: {err}") from None
-    return tuple(cols)
 
 
 class PartitionData:

@@ -1,16 +1,17 @@
 """``SparkSession``: a TensorFlow session (or Keras model) that trains on Spark.
 
-Runs on the driver. The user's graph (or model) is broadcast to the executors, each RDD
-partition trains on its slice and synchronises with a parameter server that this object
-starts on the driver for the duration of a run; at the end the driver's session (or model)
-holds the trained global weights.
+The facade of the seed's API (and the Keras one). Runs on the driver. It checks the
+arguments at once, resolves the cluster-wide defaults from Spark conf
+(:mod:`tensorspark.conf`), and hands the work to the job layer: a training run
+(:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`) and
+inference (:mod:`tensorspark.inference`). The session holds the one
+:class:`~tensorspark.training.ServerHost` that owns its parameter server across runs.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,19 +19,10 @@ import numpy as np
 from tensorspark import conf as tsconf
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
-from tensorspark.progress import RunMonitor
 from tensorspark.ps.auth import as_secret
-from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
-from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import MODES, ParameterServer
-from tensorspark.training import (
-    TrainResult,
-    aggregate_epochs,
-    check_barrier_slots,
-    rdd_job,
-    run_job,
-)
+from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -151,23 +143,17 @@ class SparkSession:
             )
         self.session = session
         self.user = user
-        self.name = name or "tensorspark"
-        self.sync_interval = _positive_int("sync_interval", sync_interval)
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.combiner = get_combiner(weight_combiner)
-        self.server_reusable = bool(server_reusable)
+        sync_interval = _positive_int("sync_interval", sync_interval)
+        batch_size = _positive_int("batch_size", batch_size)
+        combiner = get_combiner(weight_combiner)
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-        self.mode = mode
         if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
             raise ConfigurationError(
                 f"max_staleness needs mode='async' and a value >= 0. Received: max_staleness={max_staleness!r}, mode={mode!r}"
             )
-        self.max_staleness = max_staleness
         if on_divergence not in _DIVERGENCE:
             raise ConfigurationError(f"on_divergence must be one of {_DIVERGENCE}. Received: on_divergence={on_divergence!r}")
-        self.on_divergence = on_divergence
-        self.seed = int(seed)
         self.custom_objects = custom_objects
         self.options = tsconf.resolve(
             {
@@ -184,27 +170,19 @@ class SparkSession:
                 "keep_checkpoints": keep_checkpoints,
             },
             tsconf.spark_conf(sc),
-            self.name,
+            name or "tensorspark",
         )
-        self.server_host = self.options["server_host"] or sc.getConf().get("spark.driver.host", None)
-        if not self.server_host:
+        server_host_value = self.options["server_host"] or tsconf.driver_host(sc)
+        if not server_host_value:
             raise ConfigurationError(
                 "cannot tell which address executors should use for the parameter server: set "
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
-        self.server_bind_host = self.options["server_bind_host"] or self.server_host
-        self.server_port = self.options["server_port"]
-        self.ps_timeout = float(self.options["ps_timeout"])
-        self._secret = None if self.options["secret"] is None else as_secret(self.options["secret"])
-        self.public_status = bool(public_status)
-        self.max_body_bytes = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
-        self._server: ParameterServer | None = None
-        self.last_run: TrainResult | None = None
-        self.resume = bool(resume)
-        self.checkpoints: CheckpointManager | None = None
-        self._checkpointer: Checkpointer | None = None
+        secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
+        max_body = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
+        checkpoints = None
         if self.options["checkpoint_dir"] is not None:
-            self.checkpoints = CheckpointManager(
+            checkpoints = CheckpointManager(
                 self.options["checkpoint_dir"],
                 user=user,
                 conf=tsconf.spark_conf(sc),
@@ -213,130 +191,141 @@ class SparkSession:
                 token=hdfs_token,
                 max_failures=_positive_int("checkpoint_max_failures", checkpoint_max_failures),
             )
-        elif self.resume:
+        elif resume:
             raise ConfigurationError(
                 "resume=True needs a checkpoint_dir (or spark.tensorspark.checkpoint.dir) to resume from"
             )
-        self._push_listener: Callable[[dict[str, Any], str], None] | None = None
+        self.checkpoints: CheckpointManager | None = checkpoints
+        self.last_run: TrainResult | None = None
+        self._host = ServerHost(
+            RunSettings(
+                name=name or "tensorspark",
+                mode=mode,
+                sync_interval=sync_interval,
+                batch_size=batch_size,
+                seed=int(seed),
+                on_divergence=on_divergence,
+                combiner=combiner,
+                max_staleness=max_staleness,
+                reusable=bool(server_reusable),
+                advertised_host=server_host_value,
+                bind_host=self.options["server_bind_host"] or server_host_value,
+                port=self.options["server_port"],
+                ps_timeout=float(self.options["ps_timeout"]),
+                ssl_certfile=self.options["ssl_certfile"],
+                ssl_keyfile=self.options["ssl_keyfile"],
+                ssl_cafile=self.options["ssl_cafile"],
+                public_status=bool(public_status),
+                max_body_bytes=max_body,
+                checkpoint_interval=float(self.options["checkpoint_interval"]),
+                resume=bool(resume),
+                secret=secret_bytes,
+            ),
+            checkpoints,
+        )
         if self.is_keras:
-            from tensorspark.models.keras import validate_model
+            from tensorspark.models.keras_checks import validate_model
 
             validate_model(session)
+
+    # ------------------------------------------------------------------ settings
+
+    @property
+    def name(self) -> str:
+        return self._host.settings.name
+
+    @property
+    def mode(self) -> str:
+        return self._host.settings.mode
+
+    @property
+    def sync_interval(self) -> int:
+        return self._host.settings.sync_interval
+
+    @property
+    def batch_size(self) -> int:
+        return self._host.settings.batch_size
+
+    @property
+    def seed(self) -> int:
+        return self._host.settings.seed
+
+    @property
+    def on_divergence(self) -> str:
+        return self._host.settings.on_divergence
+
+    @property
+    def combiner(self) -> WeightCombiner:
+        return self._host.settings.combiner
+
+    @property
+    def max_staleness(self) -> int | None:
+        return self._host.settings.max_staleness
+
+    @property
+    def server_reusable(self) -> bool:
+        return self._host.settings.reusable
+
+    @property
+    def server_host(self) -> str:
+        """The address executors are told for the parameter server."""
+        return self._host.settings.advertised_host
+
+    @property
+    def server_bind_host(self) -> str:
+        return self._host.settings.bind_host
+
+    @property
+    def server_port(self) -> int | tuple[int, int]:
+        return self._host.settings.port
+
+    @property
+    def ps_timeout(self) -> float:
+        return self._host.settings.ps_timeout
+
+    @property
+    def public_status(self) -> bool:
+        return self._host.settings.public_status
+
+    @property
+    def max_body_bytes(self) -> int | None:
+        return self._host.settings.max_body_bytes
+
+    @property
+    def resume(self) -> bool:
+        return self._host.settings.resume
 
     # ------------------------------------------------------------------ server
 
     @property
     def server(self) -> ParameterServer | None:
         """The parameter server of the current (or last) run."""
-        return self._server
-
-    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
-        if self._server is not None and self._server.running and self.server_reusable:
-            expected = {k: (v.shape, v.dtype) for k, v in self._server.snapshot().params.items()}
-            if expected != {k: (v.shape, v.dtype) for k, v in params.items()}:
-                raise ConfigurationError(
-                    "server_reusable=True but this run's parameters differ from the running server's; "
-                    "call close() first to start a fresh server"
-                )
-            self._server.num_workers = num_workers
-            self._server.reset_progress()
-            return self._server
-        version, progress, applied_before, saved_version = 0, None, 0, None
-        if self.checkpoints is not None and self.resume:
-            checkpoint = resume_state(self.checkpoints, params, self.mode)
-            if checkpoint is not None:
-                params = checkpoint.params
-                version, progress = checkpoint.version, checkpoint.progress
-                saved_version = checkpoint.version
-                applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
-        self._server = ParameterServer(
-            params,
-            version=version,
-            progress=progress,
-            combiner=self.combiner,
-            host=self.server_bind_host,
-            port=self.server_port,
-            mode=self.mode,
-            num_workers=num_workers,
-            max_staleness=self.max_staleness,
-            round_timeout=max(60.0, self.ps_timeout * 10),
-            secret=self._secret,  # None: a fresh random secret for this server
-            ssl_certfile=self.options["ssl_certfile"],
-            ssl_keyfile=self.options["ssl_keyfile"],
-            public_status=self.public_status,
-            max_body_bytes=self.max_body_bytes,
-            on_push=self._on_push,
-        )
-        self._server.start()
-        if self.checkpoints is not None:
-            self._checkpointer = Checkpointer(
-                self._server,
-                self.checkpoints,
-                float(self.options["checkpoint_interval"]),
-                extra_meta={"name": self.name, "combiner": self.combiner.name},
-                applied_before=applied_before,
-                saved_version=saved_version,
-            ).start()
-        return self._server
+        return self._host.server
 
     def server_url(self, server: ParameterServer) -> str:
         """The URL executors are told for ``server``: ``server_host`` and the bound port.
 
         Differs from ``server.url`` (the bound address) only when ``server_bind_host`` is set.
         """
-        host = f"[{self.server_host}]" if ":" in self.server_host else self.server_host
-        scheme = server.url.split("://", 1)[0]
-        return f"{scheme}://{host}:{server.port}"
+        return self._host.url_for(server)
 
-    def _on_push(self, meta: dict[str, Any], status: str) -> None:
-        """The server's push callback (its loop thread): forwards to the current run's listener."""
-        listener = self._push_listener
-        if listener is not None:
-            listener(meta, status)
+    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+        """A started (or reused) server for ``params``; see :meth:`ServerHost.acquire`."""
+        return self._host.acquire(params, num_workers)
+
+    def _worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+        """What the tasks of a run would be told; see :meth:`TrainingRun.worker_config`."""
+        return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
         """Stop a reusable parameter server (writing its last checkpoint)."""
-        if self._server is not None:
-            self._stop_checkpoints(final=True, quiet=True)
-            self._server.stop()
+        self._host.close()
 
     def __enter__(self) -> SparkSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
-        server = self._server
-        return WorkerConfig(
-            server_url=url,
-            mode=self.mode,
-            sync_interval=self.sync_interval,
-            batch_size=self.batch_size,
-            num_epoch=num_epoch,
-            shuffle=bool(shuffle),
-            seed=self.seed,
-            ps_timeout=self.ps_timeout,
-            on_divergence=self.on_divergence,
-            ssl_cafile=self.options["ssl_cafile"],
-            secret=None if server is None else server.client_options().get("secret"),
-            join_deadline=time.time() + self.ps_timeout,
-        )
-
-    def _prepare_partitions(self, num_partitions: int) -> None:
-        if self.mode == "sync":
-            dynamic = str(self.sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower()
-            if dynamic == "true":
-                # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
-                # stack trace; say it here, before a server starts, with the setting to change.
-                raise ConfigurationError(
-                    "mode='sync' runs all partitions at once (Spark barrier execution, gang "
-                    "scheduling), which Spark does not support with dynamic allocation. Set "
-                    "spark.dynamicAllocation.enabled=false for this application, or use "
-                    "mode='async' (workers may come and go). "
-                    "Received: spark.dynamicAllocation.enabled=true"
-                )
-            check_barrier_slots(self.sc, num_partitions)
 
     # ------------------------------------------------------------------ TF1 path
 
@@ -383,56 +372,20 @@ class SparkSession:
                 "run_metadata is only filled by local runs (without feed_rdd): executors' metadata "
                 "cannot be merged into one RunMetadata. Profile a local run instead."
             )
-        from tensorspark.models.tf1 import (
-            VariableLoader,
-            check_row,
-            export_graph,
-            resolve_feeds,
-            resolve_params,
-            variable_map,
-        )
-
         num_epoch = _positive_int("num_epoch", num_epoch)
         if feed_name_list is None:
             raise ConfigurationError("feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]")
-        graph = self.session.graph
-        feeds, _ = resolve_feeds(graph, feed_name_list)
-        param_names = resolve_params(graph, param_list)
-        first = feed_rdd.take(1)
-        if not first:
-            raise ConfigurationError("feed_rdd is empty: there is nothing to train on")
-        check_row(feeds, first[0], feed_name_list)
-        spec = export_graph(self.session, fetches, feed_name_list, param_names, loss=loss, options=options)
-        loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
-        initial = loader.read(self.session, param_names)
-        num_partitions = feed_rdd.getNumPartitions()
-        self._prepare_partitions(num_partitions)
-        result = self._train(
-            initial,
-            num_partitions,
-            lambda server, bcast: rdd_job(
-                feed_rdd,
-                bcast=bcast,
-                kind="tf1",
-                options={},
-                config=self._worker_config(self.server_url(server), num_epoch, shuffle_within_partition),
-                feed_names=spec.feed_names,
-                feed_dtypes=spec.feed_dtypes,
-            ),
-            spec,
-            progress=progress,
-            tensorboard_dir=tensorboard_dir,
-            num_epoch=num_epoch,
+        from tensorspark.training.tf1 import train_graph
+
+        result = train_graph(
+            self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
+            shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
+            progress=progress, tensorboard_dir=tensorboard_dir,
         )
-        loader.load(self.session, result.params)
+        self.last_run = result
         return result
 
     # ------------------------------------------------------------------ Keras path
-
-    def _keras_data(self, data: Any, model: Any, features_col: str, label_col: str, argument: str) -> Any:
-        from tensorspark.models.keras import prepare_data
-
-        return prepare_data(data, model, features_col=features_col, label_col=label_col, argument=argument)
 
     def fit(
         self,
@@ -470,7 +423,7 @@ class SparkSession:
             tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
 
         Returns:
-            A :class:`~tensorspark.models.keras.History`: ``history.history`` holds per-epoch
+            A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
             ``loss`` and compiled metrics (sample-weighted over workers), and ``val_*``.
 
         Raises:
@@ -479,61 +432,16 @@ class SparkSession:
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
-        import uuid
-
-        from tensorspark.models.keras import (
-            EpochSnapshots,
-            assign_weights,
-            build_history,
-            model_payload,
-            read_weights,
-            run_evaluation,
-        )
-        from tensorspark.training import dataframe_job
+        from tensorspark.training.keras import fit
 
         if not self.is_keras:
             raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
-        epochs = _positive_int("epochs", epochs)
-        model = self.session
-        payload, checked = model_payload(model, self.custom_objects)
-        train = self._keras_data(data, checked, features_col, label_col, "data")
-        val = None
-        if validation_data is not None:
-            val = self._keras_data(validation_data, checked, features_col, label_col, "validation_data")
-        num_partitions = train.num_partitions
-        self._prepare_partitions(num_partitions)
-        initial = read_weights(model)
-        snapshots = EpochSnapshots(lambda: self._server.params() if self._server is not None else {})
-        options = {"key": uuid.uuid4().hex, "custom_objects": self.custom_objects, "sync_interval": self.sync_interval}
-
-        def make_job(server: ParameterServer, bcast: Any) -> Any:
-            config = self._worker_config(self.server_url(server), epochs, shuffle)
-            common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
-            if train.rdd is not None:
-                return rdd_job(train.rdd, feed_names=("features", "label"), **common)
-            return dataframe_job(train.df, columns=("features", "label"), **common)
-
-        result = self._train(
-            initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
-            progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=epochs,
+        history, result = fit(
+            self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
+            features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
+            tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
         )
-        assign_weights(model, result.params)
-        validation = None
-        if val is not None:
-            sets = [snapshots.by_epoch.get(e, result.params) for e in range(epochs)]
-            validation = run_evaluation(
-                self.sc, payload, sets, val, custom_objects=self.custom_objects,
-                batch_size=self.batch_size, description=f"tensorspark {self.name}: validation",
-            )
-        params = {
-            "epochs": epochs,
-            "samples": int(sum(int(p.get("rows", 0)) for p in result.partitions)),
-            "partitions": num_partitions,
-            "batch_size": self.batch_size,
-            "sync_interval": self.sync_interval,
-        }
-        history = build_history(result.epochs, validation, snapshots, params, result, model)
-        logger.info("%s: fit done: %s", self.name, {k: v[-1] for k, v in history.history.items()})
+        self.last_run = result
         return history
 
     def evaluate(
@@ -563,18 +471,15 @@ class SparkSession:
             ConfigurationError: as for :meth:`fit`, checked before the job.
             WorkerError: a task failed.
         """
-        from tensorspark.models.keras import model_payload, read_weights, run_evaluation
+        from tensorspark.evaluation import evaluate
 
         if not self.is_keras:
             raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
         size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
-        payload, checked = model_payload(self.session, self.custom_objects)
-        prepared = self._keras_data(data, checked, features_col, label_col, "data")
-        (values,) = run_evaluation(
-            self.sc, payload, [read_weights(self.session)], prepared, custom_objects=self.custom_objects,
-            batch_size=size, description=f"tensorspark {self.name}: evaluate",
+        return evaluate(
+            self.sc, self.session, data, features_col=features_col, label_col=label_col,
+            batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
-        return values
 
     def predict(
         self,
@@ -624,119 +529,3 @@ class SparkSession:
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
             feature_dtype=feature_dtype,
         )
-
-    # ------------------------------------------------------------------ shared
-
-    def _monitor(
-        self,
-        server: ParameterServer,
-        progress: bool,
-        tensorboard_dir: str | None,
-        total_samples: int | None,
-        num_epoch: int | None,
-    ) -> RunMonitor:
-        """The run's progress display and TensorBoard writer; shows the dashboard's URL."""
-        monitor = RunMonitor(
-            server,
-            total_samples=total_samples,
-            num_epoch=num_epoch,
-            progress=progress,
-            tensorboard_dir=tensorboard_dir,
-            desc=self.name,
-        )
-        monitor.announce(dashboard_url(self.server_url(server), server.status_token))
-        return monitor
-
-    def _poller(self, monitor: RunMonitor) -> Callable[[], None]:
-        """What the driver checks every half second while the job runs."""
-
-        def poll() -> None:
-            if self._checkpointer is not None:
-                self._checkpointer.check()
-            monitor.poll()
-
-        return poll
-
-    def _stop_checkpoints(self, final: bool, quiet: bool = False) -> None:
-        """Write the last checkpoint and stop the checkpoint thread (unless reusable)."""
-        checkpointer = self._checkpointer
-        if checkpointer is None:
-            return
-        if self.server_reusable and self._server is not None and self._server.running and not quiet:
-            checkpointer.save_now()  # the thread keeps going with the server
-            return
-        self._checkpointer = None
-        try:
-            checkpointer.stop(final=final)
-            checkpointer.check()
-        except Exception:
-            if not quiet:
-                raise
-            logger.exception("the final checkpoint of a failed run could not be written")
-
-    def _train(
-        self,
-        initial: dict[str, np.ndarray],
-        num_partitions: int,
-        make_job: Any,
-        payload: Any,
-        on_push: Callable[[dict[str, Any], str], None] | None = None,
-        *,
-        progress: bool = True,
-        tensorboard_dir: str | None = None,
-        total_samples: int | None = None,
-        num_epoch: int | None = None,
-    ) -> TrainResult:
-        """Start the server, broadcast ``payload``, run the job, collect the result.
-
-        ``on_push(meta, status)`` is called on the server's loop thread after each push of
-        this run (e.g. to snapshot epoch-end weights); it must be quick.
-        ``progress``, ``tensorboard_dir``: see :meth:`run`; ``total_samples`` (epochs x rows,
-        when known without a pass over the data) and ``num_epoch`` label the progress.
-        """
-        started = time.time()
-        server = self._server_for(initial, num_partitions)
-        self._push_listener = on_push
-        monitor: RunMonitor | None = None
-        try:
-            bcast = self.sc.broadcast(payload)
-            try:
-                monitor = self._monitor(server, progress, tensorboard_dir, total_samples, num_epoch)
-                partitions = run_job(
-                    self.sc,
-                    make_job(server, bcast),
-                    server=server,
-                    keep_server=self.server_reusable,
-                    description=f"tensorspark {self.name}",
-                    poll=self._poller(monitor),
-                )
-            finally:
-                bcast.destroy()
-                if monitor is not None:
-                    monitor.close()
-            self._stop_checkpoints(final=True)
-        except BaseException:
-            server.stop()  # a failed run never leaves a server running
-            self._stop_checkpoints(final=True, quiet=True)
-            raise
-        finally:
-            self._push_listener = None
-        result = TrainResult(
-            params=server.params(),
-            version=server.version,
-            partitions=partitions,
-            status=server.status(),
-            seconds=time.time() - started,
-            epochs=aggregate_epochs(partitions),
-        )
-        self.last_run = result
-        logger.info(
-            "%s: trained %d partitions in %.1fs (version %d, %d pushes applied, %d duplicates)",
-            self.name,
-            num_partitions,
-            result.seconds,
-            result.version,
-            result.status["applied_pushes"],
-            result.status["duplicate_pushes"],
-        )
-        return result

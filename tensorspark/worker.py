@@ -21,33 +21,20 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from tensorspark.data import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
-from tensorspark.partition import Block, PartitionData
+from tensorspark.models.base import TrainableModel
+from tensorspark.partition import PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
 
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
-
-
-class TrainableModel(Protocol):
-    """What the loop needs from a model adapter (built on the executor)."""
-
-    def get_weights(self) -> dict[str, np.ndarray]: ...
-
-    def set_weights(self, params: Mapping[str, np.ndarray]) -> None: ...
-
-    def train_chunk(self, batches: list[Block]) -> dict[str, float]:
-        """Train on the batches in order; return sums over them: ``samples`` and, when
-        known, ``loss`` and metrics, each multiplied by the batch's sample count."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

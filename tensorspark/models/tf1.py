@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.errors import ConfigurationError
-from tensorspark.partition import Block
 from tensorspark import wire
+from tensorspark.data import Block
+from tensorspark.errors import ConfigurationError
+from tensorspark.models.base import ModelLoader, ModelSource
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ def spec_from_bytes(data: bytes) -> TF1GraphSpec:
 
 @dataclass(frozen=True)
 class TF1Loader:
-    """Executor half of :class:`TF1ModelSource`: rebuilds the graph once per worker process."""
+    """Executor half of :class:`TF1SessionSource`: rebuilds the graph once per worker process."""
 
     def load(self, payload: bytes) -> Any:
         from tensorspark.tfthreads import task_cpus
@@ -298,3 +299,55 @@ class TF1Loader:
             return np.asarray(model.predict((np.asarray(batch, dtype=dtype),))[0])
 
         return predict
+
+
+# ---------------------------------------------------------------------- inference source
+
+
+def _shape_tuple(tensor: Any) -> tuple[int | None, ...]:
+    if tensor.shape.rank is None:
+        raise ConfigurationError(f"{tensor.name} has an unknown rank; give its placeholder a shape")
+    return tuple(tensor.shape.as_list())
+
+
+class TF1SessionSource(ModelSource):
+    """A TF1 session's graph as a model source for :func:`tensorspark.predict` (driver).
+
+    Args:
+        sess: the session holding the trained variables (driver).
+        fetches: the output tensor (one).
+        feed_name_list: the input placeholder's name (one).
+    """
+
+    description = "the TF1 session's graph"
+
+    def __init__(self, sess: Any, fetches: Any, feed_name_list: Sequence[str]) -> None:
+        fetch_list = fetches if isinstance(fetches, (list, tuple)) else [fetches]
+        if len(fetch_list) != 1 or len(feed_name_list) != 1:
+            raise ConfigurationError(
+                "predict on a TF1 session takes one output tensor and one feed name. "
+                f"Received: {len(fetch_list)} fetches, feed_name_list={list(feed_name_list)!r}"
+            )
+        feeds, _ = resolve_feeds(sess.graph, feed_name_list)
+        self._feed = feeds[0]
+        try:
+            self._fetch = sess.graph.as_graph_element(element_name(fetch_list[0]))
+        except (KeyError, ValueError):
+            raise ConfigurationError(f"fetch {element_name(fetch_list[0])!r} is not part of the session's graph") from None
+        if not hasattr(self._fetch, "shape"):
+            raise ConfigurationError(
+                f"predict needs an output tensor, not an operation. Received: fetches={self._fetch.name!r}"
+            )
+        self._spec = export_graph(sess, [self._fetch], feed_name_list, ())
+
+    def input_shape(self) -> tuple[int | None, ...]:
+        return _shape_tuple(self._feed)
+
+    def output_shape(self) -> tuple[int | None, ...]:
+        return _shape_tuple(self._fetch)
+
+    def payload(self) -> bytes:
+        return spec_to_bytes(self._spec)
+
+    def loader(self) -> ModelLoader:
+        return TF1Loader()

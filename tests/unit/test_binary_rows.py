@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tensorspark.data import binary_dtype as _binary_dtype
+from tensorspark.data import binary_rows as _binary_rows
 from tensorspark.errors import ConfigurationError
-from tensorspark.inference import _binary_dtype, _binary_rows
 
 ROWS = np.arange(7 * 3, dtype="<f8").reshape(7, 3) - 10
 

@@ -7,20 +7,11 @@ import numpy as np
 import pytest
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.evaluation import EvalPlan, decode_snapshots, encode_snapshots, evaluate_blocks
 from tensorspark.models import keras_io
-from tensorspark.models.keras import (
-    EpochSnapshots,
-    EvalPlan,
-    KerasModel,
-    check_example,
-    decode_snapshots,
-    encode_snapshots,
-    evaluate_blocks,
-    model_payload,
-    read_weights,
-    validate_model,
-    weight_names,
-)
+from tensorspark.models.keras import KerasModel, model_payload, read_weights, weight_names
+from tensorspark.models.keras_checks import check_example, validate_model
+from tensorspark.training.result import EpochSnapshots
 
 
 def mlp(seed: int = 0, loss: str = "sparse_categorical_crossentropy") -> keras.Model:

@@ -7,8 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from tensorspark.data import rows_to_blocks
 from tensorspark.errors import ConfigurationError
-from tensorspark.partition import PartitionData, rows_to_blocks
+from tensorspark.partition import PartitionData
 
 
 def _rows(n: int) -> list[tuple[np.ndarray, int]]:

@@ -1,0 +1,208 @@
+"""Driver-side checks of a compiled Keras model and of the data it is given.
+
+Run on the driver before any Spark job, so that a model that cannot train on Spark, or
+data that does not fit it, is refused with a message naming the argument, what is allowed
+and what was received. Pure functions of the model and one example.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensorspark.data import TrainingData, prepare_examples, preview
+from tensorspark.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import keras
+
+_SPARSE_LOSSES = frozenset({"sparse_categorical_crossentropy", "sparsecategoricalcrossentropy"})
+_DENSE_LOSSES = frozenset(
+    {
+        "categorical_crossentropy",
+        "binary_crossentropy",
+        "mean_squared_error",
+        "mse",
+        "mean_absolute_error",
+        "mae",
+        "mean_absolute_percentage_error",
+        "mean_squared_logarithmic_error",
+        "kl_divergence",
+        "kld",
+        "categorical_hinge",
+        "hinge",
+        "squared_hinge",
+        "huber",
+        "log_cosh",
+        "poisson",
+        "categorical_focal_crossentropy",
+        "binary_focal_crossentropy",
+    }
+)
+
+
+
+def _loss_name(loss: Any) -> str | None:
+    if isinstance(loss, str):
+        return loss.lower()
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None)
+    return str(name).lower() if name else None
+
+
+
+
+def integer_labels(model: keras.Model) -> bool:
+    """Whether the model's loss takes class ids (sparse losses) rather than float labels."""
+    return _loss_name(model.loss) in _SPARSE_LOSSES
+
+
+def _one_tensor_shape(tensors: Any, which: str, model: keras.Model) -> tuple[int | None, ...]:
+    if not tensors:
+        raise ConfigurationError(
+            f"the Keras model must be built (start it with keras.Input, or call it once on a "
+            f"batch) so its {which} shape is known. Received: model {model.name!r} (unbuilt)"
+        )
+    if len(tensors) != 1:
+        raise ConfigurationError(
+            f"SparkSession trains Keras models with one {which}. Received: model "
+            f"{model.name!r} with {len(tensors)} {which}s"
+        )
+    return tuple(tensors[0].shape)
+
+
+def model_shapes(model: keras.Model) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+    """``(input shape, output shape)`` without the batch dimension (driver).
+
+    Raises:
+        ConfigurationError: unbuilt model, several inputs/outputs, or an input dimension
+            other than the batch that is unknown.
+    """
+    try:
+        inputs, outputs = model.inputs, model.outputs
+    except AttributeError:  # a subclassed model never called
+        inputs = outputs = None
+    in_shape = _one_tensor_shape(inputs, "input", model)[1:]
+    out_shape = _one_tensor_shape(outputs, "output", model)[1:]
+    if any(d is None for d in in_shape):
+        raise ConfigurationError(
+            "SparkSession needs a Keras model whose input shape is fully known besides the "
+            f"batch dimension. Received: input shape {(None, *in_shape)}"
+        )
+    return tuple(int(d) for d in in_shape if d is not None), out_shape
+
+
+def validate_model(model: keras.Model) -> None:
+    """Refuse a Keras model that cannot be trained on Spark (driver, before any job).
+
+    Raises:
+        ConfigurationError: the model is not compiled (no optimizer or loss), is not built,
+            or has more than one input or output.
+    """
+    if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
+        raise ConfigurationError(
+            "The Keras model must be compiled before training on Spark: call "
+            "model.compile(optimizer=..., loss=..., metrics=[...]) first. "
+            f"Received: model {model.name!r} (not compiled)"
+        )
+    if getattr(model, "loss", None) is None:
+        raise ConfigurationError(
+            "The Keras model must be compiled with a loss. Received: "
+            f"model {model.name!r} compiled with loss=None"
+        )
+    model_shapes(model)
+
+
+
+def check_example(
+    model: keras.Model, features: Any, label: Any, *, what: str
+) -> tuple[np.dtype, np.dtype]:
+    """Check one ``(features, label)`` example against the model and its loss (driver).
+
+    Args:
+        model: a compiled model (the checked copy from :func:`model_payload`).
+        features: the first example's features (any array-like).
+        label: the first example's label.
+        what: how messages name the data (e.g. ``"features_col='pixels'"``).
+
+    Returns:
+        The dtypes the features and labels are fed with.
+
+    Raises:
+        ConfigurationError: the features do not hold as many numbers as the model's input,
+            or the label does not fit the loss.
+    """
+    in_shape, out_shape = model_shapes(model)
+    try:
+        x = np.asarray(features, dtype=np.float32)
+        y = np.asarray(label)
+    except (TypeError, ValueError) as err:
+        raise ConfigurationError(
+            f"The training data must hold numeric features and labels. Received: {what} with "
+            f"features {preview(features)} and label {preview(label)} ({err})"
+        ) from err
+    if x.size != math.prod(in_shape):
+        raise ConfigurationError(
+            f"Each example's features must hold {math.prod(in_shape)} numbers to fit the "
+            f"model's input shape {(None, *in_shape)}. Received: {what}, first example with "
+            f"features of shape {x.shape}"
+        )
+    input_dtype = np.dtype(str(model.inputs[0].dtype))
+    loss = _loss_name(model.loss)
+    out_size = math.prod(d for d in out_shape if d is not None)
+    if y.dtype.kind not in "biuf":
+        raise ConfigurationError(
+            f"Labels must be numbers or arrays of numbers. Received: {what}, first label "
+            f"{preview(label)}"
+        )
+    if loss in _SPARSE_LOSSES:
+        if y.size != 1 or float(y.reshape(-1)[0]) != int(y.reshape(-1)[0]):
+            raise ConfigurationError(
+                f"loss={loss!r} expects one integer class id per example. Received: {what}, "
+                f"first label of shape {y.shape} ({preview(label)}); use "
+                "loss='categorical_crossentropy' for one-hot labels"
+            )
+        label_dtype: np.dtype = np.dtype(np.int64)
+    else:
+        label_dtype = np.dtype(np.float32)
+        if loss in _DENSE_LOSSES and y.size != out_size:
+            raise ConfigurationError(
+                f"loss={loss!r} expects labels shaped like the model's output "
+                f"{(None, *out_shape)}. Received: {what}, first label of shape {y.shape}"
+                + ("; use loss='sparse_categorical_crossentropy' for class ids" if y.size == 1 else "")
+            )
+    xb = x.reshape((1, *in_shape)).astype(input_dtype)
+    yb = y.reshape((1, *y.shape)).astype(label_dtype)
+    if loss not in _SPARSE_LOSSES and y.size == out_size and y.shape != tuple(out_shape):
+        yb = yb.reshape((1, *[int(d) for d in out_shape if d is not None]))
+    try:
+        model.compute_loss(x=xb, y=yb, y_pred=model(xb, training=False))
+    except Exception as err:
+        raise ConfigurationError(
+            f"The labels do not fit the model's loss {loss or model.loss!r}: Keras failed on "
+            f"the first example: {type(err).__name__}: {err}. Received: {what}, first label of "
+            f"shape {y.shape}"
+        ) from err
+    return input_dtype, label_dtype
+
+
+
+
+def prepare_data(
+    data: Any, model: keras.Model, *, features_col: str, label_col: str, argument: str = "data"
+) -> TrainingData:
+    """``data`` checked against the (compiled, checked-copy) model; runs one tiny job (driver).
+
+    Raises:
+        ConfigurationError: not an RDD/DataFrame, empty, a missing column, a column of an
+            unusable type, features that do not fit the input, labels that do not fit the loss.
+    """
+    return prepare_examples(
+        data,
+        lambda x, y, what: check_example(model, x, y, what=what),
+        integer_labels=integer_labels(model),
+        features_col=features_col,
+        label_col=label_col,
+        argument=argument,
+    )

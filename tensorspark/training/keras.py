@@ -1,0 +1,88 @@
+"""Keras ``fit`` on Spark: one training run, then one validation job (driver).
+
+The model's ``.keras`` bytes are checked by rebuilding them here, the data by its first
+example, before any server starts. With ``validation_data``, the server's weights are
+copied when the last partition finishes each epoch (:class:`EpochSnapshots`), and after
+training one evaluation job scores every epoch's copy over the validation data, read once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from tensorspark.evaluation import run_evaluation
+from tensorspark.models.keras import assign_weights, model_payload, read_weights
+from tensorspark.models.keras_checks import prepare_data
+from tensorspark.ps.server import ParameterServer
+from tensorspark.training.result import EpochSnapshots, History, build_history
+from tensorspark.training.run import ServerHost, TrainingRun
+from tensorspark.training.tasks import dataframe_job, rdd_job
+
+logger = logging.getLogger(__name__)
+
+
+def fit(
+    sc: Any,
+    host: ServerHost,
+    model: Any,
+    data: Any,
+    epochs: int,
+    validation_data: Any,
+    *,
+    features_col: str,
+    label_col: str,
+    shuffle: bool,
+    progress: bool,
+    tensorboard_dir: str | None,
+    custom_objects: dict[str, Any] | None,
+) -> tuple[History, Any]:
+    """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
+
+    Returns the :class:`History` and the run's :class:`~tensorspark.training.TrainResult`.
+    See :meth:`tensorspark.SparkSession.fit` for the arguments and errors.
+    """
+    settings = host.settings
+    payload, checked = model_payload(model, custom_objects)
+    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data")
+    val = None
+    if validation_data is not None:
+        val = prepare_data(
+            validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data"
+        )
+    num_partitions = train.num_partitions
+    initial = read_weights(model)
+    snapshots = EpochSnapshots(lambda: host.server.params() if host.server is not None else {})
+    options = {"key": uuid.uuid4().hex, "custom_objects": custom_objects, "sync_interval": settings.sync_interval}
+    run = TrainingRun(sc, host)
+
+    def make_job(server: ParameterServer, bcast: Any) -> Any:
+        config = run.worker_config(host.url_for(server), epochs, shuffle)
+        common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
+        if train.rdd is not None:
+            return rdd_job(train.rdd, feed_names=("features", "label"), **common)
+        return dataframe_job(train.df, columns=("features", "label"), **common)
+
+    result = run.execute(
+        initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
+        progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=epochs,
+    )
+    assign_weights(model, result.params)
+    validation = None
+    if val is not None:
+        sets = [snapshots.by_epoch.get(e, result.params) for e in range(epochs)]
+        validation = run_evaluation(
+            sc, payload, sets, val, custom_objects=custom_objects,
+            batch_size=settings.batch_size, description=f"tensorspark {settings.name}: validation",
+        )
+    params = {
+        "epochs": epochs,
+        "samples": int(sum(int(p.get("rows", 0)) for p in result.partitions)),
+        "partitions": num_partitions,
+        "batch_size": settings.batch_size,
+        "sync_interval": settings.sync_interval,
+    }
+    history = build_history(result.epochs, validation, snapshots, params, result, model)
+    logger.info("%s: fit done: %s", settings.name, {k: v[-1] for k, v in history.history.items()})
+    return history, result

@@ -1,0 +1,107 @@
+"""What a training run leaves on the driver: its result, and for Keras its History.
+
+Driver side. :class:`EpochSnapshots` runs on the parameter server's loop thread (it is a
+push listener); everything else is plain data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class TrainResult:
+    """What a finished run leaves on the driver."""
+
+    params: dict[str, np.ndarray]
+    version: int
+    partitions: list[dict[str, Any]]
+    status: dict[str, Any]
+    seconds: float
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class EpochSnapshots:
+    """Global weights at the end of each epoch, taken on the parameter server (driver).
+
+    Register :meth:`on_push` as the server's push callback. A worker flags its last push of
+    an epoch (``epoch_end``); after every such push is applied, the server's weights are
+    copied as that epoch's snapshot, overwriting the previous partition's. So when the run
+    ends, snapshot *e* is the global model right after the last partition finished epoch *e*
+    (in async mode, faster partitions may already have pushed some of epoch *e+1*). Runs on
+    the server's loop thread, where pushes are applied one at a time, so the copy is
+    consistent. Holds one copy of the weights per epoch.
+    """
+
+    params: Callable[[], dict[str, np.ndarray]]
+    started: float = field(default_factory=time.time)
+    by_epoch: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def on_push(self, meta: Mapping[str, Any], status: str) -> None:
+        if status in ("applied", "diverged") and meta.get("epoch_end"):
+            epoch = int(meta["epoch"])
+            self.by_epoch[epoch] = self.params()
+            self.seconds[epoch] = time.time() - self.started
+
+
+class History:
+    """What :meth:`tensorspark.SparkSession.fit` returns, shaped like ``keras.callbacks.History``.
+
+    Attributes:
+        history: ``{"loss": [...], "accuracy": [...], "val_loss": [...], ...}``, one value
+            per epoch: training values are sample-weighted over all workers; ``val_*`` are
+            computed on the global weights at each epoch's end.
+        epoch: the epoch numbers, from 0.
+        params: ``{"epochs", "samples", "partitions", "batch_size", "sync_interval"}``.
+        epoch_seconds: seconds from the job's start to each epoch's end (when known).
+        result: the run's :class:`~tensorspark.training.TrainResult`.
+        model: the driver's model (holding the trained weights).
+    """
+
+    def __init__(
+        self,
+        history: dict[str, list[float]],
+        epoch: list[int],
+        params: dict[str, Any],
+        epoch_seconds: list[float | None],
+        result: Any,
+        model: Any,
+    ) -> None:
+        self.history = history
+        self.epoch = epoch
+        self.params = params
+        self.epoch_seconds = epoch_seconds
+        self.result = result
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"History(epochs={len(self.epoch)}, keys={sorted(self.history)})"
+
+
+def build_history(
+    epochs: Sequence[Mapping[str, Any]],
+    validation: Sequence[Mapping[str, float]] | None,
+    snapshots: EpochSnapshots | None,
+    params: dict[str, Any],
+    result: Any,
+    model: Any,
+) -> History:
+    """Assemble :class:`History` from aggregated epochs and validation results (driver)."""
+    history: dict[str, list[float]] = {}
+    for row in epochs:
+        for k, v in row.items():
+            if k not in ("epoch", "samples"):
+                history.setdefault(k, []).append(float(v))
+    for row in validation or []:
+        for k, v in row.items():
+            history.setdefault(f"val_{k}", []).append(float(v))
+    numbers = [int(r["epoch"]) for r in epochs]
+    seconds = [snapshots.seconds.get(e) if snapshots else None for e in numbers]
+    return History(history, numbers, params, seconds, result, model)

@@ -1,0 +1,388 @@
+"""One training run on the driver, from a started parameter server to the trained weights.
+
+Two objects, one owner each:
+
+* :class:`ServerHost` owns the parameter server and its checkpointer across a session's
+  runs: it starts one (resuming from a checkpoint when asked), hands a reusable one to the
+  next run, and is the only code that stops either. A session holds one host.
+* :class:`TrainingRun` owns one run: it takes a server from the host, broadcasts the
+  model, shows progress, runs the Spark job (:func:`tensorspark.jobs.run_job`, which turns
+  task failures into errors raised here), and gives the server back, telling the host
+  whether the run failed. Whatever happens, a server that is not meant to be reused is
+  stopped before :meth:`TrainingRun.execute` returns or raises.
+
+Runs on the driver. Not thread-safe: one run at a time per host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tensorspark import conf, jobs
+from tensorspark.checkpoint import CheckpointManager
+from tensorspark.errors import ConfigurationError
+from tensorspark.progress import RunMonitor
+from tensorspark.ps.checkpointer import Checkpointer, resume_state
+from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.dashboard import dashboard_url
+from tensorspark.ps.server import ParameterServer
+from tensorspark.training.result import TrainResult
+from tensorspark.worker import WorkerConfig
+
+logger = logging.getLogger(__name__)
+
+#: ``on_push(meta, status)``: called on the server's loop thread after each push; quick.
+PushListener = Callable[[dict[str, Any], str], None]
+#: ``make_job(server, broadcast) -> thunk``: the thunk runs and collects the Spark job.
+JobFactory = Callable[[ParameterServer, Any], Callable[[], list[Any]]]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """A session's settings for its runs and their server, validated by the session.
+
+    ``advertised_host`` is the address executors are told; ``bind_host`` the one the server
+    binds (they differ behind NAT). ``secret`` is never logged (left out of ``repr``).
+    """
+
+    name: str
+    mode: str
+    sync_interval: int
+    batch_size: int
+    seed: int
+    on_divergence: str
+    combiner: WeightCombiner
+    max_staleness: int | None
+    reusable: bool
+    advertised_host: str
+    bind_host: str
+    port: int | tuple[int, int]
+    ps_timeout: float
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    ssl_cafile: str | None
+    public_status: bool
+    max_body_bytes: int | None
+    checkpoint_interval: float
+    resume: bool
+    secret: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.port})"
+
+
+class ServerHost:
+    """The parameter server of a session's runs, and its checkpointer (driver).
+
+    The one owner of both: :meth:`acquire` starts (or reuses) them, :meth:`release` and
+    :meth:`close` are the only places they stop. Push callbacks of the server go to the
+    listener of the run in progress (:meth:`listen`).
+
+    Args:
+        settings: the session's settings.
+        checkpoints: where checkpoints go, or ``None`` for none.
+    """
+
+    def __init__(self, settings: RunSettings, checkpoints: CheckpointManager | None) -> None:
+        self.settings = settings
+        self.checkpoints = checkpoints
+        self.server: ParameterServer | None = None
+        self._checkpointer: Checkpointer | None = None
+        self._listener: PushListener | None = None
+
+    def url_for(self, server: ParameterServer) -> str:
+        """The URL executors are told for ``server``: the advertised host and bound port.
+
+        Differs from ``server.url`` (the bound address) only when the bind host is set.
+        """
+        host = self.settings.advertised_host
+        host = f"[{host}]" if ":" in host else host
+        scheme = server.url.split("://", 1)[0]
+        return f"{scheme}://{host}:{server.port}"
+
+    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+        """A running server for a run of ``num_workers`` partitions over ``params``.
+
+        A reusable server still running is handed over with its progress reset (its
+        weights carry over); otherwise a new one starts, from the newest checkpoint when
+        ``resume`` is set, with a checkpointer when checkpoints are configured.
+
+        Raises:
+            ConfigurationError: a reusable server holds parameters of other names, shapes
+                or dtypes.
+        """
+        s = self.settings
+        server = self.server
+        if server is not None and server.running and s.reusable:
+            expected = {k: (v.shape, v.dtype) for k, v in server.snapshot().params.items()}
+            if expected != {k: (v.shape, v.dtype) for k, v in params.items()}:
+                raise ConfigurationError(
+                    "server_reusable=True but this run's parameters differ from the running server's; "
+                    "call close() first to start a fresh server"
+                )
+            server.num_workers = num_workers
+            server.reset_progress()
+            return server
+        version, progress, applied_before, saved_version = 0, None, 0, None
+        if self.checkpoints is not None and s.resume:
+            checkpoint = resume_state(self.checkpoints, params, s.mode)
+            if checkpoint is not None:
+                params = checkpoint.params
+                version, progress = checkpoint.version, checkpoint.progress
+                saved_version = checkpoint.version
+                applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
+        server = ParameterServer(
+            params,
+            version=version,
+            progress=progress,
+            combiner=s.combiner,
+            host=s.bind_host,
+            port=s.port,
+            mode=s.mode,
+            num_workers=num_workers,
+            max_staleness=s.max_staleness,
+            round_timeout=max(60.0, s.ps_timeout * 10),
+            secret=s.secret,  # None: a fresh random secret for this server
+            ssl_certfile=s.ssl_certfile,
+            ssl_keyfile=s.ssl_keyfile,
+            public_status=s.public_status,
+            max_body_bytes=s.max_body_bytes,
+            on_push=self._on_push,
+        )
+        self.server = server
+        server.start()
+        if self.checkpoints is not None:
+            self._checkpointer = Checkpointer(
+                server,
+                self.checkpoints,
+                s.checkpoint_interval,
+                extra_meta={"name": s.name, "combiner": s.combiner.name},
+                applied_before=applied_before,
+                saved_version=saved_version,
+            ).start()
+        return server
+
+    def listen(self, listener: PushListener | None) -> None:
+        """Send the server's push callbacks to ``listener`` (``None``: to nobody)."""
+        self._listener = listener
+
+    def _on_push(self, meta: dict[str, Any], status: str) -> None:
+        """The server's push callback (its loop thread): forwards to the run's listener."""
+        listener = self._listener
+        if listener is not None:
+            listener(meta, status)
+
+    def poll(self) -> None:
+        """Raise a checkpoint failure the checkpointer has seen (driver, while a job runs)."""
+        if self._checkpointer is not None:
+            self._checkpointer.check()
+
+    def release(self, server: ParameterServer, *, failed: bool) -> None:
+        """End a run on ``server``: stop it unless it is reusable and the run succeeded,
+        and write the run's last checkpoint.
+
+        After a failed run the server always stops, and a checkpoint that cannot be written
+        is logged, not raised, so the run's own error is the one the user sees.
+
+        Raises:
+            CheckpointError: the last checkpoint of a successful run could not be written.
+        """
+        if failed or not self.settings.reusable:
+            server.stop()
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        if not failed and server.running:
+            checkpointer.save_now()  # a reusable server: the thread keeps going with it
+            return
+        self._stop_checkpointer(checkpointer, quiet=failed)
+
+    def close(self) -> None:
+        """Stop a reusable server and its checkpointer, writing the last checkpoint."""
+        if self.server is None:
+            return
+        if self._checkpointer is not None:
+            self._stop_checkpointer(self._checkpointer, quiet=True)
+        self.server.stop()
+
+    def _stop_checkpointer(self, checkpointer: Checkpointer, *, quiet: bool) -> None:
+        self._checkpointer = None
+        try:
+            checkpointer.stop(final=True)
+            checkpointer.check()
+        except Exception:
+            if not quiet:
+                raise
+            logger.exception("the final checkpoint of a failed run could not be written")
+
+
+def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
+    """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
+
+    Raises:
+        ConfigurationError: dynamic allocation is on, or the cluster has fewer task slots
+            than partitions; the message names the setting to change.
+    """
+    if mode != "sync":
+        return
+    if conf.dynamic_allocation(sc):
+        # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
+        # stack trace; say it here, before a server starts, with the setting to change.
+        raise ConfigurationError(
+            "mode='sync' runs all partitions at once (Spark barrier execution, gang "
+            "scheduling), which Spark does not support with dynamic allocation. Set "
+            "spark.dynamicAllocation.enabled=false for this application, or use "
+            "mode='async' (workers may come and go). "
+            "Received: spark.dynamicAllocation.enabled=true"
+        )
+    slots = conf.task_slots(sc)
+    if num_partitions > slots:
+        raise ConfigurationError(
+            f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
+            f"but the cluster has only {slots} task slots (defaultParallelism={sc.defaultParallelism}, "
+            f"spark.task.cpus={conf.task_cpus(sc)}). Repartition the data to at most {slots} partitions, add "
+            "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
+        )
+
+
+class TrainingRun:
+    """One distributed training run (driver): server, broadcast, progress, job, result.
+
+    Args:
+        sc: the SparkContext.
+        host: the session's :class:`ServerHost`.
+    """
+
+    def __init__(self, sc: Any, host: ServerHost) -> None:
+        self.sc = sc
+        self.host = host
+        self.settings = host.settings
+
+    def worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+        """What every task of this run is told: the server's URL and secret, the settings,
+        and the deadline by which the server must have been reached once."""
+        s = self.settings
+        server = self.host.server
+        return WorkerConfig(
+            server_url=url,
+            mode=s.mode,
+            sync_interval=s.sync_interval,
+            batch_size=s.batch_size,
+            num_epoch=num_epoch,
+            shuffle=bool(shuffle),
+            seed=s.seed,
+            ps_timeout=s.ps_timeout,
+            on_divergence=s.on_divergence,
+            ssl_cafile=s.ssl_cafile,
+            secret=None if server is None else server.client_options().get("secret"),
+            join_deadline=time.time() + s.ps_timeout,
+        )
+
+    def execute(
+        self,
+        initial: dict[str, np.ndarray],
+        num_partitions: int,
+        make_job: JobFactory,
+        payload: Any,
+        on_push: PushListener | None = None,
+        *,
+        progress: bool = True,
+        tensorboard_dir: str | None = None,
+        total_samples: int | None = None,
+        num_epoch: int | None = None,
+    ) -> TrainResult:
+        """Start the server, broadcast ``payload``, run the job, collect the result.
+
+        Args:
+            initial: the model's weights by name, where the server starts (unless resumed).
+            num_partitions: the job's partitions (= the server's workers).
+            make_job: builds the job's thunk for the started server and the broadcast.
+            payload: what the executors rebuild the model from (broadcast once).
+            on_push: called on the server's loop thread after each push of this run (e.g.
+                to snapshot epoch-end weights); must be quick.
+            progress: show progress on stderr (see :meth:`tensorspark.SparkSession.run`).
+            tensorboard_dir: a local folder for TensorBoard scalars.
+            total_samples: epochs x rows, when known without a pass over the data.
+            num_epoch: the run's epochs, to label the progress.
+
+        Raises:
+            ConfigurationError: sync mode that cannot be scheduled, a reusable server with
+                other parameters.
+            WorkerError: a task failed (or the error class a task raised, e.g.
+                DivergenceError); the message has the worker's traceback.
+        """
+        check_partitions(self.sc, self.settings.mode, num_partitions)
+        name = self.settings.name
+        started = time.time()
+        server = self.host.acquire(initial, num_partitions)
+        self.host.listen(on_push)
+        try:
+            rows = self._run_job(server, make_job, payload, progress, tensorboard_dir, total_samples, num_epoch)
+        except BaseException:
+            self.host.release(server, failed=True)  # a failed run never leaves a server running
+            raise
+        finally:
+            self.host.listen(None)
+        self.host.release(server, failed=False)
+        partitions = [json.loads(r) for r in rows]
+        result = TrainResult(
+            params=server.params(),
+            version=server.version,
+            partitions=partitions,
+            status=server.status(),
+            seconds=time.time() - started,
+            epochs=jobs.aggregate_epochs(partitions),
+        )
+        logger.info(
+            "%s: trained %d partitions in %.1fs (version %d, %d pushes applied, %d duplicates)",
+            name,
+            num_partitions,
+            result.seconds,
+            result.version,
+            result.status["applied_pushes"],
+            result.status["duplicate_pushes"],
+        )
+        return result
+
+    def _run_job(
+        self,
+        server: ParameterServer,
+        make_job: JobFactory,
+        payload: Any,
+        progress: bool,
+        tensorboard_dir: str | None,
+        total_samples: int | None,
+        num_epoch: int | None,
+    ) -> list[Any]:
+        bcast = self.sc.broadcast(payload)
+        try:
+            monitor = RunMonitor(
+                server,
+                total_samples=total_samples,
+                num_epoch=num_epoch,
+                progress=progress,
+                tensorboard_dir=tensorboard_dir,
+                desc=self.settings.name,
+            )
+            try:
+                monitor.announce(dashboard_url(self.host.url_for(server), server.status_token))
+
+                def poll() -> None:  # what the driver checks every half second
+                    self.host.poll()
+                    monitor.poll()
+
+                return jobs.run_job(
+                    self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                )
+            finally:
+                monitor.close()
+        finally:
+            bcast.destroy()
+
