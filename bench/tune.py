@@ -97,7 +97,10 @@ def load(data_dir: str, rows: int, val_rows: int) -> dict[str, np.ndarray]:
 
 def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     """Run the trials one after another in this process (the child of ``--sequential``)."""
-    from tensorspark.tuning import _run_trial, _Trial, _TrialConfig, expand_space
+    from tensorspark.tuning import expand_space
+    from tensorspark.tuning.trial import Trial as _Trial
+    from tensorspark.tuning.trial import TrialConfig as _TrialConfig
+    from tensorspark.tuning.trial import run_trial as _run_trial
 
     _warm_up(threads)  # before timing, as in the warmed Spark workers
     data = load(args.data_dir, args.rows, args.val_rows)

@@ -1,11 +1,11 @@
-"""tensorspark.feed: the batches a trial trains and validates on, without helper threads."""
+"""tensorspark.tuning.feed: the batches a trial trains and validates on, without helper threads."""
 
 from __future__ import annotations
 
 import keras
 import numpy as np
 
-from tensorspark import feed
+from tensorspark.tuning import feed
 
 
 def _labels(dataset) -> list[list[int]]:  # type: ignore[no-untyped-def]

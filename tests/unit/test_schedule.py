@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tensorspark.schedule import LongestFirst
+from tensorspark.tuning.schedule import LongestFirst
 
 
 @dataclass(frozen=True)

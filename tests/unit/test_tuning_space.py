@@ -21,9 +21,9 @@ from tensorspark.tuning import (
     TuneResult,
     TuningError,
     Uniform,
-    _Progress,
     expand_space,
 )
+from tensorspark.tuning.report import SearchProgress as _Progress
 
 
 def test_grid_is_the_cartesian_product_in_the_given_order() -> None:
@@ -299,3 +299,35 @@ def test_tune_validates_its_arguments_before_using_spark(kwargs: dict, message: 
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=message):
         tune(None, **args)  # type: ignore[arg-type]
+
+
+class PythonException(Exception):
+    """Stands for pyspark's PythonException: Spark's text of a task that failed on a worker."""
+
+
+def test_a_failed_spark_job_is_recorded_as_the_converted_error() -> None:
+    from tensorspark.tuning.search import _failed_job
+    from tensorspark.tuning.trial import MAX_TRACEBACK_CHARS, Trial
+
+    trial = Trial(4, {"units": 8})
+    worker_tb = (
+        "Traceback (most recent call last):\n"
+        '  File "trial.py", line 9, in run_trial\n'
+        "tensorspark.errors.DivergenceError: loss became nan"
+    )
+    record = _failed_job(trial, PythonException(f"\n  From the Python worker:\n{worker_tb}\n"))
+    assert record["index"] == 4 and record["params"] == {"units": 8}
+    assert record["error"] == "DivergenceError: loss became nan"
+    assert record["traceback"] == worker_tb
+
+    crash = "Job aborted: Python worker exited unexpectedly (crashed)\n" + "x" * 5000
+    record = _failed_job(trial, PythonException(crash))
+    assert record["error"] == (
+        "WorkerError: the Spark job failed: Job aborted: Python worker exited unexpectedly "
+        "(crashed)"
+    )
+    assert record["traceback"] == crash[-MAX_TRACEBACK_CHARS:]
+
+    record = _failed_job(trial, TypeError("cannot pickle 'lock' object\nmore"))
+    assert record["error"] == "TypeError: cannot pickle 'lock' object"
+    assert record["traceback"] == "cannot pickle 'lock' object\nmore"
