@@ -1,0 +1,166 @@
+"""DataFrame input of :func:`tensorspark.predict`: the feature column's checks, and the
+Arrow UDF that adds the prediction column (driver).
+
+The column, its type and its first row are checked here, before any job; later rows are
+checked in the JVM as they stream past (a Spark expression), with the same message.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensorspark.data import binary_dtype, column_type, float_array
+from tensorspark.errors import ConfigurationError
+from tensorspark.inference.tasks import Plan, predict_arrow_array
+from tensorspark.models.base import ModelSource
+
+if TYPE_CHECKING:
+    from pyspark.broadcast import Broadcast
+    from pyspark.sql import DataFrame
+
+
+def _shape_error(plan: Plan, source_description: str, received: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"Each row must hold {plan.num_features} numbers, the input shape "
+        f"{plan.input_shape} of {source_description}. Received: {received}"
+    )
+
+
+def check_dataframe(
+    df: DataFrame,
+    features_col: str,
+    output_col: str,
+    plan: Plan,
+    source: ModelSource,
+    feature_dtype: Any = None,
+) -> tuple[Any, str | None]:
+    """Checks the column, its type and its first row (driver).
+
+    Returns the column expression the UDF reads (float32 arrays, or the checked binary
+    column) and, for a binary column, the dtype string its bytes are read as.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    dtype = column_type(df, features_col, "features_col")
+    if not isinstance(output_col, str) or not output_col:
+        raise ConfigurationError(
+            f"Argument `output_col` must be a column name. Received: output_col={output_col!r}"
+        )
+    if output_col in df.columns:
+        raise ConfigurationError(
+            f"Argument `output_col` must be a new column; the DataFrame already has it. "
+            f"Received: output_col={output_col!r}"
+        )
+    if isinstance(dtype, BinaryType):
+        binary = binary_dtype(feature_dtype)
+        return _checked_binary(df, features_col, binary, plan, source), binary.str
+    if feature_dtype is not None:
+        raise ConfigurationError(
+            "Argument `feature_dtype` says how the bytes of a binary column are read; "
+            f"features_col={features_col!r} is of type {dtype.simpleString()}, whose numbers "
+            f"carry their own type. Received: feature_dtype={feature_dtype!r}"
+        )
+    values = float_array(features_col, dtype)
+    if values is None:
+        raise ConfigurationError(
+            f"Argument `features_col` must name a column of type array<float|double|int|long>, "
+            f"vector or binary. Received: features_col={features_col!r} of type "
+            f"{dtype.simpleString()}"
+        )
+    first = df.select(F.size(values).alias("n")).head(1)
+    if first and first[0]["n"] != plan.num_features:
+        raise _shape_error(
+            plan,
+            source.description,
+            f"features_col={features_col!r} whose first row holds {first[0]['n']} numbers",
+        )
+    # Later rows are checked as they stream past (in the JVM, before Arrow), with the same
+    # Keras-style message.
+    return _checked(
+        values,
+        F.size(values) == plan.num_features,
+        f"Each row of features_col={features_col!r} must hold {plan.num_features} numbers, "
+        f"the input shape {plan.input_shape} of {source.description}. Received: a row with ",
+        F.size(values),
+        " numbers (-1: null)",
+    ), None
+
+
+def _checked_binary(
+    df: DataFrame, features_col: str, dtype: np.dtype[Any], plan: Plan, source: ModelSource
+) -> Any:
+    """The binary column, checked to hold ``num_features`` numbers of ``dtype`` per row:
+    the first row here, later rows in the JVM as they stream past (driver)."""
+    from pyspark.sql import functions as F
+
+    column = F.col(features_col)
+    size = plan.num_features * dtype.itemsize
+    first = df.select(F.length(column).alias("n")).head(1)
+    if first and first[0]["n"] != size:
+        got = first[0]["n"]
+        raise _shape_error(
+            plan,
+            source.description,
+            f"features_col={features_col!r} whose first row holds "
+            + ("null" if got is None else f"{got} bytes")
+            + f", not {size} ({plan.num_features} x {dtype.name}; set `feature_dtype` "
+            "if the bytes are of another type)",
+        )
+    return _checked(
+        column,
+        F.length(column) == size,
+        f"Each row of features_col={features_col!r} must hold {size} bytes, "
+        f"{plan.num_features} x {dtype.name} for the input shape {plan.input_shape} of "
+        f"{source.description}. Received: a row with ",
+        F.coalesce(F.length(column), F.lit(-1)),
+        " bytes (-1: null)",
+    )
+
+
+def _checked(values: Any, fits: Any, message: str, got: Any, unit: str) -> Any:
+    """``values`` where ``fits`` holds, else a job failure with ``message`` + ``got``
+    + ``unit`` (a Spark column expression, evaluated in the JVM)."""
+    from pyspark.sql import functions as F
+
+    return F.when(fits, values).otherwise(
+        F.raise_error(F.concat(F.lit(message), got.cast("string"), F.lit(unit)))
+    )
+
+
+def predict_dataframe(
+    df: DataFrame, feature_expr: Any, output_col: str, plan: Plan, payload: Broadcast[bytes]
+) -> DataFrame:
+    """Adds ``output_col`` with an Arrow UDF over the feature column (driver).
+
+    Why not ``pyspark.ml.functions.predict_batch_udf``: it goes through pandas, where an
+    ``array<float>`` column becomes one numpy object per row on the way in and per row
+    again on the way out. ``pyspark.sql.functions.arrow_udf`` (Spark 4.1+) hands over the
+    Arrow array itself: its list buffers are viewed as one ``[rows, features]`` array and
+    the outputs are wrapped back into Arrow lists without touching single rows. Only the
+    feature column travels to Python (``mapInArrow`` would also ship every other column
+    there and back). The numbers are in README (``bench/inference.py``).
+    """
+    from pyspark.sql.functions import ArrowUDFType, arrow_udf
+    from pyspark.sql.types import (
+        ArrayType,
+        FloatType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    if plan.top_k:
+        label_type = StringType() if plan.labels is not None else LongType()
+        out_type: Any = ArrayType(
+            StructType([StructField("label", label_type), StructField("score", FloatType())])
+        )
+    else:
+        out_type = ArrayType(FloatType())
+    fn = functools.partial(predict_arrow_array, plan, payload)
+    udf = arrow_udf(fn, returnType=out_type, functionType=ArrowUDFType.SCALAR)
+    return df.withColumn(output_col, udf(feature_expr))
