@@ -139,14 +139,15 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
 # Every other module asks these functions rather than reading ``sc.getConf()`` itself.
 
 
-def task_cpus(sc: Any) -> int:
-    """``spark.task.cpus``: cores Spark gives each task (driver; 1 when unset or blank)."""
+def cpus_per_task(sc: Any) -> int:
+    """``spark.task.cpus`` as the driver reads it (1 when unset or blank); on an executor,
+    :func:`tensorspark.tfthreads.task_cpus` asks the running task instead."""
     return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
 
 
 def task_slots(sc: Any) -> int:
     """Tasks the cluster runs at once: default parallelism over ``spark.task.cpus`` (driver)."""
-    return max(0, int(sc.defaultParallelism) // task_cpus(sc))
+    return max(0, int(sc.defaultParallelism) // cpus_per_task(sc))
 
 
 def driver_host(sc: Any) -> str | None:

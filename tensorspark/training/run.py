@@ -247,7 +247,7 @@ def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots (defaultParallelism={sc.defaultParallelism}, "
-            f"spark.task.cpus={conf.task_cpus(sc)}). Repartition the data to at most {slots} partitions, add "
+            f"spark.task.cpus={conf.cpus_per_task(sc)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
 
