@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import safetensors.numpy
 
-from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
 from tensorspark import wire
+from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
 from tensorspark.storage import Storage, open_storage
 
 logger = logging.getLogger(__name__)
@@ -396,7 +396,7 @@ class CheckpointManager:
                 )
                 return None
             self._failures = 0
-            logger.info("Checkpoint written: %s (%d bytes)", where, len(data))
+            logger.info("Checkpoint of version %d written: %s (%d bytes)", version, where, len(data))
             self._prune(keep_name=name)
         return where
 

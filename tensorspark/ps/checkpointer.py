@@ -2,7 +2,8 @@
 
 Runs on the driver, in a thread of its own: every ``interval`` seconds it takes a
 consistent :meth:`~tensorspark.ps.server.ParameterServer.snapshot` (parameters, version,
-per-partition progress) and, if the version moved, hands it to a
+per-partition progress; copied on the server's loop thread, which the server hands the
+call to) and, if the version moved, hands it to a
 :class:`~tensorspark.checkpoint.CheckpointManager`, whose writes are atomic (temporary
 name, then rename) so a crash never leaves a half-written checkpoint. Storage I/O never
 runs on the server's event loop, so a slow HDFS does not stall training.
@@ -92,10 +93,9 @@ class Checkpointer:
             meta["applied_pushes"] = self.applied_before + snap.applied_pushes
             meta["saved_at"] = time.time()
             path = self.manager.save(snap.params, snap.version, snap.mode, snap.progress, extra_meta=meta)
-            if path is not None:
+            if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
                 self.saved.append(path)
-                logger.info("checkpoint of version %d written to %s", snap.version, path)
             return path
 
     def check(self) -> None:

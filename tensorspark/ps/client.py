@@ -9,6 +9,16 @@ Requests that cannot reach the server are retried with exponential backoff for u
 usual causes. Retrying a push is safe: the server applies each
 ``(partition, epoch, seq)`` at most once.
 
+Connecting and reading have separate timeouts, like requests' ``(connect, read)`` tuple:
+each connection attempt (TCP and TLS handshakes) gives up after ``connect_timeout``
+seconds, and never outlasts what is left of ``ps_timeout``, so a host that drops
+packets fails within ``ps_timeout``; once connected, the answer may take ``timeout``
+seconds (a sync-mode push waits for its round).
+
+Errors the server answered carry its HTTP ``status``; every
+:class:`~tensorspark.errors.ParameterServerError` raised here carries the request's
+``url``.
+
 With a ``secret``, every request (each retry afresh) is signed as
 :mod:`tensorspark.ps.auth` describes; a 401 raises
 :class:`~tensorspark.errors.AuthenticationError` at once (retrying cannot help).
@@ -30,13 +40,13 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from tensorspark import wire
 from tensorspark.errors import (
     AuthenticationError,
     ConfigurationError,
     ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark import wire
 from tensorspark.ps import auth
 
 logger = logging.getLogger(__name__)
@@ -48,6 +58,7 @@ _SMALL_BODY = 256 * 1024
 _SEND_STEP = 1 << 20
 _HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
 _MAX_HEAD = 64 * 1024
+_MIN_CONNECT = 0.1  # the shortest connection attempt, even with the budget nearly spent
 
 
 @dataclass(frozen=True)
@@ -70,8 +81,11 @@ class ParameterClient:
 
     Args:
         url: the server's URL (``http://host:port`` or ``https://...``).
-        timeout: seconds one request may take (a sync-mode push waits for its round).
+        timeout: the read timeout: seconds to wait for the server once connected (a
+            sync-mode push waits for its round).
         ps_timeout: how long to keep retrying a server that cannot be reached.
+        connect_timeout: seconds one connection attempt may take (at most what is left
+            of ``ps_timeout``); attempts are retried until ``ps_timeout`` runs out.
         ssl_cafile: CA bundle (PEM) to verify an HTTPS server with; None uses the
             system's trusted CAs.
         secret: the run's shared secret; requests are signed with it. None sends
@@ -88,6 +102,7 @@ class ParameterClient:
         *,
         timeout: float = 600.0,
         ps_timeout: float = 60.0,
+        connect_timeout: float = 10.0,
         ssl_cafile: str | None = None,
         secret: bytes | str | None = None,
         recycle_responses: bool = False,
@@ -102,8 +117,13 @@ class ParameterClient:
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._host_header = f"[{self._host}]:{self._port}" if ":" in self._host else f"{self._host}:{self._port}"
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
+            raise ConfigurationError(
+                f"connect_timeout must be a positive number of seconds. Received: connect_timeout={connect_timeout!r}"
+            )
         self.timeout = float(timeout)
         self.ps_timeout = float(ps_timeout)
+        self.connect_timeout = float(connect_timeout)
         # Two response buffers used in turn (see the class docstring): fresh 100 MB buffers
         # for every pull cost more in page faults than the transfer itself.
         self._recycle = bool(recycle_responses)
@@ -175,16 +195,23 @@ class ParameterClient:
         body = self._request(method, path, parts, "application/json", wait=wait)
         result = json.loads(bytes(body).decode("utf-8"))
         if not isinstance(result, dict):
-            raise ParameterServerError(f"{method} {path}: unexpected answer {result!r}")
+            raise ParameterServerError(
+                f"{method} {path}: unexpected answer {result!r}", status=200, url=f"{self.url}{path}"
+            )
         return result
 
-    def _socket(self) -> socket.socket:
+    def _connect(self, deadline: float) -> socket.socket:
+        """The keep-alive connection, opened if needed within the connect timeout (and
+        what is left before ``deadline``); reads on it then wait up to ``timeout``."""
         if self._conn is None:
-            sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+            left = deadline - time.monotonic()
+            connect_timeout = max(_MIN_CONNECT, min(self.connect_timeout, left))
+            sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self._ssl_context is not None:
+                if self._ssl_context is not None:  # the handshake is part of connecting
                     sock = self._ssl_context.wrap_socket(sock, server_hostname=self._host)
+                sock.settimeout(self.timeout)
             except BaseException:
                 sock.close()
                 raise
@@ -200,27 +227,37 @@ class ParameterClient:
         attempt = 0
         while True:
             attempt += 1
+            failure: BaseException
             try:
-                return self._send_once(method, path, parts, content_type)
+                sock = self._connect(deadline)
             except ssl.SSLCertVerificationError as err:
                 self.close()
                 raise ParameterServerError(
                     f"the parameter server at {self.url} presented a certificate that does not "
                     f"verify: {err.verify_message}. Pass ssl_cafile= (spark.tensorspark.ssl.cafile) "
                     "with the CA that signed the server's certificate, and make sure the "
-                    "certificate names the server's host."
+                    "certificate names the server's host.",
+                    url=f"{self.url}{path}",
                 ) from None
-            except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
-                self.close()
-                if isinstance(err, TimeoutError) and attempt > 1:
-                    raise self._unreachable(err, budget) from None
-                if time.monotonic() + delay > deadline:
-                    raise self._unreachable(err, budget) from None
-                logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, err, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0) * (0.75 + random.random() / 2)
+            except OSError as err:  # refused, unreachable, timed out: retried until the deadline
+                failure = err
+            else:
+                try:
+                    return self._send_once(sock, method, path, parts, content_type)
+                except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
+                    self.close()
+                    if isinstance(err, TimeoutError) and attempt > 1:  # a read timeout on a retry
+                        raise self._unreachable(err, budget, path) from None
+                    failure = err
+            if time.monotonic() + delay > deadline:
+                raise self._unreachable(failure, budget, path) from None
+            logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, failure, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0) * (0.75 + random.random() / 2)
 
-    def _send_once(self, method: str, path: str, parts: list[Any], content_type: str) -> bytearray:
+    def _send_once(
+        self, sock: socket.socket, method: str, path: str, parts: list[Any], content_type: str
+    ) -> bytearray:
         """One request on the keep-alive connection; returns the response body.
 
         HTTP/1.1 written and read directly on the socket rather than through
@@ -229,7 +266,6 @@ class ParameterClient:
         the email parser) than the server does; on 2 cores shared by 8 clients and the
         server that bounded small-model throughput (``bench/ps_throughput.py``).
         """
-        sock = self._socket()
         size = wire.encoded_size(parts)
         signer = self._signer
         lines = [
@@ -292,9 +328,15 @@ class ParameterClient:
             if status == 401:
                 raise AuthenticationError(
                     f"the parameter server at {self.url} refused {method} {path}: {message}. "
-                    "The worker must use the secret of the run that started this server."
+                    "The worker must use the secret of the run that started this server.",
+                    status=status,
+                    url=f"{self.url}{path}",
                 )
-            raise ParameterServerError(f"parameter server {self.url}{path} answered {status}: {message}")
+            raise ParameterServerError(
+                f"parameter server {self.url}{path} answered {status}: {message}",
+                status=status,
+                url=f"{self.url}{path}",
+            )
         return body
 
     def _read_head(self, sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -334,7 +376,7 @@ class ParameterClient:
             buf = self._ring[self._turn] = bytearray(length)
         return buf
 
-    def _unreachable(self, err: BaseException, waited: float) -> ParameterServerConnectionError:
+    def _unreachable(self, err: BaseException, waited: float, path: str) -> ParameterServerConnectionError:
         within = (
             f"ps_timeout={self.ps_timeout:g}s"
             if waited >= self.ps_timeout
@@ -344,5 +386,6 @@ class ParameterClient:
             f"cannot reach the parameter server at {self.url} within {within} "
             f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from the "
             "executors (set server_host / spark.driver.host to an address they can route to), a "
-            "firewall blocks the port, or the driver died."
+            "firewall blocks the port, or the driver died.",
+            url=f"{self.url}{path}",
         )

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorspark.errors import WireFormatError
 from tensorspark import wire
+from tensorspark.errors import WireFormatError
 from tensorspark.ps import auth
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer

@@ -17,16 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tensorspark import wire
 from tensorspark.errors import (
     AuthenticationError,
     ConfigurationError,
     ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark import wire
 from tensorspark.ps import auth
 from tensorspark.ps.client import ParameterClient
-from tensorspark.ps.server import ParameterServer, _all_finite
+from tensorspark.ps.server import ParameterServer
+from tensorspark.ps.validation import all_finite as _all_finite
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 

@@ -1,0 +1,88 @@
+"""What a request must satisfy before the parameter server's store acts on it.
+
+Values arriving from the network are checked here: integer fields of a push's metadata,
+tensors against the model's names, shapes and dtypes, finiteness of float arrays, and
+losses/metrics reduced to finite floats. A refused request raises :class:`RequestError`,
+which :mod:`tensorspark.ps.http` answers with its status code.
+
+Thread-safe: pure functions of their arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+_FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
+
+
+class RequestError(Exception):
+    """A request the server refuses; answered with HTTP status ``code`` and ``message``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def int_field(obj: Mapping[str, Any], key: str) -> int:
+    """``obj[key]``, which must be a JSON integer (not a bool, float or string).
+
+    Raises:
+        RequestError: 400 naming the field and the value received.
+    """
+    value = obj.get(key)
+    if type(value) is not int:
+        raise RequestError(400, f"field {key!r} must be an integer, received {value!r}")
+    return value
+
+
+def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, np.ndarray]) -> None:
+    """Refuse a push whose tensors differ from ``model``'s in names, shapes or dtypes.
+
+    Raises:
+        RequestError: 400 listing the missing and unknown tensors, or the first tensor
+            whose shape or dtype differs (expected and received).
+    """
+    missing = [k for k in model if k not in tensors]
+    unknown = [k for k in tensors if k not in model]
+    if missing or unknown:
+        raise RequestError(
+            400,
+            f"push does not match the model: missing tensors {missing}, unknown tensors {unknown}",
+        )
+    for name, arr in tensors.items():
+        ref = model[name]
+        if arr.shape != ref.shape or arr.dtype != ref.dtype:
+            raise RequestError(
+                400,
+                f"tensor {name!r}: expected {ref.dtype}{list(ref.shape)}, received {arr.dtype}{list(arr.shape)}",
+            )
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """Whether a float array has no NaN/Inf, checked in chunks (no n-byte temporary)."""
+    flat = arr.reshape(-1)
+    if flat.size <= _FINITE_CHUNK:
+        return bool(np.isfinite(flat).all())
+    buf = np.empty(_FINITE_CHUNK, dtype=bool)
+    for start in range(0, flat.size, _FINITE_CHUNK):
+        part = flat[start : start + _FINITE_CHUNK]
+        out = buf[: part.size]
+        np.isfinite(part, out=out)
+        if not out.all():
+            return False
+    return True
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None (a push's loss/metrics come from the network)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:  # a huge JSON integer
+        return None
+    return out if np.isfinite(out) else None
