@@ -44,7 +44,7 @@ from tensorspark.data import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.base import ModelSource, PredictFn, Shape, sha256
-from tensorspark.models.keras_checks import model_shapes
+from tensorspark.models.keras_checks import model_shapes, tensor_shape
 
 if TYPE_CHECKING:
     import keras
@@ -365,33 +365,11 @@ class KerasModelSource(ModelSource):
             self._data_digest = sha256(payload)
         return self._data_digest
 
-    def _shape(self, tensors: Any, which: str) -> Shape:
-        if not tensors:
-            raise ConfigurationError(
-                f"{self.description} has no known {which} shape: build it (call it once on a "
-                "batch, or start it with keras.Input) before predicting. "
-                f"Received: model {self.model.name!r} (unbuilt)"
-            )
-        if len(tensors) != 1:
-            raise ConfigurationError(
-                f"predict supports models with one {which}. Received: {self.description} "
-                f"with {len(tensors)} {which}s"
-            )
-        return tuple(tensors[0].shape)
-
     def input_shape(self) -> Shape:
-        try:
-            tensors = self.model.inputs
-        except AttributeError:  # a subclassed model that was never called
-            tensors = None
-        return self._shape(tensors, "input")
+        return tensor_shape(self.model, "input", what=self.description, use="predict supports")
 
     def output_shape(self) -> Shape:
-        try:
-            tensors = self.model.outputs
-        except AttributeError:
-            tensors = None
-        return self._shape(tensors, "output")
+        return tensor_shape(self.model, "output", what=self.description, use="predict supports")
 
     def payload(self) -> bytes:
         if self._data is None:

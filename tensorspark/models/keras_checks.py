@@ -58,16 +58,30 @@ def integer_labels(model: keras.Model) -> bool:
     return _loss_name(model.loss) in _SPARSE_LOSSES
 
 
-def _one_tensor_shape(tensors: Any, which: str, model: keras.Model) -> tuple[int | None, ...]:
+def tensor_shape(model: keras.Model, which: str, *, what: str, use: str) -> tuple[int | None, ...]:
+    """The shape of the model's one input (``which="input"``) or output, batch first.
+
+    Args:
+        model: a Keras model.
+        which: ``"input"`` or ``"output"``.
+        what: how messages name the model (``"model 'mlp'"``, ``"model='a.keras'"``).
+        use: what needs one tensor (``"SparkSession trains"``, ``"predict supports"``).
+
+    Raises:
+        ConfigurationError: the model is not built, or has several inputs (outputs).
+    """
+    try:
+        tensors = model.inputs if which == "input" else model.outputs
+    except AttributeError:  # a subclassed model never called
+        tensors = None
     if not tensors:
         raise ConfigurationError(
-            f"the Keras model must be built (start it with keras.Input, or call it once on a "
+            f"{what} must be built (start it with keras.Input, or call it once on a "
             f"batch) so its {which} shape is known. Received: model {model.name!r} (unbuilt)"
         )
     if len(tensors) != 1:
         raise ConfigurationError(
-            f"SparkSession trains Keras models with one {which}. Received: model "
-            f"{model.name!r} with {len(tensors)} {which}s"
+            f"{use} Keras models with one {which}. Received: {what} with {len(tensors)} {which}s"
         )
     return tuple(tensors[0].shape)
 
@@ -79,12 +93,9 @@ def model_shapes(model: keras.Model) -> tuple[tuple[int, ...], tuple[int | None,
         ConfigurationError: unbuilt model, several inputs/outputs, or an input dimension
             other than the batch that is unknown.
     """
-    try:
-        inputs, outputs = model.inputs, model.outputs
-    except AttributeError:  # a subclassed model never called
-        inputs = outputs = None
-    in_shape = _one_tensor_shape(inputs, "input", model)[1:]
-    out_shape = _one_tensor_shape(outputs, "output", model)[1:]
+    kwargs = {"what": f"the Keras model {model.name!r}", "use": "SparkSession trains"}
+    in_shape = tensor_shape(model, "input", **kwargs)[1:]
+    out_shape = tensor_shape(model, "output", **kwargs)[1:]
     if any(d is None for d in in_shape):
         raise ConfigurationError(
             "SparkSession needs a Keras model whose input shape is fully known besides the "
