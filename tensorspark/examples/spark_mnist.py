@@ -28,8 +28,9 @@ def data_location(data_dir: str | None) -> tuple[str, str]:
     """Where the idx files are, as a URL Spark can read, and which data set that is.
 
     ``hdfs://``/``file://``/``webhdfs``-style URLs are used as given; otherwise the local
-    folder is resolved like :func:`tensorspark.datasets.mnist.resolve_data_dir` (MNIST_data/,
-    a download when a network exists, else Debian's Fashion-MNIST) and said out loud.
+    folder is resolved like :func:`tensorspark.datasets.mnist.resolve_data_dir` (the default
+    MNIST_data/ folder, a download when a network exists, else Debian's Fashion-MNIST) and
+    said out loud.
     """
     from tensorspark.datasets.mnist import resolve_data_dir
 
@@ -86,7 +87,7 @@ def train(
     import tensorflow as tf
 
     import tensorspark as sps
-    from tensorspark.datasets.mnist import load_mnist_rdd
+    from tensorspark.datasets.spark import load_mnist_rdd
 
     location, data_name = data_location(data_dir)
     logger.info("training on %s from %s", data_name, location)
@@ -120,7 +121,11 @@ def train(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Train the seed's MNIST softmax model on Spark with tensorspark.")
-    p.add_argument("--data-dir", default=None, help="idx files: a local folder, file:// or hdfs:// URL")
+    p.add_argument(
+        "--data-dir", default=None,
+        help="idx files: a local folder, file:// or hdfs:// URL (default: a checkout's MNIST_data/; "
+        "installed, ./MNIST_data if it exists, else ~/.cache/tensorspark/MNIST_data)",
+    )
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--sync-interval", type=int, default=100)
@@ -138,6 +143,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: Spark's console progress bar, which would interleave with tensorspark's own.
+CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
+
+
+def spark_context(args: argparse.Namespace) -> Any:
+    """The SparkContext the example runs on (driver).
+
+    ``--master`` wins; without it, and outside spark-submit, ``local[*]``. Spark's console
+    progress bar stays off unless the user turned it on (see below).
+    """
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf()
+    if args.master:
+        conf.setMaster(args.master)
+    # Under spark-submit (which hands this process its JVM gateway) the master and the app name
+    # come from spark-submit. Before the context exists this SparkConf is a plain dict that
+    # cannot see them, and any value set here would silently override `--master`/`--name`.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf.setIfMissing("spark.master", "local[*]").setIfMissing("spark.app.name", args.name)
+        # pyspark launches its JVM as "pyspark-shell", for which Spark turns its console
+        # progress bar on: off, unless the user asked for it in PYSPARK_SUBMIT_ARGS. (Under
+        # spark-submit the bar is off unless its --conf turns it on.)
+        if CONSOLE_PROGRESS not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            conf.setIfMissing(CONSOLE_PROGRESS, "false")
+    return SparkContext.getOrCreate(conf)
+
+
 def run(argv: list[str] | None = None) -> float:
     """Parse the script's options, train on Spark and return the test accuracy.
 
@@ -150,17 +183,7 @@ def run(argv: list[str] | None = None) -> float:
     logging.getLogger("tensorspark").setLevel(logging.INFO)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
-
-    conf = SparkConf()
-    if args.master:
-        conf.setMaster(args.master)
-    # Under spark-submit (which hands this process its JVM gateway) the master and the app name
-    # come from spark-submit. Before the context exists this SparkConf is a plain dict that
-    # cannot see them, and any value set here would silently override `--master`/`--name`.
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        conf.setIfMissing("spark.master", "local[*]").setIfMissing("spark.app.name", args.name)
-    sc = SparkContext.getOrCreate(conf)
+    sc = spark_context(args)
     sc.setLogLevel("WARN")
     extra: dict[str, Any] = {"mode": args.mode}
     for key in ("checkpoint_dir", "checkpoint_interval"):

@@ -232,3 +232,16 @@ def test_identify_knows_mnist_by_its_official_checksum(monkeypatch: pytest.Monke
     monkeypatch.setitem(mnist._KNOWN_TEST_LABELS, digest, "MNIST")
     assert mnist.identify(payload) == "MNIST"
     assert mnist.identify(b"something else") == "MNIST-format"
+
+
+def test_a_failed_download_keeps_its_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = mnist.urllib.error.URLError("connection refused")
+
+    def urlopen(url: str, timeout: float) -> None:
+        raise refused
+
+    monkeypatch.setattr(mnist.urllib.request, "urlopen", urlopen)
+    with pytest.raises(StorageError, match="connection refused") as info:
+        mnist.download_mnist(tmp_path, timeout=1.0)
+    assert info.value.cause is refused
+    assert info.value.__cause__ is refused

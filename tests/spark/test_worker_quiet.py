@@ -1,0 +1,93 @@
+"""A worker that imports TensorFlow through tensorspark's preparation prints none of
+TensorFlow's C++ start-up lines, unless the user set TF_CPP_MIN_LOG_LEVEL to see them.
+
+Each case runs a real job in a fresh driver process (local[1]), so the worker's
+environment is exactly what the test gives it and its stderr can be read whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The driver never imports tensorspark or TensorFlow: every line TensorFlow prints comes
+# from the worker, which imports it only through prepare_worker().
+JOB = """
+import json, os, sys
+from pyspark import SparkConf, SparkContext
+
+def probe(_):
+    from tensorspark.tfthreads import prepare_worker
+    threads = prepare_worker()
+    import tensorflow as tf
+    total = float(tf.reduce_sum(tf.ones(3)))  # runs an op: the runtime is up
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL"), threads, total
+
+conf = (
+    SparkConf().setMaster("local[1]").setAppName("worker-quiet")
+    .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+    .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
+    .set("spark.pyspark.python", sys.executable)
+)
+sc = SparkContext(conf=conf)
+sc.setLogLevel("ERROR")
+try:
+    print(json.dumps(sc.parallelize([0], 1).map(probe).collect()))
+finally:
+    sc.stop()
+"""
+
+START_UP_LINES = (
+    "oneDNN custom operations",
+    "Could not find cuda drivers",
+    "cuInit",
+    "absl::InitializeLog",
+    "cpu_feature_guard",
+)
+LOG_LINE = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ \S+:\d+\] ", re.MULTILINE)
+
+
+def run_job(user_level: str | None) -> tuple[list[list[object]], str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CPP_MIN_LOG_LEVEL", "PYSPARK_SUBMIT_ARGS")
+    }
+    if user_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = user_level
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", JOB],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_a_worker_prints_none_of_tensorflows_start_up_lines() -> None:
+    rows, stderr = run_job(user_level=None)
+    assert rows == [["2", 1, 3.0]]
+    assert [text for text in START_UP_LINES if text in stderr] == [], stderr
+    assert LOG_LINE.findall(stderr) == [], stderr
+
+
+def test_a_level_the_user_set_is_respected() -> None:
+    # With TF_CPP_MIN_LOG_LEVEL=0 the user asked for everything: TensorFlow's start-up lines
+    # do appear (so the test above would see them if they were printed).
+    rows, stderr = run_job(user_level="0")
+    assert rows == [["0", 1, 3.0]]
+    assert LOG_LINE.search(stderr) is not None, stderr
