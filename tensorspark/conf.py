@@ -145,9 +145,45 @@ def cpus_per_task(sc: Any) -> int:
     return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
 
 
+#: Spark's GPU scheduling settings (Spark 3+): GPUs per task and per executor.
+TASK_GPU_KEY = "spark.task.resource.gpu.amount"
+EXECUTOR_GPU_KEY = "spark.executor.resource.gpu.amount"
+
+
+def gpu_amount(conf: Mapping[str, str], key: str) -> float:
+    """A GPU amount (``TASK_GPU_KEY`` or ``EXECUTOR_GPU_KEY``) from Spark conf as a plain
+    mapping; 0.0 when unset or blank. Pure.
+
+    Raises:
+        ConfigurationError: the value is not a number.
+    """
+    text = str(conf.get(key, "") or "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"{key} must be a number of GPUs. Received: {text!r}") from None
+    return max(0.0, value)
+
+
 def task_slots(sc: Any) -> int:
-    """Tasks the cluster runs at once: default parallelism over ``spark.task.cpus`` (driver)."""
-    return max(0, int(sc.defaultParallelism) // cpus_per_task(sc))
+    """Tasks the cluster runs at once (driver): default parallelism over ``spark.task.cpus``,
+    and with GPU scheduling at most the GPUs' share: per executor
+    ``floor(spark.executor.resource.gpu.amount / spark.task.resource.gpu.amount)`` tasks
+    (one per GPU when each task takes one), executors counted as default parallelism over
+    ``spark.executor.cores`` (when that is not set Spark's own limit applies unseen here)."""
+    slots = max(0, int(sc.defaultParallelism) // cpus_per_task(sc))
+    settings = spark_conf(sc)
+    per_task = gpu_amount(settings, TASK_GPU_KEY)
+    cores_text = str(settings.get("spark.executor.cores", "") or "").strip()
+    if per_task > 0 and cores_text.isdigit() and int(cores_text) > 0:
+        cores = int(cores_text)
+        per_executor = gpu_amount(settings, EXECUTOR_GPU_KEY)
+        gpu_tasks = int(per_executor / per_task + 1e-9)
+        executors = int(sc.defaultParallelism) // cores
+        slots = min(slots, executors * min(cores // cpus_per_task(sc), gpu_tasks))
+    return slots
 
 
 def driver_host(sc: Any) -> str | None:

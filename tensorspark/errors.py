@@ -73,3 +73,17 @@ class TuningError(TensorSparkError):
 
     Retrying the same search will not help: fix ``build``, the space or the data.
     """
+
+
+class DeviceError(TensorSparkError):
+    """A task's GPUs cannot be used: Spark assigned GPUs that TensorFlow does not see (no
+    CUDA build, a driver mismatch). Retrying will not help; the message names the
+    addresses and the usual causes."""
+
+
+class WorkerPlacementError(DeviceError):
+    """A reused Python worker's TensorFlow runs on other GPUs than Spark assigned the task.
+
+    Retry-safe: raised before the task did any work, and PySpark ends the worker, so
+    Spark's retry runs in a fresh Python worker (see :mod:`tensorspark.gpus`).
+    """

@@ -398,6 +398,7 @@ class SparkSession:
         shuffle: bool = True,
         progress: bool = True,
         tensorboard_dir: str | None = None,
+        mixed_precision: str | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -421,6 +422,12 @@ class SparkSession:
             progress: show samples done, epoch, global loss and updates/s on stderr while
                 training (a bar on a terminal, else a line every 10 s); False: nothing.
             tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
+            mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: the executors
+                train (and validate) under that Keras dtype policy, with float32 variables
+                and the layers producing the outputs kept float32; ``mixed_float16`` adds
+                Keras's loss scaling. The driver's model, the server's master weights and
+                every push and pull stay float32. ``None`` (default): as the model was built.
+                See :mod:`tensorspark.models.precision`.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -432,6 +439,7 @@ class SparkSession:
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
+        from tensorspark.models.precision import check_policy
         from tensorspark.training.keras import fit
 
         if not self.is_keras:
@@ -440,6 +448,7 @@ class SparkSession:
             self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
+            mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result
         return history
@@ -493,13 +502,14 @@ class SparkSession:
         top_k: int | None = None,
         labels: Sequence[str] | None = None,
         feature_dtype: Any = None,
+        mixed_precision: str | None = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
 
         For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
         name in ``feed_name_list`` (the graph and the session's current variable values are
         broadcast once). ``top_k``/``labels``/``feature_dtype`` (for a binary ``features_col``)
-        as in :func:`tensorspark.inference.predict`.
+        and ``mixed_precision`` (Keras models) as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
@@ -527,5 +537,5 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype,
+            feature_dtype=feature_dtype, mixed_precision=mixed_precision,
         )

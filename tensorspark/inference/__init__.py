@@ -37,11 +37,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorspark import gpus
 from tensorspark.errors import ConfigurationError
 from tensorspark.inference.columns import check_dataframe, predict_dataframe
 from tensorspark.inference.tasks import Plan, predict_partition
 from tensorspark.models.base import ModelLoader, ModelSource, sha256
 from tensorspark.models.keras import KerasLoader, KerasModelSource
+from tensorspark.models.precision import check_policy
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.models.tf1 import TF1SessionSource
@@ -123,6 +125,7 @@ def predict(
     custom_objects: Mapping[str, Any] | None = None,
     checkpoint: str | None = None,
     feature_dtype: Any = None,
+    mixed_precision: str | None = None,
 ) -> RDD[Any] | DataFrame:
     """Runs a model over an RDD or a DataFrame, batch by batch, on the executors.
 
@@ -157,6 +160,10 @@ def predict(
         feature_dtype: how a binary ``features_col`` is read: a numpy dtype (byte order
             as given, native if not); default ``uint8``. The numbers reach the model as
             float32, as those of every other column type do. Only for binary columns.
+        mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: Keras models compute
+            under that dtype policy on the executors (the layers producing the outputs stay
+            float32, so predictions are float32 as without it); ``None``: as saved. See
+            :mod:`tensorspark.models.precision`.
 
     Returns:
         For an RDD: an RDD in the input's order and partitioning, one element per input
@@ -168,7 +175,9 @@ def predict(
     Raises:
         ConfigurationError: the model cannot be found or loaded (the message says which and
             why), the input column is missing or of the wrong type, the DataFrame's first
-            row does not fit the model's input shape, or an option is out of range.
+            row does not fit the model's input shape, an option is out of range,
+            ``mixed_precision`` with a model that is not a Keras model, or GPUs per task
+            requested in local mode (Spark schedules no GPUs there).
         CheckpointError: ``checkpoint`` cannot be read or does not fit the model.
 
     Rows checked in the job: a later DataFrame row, or any RDD row, that does not fit the
@@ -183,11 +192,20 @@ def predict(
             "Argument `data` must be a pyspark RDD or DataFrame. "
             f"Received: data of type {type(data).__name__}"
         )
+    policy = check_policy(mixed_precision)
+    gpus.plan(sc, "tensorspark predict")
     source = resolve_source(sc, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(sc, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
+    if policy is not None:
+        if not isinstance(loader, KerasLoader):
+            raise ConfigurationError(
+                f"Argument `mixed_precision` applies to Keras models; {source.description} is "
+                f"loaded by {type(loader).__name__}. Received: mixed_precision={policy!r}"
+            )
+        loader = dataclasses.replace(loader, mixed_precision=policy)
     plan = Plan(
         key="",  # set below, once the input is checked and the payload made
         loader=loader,

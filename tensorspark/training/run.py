@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import conf, jobs
+from tensorspark import conf, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.progress import RunMonitor
@@ -247,9 +247,18 @@ def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots (defaultParallelism={sc.defaultParallelism}, "
-            f"spark.task.cpus={conf.cpus_per_task(sc)}). Repartition the data to at most {slots} partitions, add "
+            f"spark.task.cpus={conf.cpus_per_task(sc)}{_gpu_settings(sc)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
+
+
+def _gpu_settings(sc: Any) -> str:
+    """The GPU settings that bound the task slots, for messages ("" without GPUs)."""
+    settings = conf.spark_conf(sc)
+    if conf.gpu_amount(settings, conf.TASK_GPU_KEY) <= 0:
+        return ""
+    keys = (conf.TASK_GPU_KEY, conf.EXECUTOR_GPU_KEY, "spark.executor.cores")
+    return "".join(f", {key}={settings.get(key)}" for key in keys)
 
 
 class TrainingRun:
@@ -318,8 +327,9 @@ class TrainingRun:
             WorkerError: a task failed (or the error class a task raised, e.g.
                 DivergenceError); the message has the worker's traceback.
         """
-        check_partitions(self.sc, self.settings.mode, num_partitions)
         name = self.settings.name
+        gpus.plan(self.sc, f"tensorspark {name}")
+        check_partitions(self.sc, self.settings.mode, num_partitions)
         started = time.time()
         server = self.host.acquire(initial, num_partitions)
         self.host.listen(on_push)

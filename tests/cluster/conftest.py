@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,11 +238,22 @@ def new_cluster(root: Path) -> StandaloneCluster:
     )
 
 
-def start_cluster(cluster: StandaloneCluster) -> None:
+def start_cluster(
+    cluster: StandaloneCluster,
+    *,
+    cores: int = WORKER_CORES,
+    worker_opts: Callable[[int], list[str]] | None = None,
+) -> None:
     """Starts the Master and Workers and waits for every Worker to register.
 
     Each process is recorded on ``cluster`` as soon as it is launched, so
     :meth:`StandaloneCluster.stop` stops it even when start-up fails.
+
+    Args:
+        cluster: from :func:`new_cluster`.
+        cores: cores each Worker offers.
+        worker_opts: ``worker_opts(index)``: Java ``-D`` settings of Worker ``index``
+            (``SPARK_WORKER_OPTS``), e.g. the GPU resources it declares.
     """
     root, spark_home = cluster.root, cluster.spark_home
     port = cluster.master_url.rsplit(":", 1)[1]
@@ -293,6 +304,9 @@ def start_cluster(cluster: StandaloneCluster) -> None:
     for index in range(WORKERS):
         work_dir = root / "work" / f"worker-{index}"
         work_dir.mkdir()
+        worker_env = env
+        if worker_opts is not None:
+            worker_env = {**env, "SPARK_WORKER_OPTS": " ".join(worker_opts(index))}
         _launch(
             cluster,
             f"worker-{index}",
@@ -303,14 +317,14 @@ def start_cluster(cluster: StandaloneCluster) -> None:
                 "--webui-port",
                 "0",
                 "--cores",
-                str(WORKER_CORES),
+                str(cores),
                 "--memory",
                 WORKER_MEMORY,
                 "--work-dir",
                 str(work_dir),
                 cluster.master_url,
             ],
-            env,
+            worker_env,
         )
 
     poll(
