@@ -14,7 +14,9 @@ ran out of memory on the same GPU. So before TensorFlow starts in a task, the Py
   (:func:`configure`): none visible fails the task with the address and the usual causes.
 
 **A reused Python worker is pinned.** CUDA reads ``CUDA_VISIBLE_DEVICES`` once, when
-TensorFlow initialises its devices; a process cannot move to other GPUs afterwards. Spark
+TensorFlow first lists its devices (its first op or variable), not when it is imported:
+a task whose closure imports Keras as it is unpickled is still placed in time
+(:func:`tensorflow_started`). A process cannot move to other GPUs afterwards. Spark
 reuses Python workers (``spark.python.worker.reuse``, default on) and hands an idle one to
 whichever task comes next, so with several GPUs per executor a worker pinned to GPU 0 may
 get a task Spark gave GPU 1. That task fails at once, before any work, with
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,9 +66,11 @@ def requested(conf: Mapping[str, str]) -> bool:
     """Whether the application asks Spark for GPUs per task (``spark.task.resource.gpu.amount``
     in ``conf``, e.g. ``dict(sc.getConf().getAll())``). Pure; anywhere.
 
-    A warm-up that imports TensorFlow before a task runs must not do so when this is true:
-    a worker whose TensorFlow started before :func:`assign` set ``CUDA_VISIBLE_DEVICES``
-    cannot be moved to its task's GPUs (its tasks then fail with
+    A warm-up may import TensorFlow and Keras in a Python worker ahead of its first task,
+    but when this is true it must not start TensorFlow's devices there (no op, no
+    variable, no ``tf.config`` device call, no :func:`tensorspark.tfthreads.prepare_worker`
+    outside a task): CUDA reads ``CUDA_VISIBLE_DEVICES`` then, and a worker started before
+    :func:`assign` set it cannot be moved to its task's GPUs (its tasks then fail with
     :class:`~tensorspark.errors.WorkerPlacementError`). Calling
     :func:`tensorspark.tfthreads.prepare_worker` inside a task is always right.
     """
@@ -166,11 +171,32 @@ def task_gpus() -> tuple[str, ...] | None:
     return tuple(str(a) for a in info.addresses) if info is not None else ()
 
 
+def tensorflow_started() -> bool:
+    """Whether this process's TensorFlow has listed its devices: then CUDA has read
+    ``CUDA_VISIBLE_DEVICES`` and the process's GPUs are fixed. Anywhere; thread-safe.
+
+    Importing TensorFlow and Keras does not list devices (so a task's closure that imports
+    Keras when it is unpickled, e.g. a tuning ``build`` or ``custom_objects``, is placed
+    normally); the first op, variable or ``tf.config`` device call does. TensorFlow has
+    no public way to ask, so this reads its eager context's device list (``None`` until
+    listed); if that ever moves, TensorFlow counts as started, the safe side.
+    """
+    if "tensorflow" not in sys.modules:
+        return False
+    try:
+        from tensorflow.python.eager import context
+
+        return context.context()._physical_devices is not None  # noqa: SLF001 - see above
+    except Exception:  # noqa: BLE001 - cannot tell: never place a started runtime
+        return True
+
+
 def decide(
     assigned: tuple[str, ...], pin: Pin | None, tensorflow_started: bool, environ: Mapping[str, str]
 ) -> str | None:
     """What the task must see in ``CUDA_VISIBLE_DEVICES``; ``None`` to leave it as it is.
-    Pure: the rule :func:`assign` applies.
+    Pure: the rule :func:`assign` applies (``tensorflow_started``: see
+    :func:`tensorflow_started`).
 
     Raises:
         WorkerPlacementError: this process's TensorFlow already runs with other GPUs.
@@ -181,8 +207,8 @@ def decide(
             raise _moved(pin.gpus, assigned, pin.visible)
         return None
     if tensorflow_started:
-        # Imported before any task placed it (user code at import, a warm-up): fine if the
-        # GPUs it can see are already exactly the task's, or it is a CPU task.
+        # Its devices listed before any task placed it (user code, a warm-up that ran an
+        # op): fine if the GPUs it can see are already exactly the task's, or a CPU task.
         if assigned and environ.get(VISIBLE_ENV) != wanted:
             raise _moved(None, assigned, environ.get(VISIBLE_ENV))
         return None
@@ -202,13 +228,11 @@ def assign() -> Pin | None:
         WorkerPlacementError: this Python worker's TensorFlow already runs with other GPUs
             (retry-safe: raised before the task did any work).
     """
-    import sys
-
     assigned = task_gpus()
     if assigned is None:
         return None
     with _HOLDER.lock:
-        value = decide(assigned, _HOLDER.pin, "tensorflow" in sys.modules, os.environ)
+        value = decide(assigned, _HOLDER.pin, tensorflow_started(), os.environ)
         if value is not None:
             os.environ[VISIBLE_ENV] = value
         if _HOLDER.pin is None:
@@ -287,7 +311,7 @@ def placement() -> dict[str, Any]:
 
 def _moved(pinned: tuple[str, ...] | None, assigned: tuple[str, ...], visible: str | None) -> WorkerPlacementError:
     if pinned is None:
-        had = "imported TensorFlow before tensorspark placed it on a task's GPUs"
+        had = "started TensorFlow (listed its devices) before tensorspark placed it on a task's GPUs"
     else:
         had = f"started TensorFlow with {f'GPU(s) {list(pinned)}' if pinned else 'no GPU'}"
     return WorkerPlacementError(

@@ -3,9 +3,11 @@
 Runs on executors (and in tests). Every executor entry point that uses TensorFlow or Keras
 calls :func:`prepare_worker` before its own first ``import tensorflow`` / ``import keras``:
 it is the one place that decides which GPUs a task's TensorFlow sees
-(:mod:`tensorspark.gpus`). Anything else that would import TensorFlow in a Python worker
-ahead of a task (a warm-up) must call :func:`prepare_worker` inside a task, or leave
-TensorFlow alone when :func:`tensorspark.gpus.requested` says GPUs are scheduled.
+(:mod:`tensorspark.gpus`). Anything else that readies a Python worker ahead of a task (a
+warm-up) may import TensorFlow and Keras, but must not start TensorFlow's devices (an op,
+a variable, a ``tf.config`` device call) outside a task when
+:func:`tensorspark.gpus.requested` says GPUs are scheduled; inside a task, it calls
+:func:`prepare_worker`.
 
 **GPUs.** Before TensorFlow is imported, ``CUDA_VISIBLE_DEVICES`` is set to exactly the
 task's GPU addresses from ``TaskContext.resources()``; after it, memory growth is turned on
@@ -159,16 +161,20 @@ def quiet_tensorflow() -> None:
     """Import TensorFlow with its C++ start-up lines held to ``TF_CPP_MIN_LOG_LEVEL``.
 
     Inside a Spark task only (elsewhere it does nothing): sets the level to
-    :data:`DEFAULT_TF_LOG_LEVEL` unless the user set it, then, if TensorFlow is not imported
-    yet, imports it and lists its devices with stderr filtered (see the module docstring).
+    :data:`DEFAULT_TF_LOG_LEVEL` unless the user set it, then, if TensorFlow has not listed
+    its devices yet, imports it and lists them with stderr filtered (see the module
+    docstring). Call it after :func:`tensorspark.gpus.assign`: listing the devices fixes
+    the process's GPUs.
     Runs on an executor; thread-safe. Other threads' stderr output during the import passes
     through the filter unchanged.
     """
     if not _in_spark_task():
         return
+    from tensorspark.gpus import tensorflow_started
+
     with _lock:
         level = tf_log_level(os.environ)
-        if "tensorflow" in sys.modules:
+        if tensorflow_started():
             return
         with filtered_stderr(level):
             import tensorflow as tf

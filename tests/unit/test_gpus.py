@@ -7,6 +7,9 @@ tasks with GPUs declared through Spark's discovery script.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -84,10 +87,27 @@ def test_a_reused_worker_pinned_to_another_gpu_refuses_the_task() -> None:
 def test_tensorflow_imported_before_placement_is_accepted_only_on_the_right_gpus() -> None:
     assert decide(("2",), None, True, {"CUDA_VISIBLE_DEVICES": "2"}) is None
     assert decide((), None, True, {}) is None  # a CPU task: nothing to place
-    with pytest.raises(WorkerPlacementError, match="imported TensorFlow before tensorspark placed it"):
+    with pytest.raises(WorkerPlacementError, match=r"started TensorFlow \(listed its devices\) before tensorspark placed it"):
         decide(("2",), None, True, {})
     with pytest.raises(WorkerPlacementError):
         decide(("2",), None, True, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+
+
+def test_importing_tensorflow_and_keras_does_not_start_its_devices() -> None:
+    # In a fresh process: a task's closure may import Keras when it is unpickled, before
+    # the task places the worker; CUDA reads CUDA_VISIBLE_DEVICES only when devices are listed.
+    code = (
+        "from tensorspark.gpus import tensorflow_started as s\n"
+        "a = s()\n"
+        "import tensorflow as tf, keras\n"
+        "keras.layers.Dense(2)\n"
+        "b = s()\n"
+        "tf.config.list_physical_devices()\n"
+        "print(a, b, s())\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True)
+    assert out.stdout.split() == ["False", "False", "True"]
 
 
 def test_outside_a_spark_task_nothing_is_placed() -> None:
