@@ -113,7 +113,8 @@ class Limits:
         about eight pushes of the whole model at once.
 
         Raises:
-            ConfigurationError: a value that is not a positive number, naming it.
+            ConfigurationError: a value that is not a positive number, or
+                ``max_inflight_bytes`` below ``max_body_bytes``, naming it.
         """
         if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not body_timeout > 0:
             raise ConfigurationError(
@@ -123,6 +124,11 @@ class Limits:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
         inflight_bytes = max(4 * max_body_bytes, _MIN_INFLIGHT_BYTES) if max_inflight_bytes is None else max_inflight_bytes
+        if inflight_bytes < max_body_bytes:
+            raise ConfigurationError(
+                "max_inflight_bytes must be at least max_body_bytes (a body of the largest size "
+                f"must fit). Received: max_inflight_bytes={inflight_bytes}, max_body_bytes={max_body_bytes}"
+            )
         return cls(int(max_body_bytes), int(max_inflight_bodies), int(inflight_bytes), float(body_timeout))
 
 

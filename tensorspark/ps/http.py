@@ -210,7 +210,7 @@ class _Request(httputil.HTTPMessageDelegate):
                 length,
             )
             return None
-        self.admitted = True
+        self.admitted = length > 0
         self.length = length
         self.body = settings.store.take_body(length)
         self.payload_length = length - auth.TRAILER_BYTES if self.signed else length
@@ -338,7 +338,7 @@ class _Request(httputil.HTTPMessageDelegate):
             logger.debug(
                 "parameter server: %s %s: the client closed the connection %s",
                 self.method, self.path,
-                f"mid-body ({self.received} of {self.length} bytes)" if self.reading else "before the answer",
+                f"mid-body (a {self.length}-byte body, incomplete)" if self.reading else "before the answer",
             )
         self.responded = True
         self._body_arrived()
@@ -424,6 +424,8 @@ class _Request(httputil.HTTPMessageDelegate):
             except AuthenticationError as err:
                 self._fail(RequestError(401, str(err)))
                 return
+        if self.path != "/push":
+            self._release()  # the body is small and read: not in flight any more
         try:
             self._dispatch(payload)
         except WireFormatError as err:
