@@ -82,7 +82,7 @@ HEADER_HEAD = "X-Tensorspark-Head-Signature"
 TRAILER_BYTES = 64
 #: Default tolerated difference between the client's and the server's clocks, seconds.
 DEFAULT_WINDOW = 120.0
-#: Default number of nonces the server remembers (about 5 MB).
+#: Default number of nonces the server remembers (about 16 MiB when full).
 DEFAULT_NONCE_CACHE = 100_000
 MIN_SECRET_BYTES = 16
 _STATUS_PURPOSE = b"tensorspark status-read v1"
