@@ -371,6 +371,7 @@ class _Request(httputil.HTTPMessageDelegate):
                 self.received = end
                 if self.hasher is not None:
                     self.hasher.advance(min(end, self.payload_length))
+            self._body_arrived()
         except StreamClosedError:
             self._connection_lost()
         finally:
