@@ -27,8 +27,11 @@ from tensorspark.ps.validation import RequestError
 
 #: Clients send ``Expect: 100-continue`` with bodies of at least this many bytes, so
 #: that a refusal reaches them before the body is sent. A refused body below this size
-#: is read and thrown away (a chunk at a time) so that the connection stays usable.
-EXPECT_CONTINUE_FROM = 1 << 20
+#: is read and thrown away (a chunk at a time, nothing allocated for it) so that the
+#: client, which sends it without waiting, reads the answer and keeps its connection.
+#: The wait costs a round trip: at 1 MiB it cost 10 % of one client's pushes of a 4 MB
+#: model (interleaved runs of bench/ps_throughput.py); from 16 MiB on, a few percent at most.
+EXPECT_CONTINUE_FROM = 16 << 20
 #: Largest body of the JSON endpoints (``/join``, ``/leave``), signature included.
 MAX_JSON_BYTES = 64 * 1024
 #: Seconds a request body may take to arrive, from the end of its head, by default.
