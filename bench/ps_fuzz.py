@@ -71,7 +71,15 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
     from hypothesis import HealthCheck, given, settings
 
     from tensorspark.ps.client import ParameterClient
-    from tests.unit.ps_probes import DRAWS, SECRET, Corpus, ServerProcess, drawn_probe, exchange, model_params
+    from tests.unit.ps_probes import (
+        DRAWS,
+        SECRET,
+        Corpus,
+        ServerProcess,
+        drawn_probe,
+        exchange,
+        model_params,
+    )
 
     statuses: Counter[int] = Counter()
     problems: list[str] = []
