@@ -25,13 +25,15 @@ from typing import Any
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.validation import RequestError
 
-#: Clients send ``Expect: 100-continue`` with bodies of at least this many bytes, so
-#: that a refusal reaches them before the body is sent. A refused body below this size
-#: is read and thrown away (a chunk at a time, nothing allocated for it) so that the
-#: client, which sends it without waiting, reads the answer and keeps its connection.
-#: The wait costs a round trip: at 1 MiB it cost 10 % of one client's pushes of a 4 MB
-#: model (interleaved runs of bench/ps_throughput.py); from 16 MiB on, a few percent at most.
-EXPECT_CONTINUE_FROM = 16 << 20
+#: Clients send ``Expect: 100-continue`` with bodies of at least this many bytes on a
+#: connection that has had no request accepted yet, so that a refusal (a wrong secret,
+#: a busy or too small server) reaches them before the body is sent. A refused body below
+#: this size is read and thrown away (a chunk at a time, nothing allocated for it), so
+#: that the client, which sends it without waiting, reads the answer and keeps its
+#: connection; a larger one is answered at once and the connection closed. (Waiting for
+#: 100 Continue on every request cost one client 10 % of its pushes of a 4 MB model, in
+#: interleaved runs of bench/ps_throughput.py: hence only until a connection is proven.)
+EXPECT_CONTINUE_FROM = 1 << 20
 #: Largest body of the JSON endpoints (``/join``, ``/leave``), signature included.
 MAX_JSON_BYTES = 64 * 1024
 #: Seconds a request body may take to arrive, from the end of its head, by default.

@@ -23,9 +23,12 @@ With a ``secret``, every request (each retry afresh) is signed as
 :mod:`tensorspark.ps.auth` describes; a 401 raises
 :class:`~tensorspark.errors.AuthenticationError` at once (retrying cannot help).
 
-A body of at least :data:`~tensorspark.ps.admission.EXPECT_CONTINUE_FROM` bytes is sent
-only after the server has accepted its head (``Expect: 100-continue``), so a refusal
-(401, 413, 503) arrives before the body is sent. A 503 with ``Retry-After`` (the server
+On a connection that has had no request accepted yet, a body of at least
+:data:`~tensorspark.ps.admission.EXPECT_CONTINUE_FROM` bytes is sent only after the
+server has accepted its head (``Expect: 100-continue``), so a refusal (401, 413, 503)
+arrives before the body is sent. Once a request on the connection has been answered 200,
+large bodies go at once (the wait costs a round trip); a refusal then closes the
+connection mid-body, and the request is retried on a new one, which waits again. A 503 with ``Retry-After`` (the server
 is receiving as many bodies as it allows at once) is retried with backoff, like a
 network error, until ``ps_timeout``.
 """
@@ -155,6 +158,7 @@ class ParameterClient:
                 ) from None
         self._signer = None if secret is None else auth.Signer(auth.as_secret(secret))
         self._conn: socket.socket | None = None
+        self._proven = False  # a request on this connection was answered 200
 
     # ------------------------------------------------------------------ public calls
 
@@ -196,6 +200,7 @@ class ParameterClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._proven = False
 
     def __enter__(self) -> ParameterClient:
         return self
@@ -288,7 +293,8 @@ class ParameterClient:
         size = wire.encoded_size(parts)
         signer = self._signer
         length = size if signer is None else size + auth.TRAILER_BYTES
-        expect = length >= EXPECT_CONTINUE_FROM  # sent once the server accepts the head
+        # On a connection not yet proven, a large body waits for the server to accept its head.
+        expect = length >= EXPECT_CONTINUE_FROM and not self._proven
         lines = [
             f"{method} {path} HTTP/1.1",
             f"Host: {self._host_header}",
@@ -337,6 +343,8 @@ class ParameterClient:
         body = self._read_body(sock, headers, early)
         if headers.get("connection", "").lower() == "close":
             self.close()
+        elif status == 200:
+            self._proven = True
         return self._answer(method, path, status, headers, body)
 
     def _read_body(self, sock: socket.socket, headers: dict[str, str], early: bytes) -> bytearray:

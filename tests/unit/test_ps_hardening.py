@@ -111,15 +111,15 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
-    """Each declares the largest body, sends 1,000 bytes of it and waits; the server,
-    which refuses them, holds them open reading the body to throw it away (it is under
-    EXPECT_CONTINUE_FROM). Before the fix the server allocated every declared body before
-    checking a signature: +188 MB for 16 of them. 64 without a head signature (an older
-    scheme, or none) and 64 with a forged one."""
+    """Each declares the largest body, sends 1,000 bytes of it and waits. Before the fix
+    the server allocated every declared body before checking a signature: +188 MB for 16
+    of them. Now they are refused (401) before their body is read, and the connection is
+    closed. 64 more declare a body just under EXPECT_CONTINUE_FROM: the server holds
+    those open, reading their body to throw it away, still allocating nothing for it.
+    Half of each lack a head signature (an older scheme, or none), half have a forged one."""
     n = 1_000_000  # a 4 MB model: bodies up to 8 MB + 4 MiB
     with ServerProcess(params=n) as host:
         max_body = 2 * n * 4 + 4 * 1024 * 1024
-        assert max_body < EXPECT_CONTINUE_FROM
         with ParameterClient(host.url, secret=SECRET) as client:  # warm: buffers, first-request imports
             client.push({"w": np.ones(n, np.float32)}, _meta())
             client.pull()
@@ -131,7 +131,7 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
                 lines = [
                     "POST /push HTTP/1.1",
                     "Host: 127.0.0.1",
-                    f"Content-Length: {max_body}",
+                    f"Content-Length: {max_body if i < 64 else EXPECT_CONTINUE_FROM - 1}",
                     f"{auth.HEADER_TIME}: {time.time():.6f}",
                     f"{auth.HEADER_NONCE}: {auth.new_nonce()}",
                 ]
@@ -140,7 +140,9 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
                 sock = socket.create_connection(("127.0.0.1", host.port), timeout=10)
                 sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + b"x" * 1000)
                 socks.append(sock)
-            with ParameterClient(host.url, secret=SECRET) as client:  # answered after those heads
+            for sock in socks[:64]:
+                assert _answer(sock)[0] == 401
+            with ParameterClient(host.url, secret=SECRET) as client:  # answered after the heads above
                 assert client.pull()[0] == 1
                 assert client.status()["inflight_bodies"] == 0
             time.sleep(0.5)
@@ -371,24 +373,29 @@ def test_bodies_in_flight_are_bounded_and_the_client_retries_a_busy_server() -> 
 
 
 def test_refusals_of_large_bodies_reach_the_client_before_it_sends_them() -> None:
-    """Bodies of EXPECT_CONTINUE_FROM (16 MiB) and more wait for 100 Continue: a wrong
-    secret or an oversized body is a clear error at once, not a reset connection retried
-    until ps_timeout. Smaller ones are read to their end and thrown away: a clear error too."""
-    n = EXPECT_CONTINUE_FROM // 4 + 1000
+    """On a connection with no request accepted yet, bodies of EXPECT_CONTINUE_FROM (1 MiB)
+    and more wait for 100 Continue: a wrong secret or an oversized body is a clear error
+    at once, not a reset connection retried until ps_timeout. Smaller bodies are read to
+    their end and thrown away: a clear error too. Once a connection is proven, large
+    bodies go at once, and a refusal is still seen (on the retry, which waits)."""
+    n = 300_000  # 1.2 MB pushes
     with ParameterServer(_params(n), secret=SECRET, max_body_bytes=5 * n) as server:
         for size in (n, n // 8):
-            update = {"w": np.ones(size, np.float32)}
             with ParameterClient(server.url, secret=b"w" * 32, ps_timeout=30) as wrong:
                 started = time.monotonic()
                 with pytest.raises(AuthenticationError, match="signature is wrong"):
-                    wrong.push(update, _meta())
+                    wrong.push({"w": np.ones(size, np.float32)}, _meta())
                 assert time.monotonic() - started < 10
-        with ParameterClient(server.url, secret=SECRET, ps_timeout=30) as client, pytest.raises(ParameterServerError, match="answered 413") as info:
-            client.push({"w": np.ones(2 * n, np.float32)}, _meta())
-        assert info.value.status == 413
-        with ParameterClient(server.url, secret=SECRET) as client:  # and the right one works
-            assert client.push({"w": np.ones(n, np.float32)}, _meta()).status == "applied"
         assert server.status()["unauthorized_requests"] == 2
+        with ParameterClient(server.url, secret=SECRET, ps_timeout=30) as client:
+            with pytest.raises(ParameterServerError, match="answered 413") as info:
+                client.push({"w": np.ones(2 * n, np.float32)}, _meta())
+            assert info.value.status == 413
+            assert client.push({"w": np.ones(n, np.float32)}, _meta()).status == "applied"
+            with pytest.raises(ParameterServerError, match="answered 413"):  # now proven
+                client.push({"w": np.ones(2 * n, np.float32)}, _meta(seq=1))
+            assert client.push({"w": np.ones(n, np.float32)}, _meta(seq=1)).status == "applied"
+        assert server.version == 2
 
 
 def test_an_older_client_gets_a_clear_401(server: ParameterServer) -> None:
