@@ -60,7 +60,8 @@ def test_mixed_config_keeps_outputs_and_explicit_policies() -> None:
     assert layers["hidden"]["config"]["name"] == "mixed_bfloat16"
     assert layers["explicit16"]["config"]["name"] == "mixed_float16"  # the user's choice stays
     assert layers["out"]["config"]["name"] == "float32"  # the output layer stays float32
-    assert layers["input_layer"] == "float32"  # a plain dtype, not a policy
+    (input_dtype,) = [e["config"]["dtype"] for e in mixed["config"]["layers"] if e["class_name"] == "InputLayer"]
+    assert input_dtype == "float32"  # a plain dtype, not a policy: left alone
     assert config["config"]["layers"][1]["config"]["dtype"]["config"]["name"] == "float32"  # a copy
     functional = _functional()
     mixed = mixed_config({"class_name": "Functional", "config": functional.get_config()}, "mixed_float16")
