@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "AuthenticationError": "tensorspark.errors",
     "CheckpointError": "tensorspark.errors",
     "ConfigurationError": "tensorspark.errors",
+    "DeviceError": "tensorspark.errors",
     "DivergenceError": "tensorspark.errors",
     "ParameterServerConnectionError": "tensorspark.errors",
     "ParameterServerError": "tensorspark.errors",
@@ -32,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "TuningError": "tensorspark.errors",
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
+    "WorkerPlacementError": "tensorspark.errors",
     "predict": "tensorspark.inference",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
@@ -66,6 +68,7 @@ __all__ = [
     "Choice",
     "ConfigurationError",
     "DeltaWeightCombiner",
+    "DeviceError",
     "Distribution",
     "DivergenceError",
     "DynSGDCombiner",
@@ -93,6 +96,7 @@ __all__ = [
     "WeightCombiner",
     "WireFormatError",
     "WorkerError",
+    "WorkerPlacementError",
     "expand_space",
     "load_checkpoint",
     "predict",
@@ -120,6 +124,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         AuthenticationError,
         CheckpointError,
         ConfigurationError,
+        DeviceError,
         DivergenceError,
         ParameterServerConnectionError,
         ParameterServerError,
@@ -128,6 +133,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         TuningError,
         WireFormatError,
         WorkerError,
+        WorkerPlacementError,
     )
     from tensorspark.inference import predict
     from tensorspark.models.base import ModelLoader, ModelSource

@@ -14,7 +14,8 @@ How it works (the seed's "large scale deployment", made robust):
 2. The source's :meth:`~tensorspark.models.base.ModelSource.payload` (bytes; Keras's ``.keras`` format for Keras
    models, never a pickle of a live object) goes out once with ``sc.broadcast``, under an id
    derived on the driver from the payload's content.
-3. On executors, each Python worker process limits TensorFlow to ``spark.task.cpus`` threads,
+3. On executors, each Python worker process is prepared for TensorFlow (only the task's
+   GPUs visible, ``spark.task.cpus`` threads: :func:`tensorspark.tfthreads.prepare_worker`),
    then loads the model once through the bounded per-process cache of
    :mod:`tensorspark.models.keras_io` (keyed by that id) and runs batches of ``batch_size``
    rows through it.
