@@ -8,6 +8,12 @@ epoch, and the time to reach the target test accuracy, and writes them as JSON.
 
     python bench/keras_fit.py                 # 60,000 rows, 3 epochs
     python bench/keras_fit.py --quick         # smoke run: 6,000 rows, 1 epoch
+    python bench/keras_fit.py --mixed-precision mixed_bfloat16 --out bench/results/keras_fit_mixed_bfloat16.json
+
+With ``--mixed-precision P`` both sides run twice in the same process, in float32 and under
+``P`` (single process: the hidden layer built under Keras's policy ``P``, the output layer
+float32, as ``fit(mixed_precision=P)`` rebuilds the model on the executors), and the JSON
+adds the speed-up of ``P`` over float32 on each side.
 
 Timing rules (one run each, no repetition):
 
@@ -51,25 +57,32 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--combiner", default=None, help="weight_combiner (default: the library's default)")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/keras_fit.json")
+    parser.add_argument(
+        "--mixed-precision", default=None, choices=["mixed_float16", "mixed_bfloat16"],
+        help="also run both sides under this Keras policy and report its speed-up",
+    )
     return parser.parse_args()
 
 
-def make_model(seed: int = 0):  # type: ignore[no-untyped-def]
+def make_model(seed: int = 0, policy: str | None = None):  # type: ignore[no-untyped-def]
     import keras
 
+    from tensorspark.models.precision import policy_scope
+
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential(
-        [
-            keras.Input((784,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
+    with policy_scope(policy):
+        model = keras.Sequential(
+            [
+                keras.Input((784,)),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dense(10, activation="softmax", dtype="float32" if policy else None),
+            ]
+        )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 
 
-def single_process(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+def single_process(x, y, xt, yt, args: argparse.Namespace, policy: str | None = None) -> dict:  # type: ignore[no-untyped-def]
     import keras
 
     class Clock(keras.callbacks.Callback):
@@ -86,7 +99,7 @@ def single_process(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ign
             acc = self.model.evaluate(xt, yt, batch_size=1024, verbose=0, return_dict=True)["accuracy"]
             self.rows.append({"epoch": epoch, "train_seconds": self.train_seconds, "test_accuracy": acc})
 
-    model = make_model()
+    model = make_model(policy=policy)
     clock = Clock()
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[clock])
     reached = next((r["train_seconds"] for r in clock.rows if r["test_accuracy"] >= args.target), None)
@@ -108,7 +121,7 @@ def _import_tensorflow(_: int) -> int:
     return os.getpid()
 
 
-def on_spark(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+def on_spark(x, y, xt, yt, args: argparse.Namespace, policy: str | None = None) -> dict:  # type: ignore[no-untyped-def]
     from pyspark import SparkConf, SparkContext
 
     import tensorspark as sps
@@ -140,7 +153,7 @@ def on_spark(x, y, xt, yt, args: argparse.Namespace) -> dict:  # type: ignore[no
             sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size, weight_combiner=args.combiner
         )
         started = time.perf_counter()
-        history = ks.fit(train, epochs=args.epochs, validation_data=test)
+        history = ks.fit(train, epochs=args.epochs, validation_data=test, mixed_precision=policy)
         fit_seconds = time.perf_counter() - started
     finally:
         sc.stop()
@@ -172,25 +185,45 @@ def main() -> None:
     x, y, xt, yt = data.train_images, data.train_labels, data.test_images, data.test_labels
     if args.quick:
         x, y, args.epochs = x[:6000], y[:6000], 1
+    if args.mixed_precision:
+        result = {"setup": setup(x, args), "mixed_precision": args.mixed_precision}
+        for policy in (None, args.mixed_precision):
+            # A SparkContext per policy: the workers' compiled models differ anyway.
+            spark = on_spark(x, y, xt, yt, args, policy)
+            single = single_process(x, y, xt, yt, args, policy)
+            result[policy or "float32"] = {"single_process": single, "spark": spark}
+        fp32, mixed = result["float32"], result[args.mixed_precision]
+        result["speedup_single"] = mixed["single_process"]["samples_per_s"] / fp32["single_process"]["samples_per_s"]
+        result["speedup_spark_job"] = mixed["spark"]["samples_per_s_job"] / fp32["spark"]["samples_per_s_job"]
+        write(result, args.out)
+        return
     spark = on_spark(x, y, xt, yt, args)
     single = single_process(x, y, xt, yt, args)
     result = {
-        "setup": {
-            "rows": len(x),
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "sync_interval": args.sync_interval,
-            "master": args.master,
-            "partitions": args.partitions,
-            "cpus": os.cpu_count(),
-        },
+        "setup": setup(x, args),
         "single_process": single,
         "spark": spark,
         "ratio_steady_vs_single": (spark["steady_samples_per_s"] or 0.0) / single["samples_per_s"],
         "ratio_job_vs_single": spark["samples_per_s_job"] / single["samples_per_s"],
         "accuracy_gap": single["final_test_accuracy"] - spark["final_test_accuracy"],
     }
-    out = Path(args.out)
+    write(result, args.out)
+
+
+def setup(x, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "rows": len(x),
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "sync_interval": args.sync_interval,
+        "master": args.master,
+        "partitions": args.partitions,
+        "cpus": os.cpu_count(),
+    }
+
+
+def write(result: dict, path: str) -> None:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
