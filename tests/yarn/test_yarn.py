@@ -141,9 +141,10 @@ def test_missing_data_fails_the_application(yarn_cluster: YarnCluster, yarn_data
     ), run.tail()
     assert run.app_id is not None
     report = yarn_cluster.wait_final(run.app_id)
-    # pyspark's sc.stop() reports success; the example stops a failed run with exit code 1.
+    # pyspark's sc.stop() reports success; the example stops a failed run with exit code 1,
+    # which the ApplicationMaster reports to YARN.
     assert report["finalStatus"] == "FAILED", report
-    assert "Driver terminated with exit code 1" in report["diagnostics"], report
+    assert "Final app status: FAILED, exitCode: 1" in yarn_cluster.am_logs(run.app_id)["stderr"]
     assert yarn_cluster.wait_no_containers() == []
 
 
