@@ -72,6 +72,8 @@ class WorkerState:
     epoch: int = -1
     seq: int = -1
     loss: float | None = None
+    #: The worker's address as the server saw it when the worker joined (its executor's host).
+    host: str | None = None
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,12 +261,14 @@ class Store:
             if code == 401:
                 self._counters["unauthorized_requests"] += 1
 
-    def join(self, partition: int, attempt: int) -> dict[str, Any]:
-        """A worker starts (or restarts): returns its partition's progress and the version."""
+    def join(self, partition: int, attempt: int, host: str | None = None) -> dict[str, Any]:
+        """A worker starts (or restarts) from ``host``: returns its partition's progress and
+        the version."""
         worker = self._workers.get(partition)
         if worker is None:
             worker = self._workers[partition] = WorkerState(partition)
         worker.attempt = attempt
+        worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
         if self.mode == "sync" and partition in self._pending:
