@@ -51,6 +51,18 @@ class WorkerError(TensorSparkError):
     """A Spark task failed; the message carries the worker's Python traceback."""
 
 
+class ExecutorLostError(WorkerError):
+    """An executor was lost while a sync-mode run needed it; the run was stopped.
+
+    Attributes:
+        executors: the lost executors' Spark block-manager addresses (``host:port``).
+    """
+
+    def __init__(self, message: str, *, executors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.executors = list(executors or [])
+
+
 class CheckpointError(TensorSparkError):
     """A checkpoint could not be written, read, or does not match the model."""
 

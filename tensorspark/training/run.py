@@ -27,7 +27,7 @@ import numpy as np
 
 from tensorspark import conf, jobs
 from tensorspark.checkpoint import CheckpointManager
-from tensorspark.errors import ConfigurationError
+from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
@@ -351,6 +351,35 @@ class TrainingRun:
         )
         return result
 
+    def _lost_executors(self, server: ParameterServer) -> Callable[[list[str]], BaseException]:
+        """The error a sync run stops with when executors are lost mid-run (driver).
+
+        A sync run is one Spark barrier stage: without one of its tasks no round can
+        complete. Spark would rerun the whole stage once enough executors are back, and
+        wait for them indefinitely if they never come (a lost host, a full queue), so the
+        run stops at once and says what to do instead.
+        """
+
+        def error(lost: list[str]) -> BaseException:
+            status = server.status()
+            hosts = {address.rsplit(":", 1)[0] for address in lost}
+            partitions = sorted(int(w["partition"]) for w in status["workers"] if w.get("host") in hosts)
+            where = "an executor" if len(lost) == 1 else f"{len(lost)} executors"
+            return ExecutorLostError(
+                f"mode='sync' lost {where} mid-run: {', '.join(lost)} (Spark block manager host:port) "
+                f"went away while the training stage ran; partitions {partitions} were training on "
+                f"{', '.join(sorted(hosts))}. A sync run trains every partition in the same rounds, as one "
+                "Spark barrier stage, and Spark would rerun the whole stage once enough executors are "
+                "back, or wait indefinitely if they never come back, so tensorspark stopped the run. "
+                f"The server had completed {status.get('round', 0)} rounds (version {status['version']}); "
+                "with checkpoint_dir set, the run's last checkpoint holds them: run again with "
+                "resume=True to continue from there once the cluster has a task slot per partition, "
+                "or use mode='async', which carries on when executors come and go.",
+                executors=lost,
+            )
+
+        return error
+
     def _run_job(
         self,
         server: ParameterServer,
@@ -379,7 +408,11 @@ class TrainingRun:
                     monitor.poll()
 
                 return jobs.run_job(
-                    self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                    self.sc,
+                    make_job(server, bcast),
+                    description=f"tensorspark {self.settings.name}",
+                    poll=poll,
+                    on_lost_executors=self._lost_executors(server) if self.settings.mode == "sync" else None,
                 )
             finally:
                 monitor.close()

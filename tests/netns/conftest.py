@@ -182,10 +182,16 @@ class Network:
     def _iptables(self, host: Host, *rule: str) -> None:
         _run(*host.prefix, "iptables", "-w", "5", *rule)
 
-    def cut(self, host: Host) -> None:
-        """Drop every packet between ``host`` and the driver, both ways (until :meth:`mend`)."""
-        self._iptables(host, "-I", "INPUT", "-s", self.driver, "-j", "DROP")
-        self._iptables(host, "-I", "OUTPUT", "-d", self.driver, "-j", "DROP")
+    def cut(self, host: Host, port: int | None = None) -> None:
+        """Drop every packet between ``host`` and the driver, both ways (until :meth:`mend`).
+
+        With ``port``, only the packets of the driver's TCP port ``port`` (the parameter
+        server's, say): Spark's own connections keep working.
+        """
+        inbound = ["-s", self.driver] + (["-p", "tcp", "--sport", str(port)] if port else [])
+        outbound = ["-d", self.driver] + (["-p", "tcp", "--dport", str(port)] if port else [])
+        self._iptables(host, "-I", "INPUT", *inbound, "-j", "DROP")
+        self._iptables(host, "-I", "OUTPUT", *outbound, "-j", "DROP")
 
     def mend(self, host: Host) -> None:
         """Undo :meth:`cut` and :meth:`delay` rules: flush the host's INPUT and OUTPUT chains."""
@@ -193,8 +199,12 @@ class Network:
         self._iptables(host, "-F", "OUTPUT")
 
     @contextlib.contextmanager
-    def delay(self, host: Host, milliseconds: float) -> Iterator[None]:
-        """Hold every packet from ``host`` to the driver for ``milliseconds`` (one way)."""
+    def delay(self, host: Host, milliseconds: float) -> Iterator[dict[str, int]]:
+        """Hold every packet from ``host`` to the driver for ``milliseconds`` (one way).
+
+        Yields a dict whose ``"packets"`` says, once the block is over, how many were held.
+        """
+        counts: dict[str, int] = {}
         queue = 10 + host.index
         process = subprocess.Popen(
             [*host.prefix, sys.executable, str(LINKDELAY), "--queue", str(queue), "--delay-ms", str(milliseconds)],
@@ -211,11 +221,14 @@ class Network:
             if ready != "ready":
                 raise RuntimeError(f"linkdelay did not start: {ready!r}")
             self._iptables(host, "-I", "OUTPUT", "-d", self.driver, "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass")
-            yield
+            yield counts
         finally:
             self.mend(host)
             _stop_process(process)
             self._delayers.remove(process)
+            tail = process.stdout.read() if process.stdout is not None else ""
+            found = re.search(r"delayed (\d+) packets", tail)
+            counts["packets"] = int(found.group(1)) if found else 0
 
 
 def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
