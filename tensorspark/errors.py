@@ -52,15 +52,21 @@ class WorkerError(TensorSparkError):
 
 
 class ExecutorLostError(WorkerError):
-    """An executor was lost while a sync-mode run needed it; the run was stopped.
+    """A Spark executor was lost (killed, its host gone) while a task of the job ran on it,
+    and Spark gave up on the job: at once for a sync-mode run (one barrier stage), after
+    ``spark.task.maxFailures`` losses of the same task otherwise.
 
     Attributes:
-        executors: the lost executors' Spark block-manager addresses (``host:port``).
+        executors: the lost executors' Spark ids.
+        partitions: the partitions whose tasks ran on them.
     """
 
-    def __init__(self, message: str, *, executors: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, executors: list[str] | None = None, partitions: list[int] | None = None
+    ) -> None:
         super().__init__(message)
         self.executors = list(executors or [])
+        self.partitions = list(partitions or [])
 
 
 class CheckpointError(TensorSparkError):

@@ -3,8 +3,7 @@
 Runs on the driver, except :func:`task_context`. Three things live here, once:
 
 * :func:`run_job`: a job in its own Spark job group, run in a thread while the driver polls,
-  so that Ctrl-C (or a failure the driver sees, such as an executor a barrier stage lost,
-  :class:`ExecutorWatch`) cancels the cluster's work too;
+  so that Ctrl-C (or a failure the driver sees) cancels the cluster's work too;
 * :func:`spark_failure`: the one boundary where a failed Spark job (a ``Py4JJavaError`` or a
   ``PythonException`` carrying the executor's traceback as text) becomes a tensorspark
   error raised on the driver;
@@ -21,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tensorspark import errors
-from tensorspark.errors import ConfigurationError, WorkerError
+from tensorspark.errors import ConfigurationError, ExecutorLostError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +31,11 @@ CANCEL_WAIT_S = 30.0
 
 _TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\Z)", re.S)
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
+# "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
+# exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
+# unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40) (host executor 4)".
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+) ([^)\n]*)\) Reason: ([^\n]*)")
+_LOST_PARTITION = re.compile(r"(?:barrier task \w+Task\(\d+, (\d+)\)|Lost task (\d+)\.\d+ in stage)")
 
 
 def is_spark_failure(err: BaseException) -> bool:
@@ -50,7 +54,9 @@ def spark_failure(err: BaseException) -> BaseException:
     """Convert a Spark job failure into our error type, carrying the worker's traceback.
 
     Errors raised by tensorspark code on an executor (e.g. DivergenceError) come back as
-    the same class; anything else becomes :class:`~tensorspark.errors.WorkerError`.
+    the same class; a task that failed because its executor was lost becomes
+    :class:`~tensorspark.errors.ExecutorLostError` naming the executor (Spark's id) and
+    the partition; anything else becomes :class:`~tensorspark.errors.WorkerError`.
     This is the one place where Spark's exception text is parsed.
     """
     text = str(err)
@@ -62,6 +68,16 @@ def spark_failure(err: BaseException) -> BaseException:
         )
     tb = worker_traceback(err)
     if tb is None:
+        lost = _EXECUTOR_LOST.search(text)
+        if lost is not None:
+            executor, how, reason = lost.groups()
+            partitions = sorted({int(a or b) for a, b in _LOST_PARTITION.findall(text[: lost.start()])})
+            return ExecutorLostError(
+                f"executor {executor} was lost while it ran the task of partition(s) {partitions} "
+                f"({how}; Reason: {reason.strip()})",
+                executors=[executor],
+                partitions=partitions,
+            )
         return WorkerError(f"the Spark job failed: {text[:4000]}")
     lines = _LAST_LINE.findall(tb)
     if lines:
@@ -83,43 +99,6 @@ def collect(start_job: Callable[[], T]) -> T:
         raise
 
 
-class ExecutorWatch:
-    """Notices executors lost while a job group runs (driver).
-
-    Spark's public status API only: the executors' block-manager addresses
-    (``SparkStatusTracker.getExecutorInfos``) when the watch starts and now, and the
-    stages of the group's jobs (``StatusTracker.getStageInfo``), where failed tasks or a
-    stage attempt after the first mean that a task failed. Not thread-safe.
-    """
-
-    def __init__(self, sc: Any) -> None:
-        self.sc = sc
-        self.at_start = self.executors()
-
-    def executors(self) -> set[str]:
-        """``host:port`` of every live executor (and of the driver)."""
-        infos = self.sc._jsc.sc().statusTracker().getExecutorInfos()  # noqa: SLF001 - pyspark does not wrap it
-        return {f"{info.host()}:{info.port()}" for info in infos}
-
-    def task_failed(self, group: str) -> bool:
-        """Whether a stage of ``group``'s jobs has had a task fail."""
-        tracker = self.sc.statusTracker()
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                if stage is not None and (stage.currentAttemptId > 0 or stage.numFailedTasks > 0):
-                    return True
-        return False
-
-    def lost(self, group: str) -> list[str]:
-        """The executors gone since the watch started, once a task of ``group`` has failed
-        (an executor lost while idle does not count); else ``[]``."""
-        if not self.task_failed(group):
-            return []
-        return sorted(self.at_start - self.executors())
-
-
 def run_job(
     sc: Any,
     start_job: Callable[[], T],
@@ -127,23 +106,16 @@ def run_job(
     description: str,
     poll: Callable[[], None] | None = None,
     poll_interval: float = 0.5,
-    on_lost_executors: Callable[[list[str]], BaseException] | None = None,
 ) -> T:
     """Run ``start_job`` (which collects a Spark job) in a thread while ``poll`` runs here.
 
     The job runs in its own Spark job group, so an interrupt (Ctrl-C) or an error raised by
     ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
     to return). A failed job is raised as :func:`spark_failure`'s error.
-
-    With ``on_lost_executors``, an executor lost while the job runs (one whose loss failed
-    a task of the job) cancels the job too, and the error ``on_lost_executors(addresses)``
-    returns is raised: for a barrier stage, which Spark would otherwise rerun whole once
-    enough executors are back, or wait for indefinitely when they never come.
     """
     group = f"tensorspark-{uuid.uuid4().hex[:12]}"
     outcome: dict[str, Any] = {}
     done = threading.Event()
-    watch = ExecutorWatch(sc) if on_lost_executors is not None else None
 
     def target() -> None:
         try:
@@ -160,10 +132,6 @@ def run_job(
         while not done.wait(poll_interval):
             if poll is not None:
                 poll()
-            if watch is not None and on_lost_executors is not None:
-                lost = watch.lost(group)
-                if lost:
-                    raise on_lost_executors(lost)
         if poll is not None:
             poll()
         if "error" in outcome:

@@ -223,6 +223,28 @@ class ServerHost:
             logger.exception("the final checkpoint of a failed run could not be written")
 
 
+def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> ExecutorLostError:
+    """What a sync run says when Spark lost an executor under it (driver).
+
+    A sync run is one Spark barrier stage, which Spark does not retry: losing one task's
+    executor fails the job at once. The message says why, where the partitions were
+    (the hosts the server saw them join from) and how to go on.
+    """
+    hosts = {int(w["partition"]): w.get("host") for w in status.get("workers", [])}
+    where = ", ".join(f"partition {p} at {hosts.get(p) or 'an unknown host'}" for p in err.partitions) or "a partition"
+    return ExecutorLostError(
+        f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync run "
+        "trains every partition in the same rounds, as one Spark barrier stage, and Spark does not "
+        "rerun a barrier stage whose task was lost, so the run stopped. The server had completed "
+        f"{status.get('round', 0)} rounds (version {status.get('version')}); with checkpoint_dir set, "
+        "the run's last checkpoint holds them: run again with resume=True to continue from there once "
+        "the cluster has a task slot per partition, or use mode='async', which carries on when "
+        "executors come and go.",
+        executors=err.executors,
+        partitions=err.partitions,
+    )
+
+
 def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
@@ -351,35 +373,6 @@ class TrainingRun:
         )
         return result
 
-    def _lost_executors(self, server: ParameterServer) -> Callable[[list[str]], BaseException]:
-        """The error a sync run stops with when executors are lost mid-run (driver).
-
-        A sync run is one Spark barrier stage: without one of its tasks no round can
-        complete. Spark would rerun the whole stage once enough executors are back, and
-        wait for them indefinitely if they never come (a lost host, a full queue), so the
-        run stops at once and says what to do instead.
-        """
-
-        def error(lost: list[str]) -> BaseException:
-            status = server.status()
-            hosts = {address.rsplit(":", 1)[0] for address in lost}
-            partitions = sorted(int(w["partition"]) for w in status["workers"] if w.get("host") in hosts)
-            where = "an executor" if len(lost) == 1 else f"{len(lost)} executors"
-            return ExecutorLostError(
-                f"mode='sync' lost {where} mid-run: {', '.join(lost)} (Spark block manager host:port) "
-                f"went away while the training stage ran; partitions {partitions} were training on "
-                f"{', '.join(sorted(hosts))}. A sync run trains every partition in the same rounds, as one "
-                "Spark barrier stage, and Spark would rerun the whole stage once enough executors are "
-                "back, or wait indefinitely if they never come back, so tensorspark stopped the run. "
-                f"The server had completed {status.get('round', 0)} rounds (version {status['version']}); "
-                "with checkpoint_dir set, the run's last checkpoint holds them: run again with "
-                "resume=True to continue from there once the cluster has a task slot per partition, "
-                "or use mode='async', which carries on when executors come and go.",
-                executors=lost,
-            )
-
-        return error
-
     def _run_job(
         self,
         server: ParameterServer,
@@ -407,13 +400,14 @@ class TrainingRun:
                     self.host.poll()
                     monitor.poll()
 
-                return jobs.run_job(
-                    self.sc,
-                    make_job(server, bcast),
-                    description=f"tensorspark {self.settings.name}",
-                    poll=poll,
-                    on_lost_executors=self._lost_executors(server) if self.settings.mode == "sync" else None,
-                )
+                try:
+                    return jobs.run_job(
+                        self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                    )
+                except ExecutorLostError as err:
+                    if self.settings.mode != "sync":
+                        raise
+                    raise sync_executor_lost(err, server.status()) from None
             finally:
                 monitor.close()
         finally:

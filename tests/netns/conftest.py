@@ -81,9 +81,20 @@ def _alive(pid: int) -> bool:
 
 
 def namespace_pids(namespace: str) -> list[int]:
-    """Pids of every process in ``namespace`` (``ip netns pids``)."""
+    """Pids of the live processes in ``namespace`` (``ip netns pids``, without zombies: a
+    killed child stays listed until its parent reaps it)."""
     done = _run("ip", "netns", "pids", namespace, check=False)
-    return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
+    if done.returncode != 0:
+        return []
+    live = []
+    for pid in (int(p) for p in done.stdout.split()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if state != "Z":
+            live.append(pid)
+    return live
 
 
 def kill_namespace(namespace: str, timeout: float = KILL_TIMEOUT_S) -> None:
@@ -323,20 +334,23 @@ class NetnsCluster:
 
     net: Network
     spark: StandaloneCluster
+    #: Scratch folders of Workers killed with their host: a crashed host's disk keeps what
+    #: was on it (Spark's per-application folders, tensorspark's spill files inside them).
+    crashed: set[Path] = field(default_factory=set)
 
     def worker_index(self, host: Host) -> int:
         return host.index
 
-    def executor_pids(self, host: Host) -> list[int]:
-        """Pids of the executor JVMs running in ``host``."""
-        found = []
+    def executors(self, host: Host) -> dict[int, str]:
+        """The executor JVMs running in ``host``: pid -> Spark executor id."""
+        found = {}
         for pid in namespace_pids(host.namespace):
             try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"CoarseGrainedExecutorBackend" in cmdline:
-                found.append(pid)
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args and b"--executor-id" in args:
+                found[pid] = args[args.index(b"--executor-id") + 1].decode()
         return found
 
     def restart_worker(self, host: Host) -> None:
@@ -352,6 +366,7 @@ class NetnsCluster:
         """SIGKILL every process of ``host`` (Worker, executor, Python workers); returns their pids."""
         pids = namespace_pids(host.namespace)
         kill_namespace(host.namespace)
+        self.crashed.update((self.spark.root / "local" / f"worker-{host.index}").iterdir())
         for daemon in self.spark.daemons:
             if daemon.name == f"worker-{host.index}":
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -363,8 +378,10 @@ class NetnsCluster:
         return self.spark.context(app_name, **conf)
 
     def spill_dirs(self) -> list[Path]:
-        """tensorspark's spill folders still under the Workers' local dirs."""
-        return sorted((self.spark.root / "local").glob("**/tensorspark-spill-*"))
+        """tensorspark's spill folders still under the Workers' local dirs, but for those of
+        Workers that died with their host (:attr:`crashed`)."""
+        found = (self.spark.root / "local").glob("**/tensorspark-spill-*")
+        return sorted(d for d in found if not any(c in d.parents for c in self.crashed))
 
 
 @pytest.fixture(scope="session")

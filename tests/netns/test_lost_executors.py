@@ -10,11 +10,11 @@ host (Worker, executor, Python workers). Then:
   it. The run completes with exactly the pushes the data implies (nothing applied twice, no
   batch lost), every sample counted once, and the usual accuracy.
 * **sync**: decided and documented (docs/cluster.md): the run fails fast with
-  :class:`~tensorspark.ExecutorLostError` naming the lost executor and the partitions that
-  trained there, since a barrier stage cannot go on without it (Spark would rerun the whole
-  stage once enough executors are back, or wait indefinitely when they never come). The
-  server stops, its last checkpoint holds the completed rounds, and ``resume=True``
-  finishes the run with the exact count.
+  :class:`~tensorspark.ExecutorLostError` naming the lost executor (Spark's id), the
+  partition that trained on it and that partition's host. A sync run is one Spark barrier
+  stage, which Spark does not rerun when one of its tasks is lost; tensorspark says so and
+  what to do. The server stops, its last checkpoint holds the completed rounds, and
+  ``resume=True`` finishes the run with the exact count.
 
 After each: the driver (this process) is still up, the server's port is closed, no
 tensorspark thread is left; after the application: no spill file and no orphaned process.
@@ -102,19 +102,27 @@ def _assert_nothing_of_the_run_left(watch: RunWatch) -> None:
     assert [t.name for t in threading.enumerate() if t.name.startswith("tensorspark-")] == []
 
 
+def _victim_partition(status: dict[str, Any], victim: Host) -> int:
+    [partition] = [int(w["partition"]) for w in status["workers"] if w.get("host") == victim.address]
+    return partition
+
+
 def _kill_executor(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]) -> Any:
     def kill(status: dict[str, Any]) -> None:
-        pids = netns_cluster.executor_pids(victim)
-        assert len(pids) == 1, f"expected one executor JVM on {victim.namespace}, found {pids}"
-        os.kill(pids[0], signal.SIGKILL)
-        record.update(pids=pids, at=time.monotonic(), pushes=status["applied_pushes"])
+        executors = netns_cluster.executors(victim)
+        assert len(executors) == 1, f"expected one executor JVM on {victim.namespace}, found {executors}"
+        [(pid, executor)] = executors.items()
+        os.kill(pid, signal.SIGKILL)
+        record.update(pids=[pid], executor=executor, at=time.monotonic(), partition=_victim_partition(status, victim))
 
     return kill
 
 
 def _kill_host(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]) -> Any:
     def kill(status: dict[str, Any]) -> None:
-        record.update(pids=netns_cluster.kill_host(victim), at=time.monotonic(), pushes=status["applied_pushes"])
+        [executor] = netns_cluster.executors(victim).values()
+        pids = netns_cluster.kill_host(victim)
+        record.update(pids=pids, executor=executor, at=time.monotonic(), partition=_victim_partition(status, victim))
 
     return kill
 
@@ -134,12 +142,14 @@ def test_async_run_survives(
     watch = RunWatch()
     with watch.installed():
         action = watch.when(_victim_training(victim), killer)
-        run = train_tf1(
-            lost_sc, *mnist, name=f"lost_{what}_{staleness}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
-            max_staleness=staleness,
-        )
-        run.session.close()
-        action.result()
+        try:
+            run = train_tf1(
+                lost_sc, *mnist, name=f"lost_{what}_{staleness}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
+                max_staleness=staleness,
+            )
+            run.session.close()
+        finally:
+            action.result()
     assert record["pids"], "nothing was killed"
     status = run.result.status
     rows = partition_rows(run.result)
@@ -171,19 +181,23 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     watch = RunWatch()
     with watch.installed():
         action = watch.when(_victim_training(victim), killer)
-        with pytest.raises(ExecutorLostError) as info:
-            train_tf1(
-                lost_sc, *mnist, name=f"lost_sync_{what}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
-                mode="sync", checkpoint_dir=checkpoints,
-            )
-        failed_at = time.monotonic()
-        action.result()
+        try:
+            with pytest.raises(ExecutorLostError) as info:
+                train_tf1(
+                    lost_sc, *mnist, name=f"lost_sync_{what}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
+                    mode="sync", checkpoint_dir=checkpoints,
+                )
+            failed_at = time.monotonic()
+        finally:
+            action.result()
     assert failed_at - record["at"] < FAIL_FAST_S
-    [lost] = info.value.executors
-    assert lost.startswith(f"{victim.address}:")
+    executor, partition = record["executor"], record["partition"]
+    assert (info.value.executors, info.value.partitions) == ([executor], [partition])
     message = str(info.value)
-    assert message.startswith(f"mode='sync' lost an executor mid-run: {lost} (Spark block manager host:port)")
-    assert f"were training on {victim.address}." in message
+    assert message.startswith(
+        f"mode='sync' lost executor {executor} mid-run (partition {partition} at {victim.address}): "
+        f"executor {executor} was lost while it ran the task of partition(s) [{partition}]"
+    ), message[:400]
     assert "run again with resume=True" in message and "mode='async'" in message
     _assert_nothing_of_the_run_left(watch)
     if what == "host":
@@ -204,7 +218,9 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
 
 
 def test_nothing_left_after_the_application(lost_sc: SparkContext, netns_cluster: NetnsCluster) -> None:
-    """Last in the module: once the application ends, its hosts hold only their Workers."""
+    """Last in the module: once the application ends, its hosts hold only their Workers, and
+    its scratch folders are gone (those of a Worker killed with its host excepted: a crashed
+    host's disk keeps them until Spark's worker cleanup or the host's /tmp policy)."""
     lost_sc.stop()
     poll(lambda: not netns_cluster.spill_dirs(), 30.0, "the Workers to delete the spill folders")
     for host in netns_cluster.net.hosts:
