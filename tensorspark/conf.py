@@ -112,9 +112,38 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+#: Hadoop settings taken from the Hadoop site files on the driver's classpath (a
+#: ``HADOOP_CONF_DIR``'s ``hdfs-site.xml``, or what YARN ships to the ApplicationMaster) when
+#: the Spark conf sets neither ``KEY`` nor ``spark.hadoop.KEY``: on a Hadoop cluster the
+#: NameNode's WebHDFS address (for ``hdfs://`` checkpoints) is already configured there.
+HADOOP_SITE_KEYS = {"dfs.namenode.http-address": "hdfs-site.xml"}
+
+
 def spark_conf(sc: Any) -> dict[str, str]:
-    """All of the SparkContext's conf as a plain dict (driver side)."""
-    return dict(sc.getConf().getAll())
+    """All of the SparkContext's conf as a plain dict, plus :data:`HADOOP_SITE_KEYS` from
+    the Hadoop site files when the Spark conf lacks them (driver side)."""
+    out = dict(sc.getConf().getAll())
+    for key, resource in HADOOP_SITE_KEYS.items():
+        if key not in out and f"spark.hadoop.{key}" not in out:
+            value = hadoop_site_setting(sc, key, resource)
+            if value:
+                out[key] = value
+    return out
+
+
+def hadoop_site_setting(sc: Any, key: str, resource: str) -> str | None:
+    """``key`` as the Hadoop site file ``resource`` on the driver JVM's classpath sets it.
+
+    Only the site file is read, never Hadoop's built-in defaults (``hdfs-default.xml`` says
+    ``0.0.0.0:9870``, which is no address of a real NameNode). None without a JVM, file or key.
+    """
+    jvm = getattr(sc, "_jvm", None)
+    if jvm is None:
+        return None
+    site = jvm.org.apache.hadoop.conf.Configuration(False)
+    site.addResource(resource)
+    value = site.get(key)
+    return str(value).strip() if value else None
 
 
 def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | None = None) -> dict[str, Any]:

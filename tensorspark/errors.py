@@ -51,6 +51,24 @@ class WorkerError(TensorSparkError):
     """A Spark task failed; the message carries the worker's Python traceback."""
 
 
+class ExecutorLostError(WorkerError):
+    """A Spark executor was lost (killed, its host gone) while a task of the job ran on it,
+    and Spark gave up on the job: at once for a sync-mode run (one barrier stage), after
+    ``spark.task.maxFailures`` losses of the same task otherwise.
+
+    Attributes:
+        executors: the lost executors' Spark ids.
+        partitions: the partitions whose tasks ran on them.
+    """
+
+    def __init__(
+        self, message: str, *, executors: list[str] | None = None, partitions: list[int] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.executors = list(executors or [])
+        self.partitions = list(partitions or [])
+
+
 class CheckpointError(TensorSparkError):
     """A checkpoint could not be written, read, or does not match the model."""
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from tensorspark import conf, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
-from tensorspark.errors import ConfigurationError
+from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
@@ -223,6 +223,28 @@ class ServerHost:
             logger.exception("the final checkpoint of a failed run could not be written")
 
 
+def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> ExecutorLostError:
+    """What a sync run says when Spark lost an executor under it (driver).
+
+    A sync run is one Spark barrier stage, which Spark does not retry: losing one task's
+    executor fails the job at once. The message says why, where the partitions were
+    (the hosts the server saw them join from) and how to go on.
+    """
+    hosts = {int(w["partition"]): w.get("host") for w in status.get("workers", [])}
+    where = ", ".join(f"partition {p} at {hosts.get(p) or 'an unknown host'}" for p in err.partitions) or "a partition"
+    return ExecutorLostError(
+        f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync run "
+        "trains every partition in the same rounds, as one Spark barrier stage, and Spark does not "
+        "rerun a barrier stage whose task was lost, so the run stopped. The server had completed "
+        f"{status.get('round', 0)} rounds (version {status.get('version')}); with checkpoint_dir set, "
+        "the run's last checkpoint holds them: run again with resume=True to continue from there once "
+        "the cluster has a task slot per partition, or use mode='async', which carries on when "
+        "executors come and go.",
+        executors=err.executors,
+        partitions=err.partitions,
+    )
+
+
 def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
@@ -388,9 +410,14 @@ class TrainingRun:
                     self.host.poll()
                     monitor.poll()
 
-                return jobs.run_job(
-                    self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
-                )
+                try:
+                    return jobs.run_job(
+                        self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                    )
+                except ExecutorLostError as err:
+                    if self.settings.mode != "sync":
+                        raise
+                    raise sync_executor_lost(err, server.status()) from None
             finally:
                 monitor.close()
         finally:
