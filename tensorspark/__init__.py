@@ -32,6 +32,10 @@ _EXPORTS: dict[str, str] = {
     "TuningError": "tensorspark.errors",
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
+    "FileSource": "tensorspark.fileio.source",
+    "files": "tensorspark.fileio.source",
+    "WrittenFiles": "tensorspark.fileio.output",
+    "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
@@ -69,6 +73,7 @@ __all__ = [
     "Distribution",
     "DivergenceError",
     "DynSGDCombiner",
+    "FileSource",
     "History",
     "IntRange",
     "LogUniform",
@@ -93,10 +98,13 @@ __all__ = [
     "WeightCombiner",
     "WireFormatError",
     "WorkerError",
+    "WrittenFiles",
     "expand_space",
+    "files",
     "load_checkpoint",
     "predict",
     "tune",
+    "write_tfrecord",
 ]
 
 
@@ -129,6 +137,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         WireFormatError,
         WorkerError,
     )
+    from tensorspark.fileio.output import WrittenFiles
+    from tensorspark.fileio.source import FileSource, files
+    from tensorspark.fileio.write import write_tfrecord
     from tensorspark.inference import predict
     from tensorspark.models.base import ModelLoader, ModelSource
     from tensorspark.models.tf1 import TF1SessionSource

@@ -28,7 +28,7 @@ import numpy as np
 from tensorspark.data import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
 from tensorspark.models.base import TrainableModel
-from tensorspark.partition import PartitionData
+from tensorspark.partition import EpochSource, PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
 
 logger = logging.getLogger(__name__)
@@ -88,11 +88,16 @@ class _EpochStats:
 def train_partition(
     partition: int,
     attempt: int,
-    blocks: Iterator[Block],
+    blocks: Iterator[Block] | EpochSource,
     config: WorkerConfig,
     build_model: Callable[[], TrainableModel],
 ) -> dict[str, Any]:
     """Train one partition against the parameter server; return JSON-able statistics.
+
+    ``blocks`` is the partition as column blocks (batched, and spilled for later epochs, by
+    :class:`~tensorspark.partition.PartitionData`), or an
+    :class:`~tensorspark.partition.EpochSource` that gives each epoch's batches itself
+    (files read again every epoch). The source is closed when the loop ends.
 
     Raises whatever the model raises (Spark then retries the task), and
     :class:`~tensorspark.errors.DivergenceError` when the server rejects a non-finite
@@ -145,15 +150,20 @@ class _Loop:
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
 
-    def run(self, blocks: Iterator[Block]) -> dict[str, Any]:
+    def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
         self.version, self.base = self.client.pull()
         self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
-        with PartitionData(
-            blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
-        ) as data:
+        data: EpochSource = (
+            blocks
+            if isinstance(blocks, EpochSource)
+            else PartitionData(
+                blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
+            )
+        )
+        try:
             for epoch, batches in data.epochs():
                 stats = _EpochStats()
                 chunk: list[Block] = []
@@ -173,6 +183,8 @@ class _Loop:
                         self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
+        finally:
+            data.close()
         return {
             "partition": self.partition,
             "attempt": self.attempt,
