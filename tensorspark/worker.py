@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import resource
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -34,6 +36,7 @@ from tensorspark.ps.client import ParameterClient, PushResult
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
+_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
@@ -193,6 +196,9 @@ class _Loop:
             "counts": self.counts,
             "seconds": time.time() - started,
             "version": self.version,
+            # The Python worker's peak resident memory so far; a reused worker's figure
+            # includes the tasks it ran before.
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
         }
 
     def _sync(

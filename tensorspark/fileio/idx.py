@@ -8,8 +8,9 @@ a features file; its labels file is needed when the job trains or evaluates.
 Driver (:func:`inspect`): each file's header (its first bytes; of a ``.gz`` file, the first
 decompressed bytes, and its GZIP trailer's size) says the element type and the shape; the
 images and labels files of a pair must declare the same number of records, and a raw file
-must be as long as its header says. Uncompressed files are cut into byte ranges of about
-:data:`SHARD_BYTES` (whole records); a gzipped pair is one shard, read front to back.
+must be as long as its header says. Files are cut into runs of whole records, of about
+:data:`SHARD_BYTES` (byte ranges of an uncompressed file) or :data:`GZ_SHARD_BYTES` of a
+gzipped one (whose shards each decompress it from the start and skip to their records).
 
 Executor (:func:`read_shard`): the two ranges stream side by side, ``block_rows`` records
 at a time.
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: Bytes of images per shard of an uncompressed idx file.
 SHARD_BYTES = 8 << 20
+#: The same for a gzipped one, larger: every shard of it decompresses the file from its start.
+GZ_SHARD_BYTES = 32 << 20
 _HEAD = 64  # bytes that hold any idx header this module accepts (up to 15 dimensions)
 
 
@@ -174,10 +177,12 @@ def inspect(
     return files, shards, rows, kinds
 
 
-def _cut(file: int, labels: int, count: int, record_bytes: int, whole: bool) -> list[Shard]:
-    if whole or count == 0:
-        return [Shard(file=file, first=0, count=count, labels=labels, nbytes=count * record_bytes)]
-    per = max(1, SHARD_BYTES // max(1, record_bytes))
+def _cut(file: int, labels: int, count: int, record_bytes: int, gz: bool) -> list[Shard]:
+    """Runs of whole records of about :data:`SHARD_BYTES` (:data:`GZ_SHARD_BYTES` when
+    gzipped: such a shard decompresses the file from its start and skips what lies before)."""
+    if count == 0:
+        return [Shard(file=file, first=0, count=0, labels=labels, nbytes=0)]
+    per = max(1, (GZ_SHARD_BYTES if gz else SHARD_BYTES) // max(1, record_bytes))
     return [
         Shard(file=file, first=start, count=min(per, count - start), labels=labels, nbytes=min(per, count - start) * record_bytes)
         for start in range(0, count, per)

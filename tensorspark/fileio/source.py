@@ -128,9 +128,10 @@ def files(
             TF1 model takes one-hot labels).
         compression: TFRecord only: ``"GZIP"``, or ``None`` (then files named ``*.gz`` are
             read as GZIP).
-        shuffle_buffer: rows a task keeps to shuffle within its shards when the job
-            shuffles (``fit(shuffle=True)``, ``run(shuffle_within_partition=True)``); 0
-            shuffles only the order of the shards. Memory grows with it, not with the data.
+        shuffle_buffer: rows a task keeps to mix neighbouring shards when the job shuffles
+            (``fit(shuffle=True)``, ``run(shuffle_within_partition=True)``); with 0 an epoch
+            shuffles the shards' order and the rows within each chunk read (4,096 rows).
+            Memory grows with it, not with the data.
         num_partitions: Spark tasks to read with (default: the cluster's default
             parallelism, at most one per shard).
         split: idx only: which pair of files of a folder holding several (MNIST's

@@ -4,8 +4,9 @@ Runs on executors. Every epoch reads the task's shards again from storage (nothi
 spilled: the files are already durable), in bounded chunks, through the format's reader:
 
 * with ``shuffle``, the shards' order is a new permutation each epoch, seeded by
-  ``(seed, partition, epoch)``, and with ``shuffle_buffer`` rows a bounded buffer mixes the
-  rows of neighbouring shards (:func:`shuffled`);
+  ``(seed, partition, epoch)``, so are the rows of each chunk a reader hands over
+  (``block_rows``, a few thousand), and with ``shuffle_buffer`` rows a bounded buffer mixes
+  the rows of neighbouring chunks and shards (:func:`shuffled`);
 * without, the shards are read in the listing's order, rows in file order.
 
 Either way the same settings give the same batches: a retried task reads exactly what the
@@ -88,9 +89,11 @@ class FileEpochs:
         blocks: Iterator[Block] = (
             to_block(self.spec, chunk) for shard in self.order(epoch) for chunk in self._read(shard)
         )
-        if self.shuffle and self.spec.shuffle_buffer > 0:
+        if self.shuffle:
             rng = np.random.default_rng([self.seed, self.partition, epoch, 1])
-            blocks = shuffled(blocks, self.spec.shuffle_buffer, rng)
+            blocks = _permuted(blocks, rng)
+            if self.spec.shuffle_buffer > 0:
+                blocks = shuffled(blocks, self.spec.shuffle_buffer, rng)
         for block in blocks:
             if epoch == 0:
                 self.rows += len(block[0])
@@ -111,6 +114,13 @@ class FileEpochs:
             return tfrecord.read_shard(self.spec, storage, path, shard)
         labels = self._open(shard.labels) if shard.labels >= 0 else None
         return idx.read_shard(self.spec, storage, path, shard, labels)
+
+
+def _permuted(blocks: Iterator[Block], rng: np.random.Generator) -> Iterator[Block]:
+    """Each chunk's rows in a random order (the chunk is in memory anyway: no cost in memory)."""
+    for block in blocks:
+        order = rng.permutation(len(block[0]))
+        yield tuple(column[order] for column in block)
 
 
 def shuffled(blocks: Iterator[Block], capacity: int, rng: np.random.Generator) -> Iterator[Block]:

@@ -196,7 +196,7 @@ def write_tfrecord(
     task = functools.partial(_write_task, kinds=tuple((n, k) for n, k, _ in kinds), target=folder.target, gzip=gzip)
     try:
         stats = jobs.run_job(
-            sc, ordered.mapInArrow(task, "partition int, rows long").collect, description="tensorspark write_tfrecord"
+            sc, ordered.mapInArrow(task, "partition long, rows long").collect, description="tensorspark write_tfrecord"
         )
     except BaseException:
         folder.abort()
