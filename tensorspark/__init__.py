@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
     "WorkerPlacementError": "tensorspark.errors",
+    "FileSource": "tensorspark.fileio.source",
+    "files": "tensorspark.fileio.source",
+    "WrittenFiles": "tensorspark.fileio.output",
+    "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
@@ -74,6 +78,7 @@ __all__ = [
     "DivergenceError",
     "DynSGDCombiner",
     "ExecutorLostError",
+    "FileSource",
     "History",
     "IntRange",
     "LogUniform",
@@ -99,10 +104,13 @@ __all__ = [
     "WireFormatError",
     "WorkerError",
     "WorkerPlacementError",
+    "WrittenFiles",
     "expand_space",
+    "files",
     "load_checkpoint",
     "predict",
     "tune",
+    "write_tfrecord",
 ]
 
 
@@ -137,6 +145,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         WorkerError,
         WorkerPlacementError,
     )
+    from tensorspark.fileio.output import WrittenFiles
+    from tensorspark.fileio.source import FileSource, files
+    from tensorspark.fileio.write import write_tfrecord
     from tensorspark.inference import predict
     from tensorspark.models.base import ModelLoader, ModelSource
     from tensorspark.models.tf1 import TF1SessionSource

@@ -92,18 +92,22 @@ def binary_dtype(feature_dtype: Any) -> np.dtype[Any]:
 
 @dataclass
 class TrainingData:
-    """An RDD or DataFrame of ``(features, label)`` examples, checked and ready to feed.
+    """An RDD, a DataFrame or files of ``(features, label)`` examples, checked and ready to feed.
 
     ``rdd`` holds ``(features, label)`` tuples, or ``df`` two columns named
-    :data:`FEED_NAMES` (features as ``array<float>``, labels as numbers or ``array<float>``).
+    :data:`FEED_NAMES` (features as ``array<float>``, labels as numbers or ``array<float>``),
+    or ``files`` is a :class:`tensorspark.fileio.plan.FilePlan` the tasks read themselves.
     """
 
     rdd: Any = None
     df: Any = None
     feed_dtypes: tuple[str, str] = ("float32", "float32")
+    files: Any = None
 
     @property
     def num_partitions(self) -> int:
+        if self.files is not None:
+            return int(self.files.num_partitions)
         return int(self.rdd.getNumPartitions() if self.rdd is not None else self.df.rdd.getNumPartitions())
 
 
@@ -166,8 +170,8 @@ def prepare_examples(
         )
         return TrainingData(df=selected, feed_dtypes=(in_dtype.name, label_dtype.name))
     raise ConfigurationError(
-        f"Argument `{argument}` must be a pyspark RDD of (features, label) tuples or a "
-        f"DataFrame. Received: {argument} of type {type(data).__name__}"
+        f"Argument `{argument}` must be a pyspark RDD of (features, label) tuples, a "
+        f"DataFrame, or files (tensorspark.files(...)). Received: {argument} of type {type(data).__name__}"
     )
 
 

@@ -348,7 +348,8 @@ class SparkSession:
 
         Without ``feed_rdd`` this is exactly ``session.run(fetches, feed_dict, options,
         run_metadata)`` on the driver. With it, every partition of ``feed_rdd`` (elements:
-        tuples aligned with ``feed_name_list``) trains ``fetches`` for ``num_epoch`` epochs,
+        tuples aligned with ``feed_name_list``; or files, ``sps.files(...)``, whose features
+        and label feed the first and second name) trains ``fetches`` for ``num_epoch`` epochs,
         synchronising ``param_list`` through the parameter server; afterwards the driver's
         session holds the global values. Returns the run's :class:`TrainResult`.
 
@@ -413,7 +414,9 @@ class SparkSession:
             data: an RDD of ``(features, label)`` tuples, or a DataFrame with
                 ``features_col`` (``array<number>`` or ``vector``) and ``label_col`` (a
                 number, ``array<number>`` or ``vector``). DataFrames are fed through Arrow
-                (``mapInArrow``), never row by row.
+                (``mapInArrow``), never row by row. Or files, ``sps.files(path,
+                features=..., label=...)`` (Parquet, TFRecord, idx): each task reads its
+                shards itself, every epoch, in bounded memory.
             epochs: passes over each partition.
             validation_data: the same kinds of data, evaluated at each epoch's end.
             features_col: DataFrame feature column.
@@ -503,6 +506,7 @@ class SparkSession:
         labels: Sequence[str] | None = None,
         feature_dtype: Any = None,
         mixed_precision: str | None = None,
+        output: str | None = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
 
@@ -514,7 +518,8 @@ class SparkSession:
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
         RDD of float32 output arrays in the input's order; a DataFrame gives its rows plus
-        ``output_col``.
+        ``output_col``. Files (``sps.files(...)``) give an RDD like an RDD's, or with
+        ``output=`` (a folder) one Parquet file per task, written at once.
 
         Raises:
             ConfigurationError: a missing column, features that do not fit the model.
@@ -537,5 +542,5 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype, mixed_precision=mixed_precision,
+            feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
         )

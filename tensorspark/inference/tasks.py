@@ -108,6 +108,32 @@ def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.take_along_axis(scores, order, axis=1)
 
 
+def output_rows(outputs: np.ndarray, plan: Plan) -> Iterator[Any]:
+    """A batch's outputs as RDD elements: float32 arrays, or with ``top_k`` lists of
+    ``(label, score)`` pairs, best first (executor)."""
+    if not plan.top_k:
+        yield from outputs
+        return
+    order, scores = _top(outputs, plan.top_k)
+    for row_order, row_scores in zip(order, scores, strict=True):
+        names: Sequence[Any] = (
+            [plan.labels[i] for i in row_order]
+            if plan.labels is not None
+            else [int(i) for i in row_order]
+        )
+        yield list(zip(names, (float(s) for s in row_scores), strict=True))
+
+
+def predict_batch(plan: Plan, payload: Broadcast[bytes], batch: np.ndarray) -> np.ndarray:
+    """One batch of features through this worker's cached model: float32 outputs (executor)."""
+    return _run(_load(plan, payload), batch, plan)
+
+
+def arrow_outputs(outputs: np.ndarray, plan: Plan) -> Any:
+    """A batch's outputs as the Arrow column a DataFrame (or Parquet file) gets."""
+    return _to_arrow(outputs, len(outputs), plan)
+
+
 def _row_features(element: Any) -> np.ndarray:
     if isinstance(element, tuple):
         element = element[0]
@@ -128,18 +154,7 @@ def predict_partition(
         nonlocal predict_fn
         if predict_fn is None:
             predict_fn = _load(plan, payload)
-        outputs = _run(predict_fn, np.stack(batch), plan)
-        if not plan.top_k:
-            yield from outputs
-            return
-        order, scores = _top(outputs, plan.top_k)
-        for row_order, row_scores in zip(order, scores, strict=True):
-            names: Sequence[Any] = (
-                [plan.labels[i] for i in row_order]
-                if plan.labels is not None
-                else [int(i) for i in row_order]
-            )
-            yield list(zip(names, (float(s) for s in row_scores), strict=True))
+        yield from output_rows(_run(predict_fn, np.stack(batch), plan), plan)
 
     for row in rows:
         try:
