@@ -45,6 +45,7 @@ from tensorspark.models.keras import KerasLoader, KerasModelSource
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.models.tf1 import TF1SessionSource
+from tensorspark.warmup import check_worker_reuse
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -183,6 +184,7 @@ def predict(
             "Argument `data` must be a pyspark RDD or DataFrame. "
             f"Received: data of type {type(data).__name__}"
         )
+    check_worker_reuse(sc)
     source = resolve_source(sc, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(sc, source, checkpoint)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tensorspark.data import first_element
 from tensorspark.errors import ConfigurationError
 from tensorspark.models.tf1 import (
     VariableLoader,
@@ -47,7 +48,7 @@ def train_graph(
     graph = session.graph
     feeds, _ = resolve_feeds(graph, feed_name_list)
     param_names = resolve_params(graph, param_list)
-    first = feed_rdd.take(1)
+    first = first_element(feed_rdd)
     if not first:
         raise ConfigurationError("feed_rdd is empty: there is nothing to train on")
     check_row(feeds, first[0], feed_name_list)
