@@ -235,19 +235,31 @@ def warm_worker(import_tensorflow: bool) -> dict[str, Any]:
 
         prepare_worker()
     if import_tensorflow and not warm:
-        import tensorflow as tf
-
         import tensorspark.models.keras  # noqa: F401 - the Keras adapter and its imports
 
-        @tf.function
-        def count(n: Any) -> Any:
-            total = tf.constant(0)
-            for i in tf.range(n):
-                total += i
-            return total
-
-        count(tf.constant(2))
+        trace_once()
     return {"pid": os.getpid(), "seconds": time.perf_counter() - started, "warm": warm}
+
+
+def trace_once() -> None:
+    """Trace and run a trivial ``tf.function`` with an AutoGraph loop (executor).
+
+    A process's first trace pays TensorFlow's lazy set-up (AutoGraph's converter, the
+    function-tracing machinery: about 0.2 s); a model's own trace later does not. Nothing
+    is created that a result depends on. A failure is logged, not raised.
+    """
+    import tensorflow as tf
+
+    def count(n: Any) -> Any:
+        total = tf.constant(0)
+        for i in tf.range(n):
+            total += i
+        return total
+
+    try:
+        tf.function(count)(tf.constant(2))
+    except Exception:  # noqa: BLE001 - a warm-up never fails a task
+        logger.debug("the warm-up trace failed", exc_info=True)
 
 
 def _warm_rows(import_tensorflow: bool, _: Any) -> dict[str, Any]:
