@@ -20,7 +20,13 @@ spark.tensorspark.ssl.certfile        ssl_certfile             none (plain HTTP)
 spark.tensorspark.ssl.keyfile         ssl_keyfile              none
 spark.tensorspark.ssl.cafile          ssl_cafile               none
 spark.tensorspark.webhdfs.url         (storage)                from dfs.namenode.http-address
+spark.tensorspark.warmup.enabled      warm_up                  on (off with dynamic allocation)
+spark.tensorspark.warmup.pools        (warm-up)                auto: rdd, and dataframe when
+                                                               a SQL session is active
+spark.tensorspark.warmup.keepAlive    (warm-up)                600 (seconds; 0: none)
 ====================================  =======================  ==========================
+
+The ``warmup`` keys are read by :mod:`tensorspark.warmup` (README, "Cold starts").
 """
 
 from __future__ import annotations
@@ -86,6 +92,29 @@ def _positive_int(key: str) -> Callable[[str], int]:
     return parse
 
 
+def _flag(key: str) -> Callable[[str], bool]:
+    def parse(text: str) -> bool:
+        value = text.strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigurationError(f"{key} must be true or false. Received: {text!r}")
+        return value == "true"
+
+    return parse
+
+
+def _non_negative_float(key: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            raise ConfigurationError(f"{key} must be a number of seconds >= 0. Received: {text!r}")
+        return value
+
+    return parse
+
+
 def _read_file(key: str) -> Callable[[str], str]:
     def parse(path: str) -> str:
         try:
@@ -110,6 +139,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(PREFIX + "ssl.keyfile", "ssl_keyfile", str, None),
     Setting(PREFIX + "ssl.cafile", "ssl_cafile", str, None),
 )
+
+#: The warm-up's settings (read by :func:`warmup_settings`).
+WARMUP_ENABLED_KEY = PREFIX + "warmup.enabled"
+WARMUP_POOLS_KEY = PREFIX + "warmup.pools"
+WARMUP_KEEP_ALIVE_KEY = PREFIX + "warmup.keepAlive"
+#: Seconds the warmed workers are kept alive after the last call, when not configured.
+DEFAULT_KEEP_ALIVE_S = 600.0
 
 
 #: Hadoop settings taken from the Hadoop site files on the driver's classpath (a
@@ -224,3 +260,52 @@ def driver_host(sc: Any) -> str | None:
 def dynamic_allocation(sc: Any) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
     return str(sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
+
+
+def python_worker_reuse(sc: Any) -> bool:
+    """Whether Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
+    default true; driver). When it does not, every task starts a Python worker that imports
+    TensorFlow again."""
+    return str(sc.getConf().get("spark.python.worker.reuse", "true")).strip().lower() != "false"
+
+
+#: The Spark settings that give tasks GPUs.
+GPU_AMOUNT_KEYS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
+
+
+def gpu_amounts(sc: Any) -> dict[str, str]:
+    """The GPU settings of :data:`GPU_AMOUNT_KEYS` that ask for GPUs (a number > 0; driver).
+
+    With GPUs, a task's ``CUDA_VISIBLE_DEVICES`` must be set from its assigned GPUs before
+    TensorFlow is imported in its Python worker, so nothing may import TensorFlow ahead of
+    the task (see :mod:`tensorspark.warmup`).
+    """
+    out = {}
+    for key in GPU_AMOUNT_KEYS:
+        value = sc.getConf().get(key, None)
+        try:
+            if value is not None and float(value) > 0:
+                out[key] = str(value)
+        except ValueError:
+            out[key] = str(value)  # Spark itself refuses it; not ours to judge
+    return out
+
+
+def warmup_settings(sc: Any) -> tuple[bool | None, str, float]:
+    """``(enabled, pools, keep-alive seconds)`` of the warm-up from Spark conf (driver).
+
+    ``enabled`` is ``spark.tensorspark.warmup.enabled`` (None when unset: on unless dynamic
+    allocation is); ``pools`` the text of ``spark.tensorspark.warmup.pools`` (``"auto"`` when
+    unset; :func:`tensorspark.warmup.parse_pools` checks it); the keep-alive
+    ``spark.tensorspark.warmup.keepAlive`` (:data:`DEFAULT_KEEP_ALIVE_S` when unset).
+
+    Raises:
+        ConfigurationError: ``enabled`` is not true/false, or the keep-alive is not a
+            number of seconds >= 0.
+    """
+    values = sc.getConf()
+    enabled = values.get(WARMUP_ENABLED_KEY, None)
+    pools = str(values.get(WARMUP_POOLS_KEY, "auto") or "auto")
+    keep = values.get(WARMUP_KEEP_ALIVE_KEY, None)
+    seconds = DEFAULT_KEEP_ALIVE_S if keep is None else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
+    return (None if enabled is None else _flag(WARMUP_ENABLED_KEY)(str(enabled))), pools, seconds

@@ -10,9 +10,11 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -23,9 +25,14 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
+from tensorspark.warmup import WarmUp
+from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _DIVERGENCE = ("fail", "skip")
 
@@ -34,6 +41,23 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def _keeps_workers_warm(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A session method that runs Spark jobs: the warm-up's keep-alive counts from its start
+    and from its end (see :mod:`tensorspark.warmup`)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        session = args[0]
+        assert isinstance(session, SparkSession)
+        session.warmup.touch()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            session.warmup.touch()
+
+    return wrapper
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -96,6 +120,11 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        warm_up: warm the executors' Python workers in the background from now on
+            (TensorFlow imported before the first job needs it), and keep them alive while
+            the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
+            ``spark.tensorspark.warmup.enabled``, else on, except under dynamic allocation.
+            Never changes results; :attr:`warmup` reports what it did.
     """
 
     def __init__(
@@ -131,6 +160,7 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        warm_up: bool | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -227,6 +257,11 @@ class SparkSession:
             from tensorspark.models.keras_checks import validate_model
 
             validate_model(session)
+        #: The background warm-up of the executors' Python workers (see ``warm_up``).
+        if warm_up is not None and not isinstance(warm_up, bool):
+            raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
 
@@ -318,7 +353,9 @@ class SparkSession:
         return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
-        """Stop a reusable parameter server (writing its last checkpoint)."""
+        """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
+        keep-alive."""
+        self.warmup.close()
         self._host.close()
 
     def __enter__(self) -> SparkSession:
@@ -329,6 +366,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
+    @_keeps_workers_warm
     def run(
         self,
         fetches: Any,
@@ -388,6 +426,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
+    @_keeps_workers_warm
     def fit(
         self,
         data: Any,
@@ -456,6 +495,7 @@ class SparkSession:
         self.last_run = result
         return history
 
+    @_keeps_workers_warm
     def evaluate(
         self,
         data: Any,
@@ -493,6 +533,7 @@ class SparkSession:
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
+    @_keeps_workers_warm
     def predict(
         self,
         data: Any,

@@ -55,6 +55,7 @@ from tensorspark.models.precision import check_policy
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.models.tf1 import TF1SessionSource
+from tensorspark.warmup import check_worker_reuse
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -217,6 +218,7 @@ def predict(
             "result yourself (result.write.parquet(...)). Received: output with data of type "
             f"{type(data).__name__}"
         )
+    check_worker_reuse(sc)
     source = resolve_source(sc, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(sc, source, checkpoint)

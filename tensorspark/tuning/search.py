@@ -39,6 +39,7 @@ from tensorspark.tuning.trial import (
     beats,
     run_trial_from_broadcast,
 )
+from tensorspark.warmup import warm_up
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import SparkContext
@@ -288,6 +289,9 @@ def tune(
         "x_val": val_xy[0] if val_xy else None,
         "y_val": val_xy[1] if val_xy else None,
     }
+    # The workers import TensorFlow while the data is broadcast: a one-off warm-up of the
+    # RDD pool (a no-op job on warm workers), queued before the trials.
+    warming = warm_up(sc, pools=("rdd",), keep_alive=0.0, enabled=None)
     data_bc = sc.broadcast(data)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     start = time.monotonic()
@@ -296,6 +300,7 @@ def tune(
             sc, build, data_bc, config, trials, order, parallel, group, progress, timeout
         )
     finally:
+        warming.close(timeout=0.0)
         data_bc.destroy()
     elapsed = time.monotonic() - start
     result = TuneResult(
