@@ -13,7 +13,12 @@ Connecting and reading have separate timeouts, like requests' ``(connect, read)`
 each connection attempt (TCP and TLS handshakes) gives up after ``connect_timeout``
 seconds, and never outlasts what is left of ``ps_timeout``, so a host that drops
 packets fails within ``ps_timeout``; once connected, the answer may take ``timeout``
-seconds (a sync-mode push waits for its round).
+seconds (a sync-mode push waits for its round), as long as the link carries packets. A
+link that stops carrying them (a cable pulled, a firewall dropping the port) must not
+leave a request waiting for that long: the connection has TCP keepalive probes every
+second and a TCP user timeout of ``ps_timeout`` (Linux), so data or probes left
+unanswered for ``ps_timeout`` fail the request with ``TimeoutError`` about a second later,
+and a shorter outage is ridden out by TCP's own retransmissions.
 
 Errors the server answered carry its HTTP ``status``; every
 :class:`~tensorspark.errors.ParameterServerError` raised here carries the request's
@@ -38,6 +43,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import random
 import socket
 import ssl
@@ -69,6 +75,26 @@ _SEND_STEP = 1 << 20
 _HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
 _MAX_HEAD = 64 * 1024
 _MIN_CONNECT = 0.1  # the shortest connection attempt, even with the budget nearly spent
+
+
+def bound_dead_link(sock: socket.socket, ps_timeout: float) -> None:
+    """Make a connection fail about ``ps_timeout`` seconds after its link stops carrying packets.
+
+    TCP keepalive probes an idle connection (one waiting for an answer) every second, and
+    the TCP user timeout closes the connection once sent data or probes have gone
+    unacknowledged for ``ps_timeout``; a healthy link acknowledges the probes, however long
+    the server takes to answer. Options a platform lacks are left out (keepalive alone then
+    gives up after ``ps_timeout`` probes).
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    seconds = max(1, math.ceil(ps_timeout))
+    for name, value in (("TCP_KEEPIDLE", 1), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", seconds)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if user_timeout is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, user_timeout, int(ps_timeout * 1000))
 
 
 class _Busy(Exception):
@@ -229,6 +255,7 @@ class ParameterClient:
             sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                bound_dead_link(sock, self.ps_timeout)
                 if self._ssl_context is not None:  # the handshake is part of connecting
                     sock = self._ssl_context.wrap_socket(sock, server_hostname=self._host)
                 sock.settimeout(self.timeout)

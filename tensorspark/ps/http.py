@@ -4,7 +4,7 @@ Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON)
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
 * ``GET  /pull``  -> wire(global params, {version})
-* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode}
+* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
 * ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
 * ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
@@ -449,7 +449,8 @@ class _Request(httputil.HTTPMessageDelegate):
             store.pull(self._respond)
         elif self.path == "/join":
             req = _json_object(payload, ("partition", "attempt"))
-            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt")))
+            peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
+            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt"), peer))
         elif self.path == "/leave":
             req = _json_object(payload, ("partition", "attempt", "state"))
             partition, state = int_field(req, "partition"), req["state"]

@@ -84,6 +84,8 @@ class WorkerState:
     epoch: int = -1
     seq: int = -1
     loss: float | None = None
+    #: The worker's address as the server saw it when the worker joined (its executor's host).
+    host: str | None = None
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,14 +273,16 @@ class Store:
             if code == 401:
                 self._counters["unauthorized_requests"] += 1
 
-    def join(self, partition: int, attempt: int) -> dict[str, Any]:
-        """A worker starts (or restarts): returns its partition's progress and the version.
+    def join(self, partition: int, attempt: int, host: str | None = None) -> dict[str, Any]:
+        """A worker starts (or restarts) from ``host``: returns its partition's progress and
+        the version.
 
         Raises:
             RequestError: 400: a new partition beyond :data:`MAX_WORKERS`.
         """
         worker = self._worker(partition)
         worker.attempt = attempt
+        worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
         if self.mode == "sync" and partition in self._pending:
