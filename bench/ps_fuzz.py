@@ -200,9 +200,10 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
 _HOST = """
 import json, os, sys
 import numpy as np
+import tensorspark
 from tensorspark.ps.server import ParameterServer
 with ParameterServer({"w": np.zeros(%d, np.float32)}, secret=b"s" * 32) as server:
-    print(json.dumps({"port": server.port, "pid": os.getpid(), "max_body": server.max_body_bytes}), flush=True)
+    print(json.dumps({"port": server.port, "pid": os.getpid(), "max_body": server.max_body_bytes, "module": tensorspark.__file__}), flush=True)
     sys.stdin.readline()
 """
 
@@ -218,11 +219,14 @@ def run_half_open(tree: Path, params: int, connections: int, hold: float) -> dic
     """RSS growth of a server (the code of ``tree``) holding half-open unauthenticated
     connections that declare its largest body."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.Popen([sys.executable, "-c", _HOST % params], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+    # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH.
+    proc = subprocess.Popen([sys.executable, "-c", _HOST % params], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=tree)
     socks: list[socket.socket] = []
     try:
         assert proc.stdout is not None and proc.stdin is not None
         info = json.loads(proc.stdout.readline())
+        if not info["module"].startswith(str(tree.resolve())):
+            raise RuntimeError(f"the server for {tree} imported {info['module']}")
         time.sleep(0.5)
         before = _rss(info["pid"])
         for _ in range(connections):
@@ -247,6 +251,7 @@ def run_half_open(tree: Path, params: int, connections: int, hold: float) -> dic
             proc.wait(10)
     return {
         "tree": str(tree),
+        "module": info["module"],
         "params": params,
         "max_body_bytes": info["max_body"],
         "connections": connections,
