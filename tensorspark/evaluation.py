@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import jobs, wire
+from tensorspark import gpus, jobs, wire
 from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import ReadSpec
@@ -42,6 +42,7 @@ class EvalPlan:
     batch_size: int
     feed_dtypes: tuple[str, str]
     columns: tuple[str, str] = FEED_NAMES
+    mixed_precision: str | None = None
 
 
 def encode_snapshots(snapshots: Sequence[Mapping[str, np.ndarray]]) -> bytes:
@@ -74,10 +75,12 @@ def evaluate_blocks(
     Blocks are read once and replayed from a spill file for further weight sets; a source
     factory (``weight sets -> EpochSource``, e.g. files) gives one pass per weight set.
     """
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    limit_tf_threads(task_cpus())
-    core = cached_core(f"eval-{plan.key}", lambda: model_bcast.value, plan.custom_objects)
+    prepare_worker()
+    core = cached_core(
+        f"eval-{plan.key}", lambda: model_bcast.value, plan.custom_objects, plan.mixed_precision
+    )
     snapshots = decode_snapshots(weights_bcast.value)
     epochs = []
     if callable(blocks):
@@ -151,11 +154,14 @@ def run_evaluation(
     custom_objects: Mapping[str, Any] | None,
     batch_size: int,
     description: str,
+    mixed_precision: str | None = None,
 ) -> list[dict[str, float]]:
     """Evaluate the model under each weight set over ``data``: one Spark job (driver).
 
     Each Python worker process loads the model once (keyed cache), reads its partition once
     and evaluates every weight set; the results are sample-weighted over all partitions.
+    ``mixed_precision`` evaluates under that Keras policy (``fit``'s validation uses the
+    policy it trained with).
 
     Returns:
         One dict of metric means (``loss``, compiled metrics) per weight set.
@@ -165,6 +171,7 @@ def run_evaluation(
         custom_objects=dict(custom_objects) if custom_objects else None,
         batch_size=int(batch_size),
         feed_dtypes=data.feed_dtypes,
+        mixed_precision=mixed_precision,
     )
     model_bcast = sc.broadcast(payload)
     weights_bcast = sc.broadcast(encode_snapshots(snapshots))
@@ -207,6 +214,7 @@ def evaluate(
     The model's bytes and the data's first example are checked here, before the job; see
     :meth:`tensorspark.SparkSession.evaluate`.
     """
+    gpus.plan(sc, description)
     payload, checked = model_payload(model, custom_objects)
     prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
     (values,) = run_evaluation(

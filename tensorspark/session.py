@@ -10,9 +10,11 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -23,9 +25,14 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
+from tensorspark.warmup import WarmUp
+from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _DIVERGENCE = ("fail", "skip")
 
@@ -34,6 +41,23 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def _keeps_workers_warm(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A session method that runs Spark jobs: the warm-up's keep-alive counts from its start
+    and from its end (see :mod:`tensorspark.warmup`)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        session = args[0]
+        assert isinstance(session, SparkSession)
+        session.warmup.touch()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            session.warmup.touch()
+
+    return wrapper
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -96,6 +120,11 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        warm_up: warm the executors' Python workers in the background from now on
+            (TensorFlow imported before the first job needs it), and keep them alive while
+            the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
+            ``spark.tensorspark.warmup.enabled``, else on, except under dynamic allocation.
+            Never changes results; :attr:`warmup` reports what it did.
     """
 
     def __init__(
@@ -131,6 +160,7 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        warm_up: bool | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -227,6 +257,11 @@ class SparkSession:
             from tensorspark.models.keras_checks import validate_model
 
             validate_model(session)
+        #: The background warm-up of the executors' Python workers (see ``warm_up``).
+        if warm_up is not None and not isinstance(warm_up, bool):
+            raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
 
@@ -318,7 +353,9 @@ class SparkSession:
         return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
-        """Stop a reusable parameter server (writing its last checkpoint)."""
+        """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
+        keep-alive."""
+        self.warmup.close()
         self._host.close()
 
     def __enter__(self) -> SparkSession:
@@ -329,6 +366,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
+    @_keeps_workers_warm
     def run(
         self,
         fetches: Any,
@@ -388,6 +426,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
+    @_keeps_workers_warm
     def fit(
         self,
         data: Any,
@@ -399,6 +438,7 @@ class SparkSession:
         shuffle: bool = True,
         progress: bool = True,
         tensorboard_dir: str | None = None,
+        mixed_precision: str | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -424,6 +464,12 @@ class SparkSession:
             progress: show samples done, epoch, global loss and updates/s on stderr while
                 training (a bar on a terminal, else a line every 10 s); False: nothing.
             tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
+            mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: the executors
+                train (and validate) under that Keras dtype policy, with float32 variables
+                and the layers producing the outputs kept float32; ``mixed_float16`` adds
+                Keras's loss scaling. The driver's model, the server's master weights and
+                every push and pull stay float32. ``None`` (default): as the model was built.
+                See :mod:`tensorspark.models.precision`.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -435,6 +481,7 @@ class SparkSession:
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
+        from tensorspark.models.precision import check_policy
         from tensorspark.training.keras import fit
 
         if not self.is_keras:
@@ -443,10 +490,12 @@ class SparkSession:
             self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
+            mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result
         return history
 
+    @_keeps_workers_warm
     def evaluate(
         self,
         data: Any,
@@ -484,6 +533,7 @@ class SparkSession:
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
+    @_keeps_workers_warm
     def predict(
         self,
         data: Any,
@@ -496,6 +546,7 @@ class SparkSession:
         top_k: int | None = None,
         labels: Sequence[str] | None = None,
         feature_dtype: Any = None,
+        mixed_precision: str | None = None,
         output: str | None = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
@@ -503,7 +554,7 @@ class SparkSession:
         For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
         name in ``feed_name_list`` (the graph and the session's current variable values are
         broadcast once). ``top_k``/``labels``/``feature_dtype`` (for a binary ``features_col``)
-        as in :func:`tensorspark.inference.predict`.
+        and ``mixed_precision`` (Keras models) as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
@@ -532,5 +583,5 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype, output=output,
+            feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
         )

@@ -14,7 +14,8 @@ How it works (the seed's "large scale deployment", made robust):
 2. The source's :meth:`~tensorspark.models.base.ModelSource.payload` (bytes; Keras's ``.keras`` format for Keras
    models, never a pickle of a live object) goes out once with ``sc.broadcast``, under an id
    derived on the driver from the payload's content.
-3. On executors, each Python worker process limits TensorFlow to ``spark.task.cpus`` threads,
+3. On executors, each Python worker process is prepared for TensorFlow (only the task's
+   GPUs visible, ``spark.task.cpus`` threads: :func:`tensorspark.tfthreads.prepare_worker`),
    then loads the model once through the bounded per-process cache of
    :mod:`tensorspark.models.keras_io` (keyed by that id) and runs batches of ``batch_size``
    rows through it.
@@ -39,6 +40,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tensorspark import gpus
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
@@ -49,9 +51,11 @@ from tensorspark.inference.files import predict_files
 from tensorspark.inference.tasks import Plan, predict_partition
 from tensorspark.models.base import ModelLoader, ModelSource, sha256
 from tensorspark.models.keras import KerasLoader, KerasModelSource
+from tensorspark.models.precision import check_policy
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.models.tf1 import TF1SessionSource
+from tensorspark.warmup import check_worker_reuse
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -130,6 +134,7 @@ def predict(
     custom_objects: Mapping[str, Any] | None = None,
     checkpoint: str | None = None,
     feature_dtype: Any = None,
+    mixed_precision: str | None = None,
     output: str | None = None,
 ) -> Any:
     """Runs a model over an RDD, a DataFrame or files, batch by batch, on the executors.
@@ -166,6 +171,10 @@ def predict(
         feature_dtype: how a binary ``features_col`` is read: a numpy dtype (byte order
             as given, native if not); default ``uint8``. The numbers reach the model as
             float32, as those of every other column type do. Only for binary columns.
+        mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: Keras models compute
+            under that dtype policy on the executors (the layers producing the outputs stay
+            float32, so predictions are float32 as without it); ``None``: as saved. See
+            :mod:`tensorspark.models.precision`.
         output: files only: a folder (local, ``hdfs://``, ``webhdfs://``) to write the
             predictions to, as Parquet, one file per task named ``part-NNNNN.parquet`` in
             the input's order, with one ``prediction`` column; ``spark.read.parquet`` reads
@@ -184,7 +193,9 @@ def predict(
     Raises:
         ConfigurationError: the model cannot be found or loaded (the message says which and
             why), the input column is missing or of the wrong type, the DataFrame's first
-            row does not fit the model's input shape, or an option is out of range.
+            row does not fit the model's input shape, an option is out of range,
+            ``mixed_precision`` with a model that is not a Keras model, or GPUs per task
+            requested in local mode (Spark schedules no GPUs there).
         CheckpointError: ``checkpoint`` cannot be read or does not fit the model.
 
     Rows checked in the job: a later DataFrame row, or any RDD row, that does not fit the
@@ -199,17 +210,27 @@ def predict(
             "Argument `data` must be a pyspark RDD or DataFrame, or files (tensorspark.files(...)). "
             f"Received: data of type {type(data).__name__}"
         )
+    policy = check_policy(mixed_precision)
+    gpus.plan(sc, "tensorspark predict")
     if output is not None and not isinstance(data, FileSource):
         raise ConfigurationError(
             "Argument `output` writes the predictions of files; for a DataFrame write the "
             "result yourself (result.write.parquet(...)). Received: output with data of type "
             f"{type(data).__name__}"
         )
+    check_worker_reuse(sc)
     source = resolve_source(sc, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(sc, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
+    if policy is not None:
+        if not isinstance(loader, KerasLoader):
+            raise ConfigurationError(
+                f"Argument `mixed_precision` applies to Keras models; {source.description} is "
+                f"loaded by {type(loader).__name__}. Received: mixed_precision={policy!r}"
+            )
+        loader = dataclasses.replace(loader, mixed_precision=policy)
     plan = Plan(
         key="",  # set below, once the input is checked and the payload made
         loader=loader,

@@ -1,6 +1,7 @@
 """Inference on the executors: the Arrow UDF's body and the RDD partition's (executor).
 
-Each Python worker process limits TensorFlow to ``spark.task.cpus`` threads, loads the
+Each Python worker process is prepared for TensorFlow (the task's GPUs only, threads
+limited to ``spark.task.cpus``: :func:`~tensorspark.tfthreads.prepare_worker`), loads the
 model once through the bounded per-process cache of :mod:`tensorspark.models.keras_io`
 (keyed by an id minted on the driver) and runs ``batch_size`` rows at a time through it.
 """
@@ -83,9 +84,9 @@ def _to_arrow(outputs: np.ndarray, n: int, plan: Plan) -> Any:
 
 def _load(plan: Plan, payload: Broadcast[bytes]) -> PredictFn:
     """The cached predict function of this Python worker process (executor)."""
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    limit_tf_threads(task_cpus())
+    prepare_worker()  # every task: its GPUs are checked even when the model is cached
     loader = plan.loader
     return keras_io.cached(plan.key, lambda: loader.load(payload.value))
 

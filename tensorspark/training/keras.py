@@ -37,6 +37,7 @@ def fit(
     progress: bool,
     tensorboard_dir: str | None,
     custom_objects: dict[str, Any] | None,
+    mixed_precision: str | None = None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
@@ -55,7 +56,12 @@ def fit(
     num_partitions = train.num_partitions
     initial = read_weights(model)
     snapshots = EpochSnapshots(lambda: host.server.params() if host.server is not None else {})
-    options = {"key": uuid.uuid4().hex, "custom_objects": custom_objects, "sync_interval": settings.sync_interval}
+    options = {
+        "key": uuid.uuid4().hex,
+        "custom_objects": custom_objects,
+        "sync_interval": settings.sync_interval,
+        "mixed_precision": mixed_precision,
+    }
     run = TrainingRun(sc, host)
 
     def make_job(server: ParameterServer, bcast: Any) -> Any:
@@ -80,6 +86,7 @@ def fit(
         validation = run_evaluation(
             sc, payload, sets, val, custom_objects=custom_objects,
             batch_size=settings.batch_size, description=f"tensorspark {settings.name}: validation",
+            mixed_precision=mixed_precision,
         )
     params = {
         "epochs": epochs,

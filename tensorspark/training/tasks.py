@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -36,14 +39,14 @@ KINDS = ("tf1", "keras")
 
 
 def build_adapter(kind: str, payload: Any, options: dict[str, Any]) -> TrainableModel:
-    """Build the model adapter for ``kind`` on an executor, with TF threads limited.
+    """Build the model adapter for ``kind`` on an executor, the worker prepared first
+    (its GPUs, TF threads: :func:`~tensorspark.tfthreads.prepare_worker`).
 
     ``payload`` is the broadcast's value. Runs on executors.
     """
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    threads = task_cpus()
-    limit_tf_threads(threads)
+    threads = prepare_worker()
     if kind == "tf1":
         from tensorspark.models.tf1 import TF1Model
 
@@ -64,8 +67,25 @@ def _train_blocks(
     options: dict[str, Any],
     config: WorkerConfig,
 ) -> str:
-    """Train one partition's blocks with the broadcast model; the statistics as JSON."""
+    """Train one partition's blocks with the broadcast model; the statistics as JSON, with
+    where the task ran (``placement``: worker, GPUs, ``CUDA_VISIBLE_DEVICES``, wall-clock
+    start and end).
+
+    The worker is prepared (GPUs placed) before the task joins the server, so a worker
+    pinned to other GPUs fails the task before it did anything.
+    """
+    from tensorspark.gpus import placement
+    from tensorspark.tfthreads import prepare_worker
+
+    started = time.time()
+    prepare_worker()
     stats = train_partition(index, attempt, blocks, config, lambda: build_adapter(kind, bcast.value, options))
+    stats["placement"] = {
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+        **placement(),
+        "started_at": started,
+        "ended_at": time.time(),
+    }
     return json.dumps(stats)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tensorspark.conf import spark_conf
+from tensorspark.data import first_element
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
 from tensorspark.fileio.source import FileSource
@@ -71,7 +72,7 @@ def train_graph(
         feed = Feed(shapes[0], dtypes[0], *((shapes[1], dtypes[1]) if len(feeds) == 2 else ()))
         plan = plan_files(spark_conf(sc), feed_rdd, feed, default_partitions=sc.defaultParallelism, argument="feed_rdd")
     else:
-        first = feed_rdd.take(1)
+        first = first_element(feed_rdd)
         if not first:
             raise ConfigurationError("feed_rdd is empty: there is nothing to train on")
         check_row(feeds, first[0], feed_name_list)
