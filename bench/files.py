@@ -213,7 +213,11 @@ def main() -> None:
             finally:
                 sc.stop()
             run.pop("model")
-            memory[label] = {"rows": None, "seconds": run["seconds"], "peak_rss_bytes": run["peak_rss_bytes"]}
+            memory[label] = {
+                "rows": len(x) * (1 if label == "1x" else copies),
+                "seconds": run["seconds"],
+                "peak_rss_bytes": run["peak_rss_bytes"],
+            }
             print(f"memory {label}: task peak RSS {[b / 2**20 for b in run['peak_rss_bytes']]} MiB", flush=True)
         small, large = (max(m["peak_rss_bytes"]) for m in memory.values())
         result["memory"] = {"runs": memory, "ratio_largest_task": large / small}

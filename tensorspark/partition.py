@@ -171,21 +171,30 @@ class PartitionData:
 
 
 def rebatch(blocks: Iterable[Block], batch_size: int) -> Iterator[Block]:
-    """Blocks of any sizes as batches of ``batch_size`` rows (the last may be smaller)."""
-    pending: list[Block] = []
+    """Blocks of any sizes as batches of ``batch_size`` rows (the last may be smaller).
+
+    Batches are views of the blocks; only a batch that spans two blocks is copied (its rows
+    alone), so no block is copied whole.
+    """
+    pending: list[Block] = []  # the head of the next batch, from earlier blocks
     have = 0
     for block in blocks:
         n = len(block[0])
-        if n == 0:
-            continue
-        pending.append(block)
-        have += n
-        while have >= batch_size:
-            merged = _concat(pending) if len(pending) > 1 else pending[0]
-            yield tuple(c[:batch_size] for c in merged)
-            rest = tuple(c[batch_size:] for c in merged)
-            have -= batch_size
-            pending = [rest] if have else []
+        start = 0
+        if have and n:
+            take = min(batch_size - have, n)
+            pending.append(tuple(c[:take] for c in block))
+            have += take
+            start = take
+            if have == batch_size:
+                yield _concat(pending)
+                pending, have = [], 0
+        while n - start >= batch_size:
+            yield tuple(c[start : start + batch_size] for c in block)
+            start += batch_size
+        if start < n:
+            pending.append(tuple(c[start:] for c in block))
+            have += n - start
     if have:
         yield _concat(pending) if len(pending) > 1 else pending[0]
 

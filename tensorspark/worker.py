@@ -149,7 +149,9 @@ class _Loop:
         self.model = model
         self.payload = payload
         self.resume_after = resume_after
-        self.counts = {"applied": 0, "duplicate": 0, "stale": 0, "diverged": 0, "skipped_batches": 0}
+        self.counts = {
+            "applied": 0, "duplicate": 0, "stale": 0, "diverged": 0, "skipped_batches": 0, "skipped_samples": 0
+        }
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
 
@@ -175,6 +177,7 @@ class _Loop:
                     seq = index // cfg.sync_interval
                     if self.resume_after is not None and (epoch, seq) <= self.resume_after:
                         self.counts["skipped_batches"] += 1
+                        self.counts["skipped_samples"] += len(batch[0])
                         continue
                     if not chunk:
                         first_index = index

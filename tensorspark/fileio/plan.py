@@ -21,7 +21,7 @@ from tensorspark.fileio import idx, parquet
 from tensorspark.fileio.listing import Listed, StorageOptions, list_files
 from tensorspark.fileio.shards import Shard, balance
 from tensorspark.fileio.source import FileSource, format_of
-from tensorspark.fileio.spec import Feed, ReadSpec
+from tensorspark.fileio.spec import Feed, ReadSpec, block_rows
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,7 @@ def plan_files(
         feed=feed,
         storage=options,
         shuffle_buffer=source.shuffle_buffer,
+        block_rows=block_rows(feature_width),
     )
     logger.info(
         "%s: %d %s files, %d shards over %d partitions (largest %.1f MB)",

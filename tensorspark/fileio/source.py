@@ -130,7 +130,7 @@ def files(
             read as GZIP).
         shuffle_buffer: rows a task keeps to mix neighbouring shards when the job shuffles
             (``fit(shuffle=True)``, ``run(shuffle_within_partition=True)``); with 0 an epoch
-            shuffles the shards' order and the rows within each chunk read (4,096 rows).
+            shuffles the shards' order and the rows within each chunk read (about 2 MB).
             Memory grows with it, not with the data.
         num_partitions: Spark tasks to read with (default: the cluster's default
             parallelism, at most one per shard).

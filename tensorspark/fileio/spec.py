@@ -18,8 +18,18 @@ from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.listing import StorageOptions
 
-#: Rows a reader hands over at once (bounded memory: a few MB per chunk).
+#: Rows a reader hands over at once when the row's size is not known in advance.
 BLOCK_ROWS = 4096
+#: About the bytes of one chunk as fed (float32 features), when the row's size is known:
+#: small chunks keep the task's memory flat, large ones keep the per-chunk overhead low.
+BLOCK_BYTES = 2 << 20
+
+
+def block_rows(feature_width: int | None) -> int:
+    """Rows per chunk for records of ``feature_width`` values (256 to 16,384)."""
+    if not feature_width:
+        return BLOCK_ROWS
+    return max(256, min(16384, BLOCK_BYTES // (4 * feature_width)))
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class ReadSpec:
         feed: what the model takes.
         storage: how to reach the files.
         shuffle_buffer: rows kept to shuffle within a task (0: shards only).
-        block_rows: rows per chunk a reader hands over.
+        block_rows: rows per chunk a reader hands over (:func:`block_rows`).
     """
 
     format: str

@@ -5,13 +5,13 @@ spilled: the files are already durable), in bounded chunks, through the format's
 
 * with ``shuffle``, the shards' order is a new permutation each epoch, seeded by
   ``(seed, partition, epoch)``, so are the rows of each chunk a reader hands over
-  (``block_rows``, a few thousand), and with ``shuffle_buffer`` rows a bounded buffer mixes
+  (``block_rows``: about 2 MB), and with ``shuffle_buffer`` rows a bounded buffer mixes
   the rows of neighbouring chunks and shards (:func:`shuffled`);
 * without, the shards are read in the listing's order, rows in file order.
 
 Either way the same settings give the same batches: a retried task reads exactly what the
 failed attempt read, so the partition loop can skip, by batch number, what the parameter
-server already applied. Peak memory is a few chunks (``block_rows`` rows), the shuffle
+server already applied. Peak memory is a few chunks (about 2 MB each), the shuffle
 buffer and pyarrow's read buffers, whatever the files' sizes.
 """
 

@@ -93,9 +93,10 @@ def _encoded(name: str, kind: str, column: Any) -> list[bytes]:
         return example.delimited(1, key + example.delimited(2, feature))
 
     if kind == "bytes_list":
-        return [entry(example.encode_feature("bytes_list", v)) for v in column.to_pylist()] if pa.types.is_binary(
-            column.type
-        ) else [entry(example.encode_feature("bytes_list", v.encode("utf-8"))) for v in column.to_pylist()]
+        items = column.to_pylist()
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            items = [v.encode("utf-8") for v in items]
+        return [entry(example.encode_feature("bytes_list", v)) for v in items]
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
         offsets = column.offsets.to_numpy()
         values = column.values.to_numpy(zero_copy_only=False)

@@ -25,7 +25,7 @@ from tensorspark.fileio.plan import FilePlan
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import ReadSpec
 from tensorspark.fileio.stream import FileEpochs
-from tensorspark.inference.tasks import Plan, arrow_outputs, output_rows, predict_batch
+from tensorspark.inference.tasks import Plan, arrow_outputs, output_rows, predictor
 
 if TYPE_CHECKING:
     from pyspark.broadcast import Broadcast
@@ -47,8 +47,9 @@ def _predict_task(
     index: int, shards: Iterator[tuple[Shard, ...]], *, plan: Plan, payload: Broadcast[bytes], spec: ReadSpec
 ) -> Iterator[Any]:
     """``mapPartitionsWithIndex`` body: the partition's records through the model, in order."""
+    score = predictor(plan, payload)
     for batch in _batches(spec, shards, plan, index):
-        yield from output_rows(predict_batch(plan, payload, batch), plan)
+        yield from output_rows(score(batch), plan)
 
 
 def _write_task(
@@ -60,6 +61,7 @@ def _write_task(
     import pyarrow.parquet as pq
 
     storage, path = target.options.open(target.location(index))
+    score = predictor(plan, payload)
     rows = 0
     with storage.open_writer(path) as sink:
         writer: Any = None
@@ -75,7 +77,7 @@ def _write_task(
             pending, pending_rows, pending_bytes = [], 0, 0
 
         for batch in _batches(spec, shards, plan, index):
-            column = arrow_outputs(predict_batch(plan, payload, batch), plan)
+            column = arrow_outputs(score(batch), plan)
             pending.append(column)
             pending_rows += len(column)
             pending_bytes += column.nbytes

@@ -8,7 +8,7 @@ model once through the bounded per-process cache of :mod:`tensorspark.models.ker
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -124,9 +124,11 @@ def output_rows(outputs: np.ndarray, plan: Plan) -> Iterator[Any]:
         yield list(zip(names, (float(s) for s in row_scores), strict=True))
 
 
-def predict_batch(plan: Plan, payload: Broadcast[bytes], batch: np.ndarray) -> np.ndarray:
-    """One batch of features through this worker's cached model: float32 outputs (executor)."""
-    return _run(_load(plan, payload), batch, plan)
+def predictor(plan: Plan, payload: Broadcast[bytes]) -> Callable[[np.ndarray], np.ndarray]:
+    """This task's scoring function: a batch of features through the worker's cached
+    model, float32 outputs (executor; the worker is prepared once, here)."""
+    predict_fn = _load(plan, payload)
+    return lambda batch: _run(predict_fn, batch, plan)
 
 
 def arrow_outputs(outputs: np.ndarray, plan: Plan) -> Any:
