@@ -157,7 +157,7 @@ def main() -> None:
 
     load_before = os.getloadavg()
     result: dict[str, Any] = {
-        "benchmark": "spark_mnist.train: standalone cluster vs local[2]",
+        "benchmark": "spark_mnist.train: standalone cluster and YARN vs local[2]",
         "partitions": args.partitions,
         "epochs": args.epochs,
         "data_dir": args.data_dir,

@@ -92,6 +92,7 @@ def main() -> None:
                                 with net.delay(net.hosts[0], args.delay_ms) as held:
                                     result = timed(sc, rdd, test, sync_interval, label)
                                 result["packets_delayed"] = held["packets"]
+                                result["delayer_overruns"] = held["overruns"]
                             runs.append(result)
                             print(  # noqa: T201
                                 f"sync_interval {sync_interval:>3} {label:>7}: {result['samples_per_sec']:9.0f} samples/s "

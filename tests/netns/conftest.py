@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -175,16 +176,11 @@ class Network:
         _run("ip", "link", "del", self.bridge, check=False)
 
     def check_reachable(self) -> None:
-        """Every host reaches the driver and the other hosts over the bridge (a TCP probe)."""
+        """Every host reaches the driver over the bridge (a TCP connection from inside it)."""
+        probe = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
         with _listener(self.driver) as port:
             for host in self.hosts:
-                targets = [(self.driver, port)]
-                probe = (
-                    "import socket,sys\n"
-                    "for h,p in [tuple(x.split(':')) for x in sys.argv[1:]]:\n"
-                    "    socket.create_connection((h,int(p)),timeout=5).close()\n"
-                )
-                done = _run(*host.prefix, sys.executable, "-c", probe, *(f"{h}:{p}" for h, p in targets), check=False)
+                done = _run(*host.prefix, sys.executable, "-c", probe, self.driver, str(port), check=False)
                 if done.returncode != 0:
                     raise RuntimeError(f"{host.namespace} cannot reach the driver at {self.driver}:{port}: {done.stderr}")
 
@@ -213,7 +209,9 @@ class Network:
     def delay(self, host: Host, milliseconds: float) -> Iterator[dict[str, int]]:
         """Hold every packet from ``host`` to the driver for ``milliseconds`` (one way).
 
-        Yields a dict whose ``"packets"`` says, once the block is over, how many were held.
+        Yields a dict that says, once the block is over, how many ``"packets"`` were held,
+        and how many times the kernel had more to report than the program's socket held
+        (``"overruns"``; packets it could not report pass undelayed).
         """
         counts: dict[str, int] = {}
         queue = 10 + host.index
@@ -238,8 +236,9 @@ class Network:
             _stop_process(process)
             self._delayers.remove(process)
             tail = process.stdout.read() if process.stdout is not None else ""
-            found = re.search(r"delayed (\d+) packets", tail)
+            found = re.search(r"delayed (\d+) packets \((\d+) socket overruns\)", tail)
             counts["packets"] = int(found.group(1)) if found else 0
+            counts["overruns"] = int(found.group(2)) if found else -1
 
 
 def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
@@ -266,8 +265,6 @@ def _stop_process(process: subprocess.Popen[Any]) -> None:
 
 @contextlib.contextmanager
 def _listener(host: str) -> Iterator[int]:
-    import socket
-
     with socket.socket() as sock:
         sock.bind((host, 0))
         sock.listen(8)
@@ -337,9 +334,6 @@ class NetnsCluster:
     #: Scratch folders of Workers killed with their host: a crashed host's disk keeps what
     #: was on it (Spark's per-application folders, tensorspark's spill files inside them).
     crashed: set[Path] = field(default_factory=set)
-
-    def worker_index(self, host: Host) -> int:
-        return host.index
 
     def executors(self, host: Host) -> dict[int, str]:
         """The executor JVMs running in ``host``: pid -> Spark executor id."""

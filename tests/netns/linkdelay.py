@@ -19,6 +19,7 @@ It prints ``ready`` once bound to the queue and runs until SIGTERM or SIGINT. Wi
 from __future__ import annotations
 
 import argparse
+import errno
 import heapq
 import select
 import signal
@@ -37,6 +38,9 @@ NFQA_VERDICT_HDR = 2
 NFQA_CFG_CMD = 1
 NFQA_CFG_PARAMS = 2
 NFQA_CFG_QUEUE_MAXLEN = 3
+NFQA_CFG_MASK = 4
+NFQA_CFG_FLAGS = 5
+NFQA_CFG_F_FAIL_OPEN = 1
 NFQNL_CFG_CMD_BIND = 1
 NFQNL_COPY_META = 1
 NF_ACCEPT = 1
@@ -64,23 +68,42 @@ class Delayer:
         self.queue = queue
         self.delay = delay
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        # A burst of packets must not overflow the socket (net.core.rmem_max would cap a
+        # plain SO_RCVBUF): the kernel would drop the packets it cannot report, and TCP
+        # would see losses the test did not ask for. Root may force the size.
+        self.sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 32 << 20)
         self.sock.bind((0, 0))
         self._config(_attr(NFQA_CFG_CMD, struct.pack("=BBH", NFQNL_CFG_CMD_BIND, 0, socket.htons(socket.AF_INET))))
         self._config(
             _attr(NFQA_CFG_PARAMS, struct.pack(">IB", 0, NFQNL_COPY_META))
             + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack(">I", max_len))
+            # A full queue lets packets through (undelayed) rather than dropping them.
+            + _attr(NFQA_CFG_MASK, struct.pack(">I", NFQA_CFG_F_FAIL_OPEN))
+            + _attr(NFQA_CFG_FLAGS, struct.pack(">I", NFQA_CFG_F_FAIL_OPEN))
         )
+        self.sock.setblocking(False)
         self._due: list[tuple[float, int]] = []
         self.packets = 0
+        self.overruns = 0
 
     def _config(self, attrs: bytes) -> None:
         self.sock.send(_message(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, self.queue, socket.AF_INET, attrs))
         self.sock.settimeout(5.0)
-        try:
-            self._receive(self.sock.recv(1 << 16))
-        finally:
-            self.sock.settimeout(None)
+        self._receive(self.sock.recv(1 << 16))
+
+    def _drain(self) -> None:
+        """Read every message waiting on the socket."""
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as err:
+                if err.errno != errno.ENOBUFS:
+                    raise
+                self.overruns += 1  # some packets were not reported (and so not delayed)
+                continue
+            self._receive(data)
 
     def _receive(self, data: bytes) -> None:
         """Parse netlink messages: queue packets, raise on errors the kernel reports."""
@@ -123,7 +146,7 @@ class Delayer:
             except InterruptedError:
                 continue
             if ready:
-                self._receive(self.sock.recv(1 << 16))
+                self._drain()
         for _, packet_id in sorted(self._due):
             verdict = _attr(NFQA_VERDICT_HDR, struct.pack(">II", NF_ACCEPT, packet_id))
             self.sock.send(_message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, self.queue, socket.AF_UNSPEC, verdict))
@@ -145,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     delayer = Delayer(args.queue, args.delay_ms / 1000.0)
     print("ready", flush=True)  # noqa: T201 - the parent waits for this line
     delayer.run(stop)
-    print(f"delayed {delayer.packets} packets", flush=True)  # noqa: T201
+    print(f"delayed {delayer.packets} packets ({delayer.overruns} socket overruns)", flush=True)  # noqa: T201
     return 0
 
 

@@ -74,7 +74,8 @@ def _compiled_launcher(classpath: str) -> Path:
         if found is None:
             pytest.fail("The YARN tests need a JDK 17 (javac) to compile tests/hdfs/minicluster/YarnMiniCluster.java.")
         javac = Path(found)
-    tmp = Path(tempfile.mkdtemp(prefix="yarn-launcher-", dir=cache if cache.is_dir() else None))
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="yarn-launcher-", dir=cache))  # renamed into place when done
     done = subprocess.run(
         [str(javac), "-nowarn", "-d", str(tmp), "-cp", classpath, str(LAUNCHER)],
         capture_output=True,
@@ -85,7 +86,6 @@ def _compiled_launcher(classpath: str) -> Path:
     if done.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         pytest.fail(f"javac {LAUNCHER.name} failed:\n{done.stderr[-4000:]}")
-    cache.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):  # another session compiled it meanwhile: keep theirs
         tmp.rename(out)
     shutil.rmtree(tmp, ignore_errors=True)

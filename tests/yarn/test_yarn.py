@@ -152,10 +152,13 @@ def test_unreachable_server_fails_the_application(yarn_cluster: YarnCluster, yar
     # Cluster mode, with a server host set for the whole cluster that is not the driver's
     # (docs/cluster.md warns against it): the server binds 127.0.0.1 in the AM's container
     # but executors are told 127.0.0.2, where nothing listens.
+    # One attempt per task keeps the test short; with Spark's default 4 each retry fails 10 s
+    # later (tests/cluster's test_unreachable_parameter_server_fails_the_job checks that bound).
     conf = {
         "spark.tensorspark.server.host": "127.0.0.2",
         "spark.tensorspark.server.bind": "127.0.0.1",
         "spark.tensorspark.ps.timeout": "3",
+        "spark.task.maxFailures": "1",
     }
     run = yarn_cluster.submit(
         EXAMPLE,
