@@ -51,6 +51,7 @@ Driver side: :func:`plan`, :class:`WarmUp`, :func:`warm_up`. Executor side:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -76,6 +77,8 @@ TICK_S = 30.0
 JOB_TIMEOUT_S = 180.0
 #: Seconds a keep-alive job may take before it is cancelled.
 TICK_TIMEOUT_S = 20.0
+#: Seconds :meth:`WarmUp.start` waits for Spark to register the first warm-up job.
+SUBMIT_WAIT_S = 5.0
 #: What Spark's UI shows for these jobs.
 DESCRIPTION = "tensorspark: warming Python workers"
 
@@ -222,9 +225,10 @@ def warm_worker(import_tensorflow: bool) -> dict[str, Any]:
     Cheap when the worker is warm already.
 
     Returns:
-        ``{"pid", "seconds", "warm"}``: the worker's pid, the seconds spent, and whether
-        TensorFlow was imported already.
+        ``{"pid", "started", "seconds", "warm"}``: the worker's pid, the task's start
+        (``time.time()``), the seconds spent, and whether TensorFlow was imported already.
     """
+    started_at = time.time()
     started = time.perf_counter()
     warm = "tensorflow" in sys.modules
     import tensorspark.data  # noqa: F401 - what every job's executor side uses
@@ -238,7 +242,7 @@ def warm_worker(import_tensorflow: bool) -> dict[str, Any]:
         import tensorspark.models.keras  # noqa: F401 - the Keras adapter and its imports
 
         trace_once()
-    return {"pid": os.getpid(), "seconds": time.perf_counter() - started, "warm": warm}
+    return {"pid": os.getpid(), "started": started_at, "seconds": time.perf_counter() - started, "warm": warm}
 
 
 def trace_once() -> None:
@@ -284,9 +288,12 @@ def _warm_batches(import_tensorflow: bool, batches: Iterator[Any]) -> Iterator[A
 @dataclass
 class PoolReport:
     """What warming one pool did: workers seen (pids), how many were warm already, the
-    longest task and the job's wall time, in seconds."""
+    longest task and the job's wall time, in seconds, and when (``time.time()``) the job
+    was submitted and its tasks started."""
 
     pool: str
+    submitted: float = 0.0
+    task_starts: list[float] = field(default_factory=list)
     workers: int = 0
     already_warm: int = 0
     task_s: float = 0.0
@@ -339,7 +346,14 @@ class WarmUp:
     # ------------------------------------------------------------------ public
 
     def start(self) -> WarmUp:
-        """Log the plan and start the thread (if there is anything to warm)."""
+        """Log the plan and start the thread (if there is anything to warm); return once
+        Spark has registered the first warm-up job (at most :data:`SUBMIT_WAIT_S`).
+
+        That wait (milliseconds) makes the caller's next job queue behind the warm-up:
+        Spark runs jobs in the order they arrive (FIFO), and a job submitted first from
+        another thread would start its own workers, which import TensorFlow alongside the
+        warm-up's instead of using them.
+        """
         for text in self.plan.warnings:
             logger.warning(text)
         for text in self.plan.notes:
@@ -349,6 +363,13 @@ class WarmUp:
             return self
         self._thread = threading.Thread(target=self._run, name=self.group, daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + SUBMIT_WAIT_S
+        try:
+            tracker = self.sc.statusTracker()
+            while not tracker.getJobIdsForGroup(self.group) and self.running and time.monotonic() < deadline:
+                time.sleep(0.005)
+        except Exception:  # noqa: BLE001 - the thread reports its own failures
+            logger.debug("could not watch the warm-up job's submission", exc_info=True)
         return self
 
     def touch(self) -> None:
@@ -374,7 +395,7 @@ class WarmUp:
     def reports(self) -> dict[str, PoolReport]:
         """Per pool, what its warm-up did (copies)."""
         with self._lock:
-            return {k: PoolReport(**vars(v)) for k, v in self._state.reports.items()}
+            return {k: dataclasses.replace(v, task_starts=list(v.task_starts)) for k, v in self._state.reports.items()}
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the keep-alive and cancel a warm-up job still running, waiting up to
@@ -430,9 +451,10 @@ class WarmUp:
 
     def _warm(self, pool: str) -> None:
         started = time.monotonic()
-        report = PoolReport(pool)
+        report = PoolReport(pool, submitted=time.time())
         try:
             rows = self._job(pool, self._job_timeout_s)
+            report.task_starts = sorted(float(r["started"]) for r in rows)
             report.workers = len({r["pid"] for r in rows})
             report.already_warm = sum(1 for r in rows if r["warm"])
             report.task_s = max((float(r["seconds"]) for r in rows), default=0.0)
@@ -486,7 +508,7 @@ class WarmUp:
             if self._sql is None:
                 raise ConfigurationError("no active SQL session to warm the DataFrame pool with")
             fn_batches = functools.partial(_warm_batches, self.plan.import_tensorflow)
-            frame = self._sql.range(0, n, 1, n).mapInArrow(fn_batches, "pid long, seconds double, warm boolean")
+            frame = self._sql.range(0, n, 1, n).mapInArrow(fn_batches, "pid long, started double, seconds double, warm boolean")
             return [row.asDict() for row in frame.collect()]
         finally:
             timer.cancel()
