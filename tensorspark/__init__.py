@@ -56,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     "Uniform": "tensorspark.tuning",
     "expand_space": "tensorspark.tuning",
     "tune": "tensorspark.tuning",
+    "WarmUp": "tensorspark.warmup",
+    "warm_up": "tensorspark.warmup",
 }
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "TuneResult",
     "TuningError",
     "Uniform",
+    "WarmUp",
     "WeightCombiner",
     "WireFormatError",
     "WorkerError",
@@ -97,6 +100,7 @@ __all__ = [
     "load_checkpoint",
     "predict",
     "tune",
+    "warm_up",
 ]
 
 
@@ -154,3 +158,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         expand_space,
         tune,
     )
+    from tensorspark.warmup import WarmUp, warm_up
