@@ -15,12 +15,21 @@ four paths compute the same predictions (checked).
     python bench/inference.py                # CNN (~2.8M multiply-adds per image)
     python bench/inference.py --model mlp    # 784-32-10 MLP: data movement dominates
     python bench/inference.py --quick        # smoke run: 2,000 rows, one repetition
+    python bench/inference.py --first-call   # the first call of a fresh context (below)
 
 Round 0 is the cold start (Spark forks Python workers, which import TensorFlow and load
 the model) and is reported apart; the rates are the best of the warm rounds, which is what
 a session that scores again sees. Every round's time includes the driver's work of the
 call (resolving the model, checks, broadcast). The data is cached in Spark before timing,
 as it would be read once from storage.
+
+``--first-call`` measures the first call of a fresh SparkContext instead, on the binary
+DataFrame, each variant in a fresh Python process (a fresh JVM; no Python worker started
+before the call: the data is cached by JVM jobs), against the best of two warm calls
+that follow in the same process: ``none``, the first call at once; ``at_once``,
+``warm_up(sc, pools="dataframe")`` then the first call at once, timed from ``warm_up``;
+``after``, the same once the warm-up is done (a user who did something else meanwhile),
+timed from the call. Results go to ``bench/results/inference_first_call.json``.
 """
 
 from __future__ import annotations
@@ -48,8 +57,110 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=0, help="default: cores")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--out", default="bench/results/inference.json")
-    return parser.parse_args()
+    parser.add_argument("--out", default=None, help="default bench/results/inference[_first_call].json")
+    parser.add_argument("--first-call", action="store_true", help="the first call of a fresh context")
+    parser.add_argument("--rounds", type=int, default=2, help="--first-call: processes per variant")
+    parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.out is None:
+        args.out = "bench/results/inference_first_call.json" if args.first_call else "bench/results/inference.json"
+    return args
+
+
+FIRST_CALL_VARIANTS = ("none", "at_once", "after")
+
+
+def first_call(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    """In this fresh process: the first predict call on the binary DataFrame, then two warm."""
+    import keras
+    import numpy as np
+    import pandas as pd
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    import tensorspark as sps
+    from tensorspark.datasets.mnist import load_mnist
+
+    data = load_mnist(args.data_dir, download=False)
+    images = np.rint(np.concatenate([data.train_images, data.test_images]) * 255).astype(np.uint8)
+    if args.quick:
+        images = images[:2000]
+    keras.utils.set_random_seed(0)
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-inference-"), "fashion.keras")
+    build_model(args.model).save(path)
+    conf = (
+        SparkConf()
+        .setMaster(args.master)
+        .setAppName("bench-inference-first-call")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.pyspark.python", sys.executable)
+        .set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .set("spark.driver.memory", "4g")
+    )
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        frame = spark.createDataFrame(
+            pd.DataFrame({"id": np.arange(len(images)), "pixels": [row.tobytes() for row in images]})
+        ).repartition(args.partitions or sc.defaultParallelism)
+        frame.cache().count()  # JVM jobs only: no Python worker has started
+
+        def call() -> float:
+            started = time.perf_counter()
+            scored: Any = sps.predict(sc, path, frame, features_col="pixels", batch_size=args.batch_size)
+            scored.write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - started
+
+        warm_up_s = None
+        started = time.perf_counter()
+        if variant != "none":
+            warming = sps.warm_up(sc, pools="dataframe")
+            if variant == "after":
+                warming.wait(600)
+                warm_up_s = time.perf_counter() - started
+                started = time.perf_counter()
+        call()
+        first = time.perf_counter() - started
+        warm = [call() for _ in range(2)]
+    finally:
+        sc.stop()
+    return {"variant": variant, "first_s": first, "warm_up_s": warm_up_s, "warm_s": warm, "ratio": first / min(warm)}
+
+
+def run_first_calls(args: argparse.Namespace) -> None:
+    """Every variant in fresh processes, interleaved; the ratios and a JSON report."""
+    import subprocess
+
+    argv = [a for a in sys.argv[1:] if a != "--first-call"]
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in FIRST_CALL_VARIANTS}
+    for _ in range(args.rounds):
+        for variant in FIRST_CALL_VARIANTS:
+            out = subprocess.run(
+                [sys.executable, __file__, *argv, "--variant", variant], capture_output=True, text=True, timeout=1800
+            )
+            if out.returncode:
+                sys.exit(f"the {variant} measurement failed:\n{out.stderr[-4000:]}")
+            runs[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    summary = {
+        v: {
+            "first_s": sum(r["first_s"] for r in rs) / len(rs),
+            "warm_s": sum(min(r["warm_s"]) for r in rs) / len(rs),
+            "ratio": sum(r["ratio"] for r in rs) / len(rs),
+        }
+        for v, rs in runs.items()
+    }
+    report = {"model": args.model, "master": args.master, "rounds": args.rounds, "quick": args.quick, "summary": summary, "runs": runs}
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    for v, row in summary.items():
+        print(f"first call, {v:8s}: {row['first_s']:5.1f} s against {row['warm_s']:.1f} s warm = {row['ratio']:.2f}x", file=sys.stderr)
 
 
 def build_model(kind: str) -> Any:
@@ -84,6 +195,12 @@ def _max_abs_diff(scored: Any, expected: Any) -> float:
 
 def main() -> None:
     args = parse_args()
+    if args.variant is not None:
+        print(json.dumps(first_call(args, args.variant)))
+        return
+    if args.first_call:
+        run_first_calls(args)
+        return
     import keras
     import numpy as np
     import pandas as pd

@@ -11,17 +11,19 @@ Runs, in one invocation:
 2. the machine's own ceiling: one plain Python process per core (no Spark) running
    tune's trial code, one TensorFlow thread each, all started together once warm, each
    taking the next trial when it is free; its scores must equal tune's;
-3. ``tune`` on ``local[N]`` (one TensorFlow thread per task), timed after a warm-up: a
-   job that imports TensorFlow and fits a tiny model in every Python worker (Spark
-   reuses them), then a tiny search (4 trials on 256 rows) that warms the JVM's job
-   path; the warm-up is reported separately (``warmup_s`` includes the tiny search since
-   this was added, so it is not comparable with older results). The baselines warm up
-   TensorFlow the same way. The search runs four times, in ABBA order: as by
-   default (trial durations learned while it runs) and with ``cost=`` the hidden
-   layer's width (longest first from the start); each variant's time is the mean of
-   its two runs;
-4. the fastest baseline once more: the headline speed-up is against the mean of its two
-   runs, which brackets ``tune`` in time (this VM's speed drifts over minutes).
+3. ``tune`` on ``local[N]`` (one TensorFlow thread per task) in a fresh Python process
+   with a fresh SparkContext: first **cold**, the whole first call timed with every
+   warm-up it needs (pyspark starts its Python workers, which import TensorFlow while the
+   data is broadcast: ``tune`` warms them itself), the headline; then **warm**, four more
+   searches in ABBA order: as by default (trial durations learned while it runs) and with
+   ``cost=`` the hidden layer's width (longest first from the start); each variant's time
+   is the mean of its two runs;
+4. the fastest baseline once more: the warm speed-up is against the mean of its two runs,
+   which brackets ``tune`` in time (this VM's speed drifts over minutes); and the fastest
+   runner **cold**, twice (before and after the Spark process): a fresh process that
+   imports TensorFlow and runs the trials, with the import and its first trial's set-up
+   counted, as the cold ``tune`` counts its workers'. The cold speed-up is against their
+   mean.
 
 Prints a summary to stderr and the results as JSON to stdout (and ``--output``). With N
 cores the speed-up's theoretical ceiling is N; step 2 measures what this machine really
@@ -102,8 +104,16 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     from tensorspark.tuning.trial import TrialConfig as _TrialConfig
     from tensorspark.tuning.trial import run_trial as _run_trial
 
-    _warm_up(threads)  # before timing, as in the warmed Spark workers
     data = load(args.data_dir, args.rows, args.val_rows)
+    started = time.monotonic()
+    if args.cold:  # TensorFlow's import counted; the first trial pays its own set-up
+        from tensorspark.tfthreads import limit_tf_threads
+
+        limit_tf_threads(threads)
+        import keras  # noqa: F401
+    else:
+        _warm_up(threads)  # before timing, as in the warmed Spark workers
+    import_s = time.monotonic() - started
     config = _TrialConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -128,6 +138,8 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     return {
         "runner": "tensorspark" if run is _run_trial else "keras",
         "threads": threads,
+        "cold": bool(args.cold),
+        "import_s": import_s,
         "elapsed_s": elapsed,
         "scores": [r["score"] for r in results],
         "trial_index": [i for i, _ in done],
@@ -160,9 +172,11 @@ def _keras_trial(build: Any, data: dict[str, np.ndarray], config: Any, trial: An
     }
 
 
-def run_sequential_child(args: argparse.Namespace, runner: str, threads: int) -> dict[str, Any]:
+def run_sequential_child(args: argparse.Namespace, runner: str, threads: int, cold: bool = False) -> dict[str, Any]:
     """Start a fresh Python for one sequential baseline and read its JSON line."""
     cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", str(threads), "--runner", runner]
+    if cold:
+        cmd.append("--cold")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(
         cmd, env=env, check=True, capture_output=True, text=True, timeout=args.timeout
@@ -245,16 +259,18 @@ def _warm_up(threads: int) -> None:
     del keras
 
 
-def _warm_worker(_: int) -> int:
-    """Warm-up task: warm this Python worker; return its pid."""
-    from tensorspark.tfthreads import task_cpus
-
-    _warm_up(task_cpus())
-    return os.getpid()
+def run_spark_child(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`on_spark` in a fresh Python process (a fresh JVM and Python workers)."""
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--spark"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode:
+        sys.exit(f"the Spark measurement failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def on_spark(args: argparse.Namespace) -> dict[str, Any]:
-    """Warm the Python workers, then run the search with ``tune``."""
+    """In this fresh process: the search cold (the first call of a fresh SparkContext, every
+    warm-up included), then warm in ABBA order."""
     from pyspark import SparkConf, SparkContext
 
     from tensorspark.tuning import tune
@@ -276,9 +292,8 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
     sc.setLogLevel("ERROR")
     try:
         slots = sc.defaultParallelism
-        start = time.monotonic()
-        pids = sc.parallelize(range(slots), slots).map(_warm_worker).collect()
         data = load(args.data_dir, args.rows, args.val_rows)
+
         def search(
             space: dict[str, Any], rows: int, val_rows: int, epochs: int, progress: bool, cost: Any = None
         ) -> Any:
@@ -298,12 +313,11 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
                 cost=cost,
             )
 
-        # A tiny search first, as a session that tunes again has had: the JVM's JIT
-        # compiles the job path (a fresh JVM spent about 1.4 s more CPU on the first call's
-        # eight one-task jobs and broadcast than on the second's).
-        search(QUICK_SPACE, 256, 64, 1, False)
-        warmup = time.monotonic() - start
         space = QUICK_SPACE if args.quick else SPACE
+        # Cold: no Python worker has started yet; tune starts and warms them itself.
+        started = time.monotonic()
+        cold = search(space, args.rows, args.val_rows, args.epochs, False)
+        cold_s = time.monotonic() - started
         # The default (tune learns which trials are long while it runs) and the same search
         # told what makes a trial long (cost=: the hidden layer's width), in ABBA order so
         # that the VM's drift over minutes falls on both alike.
@@ -321,8 +335,14 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "master": args.master,
         "slots": slots,
-        "warmup_s": warmup,
-        "warm_workers": len(set(pids)),
+        "cold": {
+            "elapsed_s": cold_s,
+            "search_s": cold.elapsed_s,
+            "scores": [t.score for t in cold.trials],
+            "trial_s": [round(t.elapsed_s, 3) for t in cold.trials],
+            "start_order": [t.index for t in sorted(cold.trials, key=lambda t: t.started_at or 0.0)],
+            "max_score_diff_vs_warm": _max_score_diff([t.score for t in cold.trials], [t.score for t in result.trials]),
+        },
         **_summary(runs["default"]),
         "table": json.loads(result.table.to_json(orient="records")),
         "with_cost": _summary(runs["cost"]),
@@ -400,6 +420,8 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="also write the JSON here")
     parser.add_argument("--sequential", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--claims", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spark", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.rows = args.rows or (300 if args.quick else 10000)
     args.val_rows = args.val_rows or (200 if args.quick else 2000)
@@ -408,6 +430,10 @@ def main() -> None:
 
     if args.sequential is not None:  # child process: one baseline, one JSON line
         print(json.dumps(sequential(args, args.sequential)))
+        return
+    if args.spark:  # child process: tune cold, then warm
+        logging.basicConfig(level=logging.WARNING)
+        print(json.dumps(on_spark(args), default=str))
         return
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -419,10 +445,12 @@ def main() -> None:
         baselines.append(run_sequential_child(args, runner, int(threads)))
     cores = os.cpu_count() or 1
     ceiling = run_plain_parallel(args, cores)
-    spark = on_spark(args)
+    fastest = min(baselines, key=lambda b: b["elapsed_s"])
+    cold_before = run_sequential_child(args, fastest["runner"], fastest["threads"], cold=True)
+    spark = run_spark_child(args)
+    cold_after = run_sequential_child(args, fastest["runner"], fastest["threads"], cold=True)
     for base in baselines:
         base["speedup"] = base["elapsed_s"] / spark["elapsed_s"]
-        base["speedup_incl_warmup"] = base["elapsed_s"] / (spark["elapsed_s"] + spark["warmup_s"])
         # Zero for the tensorspark runner (same code and seeds); not for the keras runner,
         # whose pipeline shuffles the rows in another order.
         base["max_score_diff_vs_spark"] = _max_score_diff(base["scores"], spark["scores"])
@@ -446,8 +474,21 @@ def main() -> None:
         "plain_parallel": ceiling,
         "spark": spark,
     }
-    fastest = min(baselines, key=lambda b: b["elapsed_s"])
     report["speedup_vs_fastest_sequential"] = fastest["speedup"]
+    # Cold against cold: a fresh process's import and trials, against tune's first call in
+    # a fresh context, every warm-up included (the headline).
+    cold_runs = [cold_before, cold_after]
+    cold_sequential_s = sum(r["import_s"] + r["elapsed_s"] for r in cold_runs) / 2
+    report["cold"] = {
+        "sequential": cold_runs,
+        "sequential_mean_s": cold_sequential_s,
+        "sequential_import_mean_s": sum(r["import_s"] for r in cold_runs) / 2,
+        "tune_s": spark["cold"]["elapsed_s"],
+        "speedup": cold_sequential_s / spark["cold"]["elapsed_s"],
+        "max_score_diff_vs_sequential": _max_score_diff(cold_before["scores"], spark["cold"]["scores"])
+        if fastest["runner"] == "tensorspark"
+        else None,
+    }
     # This VM's speed drifts by 10-20 % over minutes, and the baselines ran before tune:
     # the fastest baseline runs once more after it, and the headline uses the mean of the
     # two runs (a ratio above the core count means the machine drifted).
@@ -465,12 +506,18 @@ def main() -> None:
         tmp = Path(f"{args.output}.tmp")
         tmp.write_text(text + "\n")
         tmp.replace(args.output)
+    cold = report["cold"]
+    print(
+        f"cold, every warm-up included: tune's first call {cold['tune_s']:.1f}s, the fastest "
+        f"runner in fresh processes {cold['sequential_mean_s']:.1f}s (its import "
+        f"{cold['sequential_import_mean_s']:.1f}s included): speed-up {cold['speedup']:.2f}x",
+        file=sys.stderr,
+    )
     for base in baselines:
         print(
             f"{report['trials']} trials: sequential ({base['runner']}, {base['threads']} TF thread(s)) "
-            f"{base['elapsed_s']:.1f}s, tune on {args.master} {spark['elapsed_s']:.1f}s "
-            f"(+{spark['warmup_s']:.1f}s warm-up): speed-up {base['speedup']:.2f}x "
-            f"({base['speedup_incl_warmup']:.2f}x with warm-up); "
+            f"{base['elapsed_s']:.1f}s, tune on {args.master} warm {spark['elapsed_s']:.1f}s: "
+            f"speed-up {base['speedup']:.2f}x; "
             f"slots kept busy: {' / '.join(f'{c:.2f}' for c in spark['concurrency'])} of {spark['slots']}; "
             f"{cores} plain processes without Spark, trials in the space's order: "
             f"{ceiling['elapsed_s']:.1f}s, speed-up {base['plain_parallel_speedup']:.2f}x; "

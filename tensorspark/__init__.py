@@ -63,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "Uniform": "tensorspark.tuning",
     "expand_space": "tensorspark.tuning",
     "tune": "tensorspark.tuning",
+    "WarmUp": "tensorspark.warmup",
+    "warm_up": "tensorspark.warmup",
 }
 
 __all__ = [
@@ -100,6 +102,7 @@ __all__ = [
     "TuneResult",
     "TuningError",
     "Uniform",
+    "WarmUp",
     "WeightCombiner",
     "WireFormatError",
     "WorkerError",
@@ -110,6 +113,7 @@ __all__ = [
     "load_checkpoint",
     "predict",
     "tune",
+    "warm_up",
     "write_tfrecord",
 ]
 
@@ -173,3 +177,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         expand_space,
         tune,
     )
+    from tensorspark.warmup import WarmUp, warm_up

@@ -11,6 +11,7 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
-from tensorspark.warmup import WarmUp
+from tensorspark.warmup import WarmUp, pool_of
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
 
@@ -43,21 +44,30 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _keeps_workers_warm(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A session method that runs Spark jobs: the warm-up's keep-alive counts from its start
-    and from its end (see :mod:`tensorspark.warmup`)."""
+def _keeps_workers_warm(data_argument: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """A session method that runs Spark jobs over its ``data_argument``: the warm-up learns
+    which worker pool the call uses (its warm-up of that pool then does not step aside for
+    the call's jobs) and keeps the workers alive from the call's end (see
+    :mod:`tensorspark.warmup`)."""
 
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        session = args[0]
-        assert isinstance(session, SparkSession)
-        session.warmup.touch()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            session.warmup.touch()
+    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        signature = inspect.signature(method)
 
-    return wrapper
+        @functools.wraps(method)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            session = args[0]
+            assert isinstance(session, SparkSession)
+            bound = signature.bind_partial(*args, **kwargs)
+            pool = pool_of(bound.arguments.get(data_argument))
+            session.warmup.begin_call(pool)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                session.warmup.end_call(pool)
+
+        return wrapper
+
+    return decorate
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -366,7 +376,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
-    @_keeps_workers_warm
+    @_keeps_workers_warm("feed_rdd")
     def run(
         self,
         fetches: Any,
@@ -426,7 +436,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
-    @_keeps_workers_warm
+    @_keeps_workers_warm("data")
     def fit(
         self,
         data: Any,
@@ -495,7 +505,7 @@ class SparkSession:
         self.last_run = result
         return history
 
-    @_keeps_workers_warm
+    @_keeps_workers_warm("data")
     def evaluate(
         self,
         data: Any,
@@ -533,7 +543,7 @@ class SparkSession:
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
-    @_keeps_workers_warm
+    @_keeps_workers_warm("data")
     def predict(
         self,
         data: Any,

@@ -291,7 +291,7 @@ def tune(
     }
     # The workers import TensorFlow while the data is broadcast: a one-off warm-up of the
     # RDD pool (a no-op job on warm workers), queued before the trials.
-    warming = warm_up(sc, pools=("rdd",), keep_alive=0.0, enabled=None)
+    warming = warm_up(sc, pools=("rdd",), keep_alive=0.0, enabled=None, yield_to_jobs=False)
     data_bc = sc.broadcast(data)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     start = time.monotonic()

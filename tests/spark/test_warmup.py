@@ -110,10 +110,33 @@ def _occupy_slots(sc: SparkContext) -> threading.Thread:
     return thread
 
 
+def test_the_warm_up_steps_aside_for_another_job_and_warms_once_idle(sc: SparkContext) -> None:
+    busy = _occupy_slots(sc)
+    assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
+    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)).start()
+    assert warm.wait(120)
+    busy.join(60)
+    report = warm.reports()["rdd"]
+    assert report.yielded >= 1 and report.error is None and report.workers >= 1, report
+    # A session call in the same pool is the job the warm-up is for: it does not step aside.
+    busy = _occupy_slots(sc)
+    assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
+    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0))
+    warm.begin_call("rdd")
+    warm.start()
+    assert warm.wait(120)
+    warm.end_call("rdd")
+    warm.close()  # the call kept it alive until now
+    busy.join(60)
+    report = warm.reports()["rdd"]
+    assert report.yielded == 0 and report.error is None and report.workers >= 1, report
+
+
 def test_without_free_slots_the_warm_up_gives_up_and_the_session_still_trains(sc: SparkContext) -> None:
     busy = _occupy_slots(sc)
     assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
-    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0), job_timeout_s=0.5).start()
+    planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
+    warm = WarmUp(sc, planned, job_timeout_s=0.5, yield_to_jobs=False).start()
     assert warm.wait(60)
     report = warm.reports()["rdd"]
     assert report.error is not None and report.workers == 0  # cancelled, logged, not raised
