@@ -21,6 +21,7 @@ from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
+from tensorspark.ps.compression import Compression, get_compression
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
 from tensorspark.worker import WorkerConfig
@@ -96,6 +97,17 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        compression: ``None`` (float32), ``"bf16"``, ``"fp16"``, ``"int8"`` or a
+            :class:`~tensorspark.Compression`: workers push their deltas in this format
+            (keeping the rounding error for the next push: error feedback) and receive
+            the weights in it; the server's weights stay float32. Default
+            ``spark.tensorspark.compression``. See README "Communication".
+        outer_lr: ``weight_combiner="nesterov"``: the outer learning rate (default 0.7).
+        outer_momentum: ``weight_combiner="nesterov"``: the Nesterov momentum (default 0.9).
+        ps_shards: parameter-server processes on the driver, each holding a slice of the
+            tensors balanced by bytes; workers push and pull the slices in parallel.
+            Default ``spark.tensorspark.ps.shards``, else 1 (the server runs in a thread
+            of the driver).
     """
 
     def __init__(
@@ -131,6 +143,10 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        compression: Compression | str | None = None,
+        outer_lr: float | None = None,
+        outer_momentum: float | None = None,
+        ps_shards: int | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -145,7 +161,7 @@ class SparkSession:
         self.user = user
         sync_interval = _positive_int("sync_interval", sync_interval)
         batch_size = _positive_int("batch_size", batch_size)
-        combiner = get_combiner(weight_combiner)
+        combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
         if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
@@ -168,6 +184,8 @@ class SparkSession:
                 "checkpoint_dir": checkpoint_dir,
                 "checkpoint_interval": checkpoint_interval,
                 "keep_checkpoints": keep_checkpoints,
+                "compression": compression,
+                "ps_shards": ps_shards,
             },
             tsconf.spark_conf(sc),
             name or "tensorspark",
@@ -179,6 +197,12 @@ class SparkSession:
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
         secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
+        compression_spec = get_compression(self.options["compression"])
+        if compression_spec is not None and compression_spec.push and combiner.payload != "delta" and mode == "async":
+            raise ConfigurationError(
+                f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
+                f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression_spec.name!r}"
+            )
         max_body = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         checkpoints = None
         if self.options["checkpoint_dir"] is not None:
@@ -220,6 +244,8 @@ class SparkSession:
                 checkpoint_interval=float(self.options["checkpoint_interval"]),
                 resume=bool(resume),
                 secret=secret_bytes,
+                compression=compression_spec,
+                shards=_positive_int("ps_shards", self.options["ps_shards"]),
             ),
             checkpoints,
         )
@@ -261,6 +287,14 @@ class SparkSession:
     @property
     def max_staleness(self) -> int | None:
         return self._host.settings.max_staleness
+
+    @property
+    def compression(self) -> Compression | None:
+        return self._host.settings.compression
+
+    @property
+    def ps_shards(self) -> int:
+        return self._host.settings.shards
 
     @property
     def server_reusable(self) -> bool:

@@ -30,6 +30,7 @@ from tensorspark.errors import DivergenceError, ParameterServerError
 from tensorspark.models.base import TrainableModel
 from tensorspark.partition import PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
+from tensorspark.ps.compression import Compression, ErrorFeedback
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +109,14 @@ def train_partition(
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
+        compression = Compression.from_json(joined["compression"]) if joined.get("compression") else None
+        feedback = None
+        if compression is not None and compression.push is not None and payload == "delta":
+            feedback = ErrorFeedback(compression.push, compression.block)
         model = build_model()
         try:
-            stats = _Loop(partition, attempt, config, client, model, payload, resume_after).run(blocks)
+            loop = _Loop(partition, attempt, config, client, model, payload, resume_after, feedback)
+            stats = loop.run(blocks)
         finally:
             model.close()
         state = "done"
@@ -133,8 +139,10 @@ class _Loop:
         model: TrainableModel,
         payload: str,
         resume_after: tuple[int, int] | None,
+        feedback: ErrorFeedback | None = None,
     ) -> None:
         self.partition = partition
+        self.feedback = feedback  # compresses deltas, keeping what rounding took
         self.attempt = attempt
         self.config = config
         self.client = client
@@ -148,7 +156,7 @@ class _Loop:
     def run(self, blocks: Iterator[Block]) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
-        self.version, self.base = self.client.pull()
+        self.version, self.base = self.client.pull(self.partition)
         self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         with PartitionData(
@@ -206,10 +214,11 @@ class _Loop:
                 k: v / samples for k, v in result.items() if k not in ("loss", "samples") and math.isfinite(v)
             }
         response: PushResult | None = None
+        encoded = self.feedback.encode(delta) if self.feedback is not None else None
         for _ in range(_MAX_REBASES):
             meta["base_version"] = self.version
             if self.payload == "delta":
-                update = delta
+                update = delta if encoded is None else encoded
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push(update, meta)
@@ -225,6 +234,8 @@ class _Loop:
                 f"partition {self.partition}: push stayed stale after {_MAX_REBASES} rebases; "
                 "max_staleness is too small for this many workers"
             )
+        if response.status == "diverged" and self.feedback is not None:
+            self.feedback.reset()  # the refused update's rounding error must not come back
         if response.status == "diverged" and self.config.on_divergence == "fail":
             raise DivergenceError(
                 f"worker for partition {self.partition} (attempt {self.attempt}) produced non-finite "

@@ -3,8 +3,9 @@
 Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON):
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
-* ``GET  /pull``  -> wire(global params, {version})
-* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode}
+* ``GET  /pull[?partition=P]``  -> wire(global params, {version})
+* ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
+  compression, wire, tensors}
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
 * ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
 * ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
@@ -18,6 +19,10 @@ A :class:`Router` is given everything it serves with through its constructor, as
 tornado's ``RequestHandler.initialize`` is: the store, the verifier, the body limit,
 whether the status is public and the function that makes ``/status``. It reads no other
 object's attributes.
+
+Every answered request is counted in the store's traffic (:mod:`tensorspark.ps.ledger`):
+the request line, headers and body received, the status line, headers and body sent, to
+the worker whose partition the request names.
 
 Thread ownership: everything here runs on the server's loop thread, the thread that owns
 the :class:`~tensorspark.ps.store.Store`, so handlers call the store directly.
@@ -104,6 +109,21 @@ class Router(httputil.HTTPServerConnectionDelegate):
         return _Request(self._settings, request_conn)
 
 
+def _head_size(start_line: str, headers: httputil.HTTPHeaders) -> int:
+    """Bytes of an HTTP/1.1 message's start line and headers as written on the wire."""
+    size = len(start_line) + 4  # CRLF after the start line and after the headers
+    for name, value in headers.get_all():
+        size += len(name) + len(value) + 4  # "Name: value\r\n"
+    return size
+
+
+def _query_int(query: str, key: str) -> int | None:
+    values = parse_qs(query).get(key)
+    if not values or not values[-1].lstrip("-").isdigit():
+        return None
+    return int(values[-1])
+
+
 def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]) -> dict[str, Any]:
     try:
         obj = json.loads(bytes(body).decode("utf-8") or "{}")
@@ -141,6 +161,8 @@ class _Request(httputil.HTTPMessageDelegate):
         self.signed = False  # the body ends with the signature (auth.TRAILER_BYTES)
         self.payload_length = 0
         self.hasher: auth.BlockHasher | None = None
+        self.partition: int | None = None  # the worker the request's traffic is counted to
+        self.head_bytes = 0
 
     def headers_received(
         self,
@@ -153,6 +175,8 @@ class _Request(httputil.HTTPMessageDelegate):
         self.target = start_line.path
         self.path, _, query = start_line.path.partition("?")
         self.headers = headers
+        self.query = query
+        self.head_bytes = _head_size(f"{start_line.method} {start_line.path} {start_line.version}", headers)
         try:
             length = int(headers.get("Content-Length", "0"))
         except ValueError:
@@ -291,18 +315,23 @@ class _Request(httputil.HTTPMessageDelegate):
         """Answer a checked request from the store (exactly one response)."""
         store = self.settings.store
         if self.path == "/push":
-            tensors, meta = wire.decode(payload)
-            store.push(tensors, meta, self._respond)
+            tensors, meta = wire.decode_encoded(payload)
+            self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
+            keeps = store.push(tensors, meta, self._respond)
             assert self.body is not None
-            store.give_body(self.body)  # the update has been combined (or is pending: sync)
+            if not keeps:  # combined and answered: nothing refers to the body any more
+                store.give_body(self.body)
         elif self.path == "/pull":
+            self.partition = _query_int(self.query, "partition")
             store.pull(self._respond)
         elif self.path == "/join":
             req = _json_object(payload, ("partition", "attempt"))
-            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt")))
+            self.partition = int_field(req, "partition")
+            self._json(store.join(self.partition, int_field(req, "attempt"), req.get("wire")))
         elif self.path == "/leave":
             req = _json_object(payload, ("partition", "attempt", "state"))
             partition, state = int_field(req, "partition"), str(req["state"])
+            self.partition = partition
             store.leave(partition, int_field(req, "attempt"), state)
             self._json({"ok": True})
         elif self.path == "/status":
@@ -345,6 +374,11 @@ class _Request(httputil.HTTPMessageDelegate):
                 {"Content-Type": content_type, "Content-Length": str(size)}
             )
             reason = httputil.responses.get(code, "Unknown")
+            self.settings.store.count_traffic(
+                self.partition,
+                self.head_bytes + self.received,
+                _head_size(f"HTTP/1.1 {code} {reason}", headers) + size,
+            )
             chunks = wire.coalesce([p for p in parts if memoryview(p).nbytes])
             # Headers and a small first chunk leave in one send (one TCP segment).
             first = (

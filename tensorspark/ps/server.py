@@ -38,6 +38,7 @@ from tornado.netutil import bind_sockets
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.compression import Compression
 from tensorspark.ps.http import Router
 from tensorspark.ps.store import MODES, Snapshot, Store
 
@@ -110,6 +111,11 @@ class ParameterServer:
             authentication. Otherwise they need a signed request or the read-only
             ``?token=`` (:func:`tensorspark.ps.auth.status_token`).
         auth_window: seconds a signed request's timestamp may differ from this clock.
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
+            :class:`~tensorspark.ps.compression.Compression`: the format workers push
+            deltas in (told at ``/join``) and the one answers carry the weights in. The
+            server's weights stay float32.
+        combiner_state: the combiner's state ``(arrays, meta)`` from a checkpoint.
     """
 
     def __init__(
@@ -133,6 +139,8 @@ class ParameterServer:
         public_status: bool = False,
         auth_window: float = auth.DEFAULT_WINDOW,
         authenticate: bool = True,
+        compression: Compression | str | None = None,
+        combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
     ) -> None:
         self._store = Store(
             params,
@@ -144,8 +152,11 @@ class ParameterServer:
             progress=progress,
             round_timeout=round_timeout,
             on_push=on_push,
+            compression=compression,
+            combiner_state=combiner_state,
         )
         self.combiner = self._store.combiner
+        self.compression = self._store.compression
         self.host = host
         self._port_spec = port
         self.mode = mode
@@ -449,6 +460,25 @@ class ParameterServer:
     def status(self) -> dict[str, Any]:
         """The JSON served at ``/status``. Any thread (runs on the loop)."""
         return self._on_loop(self._status_here, "status()")
+
+    # ------------------------------------------------------------------ consistent cuts
+
+    def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """Apply no push beyond ``target`` until :meth:`release` (they wait, unanswered);
+        returns the progress now. For consistent snapshots across shards
+        (:mod:`tensorspark.ps.shards`). Any thread (runs on the loop)."""
+        return self._on_loop(lambda: self._store.hold(target), "hold()")
+
+    def wait_reached(self, target: Mapping[int, tuple[int, int]], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every partition of ``target`` has applied up
+        to its ``(epoch, seq)``; whether it did. Any thread but the loop's."""
+        event = threading.Event()
+        self._on_loop(lambda: self._store.notify_reached(target, event), "wait_reached()")
+        return event.wait(timeout)
+
+    def release(self) -> None:
+        """End :meth:`hold`; the pushes that waited are applied. Any thread (runs on the loop)."""
+        self._on_loop(self._store.release, "release()")
 
     def _status_here(self) -> dict[str, Any]:
         """The ``/status`` JSON, made on the store's owning thread."""

@@ -39,8 +39,11 @@ def int_field(obj: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, np.ndarray]) -> None:
+def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, Any]) -> None:
     """Refuse a push whose tensors differ from ``model``'s in names, shapes or dtypes.
+
+    A compressed tensor (:class:`~tensorspark.wire.Encoded`) stands for a float32 array
+    of its ``shape``.
 
     Raises:
         RequestError: 400 listing the missing and unknown tensors, or the first tensor

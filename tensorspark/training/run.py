@@ -31,6 +31,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.compression import Compression
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
 from tensorspark.training.result import TrainResult
@@ -73,6 +74,8 @@ class RunSettings:
     checkpoint_interval: float
     resume: bool
     secret: bytes | None = None
+    compression: Compression | None = None
+    shards: int = 1
 
     def __repr__(self) -> str:
         return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.port})"
@@ -131,6 +134,7 @@ class ServerHost:
             server.reset_progress()
             return server
         version, progress, applied_before, saved_version = 0, None, 0, None
+        combiner_state = None
         if self.checkpoints is not None and s.resume:
             checkpoint = resume_state(self.checkpoints, params, s.mode)
             if checkpoint is not None:
@@ -138,6 +142,7 @@ class ServerHost:
                 version, progress = checkpoint.version, checkpoint.progress
                 saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
+                combiner_state = combiner_state_of(checkpoint, s.combiner)
         server = ParameterServer(
             params,
             version=version,
@@ -155,6 +160,8 @@ class ServerHost:
             public_status=s.public_status,
             max_body_bytes=s.max_body_bytes,
             on_push=self._on_push,
+            compression=s.compression,
+            combiner_state=combiner_state,
         )
         self.server = server
         server.start()
@@ -221,6 +228,22 @@ class ServerHost:
             if not quiet:
                 raise
             logger.exception("the final checkpoint of a failed run could not be written")
+
+
+def combiner_state_of(checkpoint: Any, combiner: WeightCombiner) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The combiner state a checkpoint holds for ``combiner``, or None (with a log line
+    when the checkpoint holds another combiner's state, or none for one that keeps it)."""
+    saved = checkpoint.state_meta.get("name")
+    if saved == combiner.name:
+        return checkpoint.state, checkpoint.state_meta
+    if saved is not None:
+        logger.warning(
+            "checkpoint %s holds the state of weight_combiner=%r; this run uses %r and starts its own",
+            checkpoint.path, saved, combiner.name,
+        )
+    elif combiner.state()[1]:
+        logger.info("checkpoint %s holds no %s state; it starts from zero", checkpoint.path, combiner.name)
+    return None
 
 
 def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
