@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "DeltaWeightCombiner": "tensorspark.ps.combiners",
     "DynSGDCombiner": "tensorspark.ps.combiners",
     "MeanWeightCombiner": "tensorspark.ps.combiners",
+    "NesterovCombiner": "tensorspark.ps.combiners",
+    "Compression": "tensorspark.ps.compression",
     "WeightCombiner": "tensorspark.ps.combiners",
     "ParameterServer": "tensorspark.ps.server",
     "SparkSession": "tensorspark.session",
@@ -64,6 +66,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "Choice",
+    "Compression",
     "ConfigurationError",
     "DeltaWeightCombiner",
     "Distribution",
@@ -75,6 +78,7 @@ __all__ = [
     "MeanWeightCombiner",
     "ModelLoader",
     "ModelSource",
+    "NesterovCombiner",
     "ParameterClient",
     "ParameterServer",
     "ParameterServerConnectionError",
@@ -138,8 +142,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         DeltaWeightCombiner,
         DynSGDCombiner,
         MeanWeightCombiner,
+        NesterovCombiner,
         WeightCombiner,
     )
+    from tensorspark.ps.compression import Compression
     from tensorspark.ps.server import ParameterServer
     from tensorspark.session import SparkSession
     from tensorspark.training.result import History, TrainResult

@@ -22,8 +22,10 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
-from tensorspark.ps.server import MODES, ParameterServer
+from tensorspark.ps.server import MODES
+from tensorspark.ps.store import check_compression
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
+from tensorspark.training.run import Server
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -198,11 +200,7 @@ class SparkSession:
             )
         secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
         compression_spec = get_compression(self.options["compression"])
-        if compression_spec is not None and compression_spec.push and combiner.payload != "delta" and mode == "async":
-            raise ConfigurationError(
-                f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
-                f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression_spec.name!r}"
-            )
+        check_compression(compression_spec, combiner, mode)
         max_body = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         checkpoints = None
         if self.options["checkpoint_dir"] is not None:
@@ -332,18 +330,18 @@ class SparkSession:
     # ------------------------------------------------------------------ server
 
     @property
-    def server(self) -> ParameterServer | None:
+    def server(self) -> Server | None:
         """The parameter server of the current (or last) run."""
         return self._host.server
 
-    def server_url(self, server: ParameterServer) -> str:
+    def server_url(self, server: Server) -> str:
         """The URL executors are told for ``server``: ``server_host`` and the bound port.
 
         Differs from ``server.url`` (the bound address) only when ``server_bind_host`` is set.
         """
         return self._host.url_for(server)
 
-    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
         """A started (or reused) server for ``params``; see :meth:`ServerHost.acquire`."""
         return self._host.acquire(params, num_workers)
 

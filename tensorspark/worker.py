@@ -31,6 +31,8 @@ from tensorspark.models.base import TrainableModel
 from tensorspark.partition import PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
+from tensorspark.ps.fanout import ShardedClient
+from tensorspark.ps.layout import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,10 @@ class WorkerConfig:
     #: instead of another full ``ps_timeout``, so an unreachable server fails the job in
     #: about ``ps_timeout``, not ``spark.task.maxFailures`` times it.
     join_deadline: float | None = None
+    #: A sharded server (``ps_shards > 1``): the shards' URLs and which holds what
+    #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
+    shard_urls: tuple[str, ...] = ()
+    shard_layout: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The settings as JSON, without the secret."""
@@ -99,9 +105,7 @@ def train_partition(
     :class:`~tensorspark.errors.DivergenceError` when the server rejects a non-finite
     update and ``on_divergence='fail'``.
     """
-    client = ParameterClient(config.server_url, timeout=config.request_timeout, ps_timeout=config.ps_timeout,
-                             ssl_cafile=config.ssl_cafile, secret=config.secret,
-                             recycle_responses=True)  # the loop keeps only the latest weights
+    client = make_client(config)
     state = "failed"
     try:
         wait = None if config.join_deadline is None else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
@@ -129,13 +133,25 @@ def train_partition(
         client.close()
 
 
+def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
+    """The loop's client: of the one server, or of every shard of a sharded one."""
+    options: dict[str, Any] = dict(
+        timeout=config.request_timeout, ps_timeout=config.ps_timeout, ssl_cafile=config.ssl_cafile,
+        secret=config.secret, recycle_responses=True,  # the loop keeps only the latest weights
+    )
+    if config.shard_urls:
+        assert config.shard_layout is not None
+        return ShardedClient(config.shard_urls, Layout.from_json(config.shard_layout), **options)
+    return ParameterClient(config.server_url, **options)
+
+
 class _Loop:
     def __init__(
         self,
         partition: int,
         attempt: int,
         config: WorkerConfig,
-        client: ParameterClient,
+        client: ParameterClient | ShardedClient,
         model: TrainableModel,
         payload: str,
         resume_after: tuple[int, int] | None,

@@ -74,7 +74,11 @@ class WeightCombiner:
         return out
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Arrays and JSON-able values to checkpoint (none by default)."""
+        """Arrays and JSON-able values to checkpoint (none by default).
+
+        Arrays are keyed ``"<kind>/<parameter name>"`` and shaped like that parameter, so
+        a sharded server can deal them out with the parameters and gather them back.
+        """
         return {}, {}
 
     def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -274,6 +278,12 @@ _BY_NAME: dict[str, type[WeightCombiner]] = {
     "dynsgd": DynSGDCombiner,
     "nesterov": NesterovCombiner,
 }
+
+
+def builtin_name(combiner: WeightCombiner) -> str | None:
+    """The name :func:`get_combiner` rebuilds ``combiner`` from, if it is a built-in one."""
+    cls = _BY_NAME.get(combiner.name)
+    return combiner.name if cls is not None and type(combiner) is cls else None
 
 
 def get_combiner(value: WeightCombiner | str | None, **options: Any) -> WeightCombiner:

@@ -75,9 +75,15 @@ class Compression:
                 raise ConfigurationError(
                     f"compression {name} codec must be one of {CODECS} or None. Received: {name}={value!r}"
                 )
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or not 8 <= self.block <= CHUNK:
+        if (
+            isinstance(self.block, bool)
+            or not isinstance(self.block, int)
+            or not 8 <= self.block <= CHUNK
+            or self.block & (self.block - 1)
+        ):
             raise ConfigurationError(
-                f"compression block must be an integer from 8 to {CHUNK}. Received: block={self.block!r}"
+                f"compression block must be a power of two from 8 to {CHUNK} (blocks then never straddle "
+                f"two shards). Received: block={self.block!r}"
             )
 
     @property

@@ -31,6 +31,7 @@ the :class:`~tensorspark.ps.store.Store`, so handlers call the store directly.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -67,22 +68,45 @@ _ROUTES = {
 _STATUS_ROUTES = {("GET", "/"), ("GET", "/status")}
 
 
+class StatusBooks:
+    """What a status-only server counts (the front of a sharded server, which holds no
+    model): refused requests and traffic. Loop thread only."""
+
+    def __init__(self) -> None:
+        self.counters = collections.Counter[str]()
+
+    def take_body(self, length: int) -> bytearray:
+        return bytearray(length)
+
+    def count_refused(self, code: int) -> None:
+        if code != 404:
+            self.counters["rejected_requests"] += 1
+            if code == 401:
+                self.counters["unauthorized_requests"] += 1
+
+    def count_traffic(self, partition: int | None, received: int, sent: int) -> None:
+        self.counters["bytes_received"] += received
+        self.counters["bytes_sent"] += sent
+
+
 @dataclass(frozen=True)
 class _Settings:
     """What every request of one server is handled with (see :class:`Router`)."""
 
-    store: Store
+    store: Store | StatusBooks
     verifier: auth.Verifier | None
     max_body_bytes: int
     public_status: bool
     status: Callable[[], dict[str, Any]]
+    routes: frozenset[tuple[str, str]]
 
 
 class Router(httputil.HTTPServerConnectionDelegate):
     """Hands each request on a connection to a new request handler. Loop thread only.
 
     Args:
-        store: the state requests read and change.
+        store: the state requests read and change; a :class:`StatusBooks` serves only
+            ``GET /status`` and ``GET /`` (other routes answer 404).
         verifier: checks signed requests; None serves unsigned ones (and refuses signed
             ones with a 400 that says so).
         max_body_bytes: larger request bodies are refused with 413 before being read.
@@ -92,15 +116,16 @@ class Router(httputil.HTTPServerConnectionDelegate):
 
     def __init__(
         self,
-        store: Store,
+        store: Store | StatusBooks,
         *,
         verifier: auth.Verifier | None,
         max_body_bytes: int,
         public_status: bool,
         status: Callable[[], dict[str, Any]],
     ) -> None:
+        routes = _ROUTES if isinstance(store, Store) else _STATUS_ROUTES
         self._settings = _Settings(
-            store, verifier, int(max_body_bytes), bool(public_status), status
+            store, verifier, int(max_body_bytes), bool(public_status), status, frozenset(routes)
         )
 
     def start_request(
@@ -181,8 +206,8 @@ class _Request(httputil.HTTPMessageDelegate):
             length = int(headers.get("Content-Length", "0"))
         except ValueError:
             length = -1
-        if (self.method, self.path) not in _ROUTES:
-            known = {p for _, p in _ROUTES}
+        if (self.method, self.path) not in settings.routes:
+            known = {p for _, p in settings.routes}
             code = 405 if self.path in known else 404
             self._fail(RequestError(code, f"no endpoint {self.method} {self.path}"))
             return None
@@ -314,6 +339,13 @@ class _Request(httputil.HTTPMessageDelegate):
     def _dispatch(self, payload: bytearray | memoryview) -> None:
         """Answer a checked request from the store (exactly one response)."""
         store = self.settings.store
+        if self.path == "/status":
+            self._json(self.settings.status())
+            return
+        if self.path == "/":
+            self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
+            return
+        assert isinstance(store, Store)  # a StatusBooks serves only the two routes above
         if self.path == "/push":
             tensors, meta = wire.decode_encoded(payload)
             self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
@@ -334,10 +366,6 @@ class _Request(httputil.HTTPMessageDelegate):
             self.partition = partition
             store.leave(partition, int_field(req, "attempt"), state)
             self._json({"ok": True})
-        elif self.path == "/status":
-            self._json(self.settings.status())
-        elif self.path == "/":
-            self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
 
     def on_connection_close(self) -> None:
         self.responded = True

@@ -93,6 +93,54 @@ class Snapshot:
     state_meta: dict[str, Any] = field(default_factory=dict)
 
 
+def check_settings(
+    params: Mapping[str, np.ndarray],
+    mode: str,
+    max_staleness: int | None,
+    combiner: WeightCombiner,
+    compression: compress.Compression | None,
+) -> dict[str, np.ndarray]:
+    """Check a server's settings; returns a copy of ``params`` to hold.
+
+    Raises:
+        ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot carry,
+            max_staleness outside async mode, or compression with a combiner of weights.
+    """
+    if not params:
+        raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
+    if mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
+    if max_staleness is not None and (mode != "async" or max_staleness < 0):
+        raise ConfigurationError(
+            "max_staleness applies to mode='async' and must be >= 0. "
+            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
+        )
+    check_compression(compression, combiner, mode)
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in params.items():
+        arr = np.array(value, copy=True)
+        if arr.dtype.name not in wire.DTYPES:
+            raise ConfigurationError(
+                f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
+                f"Allowed: {sorted(wire.DTYPES)}"
+            )
+        arrays[str(name)] = arr
+    return arrays
+
+
+def check_compression(compression: compress.Compression | None, combiner: WeightCombiner, mode: str) -> None:
+    """Compressed pushes are deltas: refuse a combiner that takes whole weights (async).
+
+    Raises:
+        ConfigurationError: naming the combiner and what to use instead.
+    """
+    if compression is not None and compression.push and combiner.payload != "delta" and mode == "async":
+        raise ConfigurationError(
+            f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
+            f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression.name!r}"
+        )
+
+
 class Store:
     """The global parameters and everything pushes change. Owned by one thread (see the
     module docstring); not thread-safe.
@@ -133,40 +181,16 @@ class Store:
         compression: compress.Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
     ) -> None:
-        if not params:
-            raise ConfigurationError(
-                "ParameterServer needs at least one parameter. Received: params={}"
-            )
-        if mode not in MODES:
-            raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-        if max_staleness is not None and (mode != "async" or max_staleness < 0):
-            raise ConfigurationError(
-                "max_staleness applies to mode='async' and must be >= 0. "
-                f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
-            )
+        self.combiner = get_combiner(combiner)
+        self.compression = compress.get_compression(compression)
+        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression)
         self.mode = mode
         self.num_workers: int | None = None
         self.set_num_workers(num_workers)
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            arr = np.array(value, copy=True)
-            if arr.dtype.name not in wire.DTYPES:
-                raise ConfigurationError(
-                    f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
-                    f"Allowed: {sorted(wire.DTYPES)}"
-                )
-            arrays[str(name)] = arr
         self._sets = ParamSets(arrays)  # the current parameters, and recycled ones
-        self.combiner = get_combiner(combiner)
         if combiner_state is not None:
             self.combiner.load_state(*combiner_state)
         self._combine_takes_out = "out" in inspect.signature(self.combiner.combine).parameters
-        self.compression = compress.get_compression(compression)
-        if self.compression is not None and self.compression.push and self.combiner.payload != "delta" and mode == "async":
-            raise ConfigurationError(
-                f"compression sends deltas, but weight_combiner={self.combiner.name!r} takes whole weights; "
-                "use 'dynsgd', 'delta' or 'nesterov' with compression, or compression=None"
-            )
         self._encoded = (
             None
             if self.compression is None or self.compression.pull is None
@@ -294,7 +318,6 @@ class Store:
             "payload": "delta" if self.mode == "sync" else self.combiner.payload,
             "compression": None if self.compression is None else self.compression.to_json(),
             "wire": wire.VERSION,
-            "tensors": list(self._sets.current),
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:

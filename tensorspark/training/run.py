@@ -34,6 +34,7 @@ from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
+from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
 from tensorspark.worker import WorkerConfig
 
@@ -41,8 +42,10 @@ logger = logging.getLogger(__name__)
 
 #: ``on_push(meta, status)``: called on the server's loop thread after each push; quick.
 PushListener = Callable[[dict[str, Any], str], None]
+#: A run's parameter server: one (a thread of the driver) or sharded (``ps_shards > 1``).
+Server = ParameterServer | ShardedServer
 #: ``make_job(server, broadcast) -> thunk``: the thunk runs and collects the Spark job.
-JobFactory = Callable[[ParameterServer, Any], Callable[[], list[Any]]]
+JobFactory = Callable[[Server, Any], Callable[[], list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -96,21 +99,22 @@ class ServerHost:
     def __init__(self, settings: RunSettings, checkpoints: CheckpointManager | None) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
-        self.server: ParameterServer | None = None
+        self.server: Server | None = None
         self._checkpointer: Checkpointer | None = None
         self._listener: PushListener | None = None
 
-    def url_for(self, server: ParameterServer) -> str:
-        """The URL executors are told for ``server``: the advertised host and bound port.
+    def url_for(self, server: Server, port: int | None = None) -> str:
+        """The URL executors are told for ``server`` (or its shard at ``port``): the
+        advertised host and the bound port.
 
         Differs from ``server.url`` (the bound address) only when the bind host is set.
         """
         host = self.settings.advertised_host
         host = f"[{host}]" if ":" in host else host
         scheme = server.url.split("://", 1)[0]
-        return f"{scheme}://{host}:{server.port}"
+        return f"{scheme}://{host}:{server.port if port is None else port}"
 
-    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
         """A running server for a run of ``num_workers`` partitions over ``params``.
 
         A reusable server still running is handed over with its progress reset (its
@@ -143,8 +147,13 @@ class ServerHost:
                 saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
                 combiner_state = combiner_state_of(checkpoint, s.combiner)
-        server = ParameterServer(
+        kind: Any = ParameterServer
+        shards: dict[str, Any] = {}
+        if s.shards > 1:
+            kind, shards = ShardedServer, {"shards": s.shards}
+        server = kind(
             params,
+            **shards,
             version=version,
             progress=progress,
             combiner=s.combiner,
@@ -191,7 +200,7 @@ class ServerHost:
         if self._checkpointer is not None:
             self._checkpointer.check()
 
-    def release(self, server: ParameterServer, *, failed: bool) -> None:
+    def release(self, server: Server, *, failed: bool) -> None:
         """End a run on ``server``: stop it unless it is reusable and the run succeeded,
         and write the run's last checkpoint.
 
@@ -293,7 +302,10 @@ class TrainingRun:
         and the deadline by which the server must have been reached once."""
         s = self.settings
         server = self.host.server
+        sharded = server if isinstance(server, ShardedServer) else None
         return WorkerConfig(
+            shard_urls=() if sharded is None else tuple(self.host.url_for(sharded, p) for p in sharded.ports),
+            shard_layout=None if sharded is None else sharded.layout.to_json(),
             server_url=url,
             mode=s.mode,
             sync_interval=s.sync_interval,
@@ -376,7 +388,7 @@ class TrainingRun:
 
     def _run_job(
         self,
-        server: ParameterServer,
+        server: Server,
         make_job: JobFactory,
         payload: Any,
         progress: bool,

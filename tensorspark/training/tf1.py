@@ -20,9 +20,8 @@ from tensorspark.models.tf1 import (
     resolve_params,
     variable_map,
 )
-from tensorspark.ps.server import ParameterServer
 from tensorspark.training.result import TrainResult
-from tensorspark.training.run import ServerHost, TrainingRun
+from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import rdd_job
 
 
@@ -56,7 +55,7 @@ def train_graph(
     initial = loader.read(session, param_names)
     run = TrainingRun(sc, host)
 
-    def make_job(server: ParameterServer, bcast: Any) -> Any:
+    def make_job(server: Server, bcast: Any) -> Any:
         return rdd_job(
             feed_rdd,
             bcast=bcast,
