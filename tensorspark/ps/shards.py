@@ -184,6 +184,8 @@ class ShardedServer:
         self._dispatcher: threading.Thread | None = None
         self._cut_lock = threading.Lock()
         self._started = False
+        # What stop() kept, so the run's result and last checkpoint can still be read.
+        self._final: tuple[Snapshot, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -264,7 +266,20 @@ class ShardedServer:
         return self.url
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the status page and every shard process. Idempotent."""
+        """Stop the status page and every shard process. Idempotent.
+
+        The state at that moment (a consistent cut, when the shards line up within
+        ``timeout`` seconds) is kept: :meth:`snapshot`, :meth:`params`, :meth:`status`,
+        :meth:`progress` and :attr:`version` go on answering from it.
+        """
+        if self._final is None and self._started and all(s.alive for s in self._shards):
+            cut_timeout, self.cut_timeout = self.cut_timeout, min(self.cut_timeout, timeout)
+            try:
+                self._final = (self.snapshot(), self.status())
+            except ParameterServerError as err:
+                logger.warning("the sharded server's last state could not be read before it stopped: %s", err)
+            finally:
+                self.cut_timeout = cut_timeout
         self._front.stop(timeout)
         threads = [threading.Thread(target=s.stop, args=(timeout,), daemon=True) for s in self._shards]
         for t in threads:
@@ -311,6 +326,8 @@ class ShardedServer:
     @property
     def version(self) -> int:
         """The version every shard has reached (the smallest)."""
+        if self._final is not None:
+            return self._final[0].version
         return min(int(r["version"]) for r, _ in self._all("status", timeout=_STATUS_TIMEOUT))
 
     @property
@@ -328,13 +345,15 @@ class ShardedServer:
 
     def progress(self) -> dict[int, dict[str, int]]:
         """Per partition, the last push every shard applied."""
+        if self._final is not None:
+            return dict(self._final[0].progress)
         each = self._progress_each()
         common = set.intersection(*(set(p) for p in each)) if each else set()
         return {p: dict(zip(("epoch", "seq"), min(e[p] for e in each), strict=True)) for p in sorted(common)}
 
     def params(self) -> dict[str, np.ndarray]:
         """A copy of the whole model, from a consistent cut."""
-        return self.snapshot().params
+        return {k: v.copy() for k, v in self.snapshot().params.items()}
 
     def snapshot(self) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut
@@ -345,6 +364,8 @@ class ShardedServer:
                 seconds (a worker died between pushing to two shards, and its retry has
                 not come yet); nothing was held back then.
         """
+        if self._final is not None:
+            return self._final[0]
         with self._cut_lock:
             target: Progress = {}
             for each in self._progress_each():
@@ -393,6 +414,8 @@ class ShardedServer:
         Raises:
             ParameterServerError: a shard is not running (the run cannot go on without it).
         """
+        if self._final is not None:
+            return self._final[1]
         each = [r for r, _ in self._all("status", timeout=_STATUS_TIMEOUT)]
         return aggregate_status(each, self.urls, self._front.books.counters if self._front.running else {},
                                 tls=self._front.tls, started_at=time.time())
