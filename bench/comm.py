@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -50,6 +52,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "nesterov_200": {"sync_interval": 200, "weight_combiner": "nesterov"},
     "nesterov_1000": {"sync_interval": 1000, "weight_combiner": "nesterov"},
     "int8_nesterov_1000": {"sync_interval": 1000, "weight_combiner": "nesterov", "compression": "int8"},
+    "int8_nesterov_200": {"sync_interval": 200, "weight_combiner": "nesterov", "compression": "int8"},
+    "nesterov_1000_sync": {"sync_interval": 1000, "weight_combiner": "nesterov", "mode": "sync"},
+    "int8_nesterov_1000_sync": {"sync_interval": 1000, "weight_combiner": "nesterov", "compression": "int8", "mode": "sync"},
 }
 
 
@@ -58,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.85)
-    parser.add_argument("--mode", default="async")
+    parser.add_argument("--mode", default="async", help="for configurations that do not set one")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every configuration (seeds 0..N-1), interleaved")
     parser.add_argument("--outer-lr", type=float, default=None)
     parser.add_argument("--outer-momentum", type=float, default=None)
     parser.add_argument("--rows", type=int, default=None, help="use the first N training rows")
@@ -87,16 +93,17 @@ def _import_tensorflow(_: int) -> int:
     return os.getpid()
 
 
-def run_config(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run_config(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace, seed: int = 0) -> dict[str, Any]:
     import tensorspark as sps
 
     spec = dict(CONFIGS[name])
+    spec.setdefault("mode", args.mode)
     if isinstance(spec.get("compression"), tuple):
         spec["compression"] = sps.Compression(*spec["compression"])
     if spec.get("weight_combiner") == "nesterov":
         spec.update(outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
-    model = make_model()
-    session = sps.SparkSession(sc, model, batch_size=64, mode=args.mode, name=f"comm-{name}", **spec)
+    model = make_model(seed)
+    session = sps.SparkSession(sc, model, batch_size=64, seed=seed, name=f"comm-{name}", **spec)
     started = time.perf_counter()
     history = session.fit(train, epochs=args.epochs, validation_data=test, progress=False)
     fit_seconds = time.perf_counter() - started
@@ -121,6 +128,7 @@ def run_config(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespa
     samples = int(history.result.status["samples"])
     return {
         "name": name,
+        "seed": seed,
         "settings": {k: (v.name if hasattr(v, "name") else v) for k, v in spec.items()},
         "epochs": epochs,
         "final_test_accuracy": accs[-1],
@@ -135,6 +143,26 @@ def run_config(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespa
         "fit_seconds": fit_seconds,
         "job_seconds": history.result.seconds,
     }
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median, counting a run that never reached the target (None) as the slowest."""
+    if not values:
+        return None
+    ordered = sorted(values, key=lambda v: float("inf") if v is None else v)
+    return ordered[(len(ordered) - 1) // 2]  # the lower median: a real run's value
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's medians over its runs, and the runs themselves."""
+    out = dict(runs[0])
+    for key in ("seconds_to_target", "bytes_per_sample_to_target", "epoch_to_target"):
+        out[key] = _median([r[key] for r in runs])
+    for key in ("final_test_accuracy", "bytes_per_sample_run", "job_seconds", "fit_seconds"):
+        out[key] = float(np.median([r[key] for r in runs]))
+    out["reached_target"] = sum(r["reached_target"] for r in runs)
+    out["runs"] = runs
+    return out
 
 
 def ratios(rows: dict[str, dict[str, Any]], base: dict[str, Any]) -> None:
@@ -181,34 +209,38 @@ def main(argv: list[str] | None = None) -> int:
         train.count()
         test.count()
         sc.parallelize(range(2), 2).map(_import_tensorflow).collect()
-        for name in names:
-            rows[name] = run_config(sc, name, train, test, args)
-            row = rows[name]
-            print(
-                f"{name:>20}: acc {[round(e['test_accuracy'], 4) for e in row['epochs']]}, "
-                f"to {args.target}: epoch {row['epoch_to_target']}, {row['seconds_to_target']} s, "
-                f"{row['bytes_per_sample_to_target']} B/sample; run {row['bytes_per_sample_run']:.1f} B/sample",
-                flush=True,
-            )
+        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        for seed in range(args.repeats):
+            for name in names:
+                row = run_config(sc, name, train, test, args, seed)
+                runs[name].append(row)
+                print(
+                    f"{name:>24} seed {seed}: acc {[round(e['test_accuracy'], 4) for e in row['epochs']]}, "
+                    f"to {args.target}: epoch {row['epoch_to_target']}, {row['seconds_to_target']} s, "
+                    f"{row['bytes_per_sample_to_target']} B/sample; run {row['bytes_per_sample_run']:.1f} B/sample",
+                    flush=True,
+                )
+        rows = {name: summarize(rs) for name, rs in runs.items()}
     finally:
         sc.stop()
     if "default" in rows:
         ratios(rows, rows["default"])
-    print(f"{'config':>20} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} {'t target':>9} {'t ratio':>8}")
+    print(f"medians over {args.repeats} run(s) of each:")
+    print(f"{'config':>24} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} {'t target':>9} {'t ratio':>8}")
     for name, row in rows.items():
         bps = row["bytes_per_sample_to_target"]
         few = row.get("fewer_bytes_per_sample_x")
         tt = row["seconds_to_target"]
         tr = row.get("time_to_target_vs_default")
         print(
-            f"{name:>20} {bps if bps is None else round(bps, 1)!s:>9} {few if few is None else round(few, 1)!s:>8} "
+            f"{name:>24} {bps if bps is None else round(bps, 1)!s:>9} {few if few is None else round(few, 1)!s:>8} "
             f"{row['final_test_accuracy']:>9.4f} {row.get('accuracy_minus_default', 0):>+7.4f} "
             f"{tt if tt is None else round(tt, 2)!s:>9} {tr if tr is None else round(tr, 2)!s:>8}"
         )
     result = {
         "setup": {
             "rows": len(x), "epochs": args.epochs, "batch_size": 64, "partitions": 2, "master": "local[2]",
-            "mode": args.mode, "target": args.target, "outer_lr": args.outer_lr,
+            "mode": args.mode, "target": args.target, "repeats": args.repeats, "outer_lr": args.outer_lr,
             "outer_momentum": args.outer_momentum, "cpus": os.cpu_count(),
         },
         "configs": rows,

@@ -233,8 +233,16 @@ def add_scaled(base: np.ndarray, pushed: wire.Tensor, scale: float, out: np.ndar
     if not isinstance(pushed, wire.Encoded):
         if scale == 1.0:
             return np.add(base, pushed, out=out)
-        np.multiply(pushed, scale, out=out, casting="unsafe")
-        out += base
+        if not (base.flags.c_contiguous and out.flags.c_contiguous and pushed.flags.c_contiguous):
+            np.multiply(pushed, scale, out=out, casting="unsafe")
+            out += base
+            return out
+        b, p, o = base.reshape(-1), pushed.reshape(-1), out.reshape(-1)
+        tmp = np.empty(min(CHUNK, b.size), out.dtype)
+        for lo, hi in _spans(b.size, CHUNK):  # the scaled delta stays in cache: one pass, not two
+            t = tmp[: hi - lo]
+            np.multiply(p[lo:hi], scale, out=t, casting="unsafe")
+            np.add(b[lo:hi], t, out=o[lo:hi])
         return out
     step = _chunk(pushed.codec, max(1, pushed.block))
     tmp = np.empty(step, _F32)

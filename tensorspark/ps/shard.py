@@ -262,7 +262,12 @@ class _Shard:
         if server is None:
             raise ParameterServerError("the shard is not initialised")
         if cmd == "status":
-            return server.status(), b""
+            status = server.status()
+            if not args.get("history", True):
+                status.pop("history", None)  # the driver keeps one shard's: they hold the same losses
+            return status, b""
+        if cmd == "version":
+            return server.version, b""
         if cmd == "progress":
             return {str(p): [v["epoch"], v["seq"]] for p, v in server.progress().items()}, b""
         if cmd == "snapshot":

@@ -316,8 +316,14 @@ class ShardedServer:
 
     # ------------------------------------------------------------------ calls to all shards
 
-    def _all(self, command: str, args: Mapping[str, Any] | None = None, timeout: float = 60.0) -> list[tuple[Any, bytearray]]:
-        futures: list[Future[tuple[Any, bytearray]]] = [s.begin(command, args) for s in self._shards]
+    def _all(
+        self, command: str, args: Mapping[str, Any] | None = None, timeout: float = 60.0,
+        first: Mapping[str, Any] | None = None,
+    ) -> list[tuple[Any, bytearray]]:
+        """Run ``command`` on every shard at once (``first``: other arguments for shard 0)."""
+        futures: list[Future[tuple[Any, bytearray]]] = [
+            s.begin(command, first if first is not None and i == 0 else args) for i, s in enumerate(self._shards)
+        ]
         return [wait_answer(f, timeout, s, command) for s, f in zip(self._shards, futures, strict=True)]
 
     def _progress_each(self) -> list[Progress]:
@@ -328,7 +334,7 @@ class ShardedServer:
         """The version every shard has reached (the smallest)."""
         if self._final is not None:
             return self._final[0].version
-        return min(int(r["version"]) for r, _ in self._all("status", timeout=_STATUS_TIMEOUT))
+        return min(int(r) for r, _ in self._all("version", timeout=_STATUS_TIMEOUT))
 
     @property
     def num_workers(self) -> int | None:
@@ -416,7 +422,7 @@ class ShardedServer:
         """
         if self._final is not None:
             return self._final[1]
-        each = [r for r, _ in self._all("status", timeout=_STATUS_TIMEOUT)]
+        each = [r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})]
         return aggregate_status(each, self.urls, self._front.books.counters if self._front.running else {},
                                 tls=self._front.tls, started_at=time.time())
 
