@@ -10,9 +10,11 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -23,12 +25,15 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
 from tensorspark.ps.server import MODES
-from tensorspark.ps.store import check_compression
-from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
-from tensorspark.training.run import Server
+from tensorspark.training import RunSettings, Server, ServerHost, TrainingRun, TrainResult
+from tensorspark.warmup import WarmUp
+from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _DIVERGENCE = ("fail", "skip")
 
@@ -37,6 +42,23 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def _keeps_workers_warm(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A session method that runs Spark jobs: the warm-up's keep-alive counts from its start
+    and from its end (see :mod:`tensorspark.warmup`)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        session = args[0]
+        assert isinstance(session, SparkSession)
+        session.warmup.touch()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            session.warmup.touch()
+
+    return wrapper
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -99,17 +121,17 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
-        compression: ``None`` (float32), ``"bf16"``, ``"fp16"``, ``"int8"`` or a
-            :class:`~tensorspark.Compression`: workers push their deltas in this format
-            (keeping the rounding error for the next push: error feedback) and receive
-            the weights in it; the server's weights stay float32. Default
-            ``spark.tensorspark.compression``. See README "Communication".
-        outer_lr: ``weight_combiner="nesterov"``: the outer learning rate (default 0.7).
-        outer_momentum: ``weight_combiner="nesterov"``: the Nesterov momentum (default 0.9).
-        ps_shards: parameter-server processes on the driver, each holding a slice of the
-            tensors balanced by bytes; workers push and pull the slices in parallel.
-            Default ``spark.tensorspark.ps.shards``, else 1 (the server runs in a thread
-            of the driver).
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a :class:`~tensorspark.Compression`:
+            deltas pushed (with error feedback) and weights pulled in that format; default
+            ``spark.tensorspark.compression``. README "Communication".
+        outer_lr, outer_momentum: ``weight_combiner="nesterov"``'s (default 0.7 and 0.9).
+        ps_shards: parameter-server processes on the driver, each holding a slice of the model;
+            default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
+        warm_up: warm the executors' Python workers in the background from now on
+            (TensorFlow imported before the first job needs it), and keep them alive while
+            the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
+            ``spark.tensorspark.warmup.enabled``, else on, except under dynamic allocation.
+            Never changes results; :attr:`warmup` reports what it did.
     """
 
     def __init__(
@@ -146,9 +168,9 @@ class SparkSession:
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
         compression: Compression | str | None = None,
-        outer_lr: float | None = None,
-        outer_momentum: float | None = None,
+        outer_lr: float | None = None, outer_momentum: float | None = None,
         ps_shards: int | None = None,
+        warm_up: bool | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
             raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
@@ -186,8 +208,7 @@ class SparkSession:
                 "checkpoint_dir": checkpoint_dir,
                 "checkpoint_interval": checkpoint_interval,
                 "keep_checkpoints": keep_checkpoints,
-                "compression": compression,
-                "ps_shards": ps_shards,
+                "compression": compression, "ps_shards": ps_shards,
             },
             tsconf.spark_conf(sc),
             name or "tensorspark",
@@ -199,8 +220,6 @@ class SparkSession:
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
         secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
-        compression_spec = get_compression(self.options["compression"])
-        check_compression(compression_spec, combiner, mode)
         max_body = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
         checkpoints = None
         if self.options["checkpoint_dir"] is not None:
@@ -242,7 +261,7 @@ class SparkSession:
                 checkpoint_interval=float(self.options["checkpoint_interval"]),
                 resume=bool(resume),
                 secret=secret_bytes,
-                compression=compression_spec,
+                compression=get_compression(self.options["compression"]),
                 shards=_positive_int("ps_shards", self.options["ps_shards"]),
             ),
             checkpoints,
@@ -251,6 +270,11 @@ class SparkSession:
             from tensorspark.models.keras_checks import validate_model
 
             validate_model(session)
+        #: The background warm-up of the executors' Python workers (see ``warm_up``).
+        if warm_up is not None and not isinstance(warm_up, bool):
+            raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
 
@@ -285,14 +309,6 @@ class SparkSession:
     @property
     def max_staleness(self) -> int | None:
         return self._host.settings.max_staleness
-
-    @property
-    def compression(self) -> Compression | None:
-        return self._host.settings.compression
-
-    @property
-    def ps_shards(self) -> int:
-        return self._host.settings.shards
 
     @property
     def server_reusable(self) -> bool:
@@ -350,7 +366,9 @@ class SparkSession:
         return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
-        """Stop a reusable parameter server (writing its last checkpoint)."""
+        """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
+        keep-alive."""
+        self.warmup.close()
         self._host.close()
 
     def __enter__(self) -> SparkSession:
@@ -361,6 +379,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
+    @_keeps_workers_warm
     def run(
         self,
         fetches: Any,
@@ -380,7 +399,8 @@ class SparkSession:
 
         Without ``feed_rdd`` this is exactly ``session.run(fetches, feed_dict, options,
         run_metadata)`` on the driver. With it, every partition of ``feed_rdd`` (elements:
-        tuples aligned with ``feed_name_list``) trains ``fetches`` for ``num_epoch`` epochs,
+        tuples aligned with ``feed_name_list``; or files, ``sps.files(...)``, whose features
+        and label feed the first and second name) trains ``fetches`` for ``num_epoch`` epochs,
         synchronising ``param_list`` through the parameter server; afterwards the driver's
         session holds the global values. Returns the run's :class:`TrainResult`.
 
@@ -419,6 +439,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
+    @_keeps_workers_warm
     def fit(
         self,
         data: Any,
@@ -430,6 +451,7 @@ class SparkSession:
         shuffle: bool = True,
         progress: bool = True,
         tensorboard_dir: str | None = None,
+        mixed_precision: str | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -444,7 +466,9 @@ class SparkSession:
             data: an RDD of ``(features, label)`` tuples, or a DataFrame with
                 ``features_col`` (``array<number>`` or ``vector``) and ``label_col`` (a
                 number, ``array<number>`` or ``vector``). DataFrames are fed through Arrow
-                (``mapInArrow``), never row by row.
+                (``mapInArrow``), never row by row. Or files, ``sps.files(path,
+                features=..., label=...)`` (Parquet, TFRecord, idx): each task reads its
+                shards itself, every epoch, in bounded memory.
             epochs: passes over each partition.
             validation_data: the same kinds of data, evaluated at each epoch's end.
             features_col: DataFrame feature column.
@@ -453,6 +477,12 @@ class SparkSession:
             progress: show samples done, epoch, global loss and updates/s on stderr while
                 training (a bar on a terminal, else a line every 10 s); False: nothing.
             tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
+            mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: the executors
+                train (and validate) under that Keras dtype policy, with float32 variables
+                and the layers producing the outputs kept float32; ``mixed_float16`` adds
+                Keras's loss scaling. The driver's model, the server's master weights and
+                every push and pull stay float32. ``None`` (default): as the model was built.
+                See :mod:`tensorspark.models.precision`.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -464,6 +494,7 @@ class SparkSession:
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
+        from tensorspark.models.precision import check_policy
         from tensorspark.training.keras import fit
 
         if not self.is_keras:
@@ -472,10 +503,12 @@ class SparkSession:
             self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
+            mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result
         return history
 
+    @_keeps_workers_warm
     def evaluate(
         self,
         data: Any,
@@ -513,6 +546,7 @@ class SparkSession:
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
+    @_keeps_workers_warm
     def predict(
         self,
         data: Any,
@@ -525,18 +559,21 @@ class SparkSession:
         top_k: int | None = None,
         labels: Sequence[str] | None = None,
         feature_dtype: Any = None,
+        mixed_precision: str | None = None,
+        output: str | None = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
 
         For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
         name in ``feed_name_list`` (the graph and the session's current variable values are
         broadcast once). ``top_k``/``labels``/``feature_dtype`` (for a binary ``features_col``)
-        as in :func:`tensorspark.inference.predict`.
+        and ``mixed_precision`` (Keras models) as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
         RDD of float32 output arrays in the input's order; a DataFrame gives its rows plus
-        ``output_col``.
+        ``output_col``. Files (``sps.files(...)``) give an RDD like an RDD's, or with
+        ``output=`` (a folder) one Parquet file per task, written at once.
 
         Raises:
             ConfigurationError: a missing column, features that do not fit the model.
@@ -559,5 +596,5 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype,
+            feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
         )

@@ -20,9 +20,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tensorspark.ps.validation import finite_float
+from tensorspark.ps.validation import RequestError, finite_float
 
 _HISTORY = 2000
+#: Most partitions the worker table holds (until the progress is reset).
+MAX_WORKERS = 100_000
 
 #: The counters ``/status`` reports (all start at 0).
 COUNTERS = (
@@ -53,6 +55,8 @@ class WorkerState:
     epoch: int = -1
     seq: int = -1
     loss: float | None = None
+    #: The worker's address as the server saw it when the worker joined (its executor's host).
+    host: str | None = None
     bytes_received: int = 0
     bytes_sent: int = 0
 
@@ -70,9 +74,19 @@ class Ledger:
         self._push_times: collections.deque[float] = collections.deque(maxlen=512)
 
     def worker(self, partition: int, attempt: int = 0) -> WorkerState:
-        """The row of ``partition``, created on first sight."""
+        """The row of ``partition``, created on first sight (at most :data:`MAX_WORKERS`).
+
+        Raises:
+            RequestError: 400: a new partition with the table full.
+        """
         worker = self.workers.get(partition)
         if worker is None:
+            if len(self.workers) >= MAX_WORKERS:
+                raise RequestError(
+                    400,
+                    f"the parameter server tracks at most {MAX_WORKERS} partitions; received "
+                    f"partition {partition}",
+                )
             worker = self.workers[partition] = WorkerState(partition, attempt=attempt)
         return worker
 

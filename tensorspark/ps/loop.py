@@ -72,6 +72,7 @@ class LoopServer:
         ssl_certfile: PEM certificate (chain) to serve HTTPS with; needs ``ssl_keyfile``.
         ssl_keyfile: the certificate's PEM private key.
         what: how log lines and errors name the server.
+        body_timeout: Tornado's own limit on a request body's arrival, in seconds.
     """
 
     def __init__(
@@ -83,8 +84,10 @@ class LoopServer:
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         what: str = "parameter server",
+        body_timeout: float = 660.0,
     ) -> None:
         self.host = host
+        self._body_timeout = float(body_timeout)
         self._port_spec = port
         self.max_body_bytes = int(max_body_bytes)
         self._what = what
@@ -208,7 +211,7 @@ class LoopServer:
                 max_buffer_size=self.max_body_bytes + 1024,
                 chunk_size=1 << 20,
                 idle_connection_timeout=3600,
-                body_timeout=600,
+                body_timeout=self._body_timeout,
                 decompress_request=False,
                 ssl_options=self._ssl_context,
             )

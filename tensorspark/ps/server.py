@@ -15,7 +15,8 @@ the loop, and waits for the result for at most :data:`LOOP_CALL_TIMEOUT` seconds
 on the loop thread itself (from an ``on_push`` callback), they run at once. While no loop
 runs (before :meth:`~ParameterServer.start`, after :meth:`~ParameterServer.stop`) they
 run on the caller's thread, one at a time. Settings fixed at construction (``host``,
-``mode``, ``combiner``, ``max_body_bytes``...) and ``port``/``url`` may be read anywhere.
+``mode``, ``combiner``, ``max_body_bytes``, ``limits``...) and ``port``/``url`` may be read
+anywhere.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ from tornado.ioloop import IOLoop
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
+from tensorspark.ps.admission import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_INFLIGHT_BODIES,
+    Admission,
+    Limits,
+)
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
-from tensorspark.ps.store import MODES, Snapshot, Store
+from tensorspark.ps.settings import MODES
+from tensorspark.ps.store import Snapshot, Store
 
 __all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "Snapshot"]
 
@@ -82,6 +90,13 @@ class ParameterServer(LoopServer):
             authentication. Otherwise they need a signed request or the read-only
             ``?token=`` (:func:`tensorspark.ps.auth.status_token`).
         auth_window: seconds a signed request's timestamp may differ from this clock.
+        body_timeout: seconds a request body may take to arrive after its head (default
+            600); a slower one is answered 408 and its connection closed.
+        max_inflight_bodies: most request bodies received at once (default 256); beyond,
+            a request is answered 503 with ``Retry-After`` before its body is read, and
+            :class:`~tensorspark.ps.client.ParameterClient` retries it.
+        max_inflight_bytes: most declared bytes of the bodies received at once (default
+            four times ``max_body_bytes``, at least 256 MiB); beyond, 503 likewise.
         compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
             :class:`~tensorspark.ps.compression.Compression`: the format workers push
             deltas in (told at ``/join``) and the one answers carry the weights in. The
@@ -112,6 +127,9 @@ class ParameterServer(LoopServer):
         authenticate: bool = True,
         compression: Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        max_inflight_bodies: int = DEFAULT_INFLIGHT_BODIES,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self._store = Store(
             params,
@@ -142,12 +160,22 @@ class ParameterServer(LoopServer):
                 "secret= needs authenticate=True (a secret that is not checked protects nothing). "
                 "Received: authenticate=False with a secret"
             )
+        body_bytes = int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
+        self.limits = Limits.make(
+            body_bytes,
+            body_timeout=body_timeout,
+            max_inflight_bodies=max_inflight_bodies,
+            max_inflight_bytes=max_inflight_bytes,
+        )
+        self._admission = Admission(self.limits)  # the loop thread's, like the store
         super().__init__(
             host,
             port,
-            max_body_bytes=int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM),
+            max_body_bytes=body_bytes,
             ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile,
+            # The body timeout is the request handler's own (a 408, counted); Tornado's only backs it up.
+            body_timeout=self.limits.body_timeout + 60,
         )
         self._secret: bytes | None = None
         self._verifier: auth.Verifier | None = None
@@ -177,7 +205,8 @@ class ParameterServer(LoopServer):
         return Router(
             self._store,
             verifier=self._verifier,
-            max_body_bytes=self.max_body_bytes,
+            limits=self.limits,
+            admission=self._admission,
             public_status=self.public_status,
             status=self._status_here,
         )
@@ -269,6 +298,7 @@ class ParameterServer(LoopServer):
     def _status_here(self) -> dict[str, Any]:
         """The ``/status`` JSON, made on the store's owning thread."""
         status = self._store.status()
+        status.update(self._admission.status())
         now = time.time()
         status.update(
             authenticated=self._verifier is not None,

@@ -44,13 +44,15 @@ from tornado import httputil
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
+from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
 from tensorspark.ps.http import Router, StatusBooks
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.loop import LoopServer
+from tensorspark.ps.settings import check_settings
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
-from tensorspark.ps.store import Snapshot, check_settings
+from tensorspark.ps.store import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +74,11 @@ class StatusFront(LoopServer):
         self._verifier = verifier
         self._public = public_status
         self.books = StatusBooks()  # the loop thread's
+        self._limits = Limits.make(self.max_body_bytes)
+        self._admission = Admission(self._limits)
 
     def _router(self) -> httputil.HTTPServerConnectionDelegate:
-        return Router(self.books, verifier=self._verifier, max_body_bytes=self.max_body_bytes,
+        return Router(self.books, verifier=self._verifier, limits=self._limits, admission=self._admission,
                       public_status=self._public, status=self._status)
 
 
@@ -471,7 +475,10 @@ def _json(progress: Progress) -> dict[str, list[int]]:
 
 _MIN = ("version", "applied_pushes", "samples", "round")
 _MAX = ("duplicate_pushes", "stale_pushes", "diverged_pushes")
-_SUM = ("rejected_requests", "unauthorized_requests", "bytes_received", "bytes_sent", "num_params", "model_bytes")
+_SUM = (
+    "rejected_requests", "unauthorized_requests", "bytes_received", "bytes_sent", "num_params", "model_bytes",
+    "inflight_bodies", "inflight_bytes", *EVENTS,
+)
 
 
 def aggregate_status(each: list[dict[str, Any]], urls: list[str], front: Mapping[str, int], *, tls: bool,

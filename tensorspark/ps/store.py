@@ -39,11 +39,14 @@ from tensorspark.ps import compression as compress
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
 from tensorspark.ps.ledger import Ledger, WorkerState
-from tensorspark.ps.validation import RequestError, check_tensors, int_field
+from tensorspark.ps.settings import check_settings
+from tensorspark.ps.validation import MAX_SAMPLES, RequestError, check_tensors, int_field
 
 logger = logging.getLogger(__name__)
 
-MODES = ("async", "sync")
+#: Most entries of a push's ``metrics``, and the longest name (kept in the loss history).
+MAX_METRICS = 256
+MAX_METRIC_NAME = 200
 
 #: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
 #: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
@@ -91,54 +94,6 @@ class Snapshot:
     #: The combiner's state (e.g. the outer optimizer's momentum) and its JSON part.
     state: dict[str, np.ndarray] = field(default_factory=dict)
     state_meta: dict[str, Any] = field(default_factory=dict)
-
-
-def check_settings(
-    params: Mapping[str, np.ndarray],
-    mode: str,
-    max_staleness: int | None,
-    combiner: WeightCombiner,
-    compression: compress.Compression | None,
-) -> dict[str, np.ndarray]:
-    """Check a server's settings; returns a copy of ``params`` to hold.
-
-    Raises:
-        ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot carry,
-            max_staleness outside async mode, or compression with a combiner of weights.
-    """
-    if not params:
-        raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
-    if mode not in MODES:
-        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-    if max_staleness is not None and (mode != "async" or max_staleness < 0):
-        raise ConfigurationError(
-            "max_staleness applies to mode='async' and must be >= 0. "
-            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
-        )
-    check_compression(compression, combiner, mode)
-    arrays: dict[str, np.ndarray] = {}
-    for name, value in params.items():
-        arr = np.array(value, copy=True)
-        if arr.dtype.name not in wire.DTYPES:
-            raise ConfigurationError(
-                f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
-                f"Allowed: {sorted(wire.DTYPES)}"
-            )
-        arrays[str(name)] = arr
-    return arrays
-
-
-def check_compression(compression: compress.Compression | None, combiner: WeightCombiner, mode: str) -> None:
-    """Compressed pushes are deltas: refuse a combiner that takes whole weights (async).
-
-    Raises:
-        ConfigurationError: naming the combiner and what to use instead.
-    """
-    if compression is not None and compression.push and combiner.payload != "delta" and mode == "async":
-        raise ConfigurationError(
-            f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
-            f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression.name!r}"
-        )
 
 
 class Store:
@@ -293,18 +248,22 @@ class Store:
         """Count one request's bytes and its answer's (headers included)."""
         self.ledger.traffic(partition, received, sent)
 
-    def join(self, partition: int, attempt: int, wire_version: object = wire.VERSION) -> dict[str, Any]:
-        """A worker starts (or restarts): returns its partition's progress, the version,
-        what to push (delta or weights) and how to compress it.
+    def join(
+        self, partition: int, attempt: int, host: str | None = None, wire_version: object = wire.VERSION
+    ) -> dict[str, Any]:
+        """A worker starts (or restarts) from ``host``: returns its partition's progress, the
+        version, what to push (delta or weights) and how to compress it.
 
         Raises:
             RequestError: 400 when the worker speaks another wire version (the message
-                says the driver and executors run different tensorspark versions).
+                says the driver and executors run different tensorspark versions), or for
+                a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
         """
         if wire_version != wire.VERSION:
             raise RequestError(400, wire.version_mismatch(wire_version))
         worker = self.ledger.worker(partition)
         worker.attempt = attempt
+        worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
         if self.mode == "sync" and partition in self._pending:
@@ -321,7 +280,11 @@ class Store:
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
-        """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored."""
+        """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored.
+
+        Raises:
+            RequestError: 400: a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
+        """
         worker = self.ledger.worker(partition)
         if attempt == worker.attempt:
             worker.state = state
@@ -344,15 +307,33 @@ class Store:
         buffer must not be reused then.
 
         Raises:
-            RequestError: 400: ``meta`` lacks an integer field, or the tensors do not
-                match the model's names, shapes and dtypes. Nothing has changed then.
+            RequestError: 400: ``meta`` lacks an integer field or has one out of range
+                (negative, beyond int64, ``samples`` beyond 2**53 - 1), has more than
+                :data:`MAX_METRICS` metrics or a longer name, a sync push's partition is not below
+                ``num_workers``, the worker table is full, or the tensors do not match the
+                model's names, shapes and dtypes. Nothing has changed then.
         """
         partition = int_field(meta, "partition")
         epoch = int_field(meta, "epoch")
         seq = int_field(meta, "seq")
         attempt = int_field(meta, "attempt")
-        samples = int_field(meta, "samples")
+        samples = int_field(meta, "samples", MAX_SAMPLES)
         base_version = int_field(meta, "base_version")
+        metrics = meta.get("metrics")
+        if isinstance(metrics, dict) and (
+            len(metrics) > MAX_METRICS or any(len(k) > MAX_METRIC_NAME for k in metrics)
+        ):
+            raise RequestError(
+                400,
+                f"meta 'metrics' must have at most {MAX_METRICS} entries with names of at most "
+                f"{MAX_METRIC_NAME} characters; received {len(metrics)} entries",
+            )
+        if self.mode == "sync" and self.num_workers is not None and partition >= self.num_workers:
+            raise RequestError(
+                400,
+                f"sync mode: a push's partition must be below num_workers={self.num_workers}, "
+                f"received {partition}",
+            )
         check_tensors(self._sets.current, tensors)
         if self._hold is not None and (epoch, seq) > self._hold.get(partition, (-1, -1)):
             held = {k: compress.copy_tensor(v) for k, v in tensors.items()}

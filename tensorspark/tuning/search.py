@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark import gpus
 from tensorspark.conf import task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
+from tensorspark.models.precision import check_policy, policy_scope
 from tensorspark.tuning.report import SearchProgress
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.schedule import LongestFirst
@@ -37,6 +39,7 @@ from tensorspark.tuning.trial import (
     beats,
     run_trial_from_broadcast,
 )
+from tensorspark.warmup import warm_up
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import SparkContext
@@ -132,6 +135,7 @@ def tune(
     return_best_model: bool = False,
     progress: bool = True,
     timeout: float = 24 * 3600.0,
+    mixed_precision: str | None = None,
 ) -> TuneResult:
     """Search hyperparameters with one Spark task per trial. Runs on the driver.
 
@@ -185,13 +189,24 @@ def tune(
             lines otherwise). One INFO log line per finished trial is emitted either way.
         timeout: Seconds the whole search may take; then unfinished trials are cancelled
             and recorded as failed.
+        mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: ``build(params)``
+            runs on the executor under that Keras global dtype policy, so its layers
+            compute in float16/bfloat16 with float32 variables (give the final layer
+            ``dtype="float32"``, as Keras's mixed-precision guide advises);
+            ``mixed_float16`` adds loss scaling when the model is compiled. The driver's
+            ``return_best_model`` rebuild runs under it too. ``None``: as ``build`` makes it.
+
+    With GPU scheduling (``spark.task.resource.gpu.amount``) each trial's TensorFlow sees
+    only the GPUs Spark assigned its task, and by default as many trials run at once as
+    the executors have GPUs for (one per GPU when each task takes one).
 
     Returns:
         A :class:`TuneResult`.
 
     Raises:
         ConfigurationError: an argument is invalid, or ``cost`` raised or returned
-            something other than a finite number (nothing was run).
+            something other than a finite number, or GPUs per task were requested in
+            local mode (nothing was run).
         TuningError: every trial failed; the message summarises their errors.
     """
     if not callable(build):
@@ -218,6 +233,7 @@ def tune(
         raise ConfigurationError(
             f"Argument `timeout` must be a positive number of seconds. Received: timeout={timeout!r}"
         )
+    policy = check_policy(mixed_precision)
     train_xy = _as_arrays("train", train, required=True)
     val_xy = _as_arrays("validation", validation, required=False)
     if val_xy is None and metric.startswith("val_"):
@@ -238,6 +254,7 @@ def tune(
         seed=seed,
         early_stopping_patience=early_stopping_patience,
         return_weights=bool(return_best_model),
+        mixed_precision=policy,
     )
     trials = [Trial(i, params) for i, params in enumerate(param_sets)]
     if cost is not None and not callable(cost):
@@ -248,7 +265,8 @@ def tune(
         order = LongestFirst(trials, cost)
     except ValueError as err:
         raise ConfigurationError(f"Argument `cost` failed: {err}") from err
-    # By default as many trials are in flight as there are slots, so every submitted trial
+    gpus.plan(sc, "tensorspark tune")
+    # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
     # starts at once and the order chosen is the order run. (One more, queued in Spark,
     # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
     # way. And the order in which Spark queues jobs sent from several threads at once is
@@ -271,6 +289,9 @@ def tune(
         "x_val": val_xy[0] if val_xy else None,
         "y_val": val_xy[1] if val_xy else None,
     }
+    # The workers import TensorFlow while the data is broadcast: a one-off warm-up of the
+    # RDD pool (a no-op job on warm workers), queued before the trials.
+    warming = warm_up(sc, pools=("rdd",), keep_alive=0.0, enabled=None)
     data_bc = sc.broadcast(data)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     start = time.monotonic()
@@ -279,6 +300,7 @@ def tune(
             sc, build, data_bc, config, trials, order, parallel, group, progress, timeout
         )
     finally:
+        warming.close(timeout=0.0)
         data_bc.destroy()
     elapsed = time.monotonic() - start
     result = TuneResult(
@@ -305,7 +327,8 @@ def tune(
         result.best_params,
     )
     if return_best_model:
-        result.best_model = _rebuild(build, result)
+        with policy_scope(policy):
+            result.best_model = _rebuild(build, result)
     return result
 
 
@@ -391,6 +414,7 @@ def _run_all(
                     history=raw.get("history", {}),
                     started_at=raw.get("started_at"),
                     worker=raw.get("worker"),
+                    gpus=list(raw.get("gpus") or []),
                 )
                 by_index[trial.index] = trial
                 if trial.ok:
