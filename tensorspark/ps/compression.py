@@ -45,8 +45,11 @@ from tensorspark.ps.validation import all_finite
 
 CODECS = tuple(wire.CODECS)
 DEFAULT_BLOCK = 256
-#: Numbers per step of the chunked loops (256 KB of float32: fits in L2 with its temporaries).
-CHUNK = 1 << 16
+#: Numbers per step of the chunked loops (1 MB of float32: its temporaries stay in cache;
+#: measured faster here than 256 KB steps, whose per-step overhead shows on large models).
+CHUNK = 1 << 18
+#: Largest int8 block (a power of two; layouts of sharded servers split tensors on blocks).
+MAX_BLOCK = 1 << 16
 _F32 = np.dtype("float32")
 _TINY = np.float32(1e-30)  # int8 blocks whose largest magnitude is below this are sent as zeros
 
@@ -78,11 +81,11 @@ class Compression:
         if (
             isinstance(self.block, bool)
             or not isinstance(self.block, int)
-            or not 8 <= self.block <= CHUNK
+            or not 8 <= self.block <= MAX_BLOCK
             or self.block & (self.block - 1)
         ):
             raise ConfigurationError(
-                f"compression block must be a power of two from 8 to {CHUNK} (blocks then never straddle "
+                f"compression block must be a power of two from 8 to {MAX_BLOCK} (blocks then never straddle "
                 f"two shards). Received: block={self.block!r}"
             )
 
@@ -136,13 +139,15 @@ def _spans(count: int, step: int) -> Iterator[tuple[int, int]]:
 
 def _int8_rows(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, tmp: np.ndarray) -> None:
     """Quantize ``x`` (rows of one block each) into ``codes`` and ``scales``."""
-    top = np.maximum(x.max(axis=1), -x.min(axis=1))  # NaN and Inf carry through
+    scaled = tmp[: x.size].reshape(x.shape)
+    np.abs(x, out=scaled)
+    top = scaled.max(axis=1)  # NaN and Inf carry through
     np.multiply(top, np.float32(1 / 127), out=scales)
     inv = np.zeros_like(top)
     np.divide(np.float32(127), top, out=inv, where=top >= _TINY)
-    scaled = tmp[: x.size].reshape(x.shape)
     np.multiply(x, inv[:, None], out=scaled)
-    np.rint(scaled, out=codes, casting="unsafe")
+    np.rint(scaled, out=scaled)
+    np.copyto(codes, scaled, casting="unsafe")
 
 
 def _encode_span(codec: str, x: np.ndarray, codes: np.ndarray, scales: np.ndarray | None,
@@ -184,11 +189,12 @@ def _decode_span(enc: wire.Encoded, lo: int, hi: int, out: np.ndarray) -> None:
         block = enc.block
         first = lo // block
         full = (hi - lo) // block
+        np.copyto(out, codes)  # int8 to float32, then scaled: faster than one mixed-type multiply
         if full:
-            np.multiply(codes[: full * block].reshape(full, block),
-                        enc.scales[first : first + full, None], out=out[: full * block].reshape(full, block))
+            rows = out[: full * block].reshape(full, block)
+            rows *= enc.scales[first : first + full, None]
         if hi - lo > full * block:
-            np.multiply(codes[full * block :], enc.scales[first + full], out=out[full * block :])
+            out[full * block :] *= enc.scales[first + full]
 
 
 def encode(codec: str, arr: np.ndarray, block: int = DEFAULT_BLOCK,
