@@ -15,14 +15,24 @@ trip (the worker's hot path) for a few seconds. Measured in the same run, for sc
   drifts by 10-20 % from one minute to the next, separate runs of each (a fresh server
   and fresh clients per run, as this script did before) could not tell 5 % from 12 %.
 
+* sharded servers (``--shards``, ``--shard-sizes``, ``--compressions``): one client
+  pushing and pulling through 1, 2 and 4 shard processes, float32 and compressed, each
+  row next to a loopback-TCP measurement taken just before it, twice in ABBA order; and
+  for every measurement the server's CPU seconds per applied update (its process and
+  its shard processes) and the bytes per update on the wire (``bench/ps_capacity.py``
+  turns those into workers per driver).
+
 Throughput counts the bytes of both directions (``2 x model bytes`` per update), the
-same bytes the TCP baseline streams. Prints a table and writes JSON::
+same bytes the TCP baseline streams (compressed, fewer cross the wire: ``wire MB/s``).
+Prints a table and writes JSON::
 
     .venv/bin/python bench/ps_throughput.py --seconds 3 --out bench-results/ps_throughput.json
+    .venv/bin/python bench/ps_throughput.py --sizes "" --shards 1,2,4 --compressions none,bf16,int8 \
+        --out bench/results/ps_throughput_shards.json      # the sharded rows alone
 
 The machine is shared: keep ``--seconds`` small. Targets (from the issue): 25M push+pull
 >= 50% of loopback TCP; 10k params >= 2,000 updates/s with 8 clients; authentication
-costs <= 10% at 1M params.
+costs <= 10% at 1M params; 25M through one shard >= 0.6x TCP, through four >= 1.0x.
 """
 
 from __future__ import annotations
@@ -393,24 +403,33 @@ def main(argv: list[str] | None = None) -> int:
     shard_runs = []
     if args.shards:
         print("one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes both ways "
-              "(float32: what crosses the wire; compressed: what the client gets done)")
-        print(f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'wire MB/s':>9} "
-              f"{'srv CPU ms/upd':>14} {'p50 ms':>8}")
+              "(float32: what crosses the wire; compressed: what the client gets done) over loopback TCP "
+              "measured just before the row (the machine drifts); each row twice, in ABBA order")
+        print(f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'TCP MB/s':>8} {'vs TCP':>7} "
+              f"{'wire MB/s':>9} {'srv CPU ms/upd':>14} {'p50 ms':>8}")
+        counts = [int(x) for x in args.shards.split(",")]
         for size in shard_sizes:
             for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
-                for n_shards in [int(x) for x in args.shards.split(",")]:
+                for n_shards in counts + counts[::-1]:
+                    tcp = measure_tcp(SIZES[size] * 4, 2.0)
                     row = measure_ps(SIZES[size], 1, args.seconds, True, n_shards, None if codec == "none" else codec)
                     row["size"] = size
-                    row["vs_tcp"] = row["mb_per_s"] / baselines[size]["tcp_mb_per_s"]
+                    row["tcp_mb_per_s"] = tcp
+                    row["vs_tcp"] = row["mb_per_s"] / tcp
                     wire_bytes = row["received_bytes_per_update"] + row["sent_bytes_per_update"]
                     row["wire_mb_per_s"] = row["updates_per_s"] * wire_bytes / MB
                     shard_runs.append(row)
                     print(
                         f"{size:>6} {n_shards:>6} {codec:>5} {row['updates_per_s']:>10.1f} {row['mb_per_s']:>8.0f} "
-                        f"{row['vs_tcp']:>7.2f} {row['wire_mb_per_s']:>9.0f} {row['server_cpu_s_per_update'] * 1e3:>14.1f} "
-                        f"{row['p50_ms']:>8.1f}",
+                        f"{tcp:>8.0f} {row['vs_tcp']:>7.2f} {row['wire_mb_per_s']:>9.0f} "
+                        f"{row['server_cpu_s_per_update'] * 1e3:>14.1f} {row['p50_ms']:>8.1f}",
                         flush=True,
                     )
+        for size in shard_sizes:
+            for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
+                for n_shards in counts:
+                    mine = [r["vs_tcp"] for r in shard_runs if (r["size"], r["shards"], r["compression"] or "none") == (size, n_shards, codec)]
+                    print(f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP (runs {', '.join(f'{v:.2f}' for v in mine)})")
     auth_cost: dict[int, float] = {}
     auth_pairs: dict[int, list[dict[str, float]]] = {}
     if args.auth_size in sizes:

@@ -112,6 +112,10 @@ class ShardProcess:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
     def spawn(self) -> None:
         """Start the process (it waits for its ``init`` command)."""
         package_root = str(Path(__file__).resolve().parents[2])

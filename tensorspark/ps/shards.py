@@ -302,6 +302,21 @@ class ShardedServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def check(self) -> None:
+        """Raise when a shard process has died while serving (the driver polls this).
+
+        Raises:
+            ParameterServerError: naming the shard and how it ended.
+        """
+        if not self._started or self._final is not None:
+            return
+        for shard in self._shards:
+            if not shard.alive and shard.exit_reason != "stopped":
+                raise ParameterServerError(
+                    f"parameter-server shard {shard.index} (pid {shard.pid}) exited while serving "
+                    f"(exit code {shard.returncode}); the run cannot go on without its slice of the model"
+                )
+
     def _event(self, event: dict[str, Any]) -> None:
         """Shard 0's reader thread: queue a push event for the dispatcher."""
         self._events.put(event)

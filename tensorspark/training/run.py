@@ -200,9 +200,12 @@ class ServerHost:
             listener(meta, status)
 
     def poll(self) -> None:
-        """Raise a checkpoint failure the checkpointer has seen (driver, while a job runs)."""
+        """Raise a checkpoint failure the checkpointer has seen, or a shard process that
+        died (driver, while a job runs)."""
         if self._checkpointer is not None:
             self._checkpointer.check()
+        if isinstance(self.server, ShardedServer):
+            self.server.check()
 
     def release(self, server: Server, *, failed: bool) -> None:
         """End a run on ``server``: stop it unless it is reusable and the run succeeded,

@@ -200,3 +200,29 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
     with pytest.raises(ConfigurationError, match="Received: shards=1"):
         ShardedServer(_model(), shards=1)
     assert wire.VERSION == 2
+
+
+def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped() -> None:
+    server = ShardedServer(_model(), shards=2)
+    server.start()
+    try:
+        server.check()  # all alive
+        victim = server.pids[1]
+        os.kill(victim or 0, 9)
+        deadline = time.monotonic() + 10
+        while not _gone_or_zombie(victim) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ParameterServerError, match="shard 1 .* exited while serving"):
+            server.check()
+    finally:
+        ports, pids = [*server.ports, server.port], server.pids
+        server.stop()
+    assert all(_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
+
+
+def _gone_or_zombie(pid: int | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
