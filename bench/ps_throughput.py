@@ -15,14 +15,24 @@ trip (the worker's hot path) for a few seconds. Measured in the same run, for sc
   drifts by 10-20 % from one minute to the next, separate runs of each (a fresh server
   and fresh clients per run, as this script did before) could not tell 5 % from 12 %.
 
+* sharded servers (``--shards``, ``--shard-sizes``, ``--compressions``): one client
+  pushing and pulling through 1, 2 and 4 shard processes, float32 and compressed, each
+  row next to a loopback-TCP measurement taken just before it, twice in ABBA order; and
+  for every measurement the server's CPU seconds per applied update (its process and
+  its shard processes) and the bytes per update on the wire (``bench/ps_capacity.py``
+  turns those into workers per driver).
+
 Throughput counts the bytes of both directions (``2 x model bytes`` per update), the
-same bytes the TCP baseline streams. Prints a table and writes JSON::
+same bytes the TCP baseline streams (compressed, fewer cross the wire: ``wire MB/s``).
+Prints a table and writes JSON::
 
     .venv/bin/python bench/ps_throughput.py --seconds 3 --out bench-results/ps_throughput.json
+    .venv/bin/python bench/ps_throughput.py --sizes "" --shards 1,2,4 --compressions none,bf16,int8 \
+        --out bench/results/ps_throughput_shards.json      # the sharded rows alone
 
 The machine is shared: keep ``--seconds`` small. Targets (from the issue): 25M push+pull
 >= 50% of loopback TCP; 10k params >= 2,000 updates/s with 8 clients; authentication
-costs <= 10% at 1M params.
+costs <= 10% at 1M params; 25M through one shard >= 0.6x TCP, through four >= 1.0x.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import multiprocessing as mp
 import os
 import platform
 import queue
+import resource
 import socket
 import statistics
 import sys
@@ -48,7 +59,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tensorspark.ps.client import ParameterClient  # noqa: E402
+from tensorspark.ps.compression import ErrorFeedback  # noqa: E402
+from tensorspark.ps.fanout import ShardedClient  # noqa: E402
+from tensorspark.ps.layout import Layout  # noqa: E402
 from tensorspark.ps.server import ParameterServer  # noqa: E402
+from tensorspark.ps.shards import ShardedServer  # noqa: E402
 
 SIZES = {"10k": 10_000, "1M": 1_000_000, "25M": 25_000_000}
 MB = 1e6
@@ -77,22 +92,33 @@ def _collect(out: Any, procs: list[Any], count: int, deadline: float) -> list[An
     return rows
 
 
-def _client(url: str, n: int, partition: int, seconds: float, secret: bytes | None, start: Any, out: Any) -> None:
-    """One client process: push+pull in a loop until ``seconds`` pass."""
+def _client(
+    urls: list[str], layout: dict[str, Any] | None, n: int, partition: int, seconds: float, secret: bytes | None,
+    codec: str | None, start: Any, out: Any,
+) -> None:
+    """One client process: push+pull in a loop until ``seconds`` pass. With a codec, each
+    push compresses the delta afresh (error feedback), as a worker does."""
     delta = {"w": np.full(n, 1e-6, np.float32)}
-    with ParameterClient(url, secret=secret, timeout=120, ps_timeout=30, recycle_responses=True) as client:
+    feedback = None if codec is None else ErrorFeedback(codec)
+    options: dict[str, Any] = dict(secret=secret, timeout=120, ps_timeout=30, recycle_responses=True)
+    client: Any = (
+        ParameterClient(urls[0], **options) if layout is None else ShardedClient(urls, Layout.from_json(layout), **options)
+    )
+    with client:
         client.join(partition, 0)
         seq = 0
         for _ in range(_WARMUP_PUSHES):  # steady state: buffers allocated, pages mapped
-            client.push(delta, _meta(partition, seq))
+            client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq))
             seq += 1
-        start.wait(60)
+        out.put({"ready": partition})
+        if not start.wait(300):
+            raise RuntimeError("the measurement never started")
         t0 = time.perf_counter()
         warm = seq
         lat = []
         while time.perf_counter() - t0 < seconds:
             t = time.perf_counter()
-            result = client.push(delta, _meta(partition, seq))
+            result = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq))
             lat.append(time.perf_counter() - t)
             if result.status != "applied":
                 raise RuntimeError(f"push answered {result.status}")
@@ -100,18 +126,52 @@ def _client(url: str, n: int, partition: int, seconds: float, secret: bytes | No
         out.put({"partition": partition, "updates": seq - warm, "seconds": time.perf_counter() - t0, "lat": lat})
 
 
-def measure_ps(n: int, clients: int, seconds: float, authenticate: bool) -> dict[str, Any]:
+def _cpu_seconds(pids: list[int]) -> list[float]:
+    """User + system CPU seconds so far of this process (all threads), then of each of ``pids``."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = [usage.ru_utime + usage.ru_stime]
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out.append((int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return out
+
+
+def measure_ps(
+    n: int, clients: int, seconds: float, authenticate: bool, shards: int = 1, compression: str | None = None
+) -> dict[str, Any]:
+    """Push+pull of an ``n``-parameter model by ``clients`` processes for ``seconds``.
+
+    Besides throughput, measures the server's CPU seconds per applied update: this
+    process's (where a one-shard server runs, in a thread; its main thread only waits)
+    plus every shard process's, over the measured window; and the bytes per update on the
+    wire (the server's counters, headers included).
+    """
     ctx = mp.get_context("spawn")
-    with ParameterServer(_model(n), authenticate=authenticate) as server:
+    server: Any = (
+        ParameterServer(_model(n), authenticate=authenticate, compression=compression)
+        if shards == 1
+        else ShardedServer(_model(n), shards=shards, authenticate=authenticate, compression=compression)
+    )
+    with server:
+        urls = [server.url] if shards == 1 else server.urls
+        layout = None if shards == 1 else server.layout.to_json()
+        pids = [] if shards == 1 else [int(p) for p in server.pids if p is not None]
         secret = server.client_options().get("secret")
-        start = ctx.Barrier(clients)
+        start = ctx.Event()
         out = ctx.Queue()
         procs = [
-            ctx.Process(target=_client, args=(server.url, n, p, seconds, secret, start, out)) for p in range(clients)
+            ctx.Process(target=_client, args=(urls, layout, n, p, seconds, secret, compression, start, out))
+            for p in range(clients)
         ]
         for p in procs:
             p.start()
+        _collect(out, procs, clients, time.monotonic() + 300)  # every client warmed up
+        before, cpu0 = server.status(), _cpu_seconds(pids)
+        start.set()  # the window starts
         rows = _collect(out, procs, clients, time.monotonic() + seconds + 300)
+        cpu1, after = _cpu_seconds(pids), server.status()
         for p in procs:
             p.join(60)
         applied = server.status()["applied_pushes"]
@@ -120,15 +180,23 @@ def measure_ps(n: int, clients: int, seconds: float, authenticate: bool) -> dict
     lat = np.concatenate([np.asarray(r["lat"]) for r in rows]) * 1000
     if applied != updates + clients * _WARMUP_PUSHES:
         raise RuntimeError(f"server applied {applied} pushes, clients sent {updates} (+ warm-up)")
+    window = max(1, after["applied_pushes"] - before["applied_pushes"])
     return {
         "params": n,
         "clients": clients,
         "auth": authenticate,
+        "shards": shards,
+        "compression": compression,
         "updates": updates,
         "updates_per_s": updates / elapsed,
         "mb_per_s": updates * 2 * n * 4 / elapsed / MB,
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
+        "server_cpu_s_per_update": (sum(cpu1) - sum(cpu0)) / window,
+        # per process (this one, then each shard): the busiest bounds how fast its loop goes
+        "process_cpu_s_per_update": [(b - a) / window for a, b in zip(cpu0, cpu1, strict=True)],
+        "received_bytes_per_update": (after["bytes_received"] - before["bytes_received"]) / window,
+        "sent_bytes_per_update": (after["bytes_sent"] - before["bytes_sent"]) / window,
     }
 
 
@@ -309,10 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth-size", default="1M", help="model size for the auth on/off comparison")
     parser.add_argument("--auth-pairs", type=int, default=10, help="unsigned/signed window pairs per client count")
     parser.add_argument("--auth-seconds", type=float, default=1.0, help="length of one auth comparison window")
+    parser.add_argument("--shards", default="1,2,4", help="shard counts for the sharded rows (1 client)")
+    parser.add_argument("--shard-sizes", default="25M", help="model sizes of the sharded rows")
+    parser.add_argument("--compressions", default="none,int8", help="codecs of the sharded rows")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     clients = [int(c) for c in args.clients.split(",")]
+    shard_sizes = [s.strip() for s in args.shard_sizes.split(",") if s.strip()]
+    sizes += [s for s in shard_sizes if s not in sizes and args.shards]
 
     hashes = measure_hashes()
     print("body digest over 100 MB: " + ", ".join(f"{k} {v:.0f} MB/s" + (" (used)" if k == "gmac" else "") for k, v in hashes.items()))
@@ -324,9 +397,39 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = []
     print(f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}")
-    plan = [(s, c, True) for s in sizes for c in clients]
+    plan = [(s, c, True) for s in sizes for c in clients if s in args.sizes.split(",")]
     for size, c, authenticate in plan:
         runs.append(_run_row(size, c, args.seconds, authenticate, baselines))
+    shard_runs = []
+    if args.shards:
+        print("one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes both ways "
+              "(float32: what crosses the wire; compressed: what the client gets done) over loopback TCP "
+              "measured just before the row (the machine drifts); each row twice, in ABBA order")
+        print(f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'TCP MB/s':>8} {'vs TCP':>7} "
+              f"{'wire MB/s':>9} {'srv CPU ms/upd':>14} {'p50 ms':>8}")
+        counts = [int(x) for x in args.shards.split(",")]
+        for size in shard_sizes:
+            for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
+                for n_shards in counts + counts[::-1]:
+                    tcp = measure_tcp(SIZES[size] * 4, 2.0)
+                    row = measure_ps(SIZES[size], 1, args.seconds, True, n_shards, None if codec == "none" else codec)
+                    row["size"] = size
+                    row["tcp_mb_per_s"] = tcp
+                    row["vs_tcp"] = row["mb_per_s"] / tcp
+                    wire_bytes = row["received_bytes_per_update"] + row["sent_bytes_per_update"]
+                    row["wire_mb_per_s"] = row["updates_per_s"] * wire_bytes / MB
+                    shard_runs.append(row)
+                    print(
+                        f"{size:>6} {n_shards:>6} {codec:>5} {row['updates_per_s']:>10.1f} {row['mb_per_s']:>8.0f} "
+                        f"{tcp:>8.0f} {row['vs_tcp']:>7.2f} {row['wire_mb_per_s']:>9.0f} "
+                        f"{row['server_cpu_s_per_update'] * 1e3:>14.1f} {row['p50_ms']:>8.1f}",
+                        flush=True,
+                    )
+        for size in shard_sizes:
+            for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
+                for n_shards in counts:
+                    mine = [r["vs_tcp"] for r in shard_runs if (r["size"], r["shards"], r["compression"] or "none") == (size, n_shards, codec)]
+                    print(f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP (runs {', '.join(f'{v:.2f}' for v in mine)})")
     auth_cost: dict[int, float] = {}
     auth_pairs: dict[int, list[dict[str, float]]] = {}
     if args.auth_size in sizes:
@@ -352,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         "hash_mb_per_s": hashes,
         "baselines": baselines,
         "runs": runs,
+        "shard_runs": shard_runs,
         "auth_cost": {str(k): v for k, v in auth_cost.items()},
         "auth_pairs": {str(k): v for k, v in auth_pairs.items()},
         "auth_seconds": args.auth_seconds,

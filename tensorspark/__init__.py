@@ -49,6 +49,8 @@ _EXPORTS: dict[str, str] = {
     "DeltaWeightCombiner": "tensorspark.ps.combiners",
     "DynSGDCombiner": "tensorspark.ps.combiners",
     "MeanWeightCombiner": "tensorspark.ps.combiners",
+    "NesterovCombiner": "tensorspark.ps.combiners",
+    "Compression": "tensorspark.ps.compression",
     "WeightCombiner": "tensorspark.ps.combiners",
     "ParameterServer": "tensorspark.ps.server",
     "SparkSession": "tensorspark.session",
@@ -73,6 +75,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "Choice",
+    "Compression",
     "ConfigurationError",
     "DeltaWeightCombiner",
     "DeviceError",
@@ -87,6 +90,7 @@ __all__ = [
     "MeanWeightCombiner",
     "ModelLoader",
     "ModelSource",
+    "NesterovCombiner",
     "ParameterClient",
     "ParameterServer",
     "ParameterServerConnectionError",
@@ -161,8 +165,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         DeltaWeightCombiner,
         DynSGDCombiner,
         MeanWeightCombiner,
+        NesterovCombiner,
         WeightCombiner,
     )
+    from tensorspark.ps.compression import Compression
     from tensorspark.ps.server import ParameterServer
     from tensorspark.session import SparkSession
     from tensorspark.training.result import History, TrainResult

@@ -19,6 +19,8 @@ spark.tensorspark.secret.file         secret (file contents)   a fresh random se
 spark.tensorspark.ssl.certfile        ssl_certfile             none (plain HTTP)
 spark.tensorspark.ssl.keyfile         ssl_keyfile              none
 spark.tensorspark.ssl.cafile          ssl_cafile               none
+spark.tensorspark.compression         compression              none (float32); bf16, fp16, int8
+spark.tensorspark.ps.shards           ps_shards                1 (one server thread)
 spark.tensorspark.webhdfs.url         (storage)                from dfs.namenode.http-address
 spark.tensorspark.warmup.enabled      warm_up                  on (off with dynamic allocation)
 spark.tensorspark.warmup.pools        (warm-up)                auto: rdd, and dataframe when
@@ -138,6 +140,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(PREFIX + "ssl.certfile", "ssl_certfile", str, None),
     Setting(PREFIX + "ssl.keyfile", "ssl_keyfile", str, None),
     Setting(PREFIX + "ssl.cafile", "ssl_cafile", str, None),
+    Setting(PREFIX + "compression", "compression", str, None),
+    Setting(PREFIX + "ps.shards", "ps_shards", _positive_int(PREFIX + "ps.shards"), 1),
 )
 
 #: The warm-up's settings (read by :func:`warmup_settings`).

@@ -24,8 +24,9 @@ from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
-from tensorspark.ps.server import MODES, ParameterServer
-from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
+from tensorspark.ps.compression import Compression, get_compression
+from tensorspark.ps.server import MODES
+from tensorspark.training import RunSettings, Server, ServerHost, TrainingRun, TrainResult
 from tensorspark.warmup import WarmUp, pool_of
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
@@ -130,6 +131,12 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a :class:`~tensorspark.Compression`:
+            deltas pushed (with error feedback) and weights pulled in that format; default
+            ``spark.tensorspark.compression``. README "Communication".
+        outer_lr, outer_momentum: ``weight_combiner="nesterov"``'s (default 0.7 and 0.9).
+        ps_shards: parameter-server processes on the driver, each holding a slice of the model;
+            default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
         warm_up: warm the executors' Python workers in the background from now on
             (TensorFlow imported before the first job needs it), and keep them alive while
             the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
@@ -170,6 +177,9 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        compression: Compression | str | None = None,
+        outer_lr: float | None = None, outer_momentum: float | None = None,
+        ps_shards: int | None = None,
         warm_up: bool | None = None,
     ) -> None:
         if sc is None or not hasattr(sc, "parallelize"):
@@ -185,7 +195,7 @@ class SparkSession:
         self.user = user
         sync_interval = _positive_int("sync_interval", sync_interval)
         batch_size = _positive_int("batch_size", batch_size)
-        combiner = get_combiner(weight_combiner)
+        combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
         if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
@@ -208,6 +218,7 @@ class SparkSession:
                 "checkpoint_dir": checkpoint_dir,
                 "checkpoint_interval": checkpoint_interval,
                 "keep_checkpoints": keep_checkpoints,
+                "compression": compression, "ps_shards": ps_shards,
             },
             tsconf.spark_conf(sc),
             name or "tensorspark",
@@ -260,6 +271,8 @@ class SparkSession:
                 checkpoint_interval=float(self.options["checkpoint_interval"]),
                 resume=bool(resume),
                 secret=secret_bytes,
+                compression=get_compression(self.options["compression"]),
+                shards=_positive_int("ps_shards", self.options["ps_shards"]),
             ),
             checkpoints,
         )
@@ -343,18 +356,18 @@ class SparkSession:
     # ------------------------------------------------------------------ server
 
     @property
-    def server(self) -> ParameterServer | None:
+    def server(self) -> Server | None:
         """The parameter server of the current (or last) run."""
         return self._host.server
 
-    def server_url(self, server: ParameterServer) -> str:
+    def server_url(self, server: Server) -> str:
         """The URL executors are told for ``server``: ``server_host`` and the bound port.
 
         Differs from ``server.url`` (the bound address) only when ``server_bind_host`` is set.
         """
         return self._host.url_for(server)
 
-    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
         """A started (or reused) server for ``params``; see :meth:`ServerHost.acquire`."""
         return self._host.acquire(params, num_workers)
 

@@ -1,4 +1,4 @@
-"""tensorspark's binary wire format (version 1): parameter-server bodies, checkpoints' arrays, TF1 graph specs and evaluation snapshots.
+"""tensorspark's binary wire format (version 2): parameter-server bodies, TF1 graph specs and evaluation snapshots.
 
 A message is a fixed preamble, a JSON header, then the raw little-endian bytes of each
 tensor, laid out once::
@@ -8,6 +8,18 @@ tensor, laid out once::
 The header is ``{"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}], "meta": {}}``;
 offsets are relative to the start of the data section, which begins at the next multiple
 of 8 bytes so every array can be viewed in place (``np.frombuffer``) without a copy.
+
+Version 2 adds compressed tensors (:class:`Encoded`): an entry with a ``"codec"``
+(``"bf16"``, ``"fp16"`` or ``"int8"``) whose ``dtype`` and ``shape`` are those of the
+float32 tensor it stands for. Its data is the codes (``uint16`` bfloat16 bits,
+``float16`` or ``int8``, one per element); an int8 entry also has a ``"block"`` size and,
+after the codes (padded to 8 bytes), one float32 scale per block of that many elements.
+The numbers are computed by :mod:`tensorspark.ps.compression`; this module only lays them
+out and checks them. Only callers that can handle them ask :func:`decode` for them
+(``allow_encoded=True``); elsewhere such an entry is refused.
+
+A version-1 message (an older tensorspark) is refused with a message that says the
+driver and the executors run different tensorspark versions.
 
 No pickle, no JSON lists of floats. :func:`decode` checks everything it reads and raises
 :class:`~tensorspark.errors.WireFormatError` for any malformed input, so the server can
@@ -19,6 +31,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +39,7 @@ import numpy as np
 from tensorspark.errors import WireFormatError
 
 MAGIC = b"TSPW"
-VERSION = 1
+VERSION = 2
 CONTENT_TYPE = "application/x-tensorspark"
 _PREAMBLE = struct.Struct("<4sHHI")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -56,24 +69,83 @@ DTYPES: dict[str, np.dtype] = {
 }
 
 
+#: Codecs of compressed entries -> the dtype of their codes (see :class:`Encoded`).
+CODECS: dict[str, np.dtype] = {
+    "bf16": np.dtype("<u2"),
+    "fp16": np.dtype("<f2"),
+    "int8": np.dtype("i1"),
+}
+#: Largest int8 block (elements per scale).
+MAX_BLOCK = 1 << 24
+_SCALE = np.dtype("<f4")
+
+
+@dataclass(frozen=True, eq=False)
+class Encoded:
+    """A compressed float32 tensor as it travels (see the module docstring).
+
+    Attributes:
+        codec: ``"bf16"``, ``"fp16"`` or ``"int8"``.
+        shape: the shape of the tensor it stands for (float32).
+        codes: one code per element, flat (dtype :data:`CODECS` ``[codec]``).
+        scales: int8 only: one float32 scale per ``block`` elements (the last block may
+            be shorter); None otherwise.
+        block: int8 only: elements per scale; 0 otherwise.
+    """
+
+    codec: str
+    shape: tuple[int, ...]
+    codes: np.ndarray
+    scales: np.ndarray | None = None
+    block: int = 0
+
+    dtype = np.dtype("float32")
+
+    @property
+    def size(self) -> int:
+        return int(self.codes.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire (codes, padding, scales)."""
+        extra = 0 if self.scales is None else _pad(self.codes.nbytes) + self.scales.nbytes
+        return int(self.codes.nbytes + extra)
+
+
+#: What :func:`encode` accepts as a tensor.
+Tensor = np.ndarray | Encoded
+
+
 def _pad(n: int) -> int:
     return (-n) % 8
 
 
-def encode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> list[Any]:
+def blocks(count: int, block: int) -> int:
+    """How many int8 scales a tensor of ``count`` elements has with ``block``."""
+    return -(-count // block) if count else 0
+
+
+def encode(tensors: Mapping[str, Tensor], meta: Mapping[str, Any] | None = None) -> list[Any]:
     """Lay out ``tensors`` and ``meta`` as a wire message.
 
     Returns a list of buffers (bytes or memoryviews over the arrays, not copied) whose
     concatenation is the message; send them in order. ``sum(len(memoryview(b).cast('B')))``
-    is the total length; :func:`encoded_size` computes it.
+    is the total length; :func:`encoded_size` computes it. A value may be an
+    :class:`Encoded` (a compressed tensor), laid out as the module docstring says.
 
     Raises:
         WireFormatError: an array has a dtype that has no wire name (e.g. object, str).
     """
     entries = []
-    arrays = []
+    arrays: list[np.ndarray] = []
     offset = 0
     for name, value in tensors.items():
+        if isinstance(value, Encoded):
+            entry, pieces = _encoded_entry(str(name), value, offset)
+            entries.append(entry)
+            arrays.extend(pieces)
+            offset += entry["nbytes"] + _pad(entry["nbytes"])
+            continue
         arr = np.asarray(value)
         key = arr.dtype.name
         if key not in DTYPES:
@@ -110,6 +182,32 @@ def encode(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = N
     return parts
 
 
+def _encoded_entry(name: str, value: Encoded, offset: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """The header entry of a compressed tensor, and its arrays (codes, then scales)."""
+    code_dtype = CODECS.get(value.codec)
+    count = 1
+    for d in value.shape:
+        count *= int(d)
+    codes = value.codes
+    if code_dtype is None or codes.dtype != code_dtype or codes.size != count:
+        raise WireFormatError(
+            f"compressed tensor {name!r} is inconsistent: codec {value.codec!r}, codes "
+            f"{codes.dtype}[{codes.size}] for shape {list(value.shape)}"
+        )
+    pieces = [codes if codes.flags.c_contiguous else codes.copy(order="C")]
+    entry: dict[str, Any] = {"name": name, "dtype": "float32", "shape": [int(d) for d in value.shape],
+                             "offset": offset, "nbytes": value.nbytes, "codec": value.codec}
+    if value.codec == "int8":
+        scales = value.scales
+        if scales is None or scales.dtype != _SCALE or not 0 < value.block <= MAX_BLOCK or (
+            scales.size != blocks(count, value.block)
+        ):
+            raise WireFormatError(f"compressed tensor {name!r}: int8 needs one float32 scale per block")
+        entry["block"] = int(value.block)
+        pieces.append(scales if scales.flags.c_contiguous else scales.copy(order="C"))
+    return entry, pieces
+
+
 def coalesce(parts: list[Any], small: int = 256 * 1024) -> list[Any]:
     """Join runs of small buffers (headers, padding, small tensors) into one ``bytes``.
 
@@ -136,7 +234,7 @@ def encoded_size(parts: list[Any]) -> int:
     return sum(memoryview(p).nbytes for p in parts)
 
 
-def encode_bytes(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> bytes:
+def encode_bytes(tensors: Mapping[str, Tensor], meta: Mapping[str, Any] | None = None) -> bytes:
     """:func:`encode` joined into one ``bytes`` (copies; for small messages and tests)."""
     return b"".join(bytes(p) for p in encode(tensors, meta))
 
@@ -148,11 +246,26 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray], 
     ``bytearray``. Every field is checked: magic, version, header length, JSON shape,
     names (unique strings), dtypes, shapes (non-negative ints whose non-zero ones multiply
     to at most :data:`MAX_ELEMENTS`), offsets and sizes inside the message and consistent
-    with dtype and shape.
+    with dtype and shape. A compressed entry is refused (see :func:`decode_encoded`).
 
     Raises:
         WireFormatError: the message is malformed; the text says what is wrong.
     """
+    tensors, meta = _decode(buf, allow_encoded=False)
+    return tensors, meta  # type: ignore[return-value]
+
+
+def decode_encoded(buf: bytes | bytearray | memoryview) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """:func:`decode` that also accepts compressed entries, returned as :class:`Encoded`
+    (their codes and scales are views into ``buf``).
+
+    Raises:
+        WireFormatError: the message is malformed; the text says what is wrong.
+    """
+    return _decode(buf, allow_encoded=True)
+
+
+def _decode(buf: bytes | bytearray | memoryview, allow_encoded: bool) -> tuple[dict[str, Tensor], dict[str, Any]]:
     view = memoryview(buf).cast("B")
     total = view.nbytes
     if total < _PREAMBLE.size:
@@ -161,7 +274,7 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray], 
     if magic != MAGIC:
         raise WireFormatError(f"bad magic {bytes(magic)!r}: this is not a tensorspark message")
     if version != VERSION:
-        raise WireFormatError(f"unsupported wire version {version}; this server speaks version {VERSION}")
+        raise WireFormatError(version_mismatch(version))
     if hlen > MAX_HEADER_BYTES or _PREAMBLE.size + hlen > total:
         raise WireFormatError(f"header length {hlen} does not fit a message of {total} bytes")
     try:
@@ -181,29 +294,69 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray], 
     data_len = total - start
     if data_len < 0:
         raise WireFormatError("message truncated before its data section")
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Tensor] = {}
     for i, entry in enumerate(entries):
-        out_name, arr = _decode_entry(i, entry, view, start, data_len)
+        if isinstance(entry, dict) and "codec" in entry:
+            if not allow_encoded:
+                raise WireFormatError(f"tensor entry {i} is compressed, which is not expected here")
+            out_name, value = _decode_encoded_entry(i, entry, view, start, data_len)
+            arr: Tensor = value
+        else:
+            out_name, arr = _decode_entry(i, entry, view, start, data_len)
         if out_name in out:
             raise WireFormatError(f"tensor name {out_name!r} appears twice")
         out[out_name] = arr
     return out, meta
 
 
-def _decode_entry(
-    i: int, entry: Any, view: memoryview, start: int, data_len: int
-) -> tuple[str, np.ndarray]:
-    if not isinstance(entry, dict):
-        raise WireFormatError(f"tensor entry {i} is not an object")
+def version_mismatch(version: object) -> str:
+    """The message for a peer that speaks another wire version (either direction)."""
+    return (
+        f"wire format version {version!r} received, but this tensorspark speaks version {VERSION}: "
+        "the driver and the executors run different tensorspark versions. Install the same "
+        "tensorspark version on both."
+    )
+
+
+def _decode_encoded_entry(
+    i: int, entry: dict[str, Any], view: memoryview, start: int, data_len: int
+) -> tuple[str, Encoded]:
+    """A compressed entry: a float32 tensor's codes (and int8 scales), checked."""
+    codec = entry.get("codec")
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise WireFormatError(f"tensor entry {i} has unknown codec {codec!r}; known: {sorted(CODECS)}")
+    if entry.get("dtype") != "float32":
+        raise WireFormatError(f"tensor entry {i}: codec {codec} stands for float32, not {entry.get('dtype')!r}")
+    name, shape, offset, nbytes, count = _entry_layout(i, entry)
+    code_dtype = CODECS[codec]
+    block = 0
+    nscales = 0
+    expected = count * code_dtype.itemsize
+    if codec == "int8":
+        block = entry.get("block")  # type: ignore[assignment]
+        if type(block) is not int or not 0 < block <= MAX_BLOCK:
+            raise WireFormatError(f"tensor {name!r} has an invalid int8 block {block!r}")
+        nscales = blocks(count, block)
+        expected += _pad(expected) + nscales * _SCALE.itemsize
+    if nbytes != expected:
+        raise WireFormatError(f"tensor {name!r}: {nbytes} bytes do not match codec {codec} and shape {shape}")
+    _check_inside(name, offset, nbytes, data_len)
+    codes = np.frombuffer(view, dtype=code_dtype, count=count, offset=start + offset)
+    scales = None
+    if codec == "int8":
+        at = start + offset + count + _pad(count)
+        scales = np.frombuffer(view, dtype=_SCALE, count=nscales, offset=at)
+    return name, Encoded(codec, tuple(shape), codes, scales, block)
+
+
+def _entry_layout(i: int, entry: dict[str, Any]) -> tuple[str, list[int], int, int, int]:
+    """An entry's name, shape, offset, byte count and element count, type-checked."""
     name = entry.get("name")
-    dtype_name = entry.get("dtype")
     shape = entry.get("shape")
     offset = entry.get("offset")
     nbytes = entry.get("nbytes")
     if not isinstance(name, str) or not name:
         raise WireFormatError(f"tensor entry {i} has no valid name")
-    if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
-        raise WireFormatError(f"tensor {name!r} has unknown dtype {dtype_name!r}; allowed: {sorted(DTYPES)}")
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_RANK
@@ -214,7 +367,6 @@ def _decode_entry(
         if type(value) is not int or value < 0:
             raise WireFormatError(f"tensor {name!r} has an invalid {field} {value!r}")
     assert isinstance(offset, int) and isinstance(nbytes, int)  # checked just above
-    dtype = DTYPES[dtype_name]
     count = 1
     span = 1  # the product with zero dimensions counted as 1
     for d in shape:
@@ -225,15 +377,32 @@ def _decode_entry(
             f"tensor {name!r} has an impossible shape: its non-zero dimensions multiply to more "
             f"than {MAX_ELEMENTS} elements"
         )
-    if count * dtype.itemsize != nbytes:
-        raise WireFormatError(
-            f"tensor {name!r}: {nbytes} bytes do not match dtype {dtype_name} and shape {shape}"
-        )
+    return name, shape, offset, nbytes, count
+
+
+def _check_inside(name: str, offset: int, nbytes: int, data_len: int) -> None:
     if offset % 8 or offset + nbytes > data_len:
         raise WireFormatError(
             f"tensor {name!r} lies outside the message (offset {offset}, {nbytes} bytes, "
             f"data section {data_len} bytes): truncated?"
         )
+
+
+def _decode_entry(
+    i: int, entry: Any, view: memoryview, start: int, data_len: int
+) -> tuple[str, np.ndarray]:
+    if not isinstance(entry, dict):
+        raise WireFormatError(f"tensor entry {i} is not an object")
+    dtype_name = entry.get("dtype")
+    name, shape, offset, nbytes, count = _entry_layout(i, entry)
+    if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
+        raise WireFormatError(f"tensor {name!r} has unknown dtype {dtype_name!r}; allowed: {sorted(DTYPES)}")
+    dtype = DTYPES[dtype_name]
+    if count * dtype.itemsize != nbytes:
+        raise WireFormatError(
+            f"tensor {name!r}: {nbytes} bytes do not match dtype {dtype_name} and shape {shape}"
+        )
+    _check_inside(name, offset, nbytes, data_len)
     try:
         arr = np.frombuffer(view, dtype=dtype, count=count, offset=start + offset).reshape(tuple(shape))
     except ValueError as err:  # checked above; numpy's word is final

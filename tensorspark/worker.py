@@ -32,6 +32,9 @@ from tensorspark.errors import DivergenceError, ParameterServerError
 from tensorspark.models.base import TrainableModel
 from tensorspark.partition import EpochSource, PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
+from tensorspark.ps.compression import Compression, ErrorFeedback
+from tensorspark.ps.fanout import ShardedClient
+from tensorspark.ps.layout import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,10 @@ class WorkerConfig:
     #: instead of another full ``ps_timeout``, so an unreachable server fails the job in
     #: about ``ps_timeout``, not ``spark.task.maxFailures`` times it.
     join_deadline: float | None = None
+    #: A sharded server (``ps_shards > 1``): the shards' URLs and which holds what
+    #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
+    shard_urls: tuple[str, ...] = ()
+    shard_layout: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The settings as JSON, without the secret."""
@@ -106,9 +113,7 @@ def train_partition(
     :class:`~tensorspark.errors.DivergenceError` when the server rejects a non-finite
     update and ``on_divergence='fail'``.
     """
-    client = ParameterClient(config.server_url, timeout=config.request_timeout, ps_timeout=config.ps_timeout,
-                             ssl_cafile=config.ssl_cafile, secret=config.secret,
-                             recycle_responses=True)  # the loop keeps only the latest weights
+    client = make_client(config)
     state = "failed"
     try:
         wait = None if config.join_deadline is None else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
@@ -116,9 +121,14 @@ def train_partition(
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
+        compression = Compression.from_json(joined["compression"]) if joined.get("compression") else None
+        feedback = None
+        if compression is not None and compression.push is not None and payload == "delta":
+            feedback = ErrorFeedback(compression.push, compression.block)
         model = build_model()
         try:
-            stats = _Loop(partition, attempt, config, client, model, payload, resume_after).run(blocks)
+            loop = _Loop(partition, attempt, config, client, model, payload, resume_after, feedback)
+            stats = loop.run(blocks)
         finally:
             model.close()
         state = "done"
@@ -131,18 +141,32 @@ def train_partition(
         client.close()
 
 
+def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
+    """The loop's client: of the one server, or of every shard of a sharded one."""
+    options: dict[str, Any] = dict(
+        timeout=config.request_timeout, ps_timeout=config.ps_timeout, ssl_cafile=config.ssl_cafile,
+        secret=config.secret, recycle_responses=True,  # the loop keeps only the latest weights
+    )
+    if config.shard_urls:
+        assert config.shard_layout is not None
+        return ShardedClient(config.shard_urls, Layout.from_json(config.shard_layout), **options)
+    return ParameterClient(config.server_url, **options)
+
+
 class _Loop:
     def __init__(
         self,
         partition: int,
         attempt: int,
         config: WorkerConfig,
-        client: ParameterClient,
+        client: ParameterClient | ShardedClient,
         model: TrainableModel,
         payload: str,
         resume_after: tuple[int, int] | None,
+        feedback: ErrorFeedback | None = None,
     ) -> None:
         self.partition = partition
+        self.feedback = feedback  # compresses deltas, keeping what rounding took
         self.attempt = attempt
         self.config = config
         self.client = client
@@ -158,7 +182,7 @@ class _Loop:
     def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
-        self.version, self.base = self.client.pull()
+        self.version, self.base = self.client.pull(self.partition)
         self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         data: EpochSource = (
@@ -227,10 +251,11 @@ class _Loop:
                 k: v / samples for k, v in result.items() if k not in ("loss", "samples") and math.isfinite(v)
             }
         response: PushResult | None = None
+        encoded = self.feedback.encode(delta) if self.feedback is not None else None
         for _ in range(_MAX_REBASES):
             meta["base_version"] = self.version
             if self.payload == "delta":
-                update = delta
+                update = delta if encoded is None else encoded
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push(update, meta)
@@ -246,6 +271,8 @@ class _Loop:
                 f"partition {self.partition}: push stayed stale after {_MAX_REBASES} rebases; "
                 "max_staleness is too small for this many workers"
             )
+        if response.status == "diverged" and self.feedback is not None:
+            self.feedback.reset()  # the refused update's rounding error must not come back
         if response.status == "diverged" and self.config.on_divergence == "fail":
             raise DivergenceError(
                 f"worker for partition {self.partition} (attempt {self.attempt}) produced non-finite "

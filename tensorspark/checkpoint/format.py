@@ -10,7 +10,13 @@ metadata under the key ``"tensorspark"``, one JSON document::
      "signature": {"W": {"shape": [784, 10], "dtype": "float32"}, ...},
      "wall_time": 1700000000.0,    # seconds since the epoch, when saved
      "sha256": "...",              # of the tensor bytes (see _digest)
-     "extra": {...}}               # the caller's extra_meta
+     "extra": {...},               # the caller's extra_meta
+     "state": {"tensors": {"__state__/momentum/W": "momentum/W", ...},   # format_version 2
+               "meta": {...}}}     # the combiner's state (e.g. the outer optimizer's)
+
+A checkpoint with combiner state (``weight_combiner='nesterov'``: its momentum) stores
+those arrays beside the parameters, named ``__state__/<key>``, and is written with
+``format_version`` 2; one without is written as version 1, which older readers read too.
 
 Files are named ``ckpt-<version, 12 digits>.safetensors`` so lexical order is version
 order. Writes are atomic (temporary name, then rename), a file that fails to parse or whose
@@ -25,7 +31,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +41,10 @@ from tensorspark import wire
 from tensorspark.errors import CheckpointError, ConfigurationError
 
 FORMAT = "tensorspark-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Format versions this reader accepts (1: no combiner state).
+READABLE_VERSIONS = (1, 2)
+STATE_PREFIX = "__state__/"
 METADATA_KEY = "tensorspark"
 SUFFIX = ".safetensors"
 NAME_PATTERN = re.compile(r"^ckpt-(\d{12})\.safetensors$")
@@ -56,6 +65,8 @@ class Checkpoint:
         signature: Name → ``{"shape": [...], "dtype": "..."}`` (see :func:`model_signature`).
         path: The location of the file (same form as the location it was loaded from).
         meta: The whole metadata document, including ``wall_time``, ``sha256`` and ``extra``.
+        state: The combiner's state arrays by key (empty when it has none).
+        state_meta: The JSON part of the combiner's state.
     """
 
     params: dict[str, np.ndarray]
@@ -65,6 +76,8 @@ class Checkpoint:
     signature: dict
     path: str
     meta: dict
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    state_meta: dict = field(default_factory=dict)
 
 
 def checkpoint_name(version: int) -> str:
@@ -149,10 +162,13 @@ def encode_checkpoint(
     extra_meta: Mapping[str, Any] | None = None,
     *,
     wall_time: float | None = None,
+    state: Mapping[str, Any] | None = None,
+    state_meta: Mapping[str, Any] | None = None,
 ) -> bytes:
     """Serialize a checkpoint to the bytes of one safetensors file.
 
-    Runs anywhere; pure apart from reading the clock.
+    Runs anywhere; pure apart from reading the clock. ``state``/``state_meta``: the
+    combiner's state (see the module docstring).
 
     Raises:
         ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
@@ -162,17 +178,28 @@ def encode_checkpoint(
     if not isinstance(mode, str) or not mode:
         raise ConfigurationError(f"mode must be a non-empty string. Received: mode={mode!r}")
     arrays = prepare_params(params)
+    clash = [n for n in arrays if n.startswith(STATE_PREFIX)]
+    if clash:
+        raise CheckpointError(f"Parameter names may not start with {STATE_PREFIX!r}. Received: {clash[:3]}")
+    signature = model_signature(arrays)
+    stored_state = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
+    arrays.update(stored_state)
     document = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if stored_state or state_meta else 1,
         "version": int(version),
         "mode": mode,
         "progress": _progress_to_json(progress),
-        "signature": model_signature(arrays),
+        "signature": signature,
         "wall_time": time.time() if wall_time is None else float(wall_time),
         "sha256": _digest(arrays),
         "extra": dict(extra_meta or {}),
     }
+    if stored_state or state_meta:
+        document["state"] = {
+            "tensors": {name: name[len(STATE_PREFIX) :] for name in stored_state},
+            "meta": dict(state_meta or {}),
+        }
     try:
         text = json.dumps(document, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as err:
@@ -209,10 +236,10 @@ def decode_checkpoint(data: bytes, location: str) -> Checkpoint:
         raise bad(f"no tensorspark metadata in the safetensors header ({err!r})") from err
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise bad(f"metadata is not a {FORMAT} document")
-    if document.get("format_version") != FORMAT_VERSION:
+    if document.get("format_version") not in READABLE_VERSIONS:
         raise bad(
             f"format_version {document.get('format_version')!r}; this tensorspark reads "
-            f"version {FORMAT_VERSION} (was it written by a newer tensorspark?)"
+            f"versions {list(READABLE_VERSIONS)} (was it written by a newer tensorspark?)"
         )
     try:
         arrays = safetensors.numpy.load(bytes(data))
@@ -224,7 +251,15 @@ def decode_checkpoint(data: bytes, location: str) -> Checkpoint:
             f"sha256 of the tensor bytes is {digest}, the header says "
             f"{document.get('sha256')} (corrupted)"
         )
-    signature = model_signature(arrays)
+    try:
+        state_doc = document.get("state") or {"tensors": {}, "meta": {}}
+        state_names = {str(k): str(v) for k, v in state_doc["tensors"].items()}
+        state_meta = dict(state_doc["meta"])
+        state = {key: arrays[name] for name, key in state_names.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise bad(f"malformed combiner state ({err!r})") from err
+    params = {k: v for k, v in arrays.items() if k not in state_names}
+    signature = model_signature(params)
     if signature != document.get("signature"):
         raise bad("the tensors do not match the signature in the header (corrupted)")
     try:
@@ -234,13 +269,15 @@ def decode_checkpoint(data: bytes, location: str) -> Checkpoint:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise bad(f"malformed metadata ({err!r})") from err
     return Checkpoint(
-        params=dict(arrays),
+        params=params,
         version=version,
         mode=mode,
         progress=progress,
         signature=signature,
         path=location,
         meta=document,
+        state=state,
+        state_meta=state_meta,
     )
 
 

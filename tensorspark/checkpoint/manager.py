@@ -117,8 +117,12 @@ class CheckpointManager:
         mode: str,
         progress: Mapping[int, Mapping[str, Any]],
         extra_meta: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | None = None,
+        state_meta: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Write the checkpoint of ``version`` atomically and prune old ones.
+
+        ``state``/``state_meta``: the combiner's state, kept in the same file.
 
         A failed write is retried (``attempts`` times, with backoff). If it still fails the
         failure is logged and ``None`` is returned, so one flaky write does not stop
@@ -132,7 +136,7 @@ class CheckpointManager:
                 cannot be stored.
             ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
         """
-        data = encode_checkpoint(params, version, mode, progress, extra_meta)
+        data = encode_checkpoint(params, version, mode, progress, extra_meta, state=state, state_meta=state_meta)
         name = checkpoint_name(version)
         path = posixpath.join(self._dir, name)
         where = self._file_location(name)

@@ -28,6 +28,11 @@ With a ``secret``, every request (each retry afresh) is signed as
 :mod:`tensorspark.ps.auth` describes; a 401 raises
 :class:`~tensorspark.errors.AuthenticationError` at once (retrying cannot help).
 
+Updates may be compressed (:class:`~tensorspark.wire.Encoded` values, see
+:mod:`tensorspark.ps.compression`); weights that arrive compressed are decoded to float32
+before :meth:`ParameterClient.push`/:meth:`ParameterClient.pull` return them. ``/join``
+checks that the server speaks this client's wire version.
+
 On a connection that has had no request accepted yet, a body of at least
 :data:`~tensorspark.ps.admission.EXPECT_CONTINUE_FROM` bytes is sent only after the
 server has accepted its head (``Expect: 100-continue``), so a refusal (401, 413, 503)
@@ -64,6 +69,7 @@ from tensorspark.errors import (
 )
 from tensorspark.ps import auth
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM
+from tensorspark.ps.compression import decode as decode_tensor
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +178,8 @@ class ParameterClient:
         # for every pull cost more in page faults than the transfer itself.
         self._recycle = bool(recycle_responses)
         self._ring: list[bytearray | None] = [None, None]
+        self._decoded: list[dict[str, np.ndarray]] = [{}, {}]  # compressed answers, decoded, in turn
+        self._decoded_turn = 0
         self._turn = 0
         self._ssl_context: ssl.SSLContext | None = None
         if parts.scheme == "https":
@@ -188,30 +196,60 @@ class ParameterClient:
 
     # ------------------------------------------------------------------ public calls
 
-    def pull(self) -> tuple[int, dict[str, np.ndarray]]:
-        """Fetch the global parameters: ``(version, {name: array})``."""
-        body = self._request("GET", "/pull", [], wire.CONTENT_TYPE)
-        tensors, meta = wire.decode(body)
+    def pull(self, partition: int | None = None) -> tuple[int, dict[str, np.ndarray]]:
+        """Fetch the global parameters: ``(version, {name: array})``; a worker names its
+        ``partition`` so the server counts the traffic to it."""
+        path = "/pull" if partition is None else f"/pull?partition={int(partition)}"
+        body = self._request("GET", path, [], wire.CONTENT_TYPE)
+        tensors, meta = self._weights(body)
         return int(meta["version"]), tensors
 
-    def push(self, update: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> PushResult:
-        """Send an update (delta or weights, as the server's combiner wants) and get the
-        new global parameters back in the same round trip.
+    def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
+        """Send an update (delta or weights, as the server's combiner wants; plain arrays
+        or compressed) and get the new global parameters back in the same round trip.
 
         ``meta`` must carry ``partition``, ``epoch``, ``seq``, ``attempt``, ``samples`` and
         ``base_version``; it may carry ``loss`` and ``metrics`` for progress display.
         """
         parts = wire.encode(update, meta)
         body = self._request("POST", "/push", parts, wire.CONTENT_TYPE)
-        tensors, rmeta = wire.decode(body)
+        tensors, rmeta = self._weights(body)
         return PushResult(str(rmeta.get("status")), int(rmeta["version"]), tensors, rmeta)
 
+    def _weights(self, body: bytearray) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Decode an answer's weights; compressed ones into float32 (recycled like bodies)."""
+        tensors, meta = wire.decode_encoded(body)
+        if not any(isinstance(v, wire.Encoded) for v in tensors.values()):
+            return tensors, meta  # type: ignore[return-value]
+        self._decoded_turn ^= 1
+        spare = self._decoded[self._decoded_turn] if self._recycle else {}
+        out: dict[str, np.ndarray] = {}
+        for name, value in tensors.items():
+            if isinstance(value, wire.Encoded):
+                into = spare.get(name)
+                if into is None or into.shape != value.shape:
+                    into = spare[name] = np.empty(value.shape, np.float32)
+                out[name] = decode_tensor(value, into)
+            else:
+                out[name] = value
+        return out, meta
+
     def join(self, partition: int, attempt: int, wait: float | None = None) -> dict[str, Any]:
-        """Announce a worker; returns its partition's progress, the version and payload kind.
+        """Announce a worker; returns its partition's progress, the version, the payload
+        kind and the compression to push with.
 
         ``wait`` bounds how long an unreachable server is retried (default ``ps_timeout``).
+
+        Raises:
+            ParameterServerError: the server speaks another wire version (another
+                tensorspark version runs on the driver).
         """
-        return self._json("POST", "/join", {"partition": partition, "attempt": attempt}, wait=wait)
+        joined = self._json(
+            "POST", "/join", {"partition": partition, "attempt": attempt, "wire": wire.VERSION}, wait=wait
+        )
+        if joined.get("wire", 1) != wire.VERSION:  # servers before version 2 did not say
+            raise ParameterServerError(wire.version_mismatch(joined.get("wire", 1)), url=f"{self.url}/join")
+        return joined
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         """Tell the server this worker is ``"done"`` or ``"failed"``."""

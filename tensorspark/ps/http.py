@@ -3,8 +3,9 @@
 Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON):
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
-* ``GET  /pull``  -> wire(global params, {version})
-* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode} (the worker's address is recorded as its ``host``)
+* ``GET  /pull[?partition=P]``  -> wire(global params, {version})
+* ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
+  compression, wire} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
 * ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
 * ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
@@ -27,12 +28,18 @@ and the bodies in flight, whether the status is public and the function that mak
 ``/status``. It reads no other
 object's attributes.
 
+Every answered request is counted in the store's traffic (:mod:`tensorspark.ps.ledger`):
+the request line, headers and body received, the status line, headers and body sent, to
+the worker whose partition the request names. A :class:`StatusBooks` in place of the store
+makes a status-only server (the driver's page of a sharded server).
+
 Thread ownership: everything here runs on the server's loop thread, the thread that owns
 the :class:`~tensorspark.ps.store.Store`, so handlers call the store directly.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -73,23 +80,46 @@ _ALLOWED = {path: method for method, path in _ROUTES}
 _STATUS_ROUTES = {("GET", "/"), ("GET", "/status")}
 
 
+class StatusBooks:
+    """What a status-only server counts (the front of a sharded server, which holds no
+    model): refused requests and traffic. Loop thread only."""
+
+    def __init__(self) -> None:
+        self.counters = collections.Counter[str]()
+
+    def take_body(self, length: int) -> bytearray:
+        return bytearray(length)
+
+    def count_refused(self, code: int) -> None:
+        if code != 404:
+            self.counters["rejected_requests"] += 1
+            if code == 401:
+                self.counters["unauthorized_requests"] += 1
+
+    def count_traffic(self, partition: int | None, received: int, sent: int) -> None:
+        self.counters["bytes_received"] += received
+        self.counters["bytes_sent"] += sent
+
+
 @dataclass(frozen=True)
 class _Settings:
     """What every request of one server is handled with (see :class:`Router`)."""
 
-    store: Store
+    store: Store | StatusBooks
     verifier: auth.Verifier | None
     limits: Limits
     admission: Admission
     public_status: bool
     status: Callable[[], dict[str, Any]]
+    routes: frozenset[tuple[str, str]]
 
 
 class Router(httputil.HTTPServerConnectionDelegate):
     """Hands each request on a connection to a new request handler. Loop thread only.
 
     Args:
-        store: the state requests read and change.
+        store: the state requests read and change; a :class:`StatusBooks` serves only
+            ``GET /status`` and ``GET /`` (other routes answer 404).
         verifier: checks signed requests; None serves unsigned ones (and refuses signed
             ones with a 400 that says so).
         limits: the request limits (:class:`~tensorspark.ps.admission.Limits`): body
@@ -101,7 +131,7 @@ class Router(httputil.HTTPServerConnectionDelegate):
 
     def __init__(
         self,
-        store: Store,
+        store: Store | StatusBooks,
         *,
         verifier: auth.Verifier | None,
         limits: Limits,
@@ -109,12 +139,28 @@ class Router(httputil.HTTPServerConnectionDelegate):
         public_status: bool,
         status: Callable[[], dict[str, Any]],
     ) -> None:
-        self._settings = _Settings(store, verifier, limits, admission, bool(public_status), status)
+        routes = frozenset(_ROUTES if isinstance(store, Store) else _STATUS_ROUTES)
+        self._settings = _Settings(store, verifier, limits, admission, bool(public_status), status, routes)
 
     def start_request(
         self, server_conn: object, request_conn: httputil.HTTPConnection
     ) -> httputil.HTTPMessageDelegate:
         return _Request(self._settings, request_conn)
+
+
+def _head_size(start_line: str, headers: httputil.HTTPHeaders) -> int:
+    """Bytes of an HTTP/1.1 message's start line and headers as written on the wire."""
+    size = len(start_line) + 4  # CRLF after the start line and after the headers
+    for name, value in headers.get_all():
+        size += len(name) + len(value) + 4  # "Name: value\r\n"
+    return size
+
+
+def _query_int(query: str, key: str) -> int | None:
+    values = parse_qs(query).get(key)
+    if not values or not values[-1].isdigit() or len(values[-1]) > 18:
+        return None
+    return int(values[-1])
 
 
 def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]) -> dict[str, Any]:
@@ -172,6 +218,9 @@ class _Request(httputil.HTTPMessageDelegate):
         self.reading = False  # a body is expected and has not all arrived
         self.timed_out = False
         self.timer: object | None = None
+        self.partition: int | None = None  # the worker the request's traffic is counted to
+        self.head_bytes = 0
+        self.query = ""
 
     # ------------------------------------------------------------------ the head
 
@@ -186,6 +235,8 @@ class _Request(httputil.HTTPMessageDelegate):
         self.target = start_line.path
         self.path, _, query = start_line.path.partition("?")
         self.headers = headers
+        self.query = query
+        self.head_bytes = _head_size(f"{start_line.method} {start_line.path} {start_line.version}", headers)
         try:
             length = content_length(headers)
         except RequestError as err:
@@ -238,8 +289,8 @@ class _Request(httputil.HTTPMessageDelegate):
                 secret), 401 (authentication).
         """
         settings = self.settings
-        if (self.method, self.path) not in _ROUTES:
-            allowed = _ALLOWED.get(self.path)
+        if (self.method, self.path) not in settings.routes:
+            allowed = next((m for m, p in settings.routes if p == self.path), None)
             if allowed is None:
                 raise RequestError(404, f"no endpoint {_shown(self.method)} {_shown(self.path)}")
             raise RequestError(405, f"{_shown(self.method)} is not allowed on {self.path}; use {allowed}")
@@ -440,17 +491,28 @@ class _Request(httputil.HTTPMessageDelegate):
     def _dispatch(self, payload: bytearray | memoryview) -> None:
         """Answer a checked request from the store (exactly one response)."""
         store = self.settings.store
+        if self.path == "/status":
+            self._json(self.settings.status())
+            return
+        if self.path == "/":
+            self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
+            return
+        assert isinstance(store, Store)  # a StatusBooks serves only the two routes above
         if self.path == "/push":
-            tensors, meta = wire.decode(payload)
-            store.push(tensors, meta, self._respond)
+            tensors, meta = wire.decode_encoded(payload)
+            self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
+            keeps = store.push(tensors, meta, self._respond)
             assert self.body is not None
-            store.give_body(self.body)  # the update has been combined (or is pending: sync)
+            if not keeps:  # combined and answered: nothing refers to the body any more
+                store.give_body(self.body)
         elif self.path == "/pull":
+            self.partition = _query_int(self.query, "partition")
             store.pull(self._respond)
         elif self.path == "/join":
             req = _json_object(payload, ("partition", "attempt"))
             peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
-            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt"), peer))
+            self.partition = int_field(req, "partition")
+            self._json(store.join(self.partition, int_field(req, "attempt"), peer, req.get("wire")))
         elif self.path == "/leave":
             req = _json_object(payload, ("partition", "attempt", "state"))
             partition, state = int_field(req, "partition"), req["state"]
@@ -458,12 +520,9 @@ class _Request(httputil.HTTPMessageDelegate):
                 raise RequestError(
                     400, f"field 'state' must be \"done\" or \"failed\", received {str(state)[:40]!r}"
                 )
+            self.partition = partition
             store.leave(partition, int_field(req, "attempt"), state)
             self._json({"ok": True})
-        elif self.path == "/status":
-            self._json(self.settings.status())
-        elif self.path == "/":
-            self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
 
     def _json(self, obj: Mapping[str, Any]) -> None:
         self._respond(200, [json.dumps(obj).encode("utf-8")], "application/json")
@@ -510,6 +569,11 @@ class _Request(httputil.HTTPMessageDelegate):
             )
             reason = httputil.responses.get(code, "Unknown")
             sent = [] if self.method == "HEAD" else parts
+            self.settings.store.count_traffic(
+                self.partition,
+                self.head_bytes + self.received,
+                _head_size(f"HTTP/1.1 {code} {reason}", head) + wire.encoded_size(sent),
+            )
             chunks = wire.coalesce([p for p in sent if memoryview(p).nbytes])
             # Headers and a small first chunk leave in one send (one TCP segment).
             first = (

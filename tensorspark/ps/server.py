@@ -4,8 +4,8 @@ Runs in a background thread with its own IOLoop for the duration of a training r
 Workers (Spark tasks) push their update and get the new global parameters back in the
 same response (push-and-pull in one round trip, over keep-alive connections). The
 endpoints are described in :mod:`tensorspark.ps.http`; the state they change, and the
-exactly-once rule for pushes, in :mod:`tensorspark.ps.store`. This module binds the port,
-runs the thread and its loop, and offers the public API.
+exactly-once rule for pushes, in :mod:`tensorspark.ps.store`; the port, the thread and
+its loop in :mod:`tensorspark.ps.loop`. This module offers the public API.
 
 Thread ownership: the :class:`~tensorspark.ps.store.Store` belongs to the server's loop
 thread. Request handlers and the sync-round timer run there. Every public method that
@@ -21,22 +21,17 @@ anywhere.
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import logging
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
-from tornado.httpserver import HTTPServer
+from tornado import httputil
 from tornado.ioloop import IOLoop
-from tornado.netutil import bind_sockets
 
-from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
 from tensorspark.ps.admission import (
     DEFAULT_BODY_TIMEOUT,
@@ -45,8 +40,11 @@ from tensorspark.ps.admission import (
     Limits,
 )
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.compression import Compression
 from tensorspark.ps.http import Router
-from tensorspark.ps.store import MODES, Snapshot, Store
+from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
+from tensorspark.ps.settings import MODES
+from tensorspark.ps.store import Snapshot, Store
 
 __all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "Snapshot"]
 
@@ -54,33 +52,8 @@ logger = logging.getLogger(__name__)
 
 _HEADROOM = 4 * 1024 * 1024
 
-#: Seconds a call from another thread waits for the server's loop to run it.
-LOOP_CALL_TIMEOUT = 60.0
 
-T = TypeVar("T")
-
-
-class _LoopCall(Generic[T]):
-    """A function handed to the loop thread, and its result, for a waiting caller."""
-
-    def __init__(self, fn: Callable[[], T]) -> None:
-        self.fn = fn
-        self.done = threading.Event()
-        self.result: T | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        if self.done.is_set():
-            return
-        try:
-            self.result = self.fn()
-        except BaseException as err:  # handed to the waiting caller
-            self.error = err
-        finally:
-            self.done.set()
-
-
-class ParameterServer:
+class ParameterServer(LoopServer):
     """Holds the global parameters and serves pushes and pulls over HTTP.
 
     Thread-safe as the module docstring describes: every public method may be called
@@ -124,6 +97,11 @@ class ParameterServer:
             :class:`~tensorspark.ps.client.ParameterClient` retries it.
         max_inflight_bytes: most declared bytes of the bodies received at once (default
             four times ``max_body_bytes``, at least 256 MiB); beyond, 503 likewise.
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
+            :class:`~tensorspark.ps.compression.Compression`: the format workers push
+            deltas in (told at ``/join``) and the one answers carry the weights in. The
+            server's weights stay float32.
+        combiner_state: the combiner's state ``(arrays, meta)`` from a checkpoint.
     """
 
     def __init__(
@@ -147,6 +125,8 @@ class ParameterServer:
         public_status: bool = False,
         auth_window: float = auth.DEFAULT_WINDOW,
         authenticate: bool = True,
+        compression: Compression | str | None = None,
+        combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         max_inflight_bodies: int = DEFAULT_INFLIGHT_BODIES,
         max_inflight_bytes: int | None = None,
@@ -161,10 +141,11 @@ class ParameterServer:
             progress=progress,
             round_timeout=round_timeout,
             on_push=on_push,
+            compression=compression,
+            combiner_state=combiner_state,
         )
         self.combiner = self._store.combiner
-        self.host = host
-        self._port_spec = port
+        self.compression = self._store.compression
         self.mode = mode
         self.max_staleness = max_staleness
         self.round_timeout = round_timeout
@@ -174,52 +155,36 @@ class ParameterServer:
             raise ConfigurationError(
                 f"max_body_bytes must be a positive number of bytes. Received: max_body_bytes={max_body_bytes!r}"
             )
-        self.max_body_bytes = int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
-        self.limits = Limits.make(
-            self.max_body_bytes,
-            body_timeout=body_timeout,
-            max_inflight_bodies=max_inflight_bodies,
-            max_inflight_bytes=max_inflight_bytes,
-        )
-        self._admission = Admission(self.limits)  # the loop thread's, like the store
         if not authenticate and secret is not None:
             raise ConfigurationError(
                 "secret= needs authenticate=True (a secret that is not checked protects nothing). "
                 "Received: authenticate=False with a secret"
             )
+        body_bytes = int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
+        self.limits = Limits.make(
+            body_bytes,
+            body_timeout=body_timeout,
+            max_inflight_bodies=max_inflight_bodies,
+            max_inflight_bytes=max_inflight_bytes,
+        )
+        self._admission = Admission(self.limits)  # the loop thread's, like the store
+        super().__init__(
+            host,
+            port,
+            max_body_bytes=body_bytes,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            # The body timeout is the request handler's own (a 408, counted); Tornado's only backs it up.
+            body_timeout=self.limits.body_timeout + 60,
+        )
         self._secret: bytes | None = None
         self._verifier: auth.Verifier | None = None
         if authenticate:
             self._secret = auth.new_secret() if secret is None else auth.as_secret(secret)
             self._verifier = auth.Verifier(self._secret, window=auth_window)
         self.public_status = bool(public_status)
-        self._ssl_context = _server_ssl_context(ssl_certfile, ssl_keyfile)
-        self._started_at = 0.0
-
-        # The door into the loop: _loop, _loop_ident and _calls are guarded by _door.
-        self._door = threading.RLock()
-        self._loop: IOLoop | None = None
-        self._loop_ident: int | None = None
-        self._calls: set[_LoopCall[Any]] = set()
-        # Loop thread only.
-        self._http: HTTPServer | None = None
-        # Written by start()/stop() on the caller's thread.
-        self._thread: threading.Thread | None = None
-        self._sockets: list[socket.socket] = []
-        self._ready = threading.Event()
-        self._startup_error: BaseException | None = None
-        self.port: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` (``https://`` with TLS) once started."""
-        if self.port is None:
-            raise ParameterServerError("the parameter server is not started; call start() first")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        scheme = "https" if self._ssl_context is not None else "http"
-        return f"{scheme}://{host}:{self.port}"
 
     @property
     def authenticated(self) -> bool:
@@ -236,159 +201,34 @@ class ParameterServer:
         """The read-only ``?token=`` for ``GET /`` and ``/status`` (None without a secret)."""
         return None if self._verifier is None else self._verifier.status_token
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self, timeout: float = 30.0) -> str:
-        """Bind the port and start serving in a background thread; return the URL.
-
-        Raises:
-            ParameterServerError: the port is busy (named in the message) or the server
-                did not come up within ``timeout`` seconds.
-        """
-        if self.running:
-            return self.url
-        self._sockets = self._bind()
-        self.port = self._sockets[0].getsockname()[1]
-        self._ready.clear()
-        self._startup_error = None
-        self._started_at = time.time()  # before the loop thread starts, which reads it
-        self._thread = threading.Thread(
-            target=self._serve, name=f"tensorspark-ps-{self.port}", daemon=True
+    def _router(self) -> httputil.HTTPServerConnectionDelegate:
+        return Router(
+            self._store,
+            verifier=self._verifier,
+            limits=self.limits,
+            admission=self._admission,
+            public_status=self.public_status,
+            status=self._status_here,
         )
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            self.stop()
-            raise ParameterServerError(
-                f"the parameter server did not start within {timeout}s", url=self.url
-            )
-        if self._startup_error is not None:
-            error = self._startup_error
-            self.stop()
-            raise ParameterServerError(
-                f"the parameter server failed to start: {error}", url=self.url
-            )
+
+    def _loop_started(self, loop: IOLoop) -> None:
+        self._store.set_timers(loop)
+
+    def _loop_stopping(self) -> None:
+        self._store.fail_round("the parameter server is stopping")  # a waiting round gets 503
+
+    def _loop_ended(self) -> None:
+        self._store.set_timers(None)
+
+    def _started(self) -> None:
         logger.info(
-            "parameter server listening at %s (mode=%s, combiner=%s, authentication %s)",
+            "parameter server listening at %s (mode=%s, combiner=%s, compression=%s, authentication %s)",
             self.url,
             self.mode,
             self.combiner.name,
+            "none" if self.compression is None else self.compression.name,
             "on" if self._verifier is not None else "off",
         )
-        return self.url
-
-    def _bind(self) -> list[socket.socket]:
-        spec = self._port_spec
-        ports = list(range(spec[0], spec[1] + 1)) if isinstance(spec, tuple) else [int(spec)]
-        last: OSError | None = None
-        for port in ports:
-            try:
-                return bind_sockets(
-                    port, address=self.host, family=socket.AF_UNSPEC, reuse_port=False
-                )
-            except OSError as err:
-                last = err
-                if err.errno != errno.EADDRINUSE:
-                    break
-        assert last is not None
-        where = (
-            f"{self.host}:{ports[0]}" if len(ports) == 1 else f"{self.host}:{ports[0]}-{ports[-1]}"
-        )
-        if last.errno == errno.EADDRINUSE:
-            raise ParameterServerError(
-                f"cannot start the parameter server: port {where} is already in use. "
-                "Pass another server_port (or 0 for a free one), or stop the process holding it."
-            ) from None
-        raise ParameterServerError(
-            f"cannot bind the parameter server to {where}: {last.strerror}. "
-            "Check server_host: it must be an address of this driver machine."
-        ) from None
-
-    def _serve(self) -> None:
-        """The loop thread: serve until stop(), then run calls that arrived too late."""
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            ioloop = IOLoop.current()
-            router = Router(
-                self._store,
-                verifier=self._verifier,
-                limits=self.limits,
-                admission=self._admission,
-                public_status=self.public_status,
-                status=self._status_here,
-            )
-            self._http = HTTPServer(
-                router,
-                max_body_size=self.max_body_bytes + 1024,
-                max_buffer_size=self.max_body_bytes + 1024,
-                chunk_size=1 << 20,
-                idle_connection_timeout=3600,
-                # The body timeout is the request handler's own (a 408, counted); this
-                # one only backs it up.
-                body_timeout=self.limits.body_timeout + 60,
-                decompress_request=False,
-                ssl_options=self._ssl_context,
-            )
-            self._http.add_sockets(self._sockets)
-        except BaseException as err:  # pragma: no cover - reported to start()
-            self._startup_error = err
-            loop.close()
-            self._ready.set()
-            return
-        with self._door:  # from here on the store belongs to this thread
-            self._loop = ioloop
-            self._loop_ident = threading.get_ident()
-            self._store.set_timers(ioloop)
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            with self._door:  # give the store back, first running what is queued for it
-                self._loop = None
-                self._store.set_timers(None)
-                late, self._calls = list(self._calls), set()
-                for call in late:
-                    call.run()
-                self._loop_ident = None
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close the port, drop connections and end the server thread. Idempotent.
-
-        A sync round still waiting is answered with 503 (on the loop thread).
-        """
-        with self._door:
-            thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            for sock in self._sockets:
-                sock.close()
-            return
-
-        async def shutdown() -> None:
-            self._store.fail_round("the parameter server is stopping")
-            if self._http is not None:
-                self._http.stop()
-                try:
-                    await asyncio.wait_for(self._http.close_all_connections(), timeout)
-                except asyncio.TimeoutError:  # pragma: no cover
-                    logger.warning(
-                        "parameter server: connections did not close within %ss", timeout
-                    )
-            asyncio.get_running_loop().stop()
-
-        loop.add_callback(lambda: asyncio.ensure_future(shutdown()))  # a no-op once the loop closed
-        thread.join(timeout)
-        if thread.is_alive():  # pragma: no cover
-            logger.warning("parameter server thread did not end within %ss", timeout)
-        for sock in self._sockets:
-            sock.close()
-        self._thread = None
-        logger.info("parameter server at %s stopped", f"{self.host}:{self.port}")
 
     def __enter__(self) -> ParameterServer:
         self.start()
@@ -396,47 +236,6 @@ class ParameterServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # ------------------------------------------------------------------ the door
-
-    def _on_loop(self, fn: Callable[[], T], what: str) -> T:
-        """Run ``fn`` where the store's owner runs, and return its result (any thread).
-
-        On the loop thread ``fn`` runs at once. From another thread it is handed to the
-        loop with ``add_callback`` and waited for up to :data:`LOOP_CALL_TIMEOUT` seconds
-        (a call that times out still runs once the loop gets to it); with no loop running
-        it runs here, one caller at a time.
-
-        Raises:
-            ParameterServerError: the loop did not run it within LOOP_CALL_TIMEOUT seconds.
-        """
-        call = _LoopCall(fn)
-        with self._door:
-            on_loop = threading.get_ident() == self._loop_ident
-            if self._loop is None and not on_loop:
-                return fn()  # nothing else owns the store now: holding the door suffices
-            if not on_loop:
-                assert self._loop is not None
-                self._calls.add(call)
-                self._loop.add_callback(self._run_call, call)
-        if on_loop:
-            return fn()
-        timeout = LOOP_CALL_TIMEOUT
-        if not call.done.wait(timeout):
-            raise ParameterServerError(
-                f"the parameter server's loop did not run {what} within {timeout:g}s: it is stalled "
-                "(an on_push callback that blocks, or a machine out of memory). Make on_push quick.",
-                url=self.url,
-            )
-        if call.error is not None:
-            raise call.error
-        return call.result  # type: ignore[return-value]
-
-    def _run_call(self, call: _LoopCall[Any]) -> None:
-        """Loop thread: run a call handed in through :meth:`_on_loop`."""
-        with self._door:
-            self._calls.discard(call)
-        call.run()
 
     # ------------------------------------------------------------------ state
 
@@ -477,6 +276,25 @@ class ParameterServer:
         """The JSON served at ``/status``. Any thread (runs on the loop)."""
         return self._on_loop(self._status_here, "status()")
 
+    # ------------------------------------------------------------------ consistent cuts
+
+    def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """Apply no push beyond ``target`` until :meth:`release` (they wait, unanswered);
+        returns the progress now. For consistent snapshots across shards
+        (:mod:`tensorspark.ps.shards`). Any thread (runs on the loop)."""
+        return self._on_loop(lambda: self._store.hold(target), "hold()")
+
+    def wait_reached(self, target: Mapping[int, tuple[int, int]], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every partition of ``target`` has applied up
+        to its ``(epoch, seq)``; whether it did. Any thread but the loop's."""
+        event = threading.Event()
+        self._on_loop(lambda: self._store.notify_reached(target, event), "wait_reached()")
+        return event.wait(timeout)
+
+    def release(self) -> None:
+        """End :meth:`hold`; the pushes that waited are applied. Any thread (runs on the loop)."""
+        self._on_loop(self._store.release, "release()")
+
     def _status_here(self) -> dict[str, Any]:
         """The ``/status`` JSON, made on the store's owning thread."""
         status = self._store.status()
@@ -484,29 +302,8 @@ class ParameterServer:
         now = time.time()
         status.update(
             authenticated=self._verifier is not None,
-            tls=self._ssl_context is not None,
+            tls=self.tls,
             started_at=self._started_at,
             uptime=now - self._started_at if self._started_at else 0.0,
         )
         return status
-
-
-def _server_ssl_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
-    if certfile is None and keyfile is None:
-        return None
-    if certfile is None:
-        raise ConfigurationError(
-            "ssl_keyfile needs ssl_certfile (the certificate to serve HTTPS with). "
-            f"Received: ssl_certfile=None, ssl_keyfile={keyfile!r}"
-        )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(certfile, keyfile)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigurationError(
-            "cannot load the parameter server's TLS certificate/key: "
-            f"{getattr(err, 'strerror', None) or err}. Pass PEM files. "
-            f"Received: ssl_certfile={certfile!r}, ssl_keyfile={keyfile!r}"
-        ) from None
-    return context

@@ -22,36 +22,28 @@ most once, in order per partition, and counts the rest as duplicates; a retried 
 
 from __future__ import annotations
 
-import collections
 import inspect
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError
+from tensorspark.ps import compression as compress
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
-from tensorspark.ps.validation import (
-    MAX_SAMPLES,
-    RequestError,
-    all_finite,
-    check_tensors,
-    finite_float,
-    int_field,
-)
+from tensorspark.ps.ledger import Ledger, WorkerState
+from tensorspark.ps.settings import check_settings
+from tensorspark.ps.validation import MAX_SAMPLES, RequestError, check_tensors, int_field
 
 logger = logging.getLogger(__name__)
 
-MODES = ("async", "sync")
-_HISTORY = 2000
-#: Most partitions the worker table holds (until reset_progress()).
-MAX_WORKERS = 100_000
 #: Most entries of a push's ``metrics``, and the longest name (kept in the loss history).
 MAX_METRICS = 256
 MAX_METRIC_NAME = 200
@@ -70,34 +62,21 @@ class Timers(Protocol):
 
 
 @dataclass
-class WorkerState:
-    """What the server knows of one partition's worker (one row of the status table)."""
-
-    partition: int
-    attempt: int = 0
-    state: str = "active"
-    pushes: int = 0
-    duplicates: int = 0
-    samples: int = 0
-    last_seen: float = 0.0
-    staleness: int = 0
-    epoch: int = -1
-    seq: int = -1
-    loss: float | None = None
-    #: The worker's address as the server saw it when the worker joined (its executor's host).
-    host: str | None = None
-
-    def row(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
 class _Pending:
     """A sync-mode contribution waiting for its round to complete."""
 
     partition: int
-    delta: dict[str, np.ndarray]
+    delta: dict[str, wire.Tensor]
     samples: int
+    meta: dict[str, Any]
+    respond: Respond
+
+
+@dataclass
+class _Held:
+    """A push that arrived beyond the progress a consistent snapshot waits for."""
+
+    tensors: dict[str, wire.Tensor]
     meta: dict[str, Any]
     respond: Respond
 
@@ -112,6 +91,9 @@ class Snapshot:
     mode: str
     applied_pushes: int
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The combiner's state (e.g. the outer optimizer's momentum) and its JSON part.
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    state_meta: dict[str, Any] = field(default_factory=dict)
 
 
 class Store:
@@ -129,6 +111,10 @@ class Store:
         round_timeout: sync mode: how long a round waits for missing workers (needs
             :meth:`set_timers`).
         on_push: ``(meta, status)`` called after each applied, stale or diverged push.
+        compression: a :class:`~tensorspark.ps.compression.Compression`: workers push
+            deltas in its ``push`` codec (told at ``/join``) and every answer carries the
+            weights in its ``pull`` codec. Pushes may be compressed either way.
+        combiner_state: the combiner's state from a checkpoint (arrays, JSON part).
 
     Raises:
         ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot
@@ -147,33 +133,24 @@ class Store:
         progress: Mapping[int, Mapping[str, int]] | None = None,
         round_timeout: float = 600.0,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
+        compression: compress.Compression | str | None = None,
+        combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
     ) -> None:
-        if not params:
-            raise ConfigurationError(
-                "ParameterServer needs at least one parameter. Received: params={}"
-            )
-        if mode not in MODES:
-            raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-        if max_staleness is not None and (mode != "async" or max_staleness < 0):
-            raise ConfigurationError(
-                "max_staleness applies to mode='async' and must be >= 0. "
-                f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
-            )
+        self.combiner = get_combiner(combiner)
+        self.compression = compress.get_compression(compression)
+        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression)
         self.mode = mode
         self.num_workers: int | None = None
         self.set_num_workers(num_workers)
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            arr = np.array(value, copy=True)
-            if arr.dtype.name not in wire.DTYPES:
-                raise ConfigurationError(
-                    f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
-                    f"Allowed: {sorted(wire.DTYPES)}"
-                )
-            arrays[str(name)] = arr
         self._sets = ParamSets(arrays)  # the current parameters, and recycled ones
-        self.combiner = get_combiner(combiner)
+        if combiner_state is not None:
+            self.combiner.load_state(*combiner_state)
         self._combine_takes_out = "out" in inspect.signature(self.combiner.combine).parameters
+        self._encoded = (
+            None
+            if self.compression is None or self.compression.pull is None
+            else compress.EncodeBuffers(self.compression)
+        )
         self.max_staleness = max_staleness
         self.round_timeout = round_timeout
         self._on_push = on_push
@@ -181,15 +158,16 @@ class Store:
         self._progress: dict[int, tuple[int, int]] = {
             int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
         }
-        self._workers: dict[int, WorkerState] = {}
-        self._counters = collections.Counter[str]()
-        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=_HISTORY)
-        self._push_times: collections.deque[float] = collections.deque(maxlen=512)
+        self.ledger = Ledger()
         self._pending: dict[int, _Pending] = {}
         self._round = 0
         self._timers: Timers | None = None
         self._round_timer: Any = None
         self._bodies = BodyPool()
+        # A consistent snapshot across shards in progress: pushes beyond _hold wait in _held.
+        self._hold: dict[int, tuple[int, int]] | None = None
+        self._held: list[_Held] = []
+        self._waiters: list[tuple[dict[int, tuple[int, int]], threading.Event]] = []
 
     # ------------------------------------------------------------------ settings
 
@@ -223,39 +201,32 @@ class Store:
         return {p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()}
 
     def snapshot(self) -> Snapshot:
-        """A copy of the parameters, with version and progress."""
+        """A copy of the parameters, with version, progress and the combiner's state."""
+        state, state_meta = self.combiner.state()
         return Snapshot(
             params=self.params(),
             version=self.version,
             progress=self.progress(),
             mode=self.mode,
-            applied_pushes=self._counters["applied_pushes"],
+            applied_pushes=self.ledger.counters["applied_pushes"],
+            state=state,
+            state_meta=state_meta,
         )
 
     def status(self) -> dict[str, Any]:
         """The store's part of ``/status`` (the server adds its own fields)."""
-        now = time.time()
-        recent = [t for t in self._push_times if now - t <= 10.0]
-        span = (now - recent[0]) if len(recent) > 1 else 0.0
-        return {
+        status = {
             "version": self.version,
             "mode": self.mode,
             "combiner": self.combiner.get_config(),
+            "compression": None if self.compression is None else self.compression.to_json(),
             "max_staleness": self.max_staleness,
-            "applied_pushes": self._counters["applied_pushes"],
-            "duplicate_pushes": self._counters["duplicate_pushes"],
-            "stale_pushes": self._counters["stale_pushes"],
-            "diverged_pushes": self._counters["diverged_pushes"],
-            "rejected_requests": self._counters["rejected_requests"],
-            "unauthorized_requests": self._counters["unauthorized_requests"],
-            "samples": self._counters["samples"],
-            "updates_per_sec": (len(recent) - 1) / span if span > 0 else 0.0,
             "num_params": int(sum(a.size for a in self._sets.current.values())),
             "model_bytes": self.model_bytes,
             "round": self._round,
-            "workers": [w.row() for _, w in sorted(self._workers.items())],
-            "history": list(self._history)[-500:],
         }
+        status.update(self.ledger.status())
+        return status
 
     # ------------------------------------------------------------------ requests
 
@@ -263,24 +234,34 @@ class Store:
         """Start a new run: forget per-partition progress and workers, keep the parameters
         and the version; a sync round left waiting is answered with 503."""
         self._progress.clear()
-        self._workers.clear()
+        self.ledger.forget_workers()
         self.fail_round("a new run started on this parameter server")
 
     def count_refused(self, code: int) -> None:
         """Count a request answered with error ``code`` (404s are not counted)."""
         if code != 404:
-            self._counters["rejected_requests"] += 1
+            self.ledger.counters["rejected_requests"] += 1
             if code == 401:
-                self._counters["unauthorized_requests"] += 1
+                self.ledger.counters["unauthorized_requests"] += 1
 
-    def join(self, partition: int, attempt: int, host: str | None = None) -> dict[str, Any]:
-        """A worker starts (or restarts) from ``host``: returns its partition's progress and
-        the version.
+    def count_traffic(self, partition: int | None, received: int, sent: int) -> None:
+        """Count one request's bytes and its answer's (headers included)."""
+        self.ledger.traffic(partition, received, sent)
+
+    def join(
+        self, partition: int, attempt: int, host: str | None = None, wire_version: object = wire.VERSION
+    ) -> dict[str, Any]:
+        """A worker starts (or restarts) from ``host``: returns its partition's progress, the
+        version, what to push (delta or weights) and how to compress it.
 
         Raises:
-            RequestError: 400: a new partition beyond :data:`MAX_WORKERS`.
+            RequestError: 400 when the worker speaks another wire version (the message
+                says the driver and executors run different tensorspark versions), or for
+                a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
         """
-        worker = self._worker(partition)
+        if wire_version != wire.VERSION:
+            raise RequestError(400, wire.version_mismatch(wire_version))
+        worker = self.ledger.worker(partition)
         worker.attempt = attempt
         worker.host = host
         worker.state = "active"
@@ -294,15 +275,17 @@ class Store:
             "version": self.version,
             "mode": self.mode,
             "payload": "delta" if self.mode == "sync" else self.combiner.payload,
+            "compression": None if self.compression is None else self.compression.to_json(),
+            "wire": wire.VERSION,
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored.
 
         Raises:
-            RequestError: 400: a new partition beyond :data:`MAX_WORKERS`.
+            RequestError: 400: a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
         """
-        worker = self._worker(partition)
+        worker = self.ledger.worker(partition)
         if attempt == worker.attempt:
             worker.state = state
             worker.last_seen = time.time()
@@ -314,9 +297,14 @@ class Store:
         self._respond_params(respond, "pulled")
 
     def push(
-        self, tensors: Mapping[str, np.ndarray], meta: dict[str, Any], respond: Respond
-    ) -> None:
+        self, tensors: Mapping[str, wire.Tensor], meta: dict[str, Any], respond: Respond
+    ) -> bool:
         """Apply (or defer, in sync mode) one decoded push; ``respond`` is called once.
+
+        Compressed deltas (:class:`~tensorspark.wire.Encoded`) are accepted for float32
+        tensors. Returns whether the push keeps referring to ``tensors`` after it returns
+        (a sync round's contribution, or a push held for a consistent snapshot): their
+        buffer must not be reused then.
 
         Raises:
             RequestError: 400: ``meta`` lacks an integer field or has one out of range
@@ -347,129 +335,110 @@ class Store:
                 f"received {partition}",
             )
         check_tensors(self._sets.current, tensors)
-        worker = self._worker(partition, attempt)
+        if self._hold is not None and (epoch, seq) > self._hold.get(partition, (-1, -1)):
+            held = {k: compress.copy_tensor(v) for k, v in tensors.items()}
+            self._held.append(_Held(held, dict(meta), respond))
+            return False
+        worker = self.ledger.worker(partition, attempt=attempt)
         worker.last_seen = time.time()
         worker.attempt = attempt
         if worker.state != "active":
             worker.state = "active"
-        status = self._classify(partition, epoch, seq, tensors, base_version)
+        status = self._classify(partition, epoch, seq, tensors, base_version, meta)
         if status == "duplicate":
             worker.duplicates += 1
-            self._counters["duplicate_pushes"] += 1
+            self.ledger.counters["duplicate_pushes"] += 1
             logger.debug(
                 "duplicate push partition=%s epoch=%s seq=%s ignored", partition, epoch, seq
             )
             self._respond_params(respond, status)
-            return
+            return False
         if status in ("stale", "diverged"):
-            self._counters[f"{status}_pushes"] += 1
+            self.ledger.counters[f"{status}_pushes"] += 1
             self._respond_params(respond, status)
             self._notify(meta, status)
-            return
+            return False
         if self.mode == "sync":
             self._pending[partition] = _Pending(
                 partition, dict(tensors), samples, dict(meta), respond
             )
             self._maybe_complete_round()
-            return
+            return True
         info = PushInfo(
             partition=partition,
             samples=samples,
             base_version=base_version,
             current_version=self.version,
-            active_workers=self._active_count(),
+            active_workers=self.ledger.active_count(),
         )
+        pushed: Mapping[str, Any] = tensors
+        if not self.combiner.accepts_encoded:
+            pushed = {k: compress.as_array(v) for k, v in tensors.items()}
         if self._combine_takes_out:
             new = self.combiner.combine(
-                self._sets.current, tensors, info, out=self._sets.take_spare()
+                self._sets.current, pushed, info, out=self._sets.take_spare()
             )
         else:
-            new = self.combiner.combine(self._sets.current, tensors, info)
+            new = self.combiner.combine(self._sets.current, pushed, info)
         self._sets.install(new)
         self.version += 1
         self._apply_bookkeeping(worker, meta, info.staleness)
         self._respond_params(respond, "applied")
         self._notify(meta, "applied")
+        return False
 
     def _classify(
         self,
         partition: int,
         epoch: int,
         seq: int,
-        tensors: Mapping[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
         base_version: int,
+        meta: Mapping[str, Any],
     ) -> str:
         done = self._progress.get(partition)
         if done is not None and (epoch, seq) <= done:
             return "duplicate"
-        for arr in tensors.values():
-            if arr.dtype.kind == "f" and not all_finite(arr):
-                logger.warning(
-                    "rejected a non-finite push from partition %s (epoch %s, sync %s)",
-                    partition,
-                    epoch,
-                    seq,
-                )
-                return "diverged"
+        # "finite": false: the worker found NaN/Inf in another shard's slice of this update.
+        if meta.get("finite") is False or not all(compress.is_finite(v) for v in tensors.values()):
+            logger.warning(
+                "rejected a non-finite push from partition %s (epoch %s, sync %s)", partition, epoch, seq
+            )
+            return "diverged"
         if self.max_staleness is not None and self.version - base_version > self.max_staleness:
             return "stale"
         return "applied"
-
-    def _worker(self, partition: int, attempt: int = 0) -> WorkerState:
-        """The worker table's row of ``partition``, made when new (at most
-        :data:`MAX_WORKERS` rows)."""
-        worker = self._workers.get(partition)
-        if worker is None:
-            if len(self._workers) >= MAX_WORKERS:
-                raise RequestError(
-                    400,
-                    f"the parameter server tracks at most {MAX_WORKERS} partitions; received "
-                    f"partition {partition}",
-                )
-            worker = self._workers[partition] = WorkerState(partition, attempt=attempt)
-        return worker
-
-    def _active_count(self) -> int:
-        return max(1, sum(1 for w in self._workers.values() if w.state == "active"))
 
     def _apply_bookkeeping(
         self, worker: WorkerState, meta: Mapping[str, Any], staleness: int
     ) -> None:
         """Record an applied contribution (the caller has advanced the version)."""
-        epoch, seq, samples = int(meta["epoch"]), int(meta["seq"]), int(meta["samples"])
-        self._progress[worker.partition] = (epoch, seq)
-        self._counters["applied_pushes"] += 1
-        self._counters["samples"] += samples
-        now = time.time()
-        self._push_times.append(now)
-        worker.pushes += 1
-        worker.samples += samples
-        worker.staleness = staleness
-        worker.epoch, worker.seq = epoch, seq
-        loss = finite_float(meta.get("loss"))
-        if loss is not None:
-            worker.loss = loss
-            entry: dict[str, Any] = {
-                "time": now,
-                "version": self.version,
-                "partition": worker.partition,
-                "loss": loss,
-                "samples": samples,
-            }
-            metrics = meta.get("metrics")
-            if isinstance(metrics, dict):
-                values = {k: finite_float(v) for k, v in metrics.items()}
-                entry["metrics"] = {k: v for k, v in values.items() if v is not None}
-            self._history.append(entry)
+        self._progress[worker.partition] = (int(meta["epoch"]), int(meta["seq"]))
+        self.ledger.applied(worker, meta, staleness, self.version)
+        if self._waiters:
+            for target, event in self._waiters:
+                if self.reached(target):
+                    event.set()
+            self._waiters = [(t, e) for t, e in self._waiters if not e.is_set()]
 
     def _respond_params(self, respond: Respond, status: str) -> None:
-        """Answer with the current parameters, written straight from their memory.
+        """Answer with the current parameters, written straight from their memory (or from
+        their compressed copy of this version).
 
         The arrays are lent (not recycled) until the response has left the socket.
         """
         params, release = self._sets.lend()
-        parts = wire.encode(params, {"version": self.version, "status": status})
-        respond(200, parts, wire.CONTENT_TYPE, release)
+        meta = {"version": self.version, "status": status}
+        if self._encoded is None:
+            respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
+            return
+        encoded, release_encoded = self._encoded.get((id(params), self.version), params)
+
+        def sent() -> None:
+            release()
+            release_encoded()
+
+        respond(200, wire.encode(encoded, meta), wire.CONTENT_TYPE, sent)
 
     def _notify(self, meta: dict[str, Any], status: str) -> None:
         if self._on_push is not None:
@@ -483,16 +452,46 @@ class Store:
         return self._bodies.take(length)
 
     def give_body(self, body: bytearray) -> None:
-        """Return a body buffer nothing refers to any more (a sync push's stays pending)."""
-        if self.mode == "async":
-            self._bodies.give(body)
+        """Return a body buffer nothing refers to any more (see :meth:`push`'s result)."""
+        self._bodies.give(body)
+
+    # consistent snapshots across shards -------------------------------------------
+
+    def reached(self, target: Mapping[int, tuple[int, int]]) -> bool:
+        """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
+        return all(self._progress.get(p, (-1, -1)) >= tuple(t) for p, t in target.items())
+
+    def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
+        named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
+        progress now, which may already lie beyond ``target`` (then hold a larger one)."""
+        self._hold = {int(p): (int(t[0]), int(t[1])) for p, t in target.items()}
+        return dict(self._progress)
+
+    def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
+        """Set ``event`` once :meth:`reached` ``(target)`` holds (at once if it does)."""
+        if self.reached(target):
+            event.set()
+        else:
+            self._waiters.append((dict(target), event))
+
+    def release(self) -> None:
+        """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
+        self._hold = None
+        self._waiters.clear()
+        held, self._held = self._held, []
+        for push in held:
+            try:
+                self.push(push.tensors, push.meta, push.respond)
+            except RequestError as err:  # checked when it arrived; cannot happen twice
+                push.respond(err.code, [_error_body(err.message)], "application/json")
 
     # sync rounds --------------------------------------------------------------
 
     def _maybe_complete_round(self) -> None:
         """Combine the round when every still-active partition has pushed."""
         assert self.num_workers is not None
-        left = {p for p, w in self._workers.items() if w.state in ("done", "failed")}
+        left = {p for p, w in self.ledger.workers.items() if w.state in ("done", "failed")}
         waiting_for = [
             p for p in range(self.num_workers) if p not in left and p not in self._pending
         ]
@@ -505,17 +504,24 @@ class Store:
         self._pending.clear()
         total = sum(max(0, p.samples) for p in pending)
         weights = [(p.samples / total) if total > 0 else 1.0 / len(pending) for p in pending]
-        new = {}
-        for name, old in self._sets.current.items():
-            acc = old.astype(np.float64) if old.dtype.kind == "f" else old.copy()
+        mean: dict[str, np.ndarray] = {}
+        for name in self._sets.current:
+            acc: Any = 0.0
             for p, w in zip(pending, weights, strict=True):
-                acc = acc + w * p.delta[name]
-            new[name] = acc.astype(old.dtype, copy=False)
-        self._sets.install(new)
+                acc = acc + w * compress.as_array(p.delta[name])
+            mean[name] = np.asarray(acc)
+        info = PushInfo(
+            partition=-1,
+            samples=total,
+            base_version=self.version,
+            current_version=self.version,
+            active_workers=len(pending),
+        )
+        self._sets.install(self.combiner.combine_round(self._sets.current, mean, info))
         self._round += 1
         self.version += 1  # one version per round, not per contribution
         for p in pending:
-            self._apply_bookkeeping(self._workers[p.partition], p.meta, 0)
+            self._apply_bookkeeping(self.ledger.workers[p.partition], p.meta, 0)
         for p in pending:
             self._respond_params(p.respond, "applied")
         if self._round_timer is not None and self._timers is not None:

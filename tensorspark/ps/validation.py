@@ -95,8 +95,11 @@ def check_json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
             depth -= 1
 
 
-def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, np.ndarray]) -> None:
+def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, Any]) -> None:
     """Refuse a push whose tensors differ from ``model``'s in names, shapes or dtypes.
+
+    A compressed tensor (:class:`~tensorspark.wire.Encoded`) stands for a float32 array
+    of its ``shape``.
 
     Raises:
         RequestError: 400 listing the missing and unknown tensors, or the first tensor

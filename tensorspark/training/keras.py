@@ -15,9 +15,8 @@ from typing import Any
 from tensorspark.evaluation import run_evaluation
 from tensorspark.models.keras import assign_weights, model_payload, read_weights
 from tensorspark.models.keras_checks import prepare_data
-from tensorspark.ps.server import ParameterServer
 from tensorspark.training.result import EpochSnapshots, History, build_history
-from tensorspark.training.run import ServerHost, TrainingRun
+from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import dataframe_job, files_job, rdd_job
 
 logger = logging.getLogger(__name__)
@@ -55,7 +54,10 @@ def fit(
         )
     num_partitions = train.num_partitions
     initial = read_weights(model)
-    snapshots = EpochSnapshots(lambda: host.server.params() if host.server is not None else {})
+    snapshots = EpochSnapshots(
+        lambda: host.server.params() if host.server is not None else {},
+        status=lambda: host.server.status() if host.server is not None else {},
+    )
     options = {
         "key": uuid.uuid4().hex,
         "custom_objects": custom_objects,
@@ -64,7 +66,7 @@ def fit(
     }
     run = TrainingRun(sc, host)
 
-    def make_job(server: ParameterServer, bcast: Any) -> Any:
+    def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), epochs, shuffle)
         common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
         if train.files is not None:

@@ -43,12 +43,29 @@ class EpochSnapshots:
     started: float = field(default_factory=time.time)
     by_epoch: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
+    #: ``status()`` of the server, read with each snapshot for :attr:`traffic` (optional).
+    status: Callable[[], Mapping[str, Any]] | None = None
+    #: Per epoch: the workers' traffic and samples applied so far, when the snapshot was taken.
+    traffic: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         if status in ("applied", "diverged") and meta.get("epoch_end"):
             epoch = int(meta["epoch"])
             self.by_epoch[epoch] = self.params()
             self.seconds[epoch] = time.time() - self.started
+            if self.status is not None:
+                self.traffic[epoch] = worker_traffic(self.status())
+
+
+def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
+    """The workers' ``bytes_received``/``bytes_sent`` (summed over the worker rows of a
+    ``/status``) and the samples applied: training traffic, without dashboard reads."""
+    rows = status.get("workers", ())
+    return {
+        "bytes_received": int(sum(int(w.get("bytes_received", 0)) for w in rows)),
+        "bytes_sent": int(sum(int(w.get("bytes_sent", 0)) for w in rows)),
+        "samples": int(status.get("samples", 0)),
+    }
 
 
 class History:
@@ -63,6 +80,11 @@ class History:
         epoch_seconds: seconds from the job's start to each epoch's end (when known).
         result: the run's :class:`~tensorspark.training.TrainResult`.
         model: the driver's model (holding the trained weights).
+        bytes_received: bytes the parameter server received in the run (all requests,
+            HTTP headers included); ``bytes_sent`` likewise for its answers.
+        worker_bytes: per partition, ``{"bytes_received", "bytes_sent"}`` of its worker.
+        epoch_traffic: per epoch, the workers' bytes and the samples applied up to that
+            epoch's end (``{"bytes_received", "bytes_sent", "samples"}``), or None.
     """
 
     def __init__(
@@ -80,6 +102,14 @@ class History:
         self.epoch_seconds = epoch_seconds
         self.result = result
         self.model = model
+        status = getattr(result, "status", None) or {}
+        self.bytes_received = int(status.get("bytes_received", 0))
+        self.bytes_sent = int(status.get("bytes_sent", 0))
+        self.worker_bytes = {
+            int(w["partition"]): {"bytes_received": int(w.get("bytes_received", 0)), "bytes_sent": int(w.get("bytes_sent", 0))}
+            for w in status.get("workers", ())
+        }
+        self.epoch_traffic: list[dict[str, int] | None] = []
 
     def __repr__(self) -> str:
         return f"History(epochs={len(self.epoch)}, keys={sorted(self.history)})"
@@ -104,4 +134,6 @@ def build_history(
             history.setdefault(f"val_{k}", []).append(float(v))
     numbers = [int(r["epoch"]) for r in epochs]
     seconds = [snapshots.seconds.get(e) if snapshots else None for e in numbers]
-    return History(history, numbers, params, seconds, result, model)
+    out = History(history, numbers, params, seconds, result, model)
+    out.epoch_traffic = [snapshots.traffic.get(e) if snapshots else None for e in numbers]
+    return out

@@ -31,8 +31,11 @@ from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.compression import Compression
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
+from tensorspark.ps.settings import check_compression
+from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
 from tensorspark.worker import WorkerConfig
 
@@ -40,8 +43,10 @@ logger = logging.getLogger(__name__)
 
 #: ``on_push(meta, status)``: called on the server's loop thread after each push; quick.
 PushListener = Callable[[dict[str, Any], str], None]
+#: A run's parameter server: one (a thread of the driver) or sharded (``ps_shards > 1``).
+Server = ParameterServer | ShardedServer
 #: ``make_job(server, broadcast) -> thunk``: the thunk runs and collects the Spark job.
-JobFactory = Callable[[ParameterServer, Any], Callable[[], list[Any]]]
+JobFactory = Callable[[Server, Any], Callable[[], list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ class RunSettings:
     checkpoint_interval: float
     resume: bool
     secret: bytes | None = None
+    compression: Compression | None = None
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        check_compression(self.compression, self.combiner, self.mode)
 
     def __repr__(self) -> str:
         return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.port})"
@@ -93,21 +103,22 @@ class ServerHost:
     def __init__(self, settings: RunSettings, checkpoints: CheckpointManager | None) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
-        self.server: ParameterServer | None = None
+        self.server: Server | None = None
         self._checkpointer: Checkpointer | None = None
         self._listener: PushListener | None = None
 
-    def url_for(self, server: ParameterServer) -> str:
-        """The URL executors are told for ``server``: the advertised host and bound port.
+    def url_for(self, server: Server, port: int | None = None) -> str:
+        """The URL executors are told for ``server`` (or its shard at ``port``): the
+        advertised host and the bound port.
 
         Differs from ``server.url`` (the bound address) only when the bind host is set.
         """
         host = self.settings.advertised_host
         host = f"[{host}]" if ":" in host else host
         scheme = server.url.split("://", 1)[0]
-        return f"{scheme}://{host}:{server.port}"
+        return f"{scheme}://{host}:{server.port if port is None else port}"
 
-    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> ParameterServer:
+    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
         """A running server for a run of ``num_workers`` partitions over ``params``.
 
         A reusable server still running is handed over with its progress reset (its
@@ -131,6 +142,7 @@ class ServerHost:
             server.reset_progress()
             return server
         version, progress, applied_before, saved_version = 0, None, 0, None
+        combiner_state = None
         if self.checkpoints is not None and s.resume:
             checkpoint = resume_state(self.checkpoints, params, s.mode)
             if checkpoint is not None:
@@ -138,8 +150,14 @@ class ServerHost:
                 version, progress = checkpoint.version, checkpoint.progress
                 saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
-        server = ParameterServer(
+                combiner_state = combiner_state_of(checkpoint, s.combiner)
+        kind: Any = ParameterServer
+        shards: dict[str, Any] = {}
+        if s.shards > 1:
+            kind, shards = ShardedServer, {"shards": s.shards}
+        server = kind(
             params,
+            **shards,
             version=version,
             progress=progress,
             combiner=s.combiner,
@@ -155,6 +173,8 @@ class ServerHost:
             public_status=s.public_status,
             max_body_bytes=s.max_body_bytes,
             on_push=self._on_push,
+            compression=s.compression,
+            combiner_state=combiner_state,
         )
         self.server = server
         server.start()
@@ -180,11 +200,14 @@ class ServerHost:
             listener(meta, status)
 
     def poll(self) -> None:
-        """Raise a checkpoint failure the checkpointer has seen (driver, while a job runs)."""
+        """Raise a checkpoint failure the checkpointer has seen, or a shard process that
+        died (driver, while a job runs)."""
         if self._checkpointer is not None:
             self._checkpointer.check()
+        if isinstance(self.server, ShardedServer):
+            self.server.check()
 
-    def release(self, server: ParameterServer, *, failed: bool) -> None:
+    def release(self, server: Server, *, failed: bool) -> None:
         """End a run on ``server``: stop it unless it is reusable and the run succeeded,
         and write the run's last checkpoint.
 
@@ -221,6 +244,22 @@ class ServerHost:
             if not quiet:
                 raise
             logger.exception("the final checkpoint of a failed run could not be written")
+
+
+def combiner_state_of(checkpoint: Any, combiner: WeightCombiner) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The combiner state a checkpoint holds for ``combiner``, or None (with a log line
+    when the checkpoint holds another combiner's state, or none for one that keeps it)."""
+    saved = checkpoint.state_meta.get("name")
+    if saved == combiner.name:
+        return checkpoint.state, checkpoint.state_meta
+    if saved is not None:
+        logger.warning(
+            "checkpoint %s holds the state of weight_combiner=%r; this run uses %r and starts its own",
+            checkpoint.path, saved, combiner.name,
+        )
+    elif combiner.state()[1]:
+        logger.info("checkpoint %s holds no %s state; it starts from zero", checkpoint.path, combiner.name)
+    return None
 
 
 def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> ExecutorLostError:
@@ -301,7 +340,10 @@ class TrainingRun:
         and the deadline by which the server must have been reached once."""
         s = self.settings
         server = self.host.server
+        sharded = server if isinstance(server, ShardedServer) else None
         return WorkerConfig(
+            shard_urls=() if sharded is None else tuple(self.host.url_for(sharded, p) for p in sharded.ports),
+            shard_layout=None if sharded is None else sharded.layout.to_json(),
             server_url=url,
             mode=s.mode,
             sync_interval=s.sync_interval,
@@ -385,7 +427,7 @@ class TrainingRun:
 
     def _run_job(
         self,
-        server: ParameterServer,
+        server: Server,
         make_job: JobFactory,
         payload: Any,
         progress: bool,

@@ -26,9 +26,8 @@ from tensorspark.models.tf1 import (
     resolve_params,
     variable_map,
 )
-from tensorspark.ps.server import ParameterServer
 from tensorspark.training.result import TrainResult
-from tensorspark.training.run import ServerHost, TrainingRun
+from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import files_job, rdd_job
 
 
@@ -81,7 +80,7 @@ def train_graph(
     initial = loader.read(session, param_names)
     run = TrainingRun(sc, host)
 
-    def make_job(server: ParameterServer, bcast: Any) -> Any:
+    def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), num_epoch, shuffle)
         if plan is not None:
             return files_job(sc, plan, bcast=bcast, kind="tf1", options={}, config=config)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tensorspark.errors import ParameterServerError
-from tensorspark.ps import server as server_module
+from tensorspark.ps import loop as loop_module  # where the loop-call timeout lives
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
 from tensorspark.ps.store import Store
@@ -87,7 +87,7 @@ def test_a_stalled_loop_fails_a_call_after_its_timeout(monkeypatch: pytest.Monke
         entered.set()
         release.wait(10)  # a callback that blocks the loop
 
-    monkeypatch.setattr(server_module, "LOOP_CALL_TIMEOUT", 0.2)
+    monkeypatch.setattr(loop_module, "LOOP_CALL_TIMEOUT", 0.2)
     with ParameterServer({"w": np.zeros(3, np.float32)}, on_push=on_push) as server:
         client = ParameterClient(server.url, **server.client_options())
         pusher = threading.Thread(target=client.push, args=({"w": np.ones(3, np.float32)}, _meta()))

@@ -88,8 +88,9 @@ def _with_header(header: object, data: bytes = b"") -> bytes:
     [
         (b"TSPW", "too short"),
         (b"TSPX" + bytes(8), "bad magic"),
-        (wire.MAGIC + struct.pack("<HHI", 9, 0, 0), "unsupported wire version 9"),
-        (wire.MAGIC + struct.pack("<HHI", 1, 0, 1000), "header length 1000 does not fit"),
+        (wire.MAGIC + struct.pack("<HHI", 9, 0, 0), "wire format version 9 received, but this tensorspark speaks version 2"),
+        (wire.MAGIC + struct.pack("<HHI", 1, 0, 0), "run different tensorspark versions"),
+        (wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 1000), "header length 1000 does not fit"),
         (_with_header([1, 2]), "must be a JSON object with a 'tensors' list"),
         (_with_header({"tensors": [], "meta": []}), "'meta' must be a JSON object"),
         (_with_header({"tensors": [5]}), "entry 0 is not an object"),
@@ -103,7 +104,7 @@ def _with_header(header: object, data: bytes = b"") -> bytes:
         (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [1], "offset": 2, "nbytes": 4}]}, bytes(8)), "lies outside the message"),
         (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [1], "offset": -8, "nbytes": 4}]}, bytes(8)), "invalid offset"),
         (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [], "offset": 0, "nbytes": 4}] * 2}, bytes(8)), "appears twice"),
-        (wire.MAGIC + struct.pack("<HHI", 1, 0, 20000) + b"[" * 10000 + b"]" * 10000, "not valid UTF-8 JSON"),
+        (wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 20000) + b"[" * 10000 + b"]" * 10000, "not valid UTF-8 JSON"),
     ],
 )
 def test_malformed_messages_name_the_problem(message: bytes, error: str) -> None:

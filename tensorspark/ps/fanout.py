@@ -1,0 +1,120 @@
+"""The worker side of a sharded parameter server: one client per shard, used in parallel.
+
+:class:`ShardedClient` has the calls of :class:`~tensorspark.ps.client.ParameterClient`
+(join, pull, push, leave, close) and makes each on every shard at once, over one
+keep-alive connection per shard, from a small thread pool (sockets and numpy release
+the GIL). A push is cut into the shards' slices by the run's
+:class:`~tensorspark.ps.layout.Layout` (views, no copy); the answers are put back
+together into whole tensors.
+
+Per shard it keeps the version of that shard's slice the worker last received, and sends
+it as the push's ``base_version`` there (staleness is per shard). Before a push it checks
+the whole update for NaN/Inf and, if any slice holds one, tells every shard
+(``"finite": false``), so all refuse it together. The answers' statuses combine as: any
+``diverged`` or ``stale`` wins, then ``applied`` (a retry some shards had already
+applied is ``duplicate`` there), else ``duplicate``.
+
+Runs on executors. Not thread-safe (one per training loop), like ParameterClient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from tensorspark import wire
+from tensorspark.ps.client import ParameterClient, PushResult
+from tensorspark.ps.compression import is_finite
+from tensorspark.ps.layout import Layout
+
+T = TypeVar("T")
+_ORDER = ("diverged", "stale", "applied", "duplicate")
+
+
+class ShardedClient:
+    """A client of every shard of a :class:`~tensorspark.ps.shards.ShardedServer`.
+
+    Args:
+        urls: the shards' URLs, in shard order.
+        layout: which shard holds which tensors.
+        recycle_responses: as for ParameterClient; whole tensors assembled from several
+            shards are written into two sets of arrays used in turn.
+        **options: passed to each :class:`~tensorspark.ps.client.ParameterClient`.
+    """
+
+    def __init__(self, urls: Sequence[str], layout: Layout, *, recycle_responses: bool = False, **options: Any) -> None:
+        if len(urls) != len(layout.shards):
+            raise ValueError(f"{len(urls)} shard URLs for a layout of {len(layout.shards)} shards")
+        self.url = ",".join(urls)
+        self.layout = layout
+        self._clients = [ParameterClient(u, recycle_responses=recycle_responses, **options) for u in urls]
+        self._pool = ThreadPoolExecutor(len(urls), thread_name_prefix="tensorspark-shard-client")
+        self._versions = [0] * len(urls)
+        self._recycle = recycle_responses
+        self._sets: list[dict[str, np.ndarray]] = [{}, {}]
+        self._turn = 0
+
+    def _each(self, fn: Callable[[int, ParameterClient], T]) -> list[T]:
+        futures = [self._pool.submit(fn, i, c) for i, c in enumerate(self._clients)]
+        return [f.result() for f in futures]
+
+    def _assemble(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        self._turn ^= 1
+        return self.layout.assemble(parts, self._sets[self._turn] if self._recycle else None)
+
+    def join(self, partition: int, attempt: int, wait: float | None = None) -> dict[str, Any]:
+        """Join every shard; the progress is what all of them applied (the least)."""
+        answers = self._each(lambda i, c: c.join(partition, attempt, wait=wait))
+        out = dict(answers[0])
+        done = [a.get("progress") for a in answers]
+        out["progress"] = None if any(d is None for d in done) else min(
+            done, key=lambda d: (int(d["epoch"]), int(d["seq"]))  # type: ignore[index]
+        )
+        self._versions = [int(a.get("version", 0)) for a in answers]
+        out["version"] = min(self._versions)
+        return out
+
+    def pull(self, partition: int | None = None) -> tuple[int, dict[str, np.ndarray]]:
+        """The whole model: ``(least version, tensors)``."""
+        answers = self._each(lambda i, c: c.pull(partition))
+        self._versions = [v for v, _ in answers]
+        return min(self._versions), self._assemble([t for _, t in answers])
+
+    def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
+        """Push each shard its slice; the combined answer (see the module docstring)."""
+        finite = all(is_finite(v) for v in update.values())
+        parts = self.layout.split(update)
+
+        def push_one(i: int, client: ParameterClient) -> PushResult:
+            shard_meta = dict(meta, base_version=self._versions[i])
+            if not finite:
+                shard_meta["finite"] = False
+            return client.push(parts[i], shard_meta)
+
+        answers = self._each(push_one)
+        self._versions = [a.version for a in answers]
+        statuses = {a.status for a in answers}
+        status = next((s for s in _ORDER if s in statuses), answers[0].status)
+        version = min(self._versions)
+        return PushResult(status, version, self._assemble([a.params for a in answers]), dict(answers[0].meta, version=version))
+
+    def leave(self, partition: int, attempt: int, state: str) -> None:
+        self._each(lambda i, c: c.leave(partition, attempt, state))
+
+    def status(self) -> dict[str, Any]:
+        """Shard 0's ``/status`` (the driver's status page aggregates all of them)."""
+        return self._clients[0].status()
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._pool.shutdown(wait=False)
+
+    def __enter__(self) -> ShardedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,535 @@
+"""A sharded parameter server: N server processes on the driver, one slice of the model each.
+
+``ps_shards=N`` (N >= 2) runs N :class:`~tensorspark.ps.server.ParameterServer` processes
+(:mod:`tensorspark.ps.shard`), each holding a slice of the tensors balanced by bytes
+(:mod:`tensorspark.ps.layout`), so N event loops on N cores combine and answer the
+updates. Workers push and pull their slices of every sync in parallel over N
+connections (:class:`~tensorspark.ps.fanout.ShardedClient`). What each guarantee means
+with shards:
+
+* **Exactly once**: every shard keeps the per-partition progress of its slice; a push
+  retried after some shards applied it is a duplicate there and applied elsewhere.
+* **Versions, staleness**: each shard counts its own versions; a worker's base version is
+  per shard. In async mode every shard applies the same pushes, perhaps in another order.
+* **Sync rounds**: each shard runs its rounds; a worker waits for all of its shards.
+* **NaN refusal**: the worker checks its whole update and tells every shard when any
+  slice holds NaN/Inf, so all shards refuse it, not only the one holding the bad slice.
+* **Checkpoints**: :meth:`ShardedServer.snapshot` is a consistent cut. It finds, per
+  partition, the furthest push any shard applied, has every shard apply up to it and
+  hold newer pushes (they wait, unanswered), copies the slices, then lets the held
+  pushes through. The checkpoint is one file, written atomically as without shards.
+* **Status**: a small HTTP server on the driver (:class:`StatusFront`) serves ``/status``
+  (aggregated: the counts of pushes every shard applied, the traffic of all of them,
+  and a ``shards`` table) and the dashboard, which shows the shards.
+
+If any shard cannot start, those started are stopped and the error names the shard; a
+stopped server leaves no process and no port behind, and the shards end with the driver.
+
+Runs on the driver. Thread-safe like :class:`~tensorspark.ps.server.ParameterServer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+from tornado import httputil
+
+from tensorspark import wire
+from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps import auth
+from tensorspark.ps.admission import EVENTS, Admission, Limits
+from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
+from tensorspark.ps.compression import Compression, get_compression
+from tensorspark.ps.http import Router, StatusBooks
+from tensorspark.ps.layout import ALIGN, Layout
+from tensorspark.ps.loop import LoopServer
+from tensorspark.ps.settings import check_settings
+from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
+from tensorspark.ps.store import Snapshot
+
+logger = logging.getLogger(__name__)
+
+_HEADROOM = 4 * 1024 * 1024
+_STATUS_TIMEOUT = 10.0
+Progress = dict[int, tuple[int, int]]
+
+
+class StatusFront(LoopServer):
+    """The driver's HTTP server of a sharded server: ``GET /status`` and the dashboard."""
+
+    def __init__(
+        self, host: str, port: int | tuple[int, int], *, status: Callable[[], dict[str, Any]],
+        verifier: auth.Verifier | None, public_status: bool, ssl_certfile: str | None, ssl_keyfile: str | None,
+    ) -> None:
+        super().__init__(host, port, max_body_bytes=1 << 16, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                         what="parameter server's status page")
+        self._status = status
+        self._verifier = verifier
+        self._public = public_status
+        self.books = StatusBooks()  # the loop thread's
+        self._limits = Limits.make(self.max_body_bytes)
+        self._admission = Admission(self._limits)
+
+    def _router(self) -> httputil.HTTPServerConnectionDelegate:
+        return Router(self.books, verifier=self._verifier, limits=self._limits, admission=self._admission,
+                      public_status=self._public, status=self._status)
+
+
+class ShardedServer:
+    """The parameter server as N processes (see the module docstring); the same public
+    API as :class:`~tensorspark.ps.server.ParameterServer`, plus :attr:`urls`.
+
+    Args:
+        params, combiner, host, port, mode, num_workers, max_staleness, version, progress,
+        round_timeout, secret, ssl_certfile, ssl_keyfile, public_status, auth_window,
+        authenticate, compression, combiner_state: as for
+            :class:`~tensorspark.ps.server.ParameterServer`. A fixed ``port`` P gives the
+            status page P and the shards P+1..P+N; a range is shared by all.
+        shards: how many processes (>= 2).
+        max_body_bytes: per shard (default: twice its slice plus 4 MiB).
+        on_push: ``(meta, status)`` after each push shard 0 handled, called on a thread
+            of this object (not a server loop); it may call :meth:`params`.
+        cut_timeout: seconds a consistent snapshot waits for the shards to line up.
+
+    Raises:
+        ConfigurationError: bad settings, a model too small for ``shards``, or a custom
+            combiner (each shard rebuilds its combiner from a built-in name).
+    """
+
+    def __init__(
+        self,
+        params: Mapping[str, np.ndarray],
+        combiner: WeightCombiner | str | None = None,
+        host: str = "127.0.0.1",
+        port: int | tuple[int, int] = 0,
+        *,
+        shards: int,
+        mode: str = "async",
+        num_workers: int | None = None,
+        max_staleness: int | None = None,
+        max_body_bytes: int | None = None,
+        version: int = 0,
+        progress: Mapping[int, Mapping[str, int]] | None = None,
+        round_timeout: float = 600.0,
+        on_push: Callable[[dict[str, Any], str], None] | None = None,
+        secret: bytes | str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        public_status: bool = False,
+        auth_window: float = auth.DEFAULT_WINDOW,
+        authenticate: bool = True,
+        compression: Compression | str | None = None,
+        combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        cut_timeout: float = 30.0,
+    ) -> None:
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 2:
+            raise ConfigurationError(f"a sharded server needs shards >= 2. Received: shards={shards!r}")
+        self.combiner = get_combiner(combiner)
+        if builtin_name(self.combiner) is None:
+            raise ConfigurationError(
+                "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it must be "
+                f"one of the built-in combiners; use ps_shards=1 for a custom one. Received: {type(self.combiner).__name__}"
+            )
+        self.compression = get_compression(compression)
+        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression)
+        if mode == "sync" and (num_workers is None or num_workers < 1):
+            raise ConfigurationError(
+                f"mode='sync' needs num_workers >= 1 (the partitions in each round). Received: num_workers={num_workers!r}"
+            )
+        if not authenticate and secret is not None:
+            raise ConfigurationError("secret= needs authenticate=True. Received: authenticate=False with a secret")
+        align = max(ALIGN, self.compression.block if self.compression is not None else 0)
+        self.layout = Layout.plan(arrays, shards, align)
+        self.mode = mode
+        self.host = host
+        self.max_staleness = max_staleness
+        self.round_timeout = round_timeout
+        self.public_status = bool(public_status)
+        self.cut_timeout = float(cut_timeout)
+        self._num_workers = num_workers
+        self._secret = (auth.new_secret() if secret is None else auth.as_secret(secret)) if authenticate else None
+        self._verifier = None if self._secret is None else auth.Verifier(self._secret, window=auth_window)
+        self._on_push = on_push
+        state_arrays, state_meta = combiner_state if combiner_state is not None else ({}, {})
+        states = split_state(self.layout, state_arrays)
+        self._init: list[tuple[dict[str, Any], list[Any]]] = []
+        for index, part in enumerate(self.layout.split(arrays)):
+            state = states[index]
+            settings = {
+                "index": index, "host": host, "port": _shard_port(port, index), "mode": mode,
+                "num_workers": num_workers, "max_staleness": max_staleness,
+                "max_body_bytes": max_body_bytes or 2 * sum(np.asarray(v).nbytes for v in part.values()) + _HEADROOM,
+                "version": int(version),
+                "progress": {str(p): [int(v["epoch"]), int(v["seq"])] for p, v in (progress or {}).items()},
+                "round_timeout": round_timeout, "secret": None if self._secret is None else self._secret.hex(),
+                "authenticate": authenticate, "ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile,
+                "public_status": public_status, "auth_window": auth_window,
+                "compression": None if self.compression is None else self.compression.to_json(),
+                "combiner": self.combiner.get_config(), "state_meta": dict(state_meta) if state_meta else None,
+                "events": index == 0 and on_push is not None,
+                "log_level": logging.getLogger("tensorspark").getEffectiveLevel(),
+            }
+            tensors = {f"p/{k}": v for k, v in part.items()}
+            tensors.update({f"s/{k}": np.asarray(v) for k, v in state.items()})
+            self._init.append((settings, wire.encode(tensors)))
+        self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
+        self._front = StatusFront(
+            host, port, status=self.status, verifier=self._verifier, public_status=self.public_status,
+            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+        )
+        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._dispatcher: threading.Thread | None = None
+        self._cut_lock = threading.Lock()
+        self._started = False
+        # What stop() kept, so the run's result and last checkpoint can still be read.
+        self._final: tuple[Snapshot, dict[str, Any]] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def shards(self) -> int:
+        return len(self._shards)
+
+    @property
+    def port(self) -> int | None:
+        """The status page's port."""
+        return self._front.port
+
+    @property
+    def url(self) -> str:
+        """The status page's (and dashboard's) URL."""
+        return self._front.url
+
+    @property
+    def ports(self) -> list[int]:
+        """The shards' ports, in shard order."""
+        return [int(s.port or 0) for s in self._shards]
+
+    @property
+    def urls(self) -> list[str]:
+        """The shards' URLs (the bound host), in shard order."""
+        scheme = "https" if self._front.tls else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return [f"{scheme}://{host}:{port}" for port in self.ports]
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [s.pid for s in self._shards]
+
+    @property
+    def running(self) -> bool:
+        return self._front.running and all(s.alive for s in self._shards)
+
+    @property
+    def authenticated(self) -> bool:
+        return self._verifier is not None
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for a client of this server in this process (the secret)."""
+        return {} if self._secret is None else {"secret": self._secret}
+
+    @property
+    def status_token(self) -> str | None:
+        return None if self._verifier is None else self._verifier.status_token
+
+    def start(self, timeout: float = START_TIMEOUT) -> str:
+        """Start the shards and the status page; return the status page's URL.
+
+        Raises:
+            ParameterServerError: a shard or the page did not start (all are stopped then).
+            ConfigurationError: a shard refused its settings.
+        """
+        if self._started:
+            return self.url
+        self._started = True
+        try:
+            for shard in self._shards:
+                shard.spawn()
+            pending = [shard.begin("init", settings, data) for shard, (settings, data) in zip(self._shards, self._init, strict=True)]
+            for shard, future in zip(self._shards, pending, strict=True):
+                shard.port = int(wait_answer(future, timeout, shard, "start")[0]["port"])
+            self._init = []  # the slices now live in the shards
+            self._front.start()
+        except BaseException:
+            self.stop()
+            raise
+        self._dispatcher = threading.Thread(target=self._dispatch, name="tensorspark-shard-events", daemon=True)
+        self._dispatcher.start()
+        logger.info(
+            "parameter server of %d shards at %s (status page %s; mode=%s, combiner=%s, compression=%s)",
+            self.shards, ", ".join(self.urls), self.url, self.mode, self.combiner.name,
+            "none" if self.compression is None else self.compression.name,
+        )
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the status page and every shard process. Idempotent.
+
+        The state at that moment (a consistent cut, when the shards line up within
+        ``timeout`` seconds) is kept: :meth:`snapshot`, :meth:`params`, :meth:`status`,
+        :meth:`progress` and :attr:`version` go on answering from it.
+        """
+        if self._final is None and self._started and all(s.alive for s in self._shards):
+            cut_timeout, self.cut_timeout = self.cut_timeout, min(self.cut_timeout, timeout)
+            try:
+                self._final = (self.snapshot(), self.status())
+            except ParameterServerError as err:
+                logger.warning("the sharded server's last state could not be read before it stopped: %s", err)
+            finally:
+                self.cut_timeout = cut_timeout
+        self._front.stop(timeout)
+        threads = [threading.Thread(target=s.stop, args=(timeout,), daemon=True) for s in self._shards]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(2 * timeout + 5)
+        if self._dispatcher is not None:
+            self._events.put(None)
+            self._dispatcher.join(timeout)
+            self._dispatcher = None
+
+    def __enter__(self) -> ShardedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def check(self) -> None:
+        """Raise when a shard process has died while serving (the driver polls this).
+
+        Raises:
+            ParameterServerError: naming the shard and how it ended.
+        """
+        if not self._started or self._final is not None:
+            return
+        for shard in self._shards:
+            if not shard.alive and shard.exit_reason != "stopped":
+                raise ParameterServerError(
+                    f"parameter-server shard {shard.index} (pid {shard.pid}) exited while serving "
+                    f"(exit code {shard.returncode}); the run cannot go on without its slice of the model"
+                )
+
+    def _event(self, event: dict[str, Any]) -> None:
+        """Shard 0's reader thread: queue a push event for the dispatcher."""
+        self._events.put(event)
+
+    def _dispatch(self) -> None:
+        """Call ``on_push`` for each event, off the readers' threads (it may call params())."""
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            if self._on_push is not None:
+                try:
+                    self._on_push(event.get("meta", {}), str(event.get("status")))
+                except Exception:
+                    logger.exception("on_push callback failed")
+
+    # ------------------------------------------------------------------ calls to all shards
+
+    def _all(
+        self, command: str, args: Mapping[str, Any] | None = None, timeout: float = 60.0,
+        first: Mapping[str, Any] | None = None,
+    ) -> list[tuple[Any, bytearray]]:
+        """Run ``command`` on every shard at once (``first``: other arguments for shard 0)."""
+        futures: list[Future[tuple[Any, bytearray]]] = [
+            s.begin(command, first if first is not None and i == 0 else args) for i, s in enumerate(self._shards)
+        ]
+        return [wait_answer(f, timeout, s, command) for s, f in zip(self._shards, futures, strict=True)]
+
+    def _progress_each(self) -> list[Progress]:
+        return [{int(p): (v[0], v[1]) for p, v in result.items()} for result, _ in self._all("progress")]
+
+    @property
+    def version(self) -> int:
+        """The version every shard has reached (the smallest)."""
+        if self._final is not None:
+            return self._final[0].version
+        return min(int(r) for r, _ in self._all("version", timeout=_STATUS_TIMEOUT))
+
+    @property
+    def num_workers(self) -> int | None:
+        return self._num_workers
+
+    @num_workers.setter
+    def num_workers(self, value: int | None) -> None:
+        self._all("num_workers", {"value": value})
+        self._num_workers = value
+
+    def reset_progress(self) -> None:
+        """Start a new run on every shard (see :meth:`ParameterServer.reset_progress`)."""
+        self._all("reset_progress")
+
+    def progress(self) -> dict[int, dict[str, int]]:
+        """Per partition, the last push every shard applied."""
+        if self._final is not None:
+            return dict(self._final[0].progress)
+        each = self._progress_each()
+        common = set.intersection(*(set(p) for p in each)) if each else set()
+        return {p: dict(zip(("epoch", "seq"), min(e[p] for e in each), strict=True)) for p in sorted(common)}
+
+    def params(self) -> dict[str, np.ndarray]:
+        """A copy of the whole model, from a consistent cut."""
+        return {k: v.copy() for k, v in self.snapshot().params.items()}
+
+    def snapshot(self) -> Snapshot:
+        """The whole model, version, progress and combiner state at a consistent cut
+        (see the module docstring).
+
+        Raises:
+            ParameterServerError: the shards did not line up within ``cut_timeout``
+                seconds (a worker died between pushing to two shards, and its retry has
+                not come yet); nothing was held back then.
+        """
+        if self._final is not None:
+            return self._final[0]
+        with self._cut_lock:
+            target: Progress = {}
+            for each in self._progress_each():
+                target = _furthest(target, each)
+            try:
+                for _ in range(100):  # each turn only moves the target past pushes already in flight
+                    held = [{int(p): (v[0], v[1]) for p, v in r.items()} for r, _ in self._all("hold", {"target": _json(target)})]
+                    furthest = target
+                    for each in held:
+                        furthest = _furthest(furthest, each)
+                    if furthest == target:
+                        break
+                    target = furthest
+                reached = self._all("wait", {"target": _json(target), "timeout": self.cut_timeout},
+                                    timeout=self.cut_timeout + 30)
+                if not all(r for r, _ in reached):
+                    raise ParameterServerError(
+                        f"no consistent snapshot of the {self.shards} shards within {self.cut_timeout:g}s: "
+                        "some shard still misses pushes others applied"
+                    )
+                snaps = self._all("snapshot")
+            finally:
+                self._all("release")
+        parts, states, applied, versions = [], [], [], []
+        for result, data in snaps:
+            tensors, _ = wire.decode(data)
+            parts.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")})
+            states.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")})
+            applied.append(int(result["applied_pushes"]))
+            versions.append(int(result["version"]))
+        if len(set(versions)) > 1:
+            logger.debug("shards at a consistent cut report versions %s", versions)
+        return Snapshot(
+            params=self.layout.assemble(parts),
+            version=max(versions),
+            progress={p: {"epoch": e, "seq": s} for p, (e, s) in sorted(target.items())},
+            mode=self.mode,
+            applied_pushes=min(applied),
+            state=assemble_state(self.layout, states),
+            state_meta=dict(snaps[0][0].get("state_meta") or {}),
+        )
+
+    def status(self) -> dict[str, Any]:
+        """The ``/status`` JSON of the whole server, aggregated over the shards.
+
+        Raises:
+            ParameterServerError: a shard is not running (the run cannot go on without it).
+        """
+        if self._final is not None:
+            return self._final[1]
+        each = [r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})]
+        return aggregate_status(each, self.urls, self._front.books.counters if self._front.running else {},
+                                tls=self._front.tls, started_at=time.time())
+
+
+def split_state(layout: Layout, state: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """A combiner's state (``"<kind>/<parameter>"`` arrays) dealt out like the parameters."""
+    kinds: dict[str, dict[str, np.ndarray]] = {}
+    for key, arr in state.items():
+        kind, _, name = key.partition("/")
+        kinds.setdefault(kind, {})[name] = np.asarray(arr)
+    out: list[dict[str, np.ndarray]] = [{} for _ in layout.shards]
+    for kind, arrays in kinds.items():
+        for index, part in enumerate(layout.split(arrays)):
+            out[index].update({f"{kind}/{k}": np.array(v) for k, v in part.items()})
+    return out
+
+
+def assemble_state(layout: Layout, states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The shards' combiner states gathered into whole-parameter arrays (see :func:`split_state`)."""
+    kinds: set[str] = {key.partition("/")[0] for state in states for key in state}
+    out: dict[str, np.ndarray] = {}
+    for kind in sorted(kinds):
+        parts = [{k.partition("/")[2]: v for k, v in state.items() if k.partition("/")[0] == kind} for state in states]
+        if all(len(part) == len(pieces) for part, pieces in zip(parts, layout.shards, strict=True)):
+            out.update({f"{kind}/{name}": arr for name, arr in layout.assemble(parts).items()})
+    return out
+
+
+def _shard_port(port: int | tuple[int, int], index: int) -> int | list[int]:
+    if isinstance(port, tuple):
+        return list(port)
+    return 0 if int(port) == 0 else int(port) + 1 + index
+
+
+def _furthest(a: Progress, b: Mapping[int, tuple[int, int]]) -> Progress:
+    out = dict(a)
+    for p, t in b.items():
+        if p not in out or tuple(t) > out[p]:
+            out[p] = (int(t[0]), int(t[1]))
+    return out
+
+
+def _json(progress: Progress) -> dict[str, list[int]]:
+    return {str(p): [e, s] for p, (e, s) in progress.items()}
+
+
+_MIN = ("version", "applied_pushes", "samples", "round")
+_MAX = ("duplicate_pushes", "stale_pushes", "diverged_pushes")
+_SUM = (
+    "rejected_requests", "unauthorized_requests", "bytes_received", "bytes_sent", "num_params", "model_bytes",
+    "inflight_bodies", "inflight_bytes", *EVENTS,
+)
+
+
+def aggregate_status(each: list[dict[str, Any]], urls: list[str], front: Mapping[str, int], *, tls: bool,
+                     started_at: float) -> dict[str, Any]:
+    """One ``/status`` from the shards' (see :meth:`ShardedServer.status`): counts of
+    pushes as every shard saw them, traffic and refusals of all, a ``shards`` table."""
+    first = each[0]
+    out = {k: v for k, v in first.items() if k not in ("workers",)}
+    for key in _MIN:
+        out[key] = min(int(s.get(key, 0)) for s in each)
+    for key in _MAX:
+        out[key] = max(int(s.get(key, 0)) for s in each)
+    for key in _SUM:
+        out[key] = sum(int(s.get(key, 0)) for s in each) + int(front.get(key, 0))
+    out["updates_per_sec"] = min(float(s.get("updates_per_sec", 0.0)) for s in each)
+    workers: dict[int, dict[str, Any]] = {}
+    for shard in each:
+        for row in shard.get("workers", ()):
+            merged = workers.setdefault(int(row["partition"]), dict(row, bytes_received=0, bytes_sent=0))
+            for key in ("pushes", "samples"):
+                merged[key] = min(int(merged[key]), int(row[key]))
+            merged["duplicates"] = max(int(merged["duplicates"]), int(row["duplicates"]))
+            merged["staleness"] = max(int(merged["staleness"]), int(row["staleness"]))
+            if (row["epoch"], row["seq"]) < (merged["epoch"], merged["seq"]):
+                merged["epoch"], merged["seq"] = row["epoch"], row["seq"]
+            merged["bytes_received"] += int(row.get("bytes_received", 0))
+            merged["bytes_sent"] += int(row.get("bytes_sent", 0))
+    out["workers"] = [workers[p] for p in sorted(workers)]
+    out["shards"] = [
+        {
+            "shard": i, "url": url, "version": s.get("version"), "applied_pushes": s.get("applied_pushes"),
+            "num_params": s.get("num_params"), "model_bytes": s.get("model_bytes"),
+            "bytes_received": s.get("bytes_received"), "bytes_sent": s.get("bytes_sent"),
+            "updates_per_sec": s.get("updates_per_sec"), "uptime": s.get("uptime"),
+        }
+        for i, (s, url) in enumerate(zip(each, urls, strict=True))
+    ]
+    out.update(tls=tls, started_at=min(float(s.get("started_at", started_at)) for s in each))
+    return out
