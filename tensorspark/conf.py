@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 
 PREFIX = "spark.tensorspark."
@@ -113,8 +114,9 @@ SETTINGS: tuple[Setting, ...] = (
 
 
 def spark_conf(sc: Any) -> dict[str, str]:
-    """All of the SparkContext's conf as a plain dict (driver side)."""
-    return dict(sc.getConf().getAll())
+    """All of the SparkContext's conf as a plain dict (driver side); for a Spark Connect
+    session, its session conf (see :mod:`tensorspark.connect`)."""
+    return connect.conf_all(sc)
 
 
 def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | None = None) -> dict[str, Any]:
@@ -136,26 +138,33 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
 
 
 # ---------------------------------------------------------------------- plain Spark settings
-# Every other module asks these functions rather than reading ``sc.getConf()`` itself.
+# Every other module asks these functions rather than reading ``sc.getConf()`` itself. ``sc``
+# is a handle (:func:`tensorspark.connect.spark_handle`): a SparkContext or a Connect session.
 
 
 def cpus_per_task(sc: Any) -> int:
     """``spark.task.cpus`` as the driver reads it (1 when unset or blank); on an executor,
     :func:`tensorspark.tfthreads.task_cpus` asks the running task instead."""
-    return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+    return max(1, int(connect.conf_get(sc, "spark.task.cpus", "1") or 1))
 
 
 def task_slots(sc: Any) -> int:
     """Tasks the cluster runs at once: default parallelism over ``spark.task.cpus`` (driver)."""
-    return max(0, int(sc.defaultParallelism) // cpus_per_task(sc))
+    return max(0, connect.default_parallelism(sc) // cpus_per_task(sc))
 
 
 def driver_host(sc: Any) -> str | None:
-    """``spark.driver.host``: the driver's address as Spark advertises it (driver)."""
+    """``spark.driver.host``: the driver's address as Spark advertises it (driver).
+
+    Under Spark Connect the driver is the Connect server, and the parameter server runs in
+    the client: the address is then the client's (:func:`tensorspark.connect.client_address`).
+    """
+    if connect.is_connect(sc):
+        return connect.client_address(sc)
     host = sc.getConf().get("spark.driver.host", None)
     return str(host) if host else None
 
 
 def dynamic_allocation(sc: Any) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
-    return str(sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
+    return str(connect.conf_get(sc, "spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"

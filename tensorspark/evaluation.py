@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import jobs, wire
+from tensorspark import connect, jobs, wire
 from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
 from tensorspark.models.keras import cached_core, model_payload, read_weights
 from tensorspark.models.keras_checks import prepare_data
@@ -139,19 +139,18 @@ def run_evaluation(
         batch_size=int(batch_size),
         feed_dtypes=data.feed_dtypes,
     )
-    model_bcast = sc.broadcast(payload)
-    weights_bcast = sc.broadcast(encode_snapshots(snapshots))
+    model_bcast = connect.share(sc, payload)
+    weights_bcast = connect.share(sc, encode_snapshots(snapshots), "the weights to evaluate")
     try:
-        sc.setJobDescription(description)
         kwargs = {"plan": plan, "model_bcast": model_bcast, "weights_bcast": weights_bcast}
-        if data.rdd is not None:
-            rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
-            rows = jobs.collect(rdd.collect)
-        else:
-            df = data.df.mapInArrow(functools.partial(_eval_arrow_task, **kwargs), "stats string")
-            rows = [r.stats for r in jobs.collect(df.collect)]
+        with jobs.job_description(sc, description):
+            if data.rdd is not None:
+                rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
+                rows = jobs.collect(rdd.collect)
+            else:
+                df = data.df.mapInArrow(functools.partial(_eval_arrow_task, **kwargs), "stats string")
+                rows = [r.stats for r in jobs.collect(df.collect)]
     finally:
-        sc.setJobDescription(None)
         model_bcast.destroy()
         weights_bcast.destroy()
     per_set = jobs.aggregate_epochs([json.loads(r) for r in rows])
