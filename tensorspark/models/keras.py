@@ -149,7 +149,7 @@ def model_payload(model: keras.Model, custom_objects: Mapping[str, Any] | None) 
             layer missing from ``custom_objects``; the message names it).
     """
     data = keras_io.serialize_model(model)
-    copy = _rebuild(data, custom_objects, what=f"model {model.name!r}")
+    copy = rebuild_compiled(data, custom_objects, what=f"model {model.name!r}")
     return data, copy
 
 
@@ -246,8 +246,8 @@ def _groups(batches: Sequence[Block], max_steps: int) -> Iterator[Sequence[Block
             start = i
 
 
-def _rebuild(data: bytes, custom_objects: Mapping[str, Any] | None, what: str = "the model") -> keras.Model:
-    """The compiled model from its bytes (anywhere)."""
+def rebuild_compiled(data: bytes, custom_objects: Mapping[str, Any] | None = None, what: str = "the model") -> keras.Model:
+    """The compiled model from its ``.keras`` bytes (anywhere; thread-safe)."""
     with warnings.catch_warnings():
         # The driver's optimizer is saved unbuilt (its variables are not shipped: each
         # worker keeps its own optimizer state), which Keras reports on every load.
@@ -261,7 +261,7 @@ def cached_core(key: str, payload: bytes | Callable[[], bytes], custom_objects: 
 
     def load() -> CompiledModel:
         data = payload() if callable(payload) else payload
-        return CompiledModel(_rebuild(data, custom_objects))
+        return CompiledModel(rebuild_compiled(data, custom_objects))
 
     return keras_io.cached(key, load)
 
