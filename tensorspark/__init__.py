@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
     "predict": "tensorspark.inference",
+    "KerasEstimator": "tensorspark.ml",
+    "KerasModel": "tensorspark.ml",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
     "TF1SessionSource": "tensorspark.models.tf1",
@@ -71,6 +73,8 @@ __all__ = [
     "DynSGDCombiner",
     "History",
     "IntRange",
+    "KerasEstimator",
+    "KerasModel",
     "LogUniform",
     "MeanWeightCombiner",
     "ModelLoader",
@@ -130,6 +134,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         WorkerError,
     )
     from tensorspark.inference import predict
+    from tensorspark.ml import KerasEstimator, KerasModel
     from tensorspark.models.base import ModelLoader, ModelSource
     from tensorspark.models.tf1 import TF1SessionSource
     from tensorspark.progress import Progress
