@@ -28,7 +28,9 @@ dependencies (grpcio, ...) for classic Spark.
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
@@ -225,6 +227,18 @@ def _connect_endpoint(handle: Any) -> str | None:
     builder = getattr(getattr(handle, "client", None), "_builder", None)
     endpoint = getattr(builder, "endpoint", None)
     return str(endpoint) if endpoint else None
+
+
+def spark_user(handle: Any) -> str:
+    """The user name Spark's own file writes run as, for tensorspark's HDFS writes beside
+    them (driver).
+
+    Classic Spark: ``sc.sparkUser()``. Spark Connect: the server writes as its own user,
+    which the client cannot ask; ``HADOOP_USER_NAME``, else this process's user.
+    """
+    if not is_connect(handle) and hasattr(handle, "sparkUser"):
+        return str(handle.sparkUser())
+    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
 
 
 # ---------------------------------------------------------------------- partitions

@@ -12,8 +12,8 @@ a folder that Spark ML's own readers understand (so ``Pipeline``/``PipelineModel
 The metadata goes through Spark (``DefaultParamsWriter``: local disk, HDFS, whatever
 Spark's file systems reach); the ``.keras`` file through :mod:`tensorspark.storage`
 (local disk, or HDFS over WebHDFS: ``spark.tensorspark.webhdfs.url`` or
-``dfs.namenode.http-address`` in the Spark conf), written under a temporary name and
-renamed. The ``.keras`` file is written first and the metadata last, so a folder with
+``dfs.namenode.http-address`` in the Spark conf, as the user Spark writes as,
+:func:`tensorspark.connect.spark_user`), written under a temporary name and renamed. The ``.keras`` file is written first and the metadata last, so a folder with
 metadata is complete.
 
 Under Spark Connect the metadata is written by the Connect server and the ``.keras`` file by
@@ -40,7 +40,9 @@ _KEY = "tensorspark"
 
 
 def _storage(spark: Any, path: str) -> tuple[Storage, str]:
-    return open_storage(path, conf=connect.conf_all(connect.spark_handle(spark, "spark")))
+    """The storage of ``path``; on HDFS acting as the user Spark's own writes run as."""
+    handle = connect.spark_handle(spark, "spark")
+    return open_storage(path, user=connect.spark_user(handle), conf=connect.conf_all(handle))
 
 
 class KerasWriter(MLWriter):
