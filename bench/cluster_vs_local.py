@@ -1,6 +1,6 @@
-"""Benchmark: the seed's MNIST example on a standalone cluster versus ``local[2]``.
+"""Benchmark: the seed's MNIST example on a standalone cluster and on YARN versus ``local[2]``.
 
-Runs, in one invocation and one Python process:
+Runs, in one invocation:
 
 1. ``tensorspark.examples.spark_mnist.train`` on ``local[2]``, twice: the first run pays for
    starting the Python workers and importing TensorFlow in them ("cold"), the second reuses
@@ -8,7 +8,13 @@ Runs, in one invocation and one Python process:
 2. the same two runs on a standalone cluster of 1 Master and 2 Workers x 1 core on
    127.0.0.1, started with pyspark's ``bin/spark-class`` by the cluster test fixture's own
    code (``tests/cluster/conftest.py``). Its start-up and the time until both executors
-   registered are reported separately.
+   registered are reported separately;
+3. the same on YARN: Hadoop's MiniYARNCluster (2 NodeManagers) and MiniDFSCluster, started by
+   the YARN test fixture's code (``tests/yarn/conftest.py``), the idx files on its HDFS.
+   ``spark-submit --master yarn --deploy-mode client bench/yarn_mnist_app.py`` runs the two
+   ``train()`` calls in one application, as on the other masters; the submission's wall time
+   (what a user waits for: JVM, application start, executors, both runs) and the time until
+   the executors registered are reported too. ``--no-yarn`` leaves it out.
 
 Same data (Fashion-MNIST unless ``--data-dir``), partitions, epochs and learning rate in
 both. Each run's wall time is what a user waits for ``train()``: reading the data through
@@ -18,7 +24,7 @@ the results as JSON to stdout (and ``--output``).
 
 Usage::
 
-    python bench/cluster_vs_local.py [--epochs 2] [--partitions 2] [--output cluster.json]
+    python bench/cluster_vs_local.py [--epochs 2] [--partitions 2] [--no-yarn] [--output cluster.json]
 """
 
 from __future__ import annotations
@@ -113,12 +119,39 @@ def cluster(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def yarn(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.yarn.conftest import running_yarn, upload_fashion_mnist
+
+    with running_yarn() as cluster, tempfile.TemporaryDirectory(prefix="tensorspark-bench-yarn-") as tmp:
+        data_dir = upload_fashion_mnist(cluster, Path(args.data_dir))
+        run = cluster.submit(
+            ROOT / "bench" / "yarn_mnist_app.py",
+            [data_dir, str(args.partitions), str(args.epochs)],
+            deploy_mode="client",
+            name="bench-yarn",
+            cwd=Path(tmp),
+        )
+        if run.returncode != 0:
+            raise RuntimeError(f"spark-submit failed:\n{run.tail()}")
+        line = next(x for x in run.output.splitlines() if x.startswith("yarn-bench: "))
+        timings = json.loads(line.removeprefix("yarn-bench: "))
+        for r in timings["runs"]:
+            print(f"{'yarn':>8} {r['run']}: {r['seconds']:6.1f}s  accuracy {r['accuracy']:.4f}", file=sys.stderr)  # noqa: T201
+        return {
+            "master": "yarn (client mode): MiniYARNCluster, 2 NodeManagers, 2 executors x 1 core, HDFS input",
+            "cluster_startup_seconds": round(cluster.startup_s, 2),
+            "submit_seconds": round(run.seconds, 2),
+            **timings,
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=FASHION_MNIST, help="folder of MNIST-format idx files")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--output", default=None, help="also write the JSON here")
+    parser.add_argument("--no-yarn", action="store_true", help="leave out the YARN part")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -132,12 +165,16 @@ def main() -> None:
         "local": local(args),
         "cluster": cluster(args),
     }
+    if not args.no_yarn:
+        result["yarn"] = yarn(args)
     result["loadavg_before"] = [round(x, 2) for x in load_before]
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     for run in ("cold", "warm"):
         lo = next(r["seconds"] for r in result["local"]["runs"] if r["run"] == run)
-        cl = next(r["seconds"] for r in result["cluster"]["runs"] if r["run"] == run)
-        result[f"cluster_over_local_{run}"] = round(cl / lo, 2)
+        for label in ("cluster", "yarn"):
+            if label in result:
+                other = next(r["seconds"] for r in result[label]["runs"] if r["run"] == run)
+                result[f"{label}_over_local_{run}"] = round(other / lo, 2)
     text = json.dumps(result, indent=2)
     print(text)  # noqa: T201 - the benchmark's result
     if args.output:

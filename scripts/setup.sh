@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up everything tensorspark needs on a fresh machine (Python 3.11, Java 17, Maven):
+# Set up everything tensorspark needs on a fresh machine (Python 3.11, a JDK 17, Maven):
 # a virtual environment in .venv with the package and its test tools, and, when run as
-# root, the Debian packages for the data (Fashion-MNIST) and the browser tests.
+# root, the Debian packages for the data (Fashion-MNIST), the browser tests, and the netns
+# tests' network namespaces and link faults (iproute2's ip, iptables).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +12,15 @@ if ! command -v java >/dev/null 2>&1; then
   echo "tensorspark needs Java 17 for Spark: install a JDK 17 (e.g. apt-get install openjdk-17-jdk-headless)" >&2
   exit 1
 fi
+if ! command -v javac >/dev/null 2>&1; then
+  echo "setup: no javac: the yarn tests compile their Hadoop cluster launcher; install a JDK 17 (openjdk-17-jdk-headless)" >&2
+fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()
   [ -e /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] || [ -e /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte ] || need+=(dataset-fashion-mnist)
+  command -v ip >/dev/null 2>&1 || need+=(iproute2)
+  command -v iptables >/dev/null 2>&1 || need+=(iptables)
   if [ "${TENSORSPARK_SKIP_BROWSER:-0}" != 1 ]; then
     command -v chromium >/dev/null 2>&1 || need+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

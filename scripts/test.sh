@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Quick start, command 2: set up, then lint, type-check and run every test set:
-# unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), browser.
+# unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), yarn
+# (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
+# across network namespaces; root only), browser.
 # Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Resolve the Hadoop mini cluster's jars from Maven Central once (cached in ~/.m2).
+# Resolve the Hadoop mini clusters' jars (HDFS, and YARN for the yarn set) from Maven Central
+# once (cached in ~/.m2).
 bash tests/hdfs/minicluster/classpath.sh >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check tensorspark tests bench examples

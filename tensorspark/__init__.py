@@ -24,7 +24,9 @@ _EXPORTS: dict[str, str] = {
     "AuthenticationError": "tensorspark.errors",
     "CheckpointError": "tensorspark.errors",
     "ConfigurationError": "tensorspark.errors",
+    "DeviceError": "tensorspark.errors",
     "DivergenceError": "tensorspark.errors",
+    "ExecutorLostError": "tensorspark.errors",
     "ParameterServerConnectionError": "tensorspark.errors",
     "ParameterServerError": "tensorspark.errors",
     "StorageError": "tensorspark.errors",
@@ -32,6 +34,11 @@ _EXPORTS: dict[str, str] = {
     "TuningError": "tensorspark.errors",
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
+    "WorkerPlacementError": "tensorspark.errors",
+    "FileSource": "tensorspark.fileio.source",
+    "files": "tensorspark.fileio.source",
+    "WrittenFiles": "tensorspark.fileio.output",
+    "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
     "KerasEstimator": "tensorspark.ml",
     "KerasModel": "tensorspark.ml",
@@ -68,9 +75,12 @@ __all__ = [
     "Choice",
     "ConfigurationError",
     "DeltaWeightCombiner",
+    "DeviceError",
     "Distribution",
     "DivergenceError",
     "DynSGDCombiner",
+    "ExecutorLostError",
+    "FileSource",
     "History",
     "IntRange",
     "KerasEstimator",
@@ -97,10 +107,14 @@ __all__ = [
     "WeightCombiner",
     "WireFormatError",
     "WorkerError",
+    "WorkerPlacementError",
+    "WrittenFiles",
     "expand_space",
+    "files",
     "load_checkpoint",
     "predict",
     "tune",
+    "write_tfrecord",
 ]
 
 
@@ -124,6 +138,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         AuthenticationError,
         CheckpointError,
         ConfigurationError,
+        DeviceError,
         DivergenceError,
         ParameterServerConnectionError,
         ParameterServerError,
@@ -132,7 +147,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         TuningError,
         WireFormatError,
         WorkerError,
+        WorkerPlacementError,
     )
+    from tensorspark.fileio.output import WrittenFiles
+    from tensorspark.fileio.source import FileSource, files
+    from tensorspark.fileio.write import write_tfrecord
     from tensorspark.inference import predict
     from tensorspark.ml import KerasEstimator, KerasModel
     from tensorspark.models.base import ModelLoader, ModelSource

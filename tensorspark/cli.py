@@ -40,6 +40,7 @@ _COLUMNS = (
     ("staleness", "staleness"),
     ("epoch", "epoch"),
     ("loss", "loss"),
+    ("host", "host"),
 )
 
 

@@ -20,7 +20,13 @@ spark.tensorspark.ssl.certfile        ssl_certfile             none (plain HTTP)
 spark.tensorspark.ssl.keyfile         ssl_keyfile              none
 spark.tensorspark.ssl.cafile          ssl_cafile               none
 spark.tensorspark.webhdfs.url         (storage)                from dfs.namenode.http-address
+spark.tensorspark.warmup.enabled      warm_up                  on (off with dynamic allocation)
+spark.tensorspark.warmup.pools        (warm-up)                auto: rdd, and dataframe when
+                                                               a SQL session is active
+spark.tensorspark.warmup.keepAlive    (warm-up)                600 (seconds; 0: none)
 ====================================  =======================  ==========================
+
+The ``warmup`` keys are read by :mod:`tensorspark.warmup` (README, "Cold starts").
 """
 
 from __future__ import annotations
@@ -87,6 +93,29 @@ def _positive_int(key: str) -> Callable[[str], int]:
     return parse
 
 
+def _flag(key: str) -> Callable[[str], bool]:
+    def parse(text: str) -> bool:
+        value = text.strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigurationError(f"{key} must be true or false. Received: {text!r}")
+        return value == "true"
+
+    return parse
+
+
+def _non_negative_float(key: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            raise ConfigurationError(f"{key} must be a number of seconds >= 0. Received: {text!r}")
+        return value
+
+    return parse
+
+
 def _read_file(key: str) -> Callable[[str], str]:
     def parse(path: str) -> str:
         try:
@@ -112,11 +141,50 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(PREFIX + "ssl.cafile", "ssl_cafile", str, None),
 )
 
+#: The warm-up's settings (read by :func:`warmup_settings`).
+WARMUP_ENABLED_KEY = PREFIX + "warmup.enabled"
+WARMUP_POOLS_KEY = PREFIX + "warmup.pools"
+WARMUP_KEEP_ALIVE_KEY = PREFIX + "warmup.keepAlive"
+#: Seconds the warmed workers are kept alive after the last call, when not configured.
+DEFAULT_KEEP_ALIVE_S = 600.0
+
+
+#: Hadoop settings taken from the Hadoop site files on the driver's classpath (a
+#: ``HADOOP_CONF_DIR``'s ``hdfs-site.xml``, or what YARN ships to the ApplicationMaster) when
+#: the Spark conf sets neither ``KEY`` nor ``spark.hadoop.KEY``: on a Hadoop cluster the
+#: NameNode's WebHDFS address (for ``hdfs://`` checkpoints) is already configured there.
+HADOOP_SITE_KEYS = {"dfs.namenode.http-address": "hdfs-site.xml"}
+
 
 def spark_conf(sc: Any) -> dict[str, str]:
-    """All of the SparkContext's conf as a plain dict (driver side); for a Spark Connect
-    session, its session conf (see :mod:`tensorspark.connect`)."""
-    return connect.conf_all(sc)
+    """All of the SparkContext's conf as a plain dict, plus :data:`HADOOP_SITE_KEYS` from
+    the Hadoop site files when the Spark conf lacks them (driver side). For a Spark Connect
+    session: its session conf (see :mod:`tensorspark.connect`), without site files (the
+    client has no JVM)."""
+    out = connect.conf_all(sc)
+    if connect.is_connect(sc):
+        return out
+    for key, resource in HADOOP_SITE_KEYS.items():
+        if key not in out and f"spark.hadoop.{key}" not in out:
+            value = hadoop_site_setting(sc, key, resource)
+            if value:
+                out[key] = value
+    return out
+
+
+def hadoop_site_setting(sc: Any, key: str, resource: str) -> str | None:
+    """``key`` as the Hadoop site file ``resource`` on the driver JVM's classpath sets it.
+
+    Only the site file is read, never Hadoop's built-in defaults (``hdfs-default.xml`` says
+    ``0.0.0.0:9870``, which is no address of a real NameNode). None without a JVM, file or key.
+    """
+    jvm = getattr(sc, "_jvm", None)
+    if jvm is None:
+        return None
+    site = jvm.org.apache.hadoop.conf.Configuration(False)
+    site.addResource(resource)
+    value = site.get(key)
+    return str(value).strip() if value else None
 
 
 def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | None = None) -> dict[str, Any]:
@@ -148,9 +216,46 @@ def cpus_per_task(sc: Any) -> int:
     return max(1, int(connect.conf_get(sc, "spark.task.cpus", "1") or 1))
 
 
+#: Spark's GPU scheduling settings (Spark 3+): GPUs per task and per executor.
+TASK_GPU_KEY = "spark.task.resource.gpu.amount"
+EXECUTOR_GPU_KEY = "spark.executor.resource.gpu.amount"
+
+
+def gpu_amount(conf: Mapping[str, str], key: str) -> float:
+    """A GPU amount (``TASK_GPU_KEY`` or ``EXECUTOR_GPU_KEY``) from Spark conf as a plain
+    mapping; 0.0 when unset or blank. Pure.
+
+    Raises:
+        ConfigurationError: the value is not a number.
+    """
+    text = str(conf.get(key, "") or "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"{key} must be a number of GPUs. Received: {text!r}") from None
+    return max(0.0, value)
+
+
 def task_slots(sc: Any) -> int:
-    """Tasks the cluster runs at once: default parallelism over ``spark.task.cpus`` (driver)."""
-    return max(0, connect.default_parallelism(sc) // cpus_per_task(sc))
+    """Tasks the cluster runs at once (driver): default parallelism over ``spark.task.cpus``,
+    and with GPU scheduling at most the GPUs' share: per executor
+    ``floor(spark.executor.resource.gpu.amount / spark.task.resource.gpu.amount)`` tasks
+    (one per GPU when each task takes one), executors counted as default parallelism over
+    ``spark.executor.cores`` (when that is not set Spark's own limit applies unseen here)."""
+    parallelism = connect.default_parallelism(sc)
+    slots = max(0, parallelism // cpus_per_task(sc))
+    settings = spark_conf(sc)
+    per_task = gpu_amount(settings, TASK_GPU_KEY)
+    cores_text = str(settings.get("spark.executor.cores", "") or "").strip()
+    if per_task > 0 and cores_text.isdigit() and int(cores_text) > 0:
+        cores = int(cores_text)
+        per_executor = gpu_amount(settings, EXECUTOR_GPU_KEY)
+        gpu_tasks = int(per_executor / per_task + 1e-9)
+        executors = parallelism // cores
+        slots = min(slots, executors * min(cores // cpus_per_task(sc), gpu_tasks))
+    return slots
 
 
 def driver_host(sc: Any) -> str | None:
@@ -168,3 +273,51 @@ def driver_host(sc: Any) -> str | None:
 def dynamic_allocation(sc: Any) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
     return str(connect.conf_get(sc, "spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
+
+
+def python_worker_reuse(sc: Any) -> bool:
+    """Whether Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
+    default true; driver). When it does not, every task starts a Python worker that imports
+    TensorFlow again."""
+    return str(connect.conf_get(sc, "spark.python.worker.reuse", "true")).strip().lower() != "false"
+
+
+#: The Spark settings that give tasks GPUs.
+GPU_AMOUNT_KEYS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
+
+
+def gpu_amounts(sc: Any) -> dict[str, str]:
+    """The GPU settings of :data:`GPU_AMOUNT_KEYS` that ask for GPUs (a number > 0; driver).
+
+    With GPUs, a task's ``CUDA_VISIBLE_DEVICES`` must be set from its assigned GPUs before
+    TensorFlow is imported in its Python worker, so nothing may import TensorFlow ahead of
+    the task (see :mod:`tensorspark.warmup`).
+    """
+    out = {}
+    for key in GPU_AMOUNT_KEYS:
+        value = connect.conf_get(sc, key, None)
+        try:
+            if value is not None and float(value) > 0:
+                out[key] = str(value)
+        except ValueError:
+            out[key] = str(value)  # Spark itself refuses it; not ours to judge
+    return out
+
+
+def warmup_settings(sc: Any) -> tuple[bool | None, str, float]:
+    """``(enabled, pools, keep-alive seconds)`` of the warm-up from Spark conf (driver).
+
+    ``enabled`` is ``spark.tensorspark.warmup.enabled`` (None when unset: on unless dynamic
+    allocation is); ``pools`` the text of ``spark.tensorspark.warmup.pools`` (``"auto"`` when
+    unset; :func:`tensorspark.warmup.parse_pools` checks it); the keep-alive
+    ``spark.tensorspark.warmup.keepAlive`` (:data:`DEFAULT_KEEP_ALIVE_S` when unset).
+
+    Raises:
+        ConfigurationError: ``enabled`` is not true/false, or the keep-alive is not a
+            number of seconds >= 0.
+    """
+    enabled = connect.conf_get(sc, WARMUP_ENABLED_KEY, None)
+    pools = str(connect.conf_get(sc, WARMUP_POOLS_KEY, "auto") or "auto")
+    keep = connect.conf_get(sc, WARMUP_KEEP_ALIVE_KEY, None)
+    seconds = DEFAULT_KEEP_ALIVE_S if keep is None else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
+    return (None if enabled is None else _flag(WARMUP_ENABLED_KEY)(str(enabled))), pools, seconds

@@ -93,7 +93,11 @@ def require_classic(handle: Any, what: str, alternative: str) -> None:
         )
 
 
-def require_dataframe(handle: Any, data: Any, argument: str, alternative: str) -> None:
+#: What to do instead of an RDD, said when Spark Connect refuses one.
+DATAFRAME_HINT = "Make one with spark.createDataFrame(...): the features in an array or vector column."
+
+
+def require_dataframe(handle: Any, data: Any, argument: str, alternative: str = DATAFRAME_HINT) -> None:
     """Under Spark Connect, refuse data that is not a DataFrame (the RDD API is missing).
 
     Raises:
@@ -101,8 +105,9 @@ def require_dataframe(handle: Any, data: Any, argument: str, alternative: str) -
     """
     if is_connect(handle) and not hasattr(data, "mapInArrow"):
         raise ConfigurationError(
-            f"Under Spark Connect, argument `{argument}` must be a DataFrame: Spark Connect "
-            f"has no RDDs. {alternative} Received: {argument} of type {type(data).__name__}"
+            f"Under Spark Connect, argument `{argument}` must be a DataFrame: Spark Connect runs "
+            f"DataFrame operations only (no RDDs, no SparkContext). {alternative} Received: "
+            f"{argument} of type {type(data).__name__}"
         )
 
 
@@ -178,6 +183,13 @@ def conf_all(handle: Any) -> dict[str, str]:
     if is_connect(handle):
         return {str(k): str(v) for k, v in dict(handle.conf.getAll).items()}
     return dict(handle.getConf().getAll())
+
+
+def master(handle: Any) -> str:
+    """The cluster's master URL (``local[2]``, ``yarn``, ...; Connect: the server's)."""
+    if is_connect(handle):
+        return str(handle.conf.get("spark.master", "") or "")
+    return str(handle.master)
 
 
 def default_parallelism(handle: Any) -> int:

@@ -51,6 +51,24 @@ class WorkerError(TensorSparkError):
     """A Spark task failed; the message carries the worker's Python traceback."""
 
 
+class ExecutorLostError(WorkerError):
+    """A Spark executor was lost (killed, its host gone) while a task of the job ran on it,
+    and Spark gave up on the job: at once for a sync-mode run (one barrier stage), after
+    ``spark.task.maxFailures`` losses of the same task otherwise.
+
+    Attributes:
+        executors: the lost executors' Spark ids.
+        partitions: the partitions whose tasks ran on them.
+    """
+
+    def __init__(
+        self, message: str, *, executors: list[str] | None = None, partitions: list[int] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.executors = list(executors or [])
+        self.partitions = list(partitions or [])
+
+
 class CheckpointError(TensorSparkError):
     """A checkpoint could not be written, read, or does not match the model."""
 
@@ -72,4 +90,18 @@ class TuningError(TensorSparkError):
     """Every trial of a search failed; the message summarises their errors.
 
     Retrying the same search will not help: fix ``build``, the space or the data.
+    """
+
+
+class DeviceError(TensorSparkError):
+    """A task's GPUs cannot be used: Spark assigned GPUs that TensorFlow does not see (no
+    CUDA build, a driver mismatch). Retrying will not help; the message names the
+    addresses and the usual causes."""
+
+
+class WorkerPlacementError(DeviceError):
+    """A reused Python worker's TensorFlow runs on other GPUs than Spark assigned the task.
+
+    Retry-safe: raised before the task did any work, and PySpark ends the worker, so
+    Spark's retry runs in a fresh Python worker (see :mod:`tensorspark.gpus`).
     """

@@ -1,9 +1,10 @@
-"""The evaluation job: a Keras model's loss and metrics over an RDD or a DataFrame.
+"""The evaluation job: a Keras model's loss and metrics over an RDD, a DataFrame or files.
 
 Runs one Spark job (driver side: :func:`run_evaluation`). Each Python worker process loads
 the model once (the keyed per-worker cache of :mod:`~tensorspark.models.keras_io`), reads
 its partition once and evaluates it under every weight set it was given, so ``fit``'s
-per-epoch validation costs one job over ``validation_data``, not one per epoch. The
+per-epoch validation costs one job over ``validation_data``, not one per epoch (files are
+read again for each weight set instead of being spilled). The
 results are sample-weighted over all partitions: the same numbers as ``model.evaluate``
 for mean-type metrics.
 """
@@ -13,17 +14,20 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tensorspark import connect, jobs, wire
+from tensorspark import connect, gpus, jobs, wire
 from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
+from tensorspark.fileio.shards import Shard
+from tensorspark.fileio.spec import ReadSpec
+from tensorspark.fileio.stream import FileEpochs
 from tensorspark.models.keras import cached_core, model_payload, read_weights
 from tensorspark.models.keras_checks import prepare_data
-from tensorspark.partition import PartitionData
+from tensorspark.partition import EpochSource, PartitionData
 
 # Batches one compiled evaluation call loops over.
 _EVAL_STEPS = 32
@@ -38,6 +42,7 @@ class EvalPlan:
     batch_size: int
     feed_dtypes: tuple[str, str]
     columns: tuple[str, str] = FEED_NAMES
+    mixed_precision: str | None = None
 
 
 def encode_snapshots(snapshots: Sequence[Mapping[str, np.ndarray]]) -> bytes:
@@ -57,22 +62,33 @@ def decode_snapshots(data: bytes) -> list[dict[str, np.ndarray]]:
 
 
 def evaluate_blocks(
-    plan: EvalPlan, model_bcast: Any, weights_bcast: Any, blocks: Iterator[Block], partition: int
+    plan: EvalPlan,
+    model_bcast: Any,
+    weights_bcast: Any,
+    blocks: Iterator[Block] | Callable[[int], EpochSource],
+    partition: int,
 ) -> dict[str, Any]:
     """Evaluate one partition under each broadcast weight set (executor).
 
     Returns ``{"epochs": [{"epoch": i, "samples": n, "sums": {...}}]}``, one entry per weight
     set, the shape :func:`tensorspark.jobs.aggregate_epochs` weights across partitions.
-    The partition is read once and replayed from a spill file for further weight sets.
+    Blocks are read once and replayed from a spill file for further weight sets; a source
+    factory (``weight sets -> EpochSource``, e.g. files) gives one pass per weight set.
     """
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    limit_tf_threads(task_cpus())
-    core = cached_core(f"eval-{plan.key}", lambda: model_bcast.value, plan.custom_objects)
+    prepare_worker()
+    core = cached_core(
+        f"eval-{plan.key}", lambda: model_bcast.value, plan.custom_objects, plan.mixed_precision
+    )
     snapshots = decode_snapshots(weights_bcast.value)
     epochs = []
-    with PartitionData(blocks, plan.batch_size, len(snapshots), partition=partition) as data:
-        for index, batches in data.epochs():
+    if callable(blocks):
+        source = blocks(len(snapshots))
+    else:
+        source = PartitionData(blocks, plan.batch_size, len(snapshots), partition=partition)
+    try:
+        for index, batches in source.epochs():
             core.set_weights(snapshots[index])
             core.model.reset_metrics()
             samples = 0
@@ -88,6 +104,8 @@ def evaluate_blocks(
                     samples += n
                     pending = []
             epochs.append({"epoch": index, "samples": samples, "sums": sums})
+    finally:
+        source.close()
     return {"partition": partition, "epochs": epochs}
 
 
@@ -97,6 +115,18 @@ def _eval_rdd_task(
     dtypes = [np.dtype(d) for d in plan.feed_dtypes]
     blocks = rows_to_blocks(rows, plan.columns, dtypes, block_rows=max(plan.batch_size, 256))
     yield json.dumps(evaluate_blocks(plan, model_bcast, weights_bcast, blocks, index))
+
+
+def _eval_files_task(
+    index: int, shards: Iterator[tuple[Shard, ...]], *, plan: EvalPlan, model_bcast: Any, weights_bcast: Any,
+    spec: ReadSpec,
+) -> Iterator[str]:
+    mine = [shard for element in shards for shard in element]
+
+    def source(passes: int) -> EpochSource:
+        return FileEpochs(spec, mine, batch_size=plan.batch_size, num_epoch=passes, partition=index)
+
+    yield json.dumps(evaluate_blocks(plan, model_bcast, weights_bcast, source, index))
 
 
 def _eval_arrow_task(
@@ -124,11 +154,14 @@ def run_evaluation(
     custom_objects: Mapping[str, Any] | None,
     batch_size: int,
     description: str,
+    mixed_precision: str | None = None,
 ) -> list[dict[str, float]]:
     """Evaluate the model under each weight set over ``data``: one Spark job (driver).
 
     Each Python worker process loads the model once (keyed cache), reads its partition once
     and evaluates every weight set; the results are sample-weighted over all partitions.
+    ``mixed_precision`` evaluates under that Keras policy (``fit``'s validation uses the
+    policy it trained with).
 
     Returns:
         One dict of metric means (``loss``, compiled metrics) per weight set.
@@ -138,13 +171,18 @@ def run_evaluation(
         custom_objects=dict(custom_objects) if custom_objects else None,
         batch_size=int(batch_size),
         feed_dtypes=data.feed_dtypes,
+        mixed_precision=mixed_precision,
     )
     model_bcast = connect.share(sc, payload)
     weights_bcast = connect.share(sc, encode_snapshots(snapshots), "the weights to evaluate")
     try:
         kwargs = {"plan": plan, "model_bcast": model_bcast, "weights_bcast": weights_bcast}
         with jobs.job_description(sc, description):
-            if data.rdd is not None:
+            if data.files is not None:
+                parts = sc.parallelize(list(data.files.partitions), data.files.num_partitions)
+                task = functools.partial(_eval_files_task, spec=data.files.spec, **kwargs)
+                rows = jobs.collect(parts.mapPartitionsWithIndex(task).collect)
+            elif data.rdd is not None:
                 rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
                 rows = jobs.collect(rdd.collect)
             else:
@@ -175,8 +213,9 @@ def evaluate(
     The model's bytes and the data's first example are checked here, before the job; see
     :meth:`tensorspark.SparkSession.evaluate`.
     """
+    gpus.plan(sc, description)
     payload, checked = model_payload(model, custom_objects)
-    prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data")
+    prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
     (values,) = run_evaluation(
         sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
         batch_size=batch_size, description=description,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tensorspark import connect, errors
-from tensorspark.errors import ConfigurationError, WorkerError
+from tensorspark.errors import ConfigurationError, ExecutorLostError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,11 @@ _TRACEBACK = re.compile(
     r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)", re.S
 )
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
+# "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
+# exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
+# unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40) (host executor 4)".
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+) ([^)\n]*)\) Reason: ([^\n]*)")
+_LOST_PARTITION = re.compile(r"(?:barrier task \w+Task\(\d+, (\d+)\)|Lost task (\d+)\.\d+ in stage)")
 
 
 def is_spark_failure(err: BaseException) -> bool:
@@ -55,7 +60,9 @@ def spark_failure(err: BaseException) -> BaseException:
     """Convert a Spark job failure into our error type, carrying the worker's traceback.
 
     Errors raised by tensorspark code on an executor (e.g. DivergenceError) come back as
-    the same class; anything else becomes :class:`~tensorspark.errors.WorkerError`.
+    the same class; a task that failed because its executor was lost becomes
+    :class:`~tensorspark.errors.ExecutorLostError` naming the executor (Spark's id) and
+    the partition; anything else becomes :class:`~tensorspark.errors.WorkerError`.
     This is the one place where Spark's exception text is parsed.
     """
     text = str(err)
@@ -67,6 +74,16 @@ def spark_failure(err: BaseException) -> BaseException:
         )
     tb = worker_traceback(err)
     if tb is None:
+        lost = _EXECUTOR_LOST.search(text)
+        if lost is not None:
+            executor, how, reason = lost.groups()
+            partitions = sorted({int(a or b) for a, b in _LOST_PARTITION.findall(text[: lost.start()])})
+            return ExecutorLostError(
+                f"executor {executor} was lost while it ran the task of partition(s) {partitions} "
+                f"({how}; Reason: {reason.strip()})",
+                executors=[executor],
+                partitions=partitions,
+            )
         return WorkerError(f"the Spark job failed: {text[:4000]}")
     lines = _LAST_LINE.findall(tb)
     if lines:

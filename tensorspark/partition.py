@@ -13,12 +13,38 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
+
+#: One epoch's batches: ``(index, batch, is_last)``, numbered from 0 within the epoch.
+EpochBatches = Iterator[tuple[int, Block, bool]]
+
+
+@runtime_checkable
+class EpochSource(Protocol):
+    """What the partition loops (training, evaluation) read: each epoch's batches.
+
+    Two kinds exist: :class:`PartitionData` (a Spark partition handed over once as an
+    iterator, spilled for later epochs) and :class:`tensorspark.fileio.stream.FileEpochs`
+    (files the task reads again every epoch). Both give the same batches again when a
+    retried task builds them anew with the same settings, which is what lets a retry skip
+    exactly the batches already applied.
+    """
+
+    #: Rows seen so far (all of them once the first epoch has been read).
+    rows: int
+
+    def epochs(self) -> Iterator[tuple[int, EpochBatches]]:
+        """Yield ``(epoch, batches)``; each epoch's batches are consumed before the next."""
+        ...
+
+    def close(self) -> None:
+        """Free what the source holds (spill files, open files)."""
+        ...
 
 
 class PartitionData:
@@ -73,14 +99,14 @@ class PartitionData:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def epochs(self) -> Iterator[tuple[int, Iterator[tuple[int, Block, bool]]]]:
+    def epochs(self) -> Iterator[tuple[int, EpochBatches]]:
         """Yield ``(epoch, batches)``; ``batches`` yields ``(index, batch, is_last)``.
 
         Each epoch's batch iterator must be consumed before the next epoch is requested.
         """
         first = 0
         if not self.shuffle:
-            yield 0, _with_last(self._stream_batches())
+            yield 0, with_last(self._stream_batches())
             first = 1
         else:
             for _ in self._spilled(self._blocks):
@@ -88,13 +114,13 @@ class PartitionData:
         if self.num_epoch > first:
             self._finish_spill()
             for epoch in range(first, self.num_epoch):
-                yield epoch, _with_last(self._memmap_batches(epoch))
+                yield epoch, with_last(self._memmap_batches(epoch))
 
     # -- first pass ---------------------------------------------------------------
 
     def _stream_batches(self) -> Iterator[Block]:
         blocks = self._spilled(self._blocks) if self._needs_spill else self._counted(self._blocks)
-        yield from _rebatch(blocks, self.batch_size)
+        yield from rebatch(blocks, self.batch_size)
 
     def _counted(self, blocks: Iterator[Block]) -> Iterator[Block]:
         for block in blocks:
@@ -144,7 +170,8 @@ class PartitionData:
                 yield tuple(np.array(c[start : start + self.batch_size]) for c in cols)
 
 
-def _rebatch(blocks: Iterable[Block], batch_size: int) -> Iterator[Block]:
+def rebatch(blocks: Iterable[Block], batch_size: int) -> Iterator[Block]:
+    """Blocks of any sizes as batches of ``batch_size`` rows (the last may be smaller)."""
     pending: list[Block] = []
     have = 0
     for block in blocks:
@@ -167,7 +194,7 @@ def _concat(blocks: list[Block]) -> Block:
     return tuple(np.concatenate(cols) for cols in zip(*blocks))
 
 
-def _with_last(batches: Iterator[Block]) -> Iterator[tuple[int, Block, bool]]:
+def with_last(batches: Iterator[Block]) -> Iterator[tuple[int, Block, bool]]:
     """Number the batches and flag the last one (one batch of look-ahead)."""
     it = iter(batches)
     try:

@@ -1,7 +1,7 @@
 """``SparkSession``: a TensorFlow session (or Keras model) that trains on Spark.
 
-The facade of the seed's API (and the Keras one). Runs on the driver (under Spark Connect:
-in the client's process, with the parameter server). It checks the arguments at once, resolves the cluster-wide defaults from Spark conf
+The facade of the seed's API (and the Keras one). Runs on the driver (Spark Connect: in the
+client). It checks the arguments at once, resolves the cluster-wide defaults from Spark conf
 (:mod:`tensorspark.conf`), and hands the work to the job layer: a training run
 (:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`) and
 inference (:mod:`tensorspark.inference`). The session holds the one
@@ -10,9 +10,11 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -24,20 +26,39 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.server import MODES, ParameterServer
 from tensorspark.training import RunSettings, ServerHost, TrainingRun, TrainResult
+from tensorspark.warmup import WarmUp
+from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 _DIVERGENCE = ("fail", "skip")
-_DATAFRAME_HINT = (
-    "Make one with spark.createDataFrame(...): a features column (array or vector) and a label column."
-)
 
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def _keeps_workers_warm(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A session method that runs Spark jobs: the warm-up's keep-alive counts from its start
+    and from its end (see :mod:`tensorspark.warmup`)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        session = args[0]
+        assert isinstance(session, SparkSession)
+        session.warmup.touch()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            session.warmup.touch()
+
+    return wrapper
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -53,10 +74,8 @@ class SparkSession:
 
     Args:
         sc: the ``pyspark.SparkContext``, a ``SparkSession``, or a Spark Connect session
-            (``SparkSession.builder.remote("sc://host:15002").getOrCreate()``). Under Spark
-            Connect only DataFrames can be used (no RDDs: the TF1 ``feed_rdd`` path is
-            refused), and the parameter server runs in this process, so executors must
-            reach this machine: README "Spark Connect".
+            (``SparkSession.builder.remote(...)``: DataFrames only, and the executors must
+            reach the parameter server in this process; README "Spark Connect").
         session: a TF1 session whose graph holds the model, or a compiled Keras model.
         user: the HDFS user for checkpoints (as in the seed).
         name: a name for the run (logs, checkpoint folder).
@@ -105,6 +124,11 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        warm_up: warm the executors' Python workers in the background from now on
+            (TensorFlow imported before the first job needs it), and keep them alive while
+            the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
+            ``spark.tensorspark.warmup.enabled``, else on, except under dynamic allocation.
+            Never changes results; :attr:`warmup` reports what it did.
     """
 
     def __init__(
@@ -140,6 +164,7 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        warm_up: bool | None = None,
     ) -> None:
         sc = connect.spark_handle(sc)
         self.sc = sc
@@ -235,6 +260,11 @@ class SparkSession:
             from tensorspark.models.keras_checks import validate_model
 
             validate_model(session)
+        #: The background warm-up of the executors' Python workers (see ``warm_up``).
+        if warm_up is not None and not isinstance(warm_up, bool):
+            raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
 
@@ -326,7 +356,9 @@ class SparkSession:
         return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
-        """Stop a reusable parameter server (writing its last checkpoint)."""
+        """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
+        keep-alive."""
+        self.warmup.close()
         self._host.close()
 
     def __enter__(self) -> SparkSession:
@@ -337,6 +369,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
+    @_keeps_workers_warm
     def run(
         self,
         fetches: Any,
@@ -356,7 +389,8 @@ class SparkSession:
 
         Without ``feed_rdd`` this is exactly ``session.run(fetches, feed_dict, options,
         run_metadata)`` on the driver. With it, every partition of ``feed_rdd`` (elements:
-        tuples aligned with ``feed_name_list``) trains ``fetches`` for ``num_epoch`` epochs,
+        tuples aligned with ``feed_name_list``; or files, ``sps.files(...)``, whose features
+        and label feed the first and second name) trains ``fetches`` for ``num_epoch`` epochs,
         synchronising ``param_list`` through the parameter server; afterwards the driver's
         session holds the global values. Returns the run's :class:`TrainResult`.
 
@@ -373,11 +407,8 @@ class SparkSession:
             raise ConfigurationError("this SparkSession wraps a Keras model; use fit()/evaluate()/predict()")
         if feed_rdd is None:
             return self.session.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
-        connect.require_classic(
-            self.sc,
-            "run(feed_rdd=...), the TF1 graph path,",
-            "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
-        )
+        connect.require_classic(self.sc, "run(feed_rdd=...), the TF1 graph path,",
+                                "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().")
         if feed_dict:
             raise ConfigurationError("pass either feed_dict (a local run) or feed_rdd (a distributed run), not both")
         if run_metadata is not None:
@@ -400,6 +431,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
+    @_keeps_workers_warm
     def fit(
         self,
         data: Any,
@@ -411,6 +443,7 @@ class SparkSession:
         shuffle: bool = True,
         progress: bool = True,
         tensorboard_dir: str | None = None,
+        mixed_precision: str | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -425,7 +458,9 @@ class SparkSession:
             data: an RDD of ``(features, label)`` tuples, or a DataFrame with
                 ``features_col`` (``array<number>`` or ``vector``) and ``label_col`` (a
                 number, ``array<number>`` or ``vector``). DataFrames are fed through Arrow
-                (``mapInArrow``), never row by row.
+                (``mapInArrow``), never row by row. Or files, ``sps.files(path,
+                features=..., label=...)`` (Parquet, TFRecord, idx): each task reads its
+                shards itself, every epoch, in bounded memory.
             epochs: passes over each partition.
             validation_data: the same kinds of data, evaluated at each epoch's end.
             features_col: DataFrame feature column.
@@ -434,6 +469,12 @@ class SparkSession:
             progress: show samples done, epoch, global loss and updates/s on stderr while
                 training (a bar on a terminal, else a line every 10 s); False: nothing.
             tensorboard_dir: a local folder for TensorBoard scalars (loss, metrics) of the run.
+            mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: the executors
+                train (and validate) under that Keras dtype policy, with float32 variables
+                and the layers producing the outputs kept float32; ``mixed_float16`` adds
+                Keras's loss scaling. The driver's model, the server's master weights and
+                every push and pull stay float32. ``None`` (default): as the model was built.
+                See :mod:`tensorspark.models.precision`.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -445,21 +486,24 @@ class SparkSession:
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
+        from tensorspark.models.precision import check_policy
         from tensorspark.training.keras import fit
 
         if not self.is_keras:
             raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
         for argument, value in (("data", data), ("validation_data", validation_data)):
             if value is not None:
-                connect.require_dataframe(self.sc, value, argument, _DATAFRAME_HINT)
+                connect.require_dataframe(self.sc, value, argument)
         history, result = fit(
             self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
+            mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result
         return history
 
+    @_keeps_workers_warm
     def evaluate(
         self,
         data: Any,
@@ -491,13 +535,14 @@ class SparkSession:
 
         if not self.is_keras:
             raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
-        connect.require_dataframe(self.sc, data, "data", _DATAFRAME_HINT)
+        connect.require_dataframe(self.sc, data, "data")
         size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
         return evaluate(
             self.sc, self.session, data, features_col=features_col, label_col=label_col,
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
+    @_keeps_workers_warm
     def predict(
         self,
         data: Any,
@@ -510,18 +555,21 @@ class SparkSession:
         top_k: int | None = None,
         labels: Sequence[str] | None = None,
         feature_dtype: Any = None,
+        mixed_precision: str | None = None,
+        output: str | None = None,
     ) -> Any:
         """The driver's model applied to ``data`` on the executors, order kept.
 
         For a TF1 session pass the output tensor as ``fetches`` and the input placeholder's
         name in ``feed_name_list`` (the graph and the session's current variable values are
         broadcast once). ``top_k``/``labels``/``feature_dtype`` (for a binary ``features_col``)
-        as in :func:`tensorspark.inference.predict`.
+        and ``mixed_precision`` (Keras models) as in :func:`tensorspark.inference.predict`.
 
         Runs on the driver; returns a lazy result (see :func:`tensorspark.inference.predict`,
         which this calls). An RDD (of features, or of ``(features, label)`` tuples) gives an
         RDD of float32 output arrays in the input's order; a DataFrame gives its rows plus
-        ``output_col``.
+        ``output_col``. Files (``sps.files(...)``) give an RDD like an RDD's, or with
+        ``output=`` (a folder) one Parquet file per task, written at once.
 
         Raises:
             ConfigurationError: a missing column, features that do not fit the model.
@@ -544,5 +592,5 @@ class SparkSession:
         return predict(
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype,
+            feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
         )

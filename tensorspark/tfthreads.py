@@ -1,8 +1,18 @@
-"""Prepare a Spark Python worker for TensorFlow: its log lines, its thread pools, the GC.
+"""Prepare a Spark Python worker for TensorFlow: its GPUs, log lines, thread pools, the GC.
 
 Runs on executors (and in tests). Every executor entry point that uses TensorFlow or Keras
-calls :func:`prepare_worker` (or :func:`limit_tf_threads`, which it wraps) before its own
-first ``import tensorflow`` / ``import keras``.
+calls :func:`prepare_worker` before its own first ``import tensorflow`` / ``import keras``:
+it is the one place that decides which GPUs a task's TensorFlow sees
+(:mod:`tensorspark.gpus`). Anything else that readies a Python worker ahead of a task (a
+warm-up) may import TensorFlow and Keras, but must not start TensorFlow's devices (an op,
+a variable, a ``tf.config`` device call) outside a task when
+:func:`tensorspark.gpus.requested` says GPUs are scheduled; inside a task, it calls
+:func:`prepare_worker`.
+
+**GPUs.** Before TensorFlow is imported, ``CUDA_VISIBLE_DEVICES`` is set to exactly the
+task's GPU addresses from ``TaskContext.resources()``; after it, memory growth is turned on
+and TensorFlow must see those GPUs. A reused worker pinned to other GPUs fails the task
+with a retry-safe error (see :mod:`tensorspark.gpus` for why and what to configure).
 
 **Start-up lines.** Each Python worker that imports TensorFlow prints a screenful of C++
 start-up lines (the oneDNN notice, "Could not find cuda drivers", a cuInit error on a
@@ -90,16 +100,32 @@ def task_cpus(default: int = 1) -> int:
 def prepare_worker() -> int:
     """Ready this Python worker for TensorFlow; the first call of every executor entry point.
 
-    Quiets TensorFlow's start-up lines (:func:`quiet_tensorflow`), sizes its thread pools to
-    the task's cores and freezes the start-up objects (:func:`limit_tf_threads`). Call it
-    before the entry point's own first ``import tensorflow`` or ``import keras``. Runs on an
-    executor; thread-safe; cheap after the first call in a process.
+    Points ``CUDA_VISIBLE_DEVICES`` at the task's GPUs (:func:`tensorspark.gpus.assign`),
+    quiets TensorFlow's start-up lines (:func:`quiet_tensorflow`), sizes its thread pools to
+    the task's cores and freezes the start-up objects (:func:`limit_tf_threads`), then turns
+    on memory growth and checks TensorFlow sees the task's GPUs
+    (:func:`tensorspark.gpus.configure`). Call it before the entry point's own first
+    ``import tensorflow`` or ``import keras``. Runs on an executor; thread-safe; cheap
+    after the first call in a process (every call checks the task's GPUs).
 
     Returns:
         The number of threads TensorFlow was given (the task's ``spark.task.cpus``).
+
+    Raises:
+        WorkerPlacementError: this reused worker's TensorFlow runs on other GPUs (retry-safe).
+        DeviceError: TensorFlow sees none of the task's GPUs.
     """
+    # Imported here: this file also runs as the stderr filter's script (python -I -S),
+    # where the package is not importable.
+    from tensorspark import gpus
+
+    pin = gpus.assign()
     threads = task_cpus()
     limit_tf_threads(threads)
+    with _lock:
+        import tensorflow as tf
+
+        gpus.configure(pin, tf)
     return threads
 
 
@@ -135,16 +161,20 @@ def quiet_tensorflow() -> None:
     """Import TensorFlow with its C++ start-up lines held to ``TF_CPP_MIN_LOG_LEVEL``.
 
     Inside a Spark task only (elsewhere it does nothing): sets the level to
-    :data:`DEFAULT_TF_LOG_LEVEL` unless the user set it, then, if TensorFlow is not imported
-    yet, imports it and lists its devices with stderr filtered (see the module docstring).
+    :data:`DEFAULT_TF_LOG_LEVEL` unless the user set it, then, if TensorFlow has not listed
+    its devices yet, imports it and lists them with stderr filtered (see the module
+    docstring). Call it after :func:`tensorspark.gpus.assign`: listing the devices fixes
+    the process's GPUs.
     Runs on an executor; thread-safe. Other threads' stderr output during the import passes
     through the filter unchanged.
     """
     if not _in_spark_task():
         return
+    from tensorspark.gpus import tensorflow_started
+
     with _lock:
         level = tf_log_level(os.environ)
-        if "tensorflow" in sys.modules:
+        if tensorflow_started():
             return
         with filtered_stderr(level):
             import tensorflow as tf

@@ -32,6 +32,9 @@ _PREAMBLE = struct.Struct("<4sHHI")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_TENSORS = 100_000
 MAX_RANK = 32
+#: Bound on a shape's product with its zero dimensions counted as 1: a zero-size tensor
+#: of shape ``[0, 10**30]`` is refused before numpy sees it (numpy would raise).
+MAX_ELEMENTS = 1 << 48
 
 #: dtypes allowed on the wire (little-endian, fixed size).
 DTYPES: dict[str, np.dtype] = {
@@ -143,8 +146,9 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray], 
 
     The arrays are views into ``buf`` (no copy); they are writable when ``buf`` is a
     ``bytearray``. Every field is checked: magic, version, header length, JSON shape,
-    names (unique strings), dtypes, shapes (non-negative ints), offsets and sizes inside
-    the message and consistent with dtype and shape.
+    names (unique strings), dtypes, shapes (non-negative ints whose non-zero ones multiply
+    to at most :data:`MAX_ELEMENTS`), offsets and sizes inside the message and consistent
+    with dtype and shape.
 
     Raises:
         WireFormatError: the message is malformed; the text says what is wrong.
@@ -212,8 +216,15 @@ def _decode_entry(
     assert isinstance(offset, int) and isinstance(nbytes, int)  # checked just above
     dtype = DTYPES[dtype_name]
     count = 1
+    span = 1  # the product with zero dimensions counted as 1
     for d in shape:
         count *= d
+        span *= max(d, 1)
+    if span > MAX_ELEMENTS:
+        raise WireFormatError(
+            f"tensor {name!r} has an impossible shape: its non-zero dimensions multiply to more "
+            f"than {MAX_ELEMENTS} elements"
+        )
     if count * dtype.itemsize != nbytes:
         raise WireFormatError(
             f"tensor {name!r}: {nbytes} bytes do not match dtype {dtype_name} and shape {shape}"
@@ -223,5 +234,8 @@ def _decode_entry(
             f"tensor {name!r} lies outside the message (offset {offset}, {nbytes} bytes, "
             f"data section {data_len} bytes): truncated?"
         )
-    arr = np.frombuffer(view, dtype=dtype, count=count, offset=start + offset).reshape(tuple(shape))
+    try:
+        arr = np.frombuffer(view, dtype=dtype, count=count, offset=start + offset).reshape(tuple(shape))
+    except ValueError as err:  # checked above; numpy's word is final
+        raise WireFormatError(f"tensor {name!r} with shape {shape}: {err}") from None
     return name, arr

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import resource
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,12 +30,13 @@ import numpy as np
 from tensorspark.data import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
 from tensorspark.models.base import TrainableModel
-from tensorspark.partition import PartitionData
+from tensorspark.partition import EpochSource, PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
 
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
+_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
@@ -88,11 +91,16 @@ class _EpochStats:
 def train_partition(
     partition: int,
     attempt: int,
-    blocks: Iterator[Block],
+    blocks: Iterator[Block] | EpochSource,
     config: WorkerConfig,
     build_model: Callable[[], TrainableModel],
 ) -> dict[str, Any]:
     """Train one partition against the parameter server; return JSON-able statistics.
+
+    ``blocks`` is the partition as column blocks (batched, and spilled for later epochs, by
+    :class:`~tensorspark.partition.PartitionData`), or an
+    :class:`~tensorspark.partition.EpochSource` that gives each epoch's batches itself
+    (files read again every epoch). The source is closed when the loop ends.
 
     Raises whatever the model raises (Spark then retries the task), and
     :class:`~tensorspark.errors.DivergenceError` when the server rejects a non-finite
@@ -145,15 +153,20 @@ class _Loop:
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
 
-    def run(self, blocks: Iterator[Block]) -> dict[str, Any]:
+    def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
         self.version, self.base = self.client.pull()
         self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
-        with PartitionData(
-            blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
-        ) as data:
+        data: EpochSource = (
+            blocks
+            if isinstance(blocks, EpochSource)
+            else PartitionData(
+                blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
+            )
+        )
+        try:
             for epoch, batches in data.epochs():
                 stats = _EpochStats()
                 chunk: list[Block] = []
@@ -173,6 +186,8 @@ class _Loop:
                         self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
+        finally:
+            data.close()
         return {
             "partition": self.partition,
             "attempt": self.attempt,
@@ -181,6 +196,9 @@ class _Loop:
             "counts": self.counts,
             "seconds": time.time() - started,
             "version": self.version,
+            # The Python worker's peak resident memory so far; a reused worker's figure
+            # includes the tasks it ran before.
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
         }
 
     def _sync(

@@ -28,7 +28,15 @@ os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 4g pyspark-shell")
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
-_MARK_BY_FOLDER = {"unit": "unit", "spark": "spark", "cluster": "cluster", "hdfs": "hdfs", "connect": "connect"}
+_MARK_BY_FOLDER = {
+    "unit": "unit",
+    "spark": "spark",
+    "cluster": "cluster",
+    "hdfs": "hdfs",
+    "yarn": "yarn",
+    "netns": "netns",
+    "connect": "connect",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -121,10 +121,34 @@ def parse_idx(data: bytes) -> np.ndarray:
                 f"Invalid idx data: the gzip stream is corrupt ({err}). "
                 f"Received: {len(data)} bytes."
             ) from err
+    dtype, shape, header = idx_header(data)
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(data) != expected:
+        raise ConfigurationError(
+            f"Invalid idx data: shape {shape} of {dtype.name} needs {expected} bytes. "
+            f"Received: {len(data)} bytes."
+        )
+    array = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+    return array.astype(dtype.newbyteorder("="), copy=True)
+
+
+def idx_header(data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
+    """Reads the header at the start of an (uncompressed) idx file.
+
+    Runs anywhere; pure function. ``data`` may be just the file's first bytes: 4 plus 4 per
+    dimension are enough.
+
+    Returns:
+        ``(dtype, shape, header_bytes)``: the element type (big-endian as stored), the
+        declared shape, and where the values start.
+
+    Raises:
+        ConfigurationError: bad magic, unknown type code, 0 dimensions, or too few bytes.
+    """
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ConfigurationError(
             "Invalid idx data: it must start with two zero bytes, a type code and the number "
-            f"of dimensions. Received: magic {data[:4].hex() or '(empty)'}."
+            f"of dimensions. Received: magic {bytes(data[:4]).hex() or '(empty)'}."
         )
     type_code, ndim = data[2], data[3]
     if type_code not in _IDX_DTYPES:
@@ -141,15 +165,7 @@ def parse_idx(data: bytes) -> np.ndarray:
             f"Received: {len(data)} bytes."
         )
     shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    dtype = np.dtype(_IDX_DTYPES[type_code])
-    expected = header + int(np.prod(shape)) * dtype.itemsize
-    if len(data) != expected:
-        raise ConfigurationError(
-            f"Invalid idx data: shape {shape} of {dtype.name} needs {expected} bytes. "
-            f"Received: {len(data)} bytes."
-        )
-    array = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
-    return array.astype(dtype.newbyteorder("="), copy=True)
+    return np.dtype(_IDX_DTYPES[type_code]), shape, header
 
 
 def one_hot(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:

@@ -140,6 +140,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-interval", type=float, default=None)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--master", default=None, help="Spark master when run with plain python (default local[*])")
+    p.add_argument(
+        "--result", default=None,
+        help="also write the result as JSON here: a local path, file://, hdfs:// or webhdfs:// URL "
+        "(on YARN in cluster mode the driver's stdout stays in the ApplicationMaster's log)",
+    )
     return p.parse_args(argv)
 
 
@@ -191,12 +196,60 @@ def run(argv: list[str] | None = None) -> float:
             extra[key] = getattr(args, key)
     if args.resume:
         extra["resume"] = True
+    failed = True
     try:
+        started = time.time()
         accuracy = train(
             sc, user=args.user, name=args.name, server_host=args.server_host, server_port=args.server_port,
             sync_interval=args.sync_interval, batch_size=args.batch_size, num_partition=args.partitions,
             num_epoch=args.epochs, data_dir=args.data_dir, learning_rate=args.learning_rate, **extra,
         )
+        if args.result:
+            write_result(sc, args, accuracy, time.time() - started)
+        failed = False
     finally:
-        sc.stop()
+        stop_context(sc, failed)
     return accuracy
+
+
+def write_result(sc: Any, args: argparse.Namespace, accuracy: float, seconds: float) -> str:
+    """Write the run's result as JSON to ``args.result`` (atomically); returns its location.
+
+    On YARN in cluster mode the driver runs in the ApplicationMaster's container, so its
+    stdout is in that container's log; this file (on HDFS) is where a script finds the result.
+    """
+    import json
+
+    from tensorspark.conf import spark_conf
+    from tensorspark.storage import open_storage
+
+    storage, path = open_storage(args.result, user=args.user, conf=spark_conf(sc))
+    result = {
+        "accuracy": accuracy,
+        "name": args.name,
+        "epochs": args.epochs,
+        "partitions": args.partitions,
+        "mode": args.mode,
+        "seconds": round(seconds, 2),
+        "application_id": sc.applicationId,
+        "master": sc.master,
+    }
+    storage.write_bytes(path, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
+    logger.info("result written to %s", storage.location(path))
+    return storage.location(path)
+
+
+def stop_context(sc: Any, failed: bool) -> None:
+    """Stop the SparkContext; after a failed run, with exit code 1 (driver).
+
+    pyspark's ``sc.stop()`` always reports success, so on YARN in client mode a run that
+    raised would end as a SUCCEEDED application. The JVM's ``SparkContext.stop(exitCode)``
+    lets the ApplicationMaster finish as FAILED instead. (In cluster mode the failed Python
+    driver's exit status already does.)
+    """
+    if failed and getattr(sc, "_jsc", None) is not None:
+        try:
+            sc._jsc.sc().stop(1)  # noqa: SLF001 - pyspark has no exit code on stop()
+        except Exception:  # the JVM may be gone; the run's own error is what matters
+            logger.debug("SparkContext.stop(1) failed", exc_info=True)
+    sc.stop()

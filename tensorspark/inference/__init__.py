@@ -14,13 +14,16 @@ How it works (the seed's "large scale deployment", made robust):
 2. The source's :meth:`~tensorspark.models.base.ModelSource.payload` (bytes; Keras's ``.keras`` format for Keras
    models, never a pickle of a live object) goes out once with ``sc.broadcast``, under an id
    derived on the driver from the payload's content.
-3. On executors, each Python worker process limits TensorFlow to ``spark.task.cpus`` threads,
+3. On executors, each Python worker process is prepared for TensorFlow (only the task's
+   GPUs visible, ``spark.task.cpus`` threads: :func:`tensorspark.tfthreads.prepare_worker`),
    then loads the model once through the bounded per-process cache of
    :mod:`tensorspark.models.keras_io` (keyed by that id) and runs batches of ``batch_size``
    rows through it.
 
 RDD in, RDD out: one result per element, in the input's order and partitioning (so
 ``rdd.zip(result)`` pairs them). DataFrame in: the same rows plus one prediction column.
+Files in (``sps.files(...)``, :mod:`tensorspark.inference.files`): an RDD of the outputs in
+the files' order, or with ``output=`` one Parquet file per task in that folder.
 
 Adding a kind of model means one more :class:`~tensorspark.models.base.ModelSource`
 subclass and its executor-side :class:`~tensorspark.models.base.ModelLoader` under
@@ -37,15 +40,22 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorspark import connect
+from tensorspark import connect, gpus
+from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.plan import plan_files
+from tensorspark.fileio.source import FileSource
+from tensorspark.fileio.spec import Feed
 from tensorspark.inference.columns import check_dataframe, predict_dataframe
+from tensorspark.inference.files import predict_files
 from tensorspark.inference.tasks import Plan, predict_partition
 from tensorspark.models.base import ModelLoader, ModelSource, sha256
 from tensorspark.models.keras import KerasLoader, KerasModelSource
+from tensorspark.models.precision import check_policy
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.models.tf1 import TF1SessionSource
+from tensorspark.warmup import check_worker_reuse
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -114,7 +124,7 @@ def _check_options(
 def predict(
     sc: SparkContext,
     model: Any,
-    data: RDD[Any] | DataFrame,
+    data: RDD[Any] | DataFrame | FileSource,
     *,
     features_col: str = "features",
     output_col: str = "prediction",
@@ -124,8 +134,10 @@ def predict(
     custom_objects: Mapping[str, Any] | None = None,
     checkpoint: str | None = None,
     feature_dtype: Any = None,
-) -> RDD[Any] | DataFrame:
-    """Runs a model over an RDD or a DataFrame, batch by batch, on the executors.
+    mixed_precision: str | None = None,
+    output: str | None = None,
+) -> Any:
+    """Runs a model over an RDD, a DataFrame or files, batch by batch, on the executors.
 
     Runs on the driver: resolves and checks the model and the input, broadcasts the model
     once, and returns a lazy RDD/DataFrame (nothing runs until an action). Thread-safe as
@@ -141,7 +153,8 @@ def predict(
             a ``pyspark.ml.linalg`` vector, or a tuple whose first item is one of those), or
             a DataFrame with the features in ``features_col``. Rows are flat (or already
             shaped): each holds as many numbers as the model's input has per example, and is
-            reshaped to it.
+            reshaped to it. Or files, ``sps.files(path, features=...)``: the tasks read
+            them (see :func:`tensorspark.files`; ``feature_dtype`` and ``scale`` go there).
         features_col: DataFrame column of ``array<float|double|int|long>``, ``vector``, or
             ``binary``: each row's raw bytes, ``feature_dtype`` numbers (e.g. the pixels of
             an image, or ``array.tobytes()``). A binary column is the fastest to score: the
@@ -159,18 +172,31 @@ def predict(
         feature_dtype: how a binary ``features_col`` is read: a numpy dtype (byte order
             as given, native if not); default ``uint8``. The numbers reach the model as
             float32, as those of every other column type do. Only for binary columns.
+        mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: Keras models compute
+            under that dtype policy on the executors (the layers producing the outputs stay
+            float32, so predictions are float32 as without it); ``None``: as saved. See
+            :mod:`tensorspark.models.precision`.
+        output: files only: a folder (local, ``hdfs://``, ``webhdfs://``) to write the
+            predictions to, as Parquet, one file per task named ``part-NNNNN.parquet`` in
+            the input's order, with one ``prediction`` column; ``spark.read.parquet`` reads
+            it. The folder must be new or empty; the files appear only when the whole job
+            has succeeded. Runs the job at once.
 
     Returns:
         For an RDD: an RDD in the input's order and partitioning, one element per input
         row: a float32 numpy array of the model's output, or, with ``top_k``, a list of
         ``(label, score)`` pairs, best first. For a DataFrame: its rows plus ``output_col``,
         ``array<float>`` (the output, flattened), or with ``top_k``
-        ``array<struct<label: string|bigint, score: float>>``, best first.
+        ``array<struct<label: string|bigint, score: float>>``, best first. For files: an
+        RDD like the RDD's, in the files' order; with ``output``, a
+        :class:`~tensorspark.fileio.output.WrittenFiles` (the folder, its files, the rows).
 
     Raises:
         ConfigurationError: the model cannot be found or loaded (the message says which and
             why), the input column is missing or of the wrong type, the DataFrame's first
-            row does not fit the model's input shape, or an option is out of range.
+            row does not fit the model's input shape, an option is out of range,
+            ``mixed_precision`` with a model that is not a Keras model, or GPUs per task
+            requested in local mode (Spark schedules no GPUs there).
         CheckpointError: ``checkpoint`` cannot be read or does not fit the model.
 
     Rows checked in the job: a later DataFrame row, or any RDD row, that does not fit the
@@ -181,19 +207,33 @@ def predict(
     from pyspark.sql import DataFrame
 
     sc = connect.spark_handle(sc)
-    connect.require_dataframe(
-        sc, data, "data", "Make one with spark.createDataFrame(...), the features in an array or vector column."
-    )
-    if not isinstance(data, (RDD, DataFrame)):
+    connect.require_dataframe(sc, data, "data")
+    if not isinstance(data, (RDD, DataFrame, FileSource)):
         raise ConfigurationError(
-            "Argument `data` must be a pyspark RDD or DataFrame. "
+            "Argument `data` must be a pyspark RDD or DataFrame, or files (tensorspark.files(...)). "
             f"Received: data of type {type(data).__name__}"
         )
+    policy = check_policy(mixed_precision)
+    gpus.plan(sc, "tensorspark predict")
+    if output is not None and not isinstance(data, FileSource):
+        raise ConfigurationError(
+            "Argument `output` writes the predictions of files; for a DataFrame write the "
+            "result yourself (result.write.parquet(...)). Received: output with data of type "
+            f"{type(data).__name__}"
+        )
+    check_worker_reuse(sc)
     source = resolve_source(sc, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(sc, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
+    if policy is not None:
+        if not isinstance(loader, KerasLoader):
+            raise ConfigurationError(
+                f"Argument `mixed_precision` applies to Keras models; {source.description} is "
+                f"loaded by {type(loader).__name__}. Received: mixed_precision={policy!r}"
+            )
+        loader = dataclasses.replace(loader, mixed_precision=policy)
     plan = Plan(
         key="",  # set below, once the input is checked and the payload made
         loader=loader,
@@ -204,7 +244,17 @@ def predict(
         labels=label_names,
     )
     feature_expr = None
-    if isinstance(data, DataFrame):
+    file_plan = None
+    if isinstance(data, FileSource):
+        if feature_dtype is not None:
+            raise ConfigurationError(
+                "Argument `feature_dtype` of files goes to tensorspark.files(..., feature_dtype=). "
+                f"Received: feature_dtype={feature_dtype!r} with files"
+            )
+        file_plan = plan_files(
+            spark_conf(sc), data, Feed(in_shape, "float32"), default_partitions=sc.defaultParallelism, argument="data"
+        )
+    elif isinstance(data, DataFrame):
         feature_expr, binary_dtype = check_dataframe(
             data, features_col, output_col, plan, source, feature_dtype
         )
@@ -223,8 +273,11 @@ def predict(
     plan = dataclasses.replace(plan, key=_cache_key(source, loader, payload_bytes))
     payload = connect.share(sc, payload_bytes)
     _log_broadcast(source, plan, payload)
+    if file_plan is not None:
+        return predict_files(sc, file_plan, plan, payload, output)
     if isinstance(data, DataFrame):
         return predict_dataframe(data, feature_expr, output_col, plan, payload)
+    assert isinstance(data, RDD)
     return data.mapPartitions(
         functools.partial(predict_partition, plan, payload), preservesPartitioning=True
     )

@@ -1,6 +1,7 @@
 """Inference on the executors: the Arrow UDF's body and the RDD partition's (executor).
 
-Each Python worker process limits TensorFlow to ``spark.task.cpus`` threads, loads the
+Each Python worker process is prepared for TensorFlow (the task's GPUs only, threads
+limited to ``spark.task.cpus``: :func:`~tensorspark.tfthreads.prepare_worker`), loads the
 model once through the bounded per-process cache of :mod:`tensorspark.models.keras_io`
 (keyed by an id minted on the driver) and runs ``batch_size`` rows at a time through it.
 """
@@ -83,9 +84,9 @@ def _to_arrow(outputs: np.ndarray, n: int, plan: Plan) -> Any:
 
 def _load(plan: Plan, payload: Broadcast[bytes]) -> PredictFn:
     """The cached predict function of this Python worker process (executor)."""
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    limit_tf_threads(task_cpus())
+    prepare_worker()  # every task: its GPUs are checked even when the model is cached
     loader = plan.loader
     return keras_io.cached(plan.key, lambda: loader.load(payload.value))
 
@@ -105,6 +106,32 @@ def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     index first)."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(scores, order, axis=1)
+
+
+def output_rows(outputs: np.ndarray, plan: Plan) -> Iterator[Any]:
+    """A batch's outputs as RDD elements: float32 arrays, or with ``top_k`` lists of
+    ``(label, score)`` pairs, best first (executor)."""
+    if not plan.top_k:
+        yield from outputs
+        return
+    order, scores = _top(outputs, plan.top_k)
+    for row_order, row_scores in zip(order, scores, strict=True):
+        names: Sequence[Any] = (
+            [plan.labels[i] for i in row_order]
+            if plan.labels is not None
+            else [int(i) for i in row_order]
+        )
+        yield list(zip(names, (float(s) for s in row_scores), strict=True))
+
+
+def predict_batch(plan: Plan, payload: Broadcast[bytes], batch: np.ndarray) -> np.ndarray:
+    """One batch of features through this worker's cached model: float32 outputs (executor)."""
+    return _run(_load(plan, payload), batch, plan)
+
+
+def arrow_outputs(outputs: np.ndarray, plan: Plan) -> Any:
+    """A batch's outputs as the Arrow column a DataFrame (or Parquet file) gets."""
+    return _to_arrow(outputs, len(outputs), plan)
 
 
 def _row_features(element: Any) -> np.ndarray:
@@ -127,18 +154,7 @@ def predict_partition(
         nonlocal predict_fn
         if predict_fn is None:
             predict_fn = _load(plan, payload)
-        outputs = _run(predict_fn, np.stack(batch), plan)
-        if not plan.top_k:
-            yield from outputs
-            return
-        order, scores = _top(outputs, plan.top_k)
-        for row_order, row_scores in zip(order, scores, strict=True):
-            names: Sequence[Any] = (
-                [plan.labels[i] for i in row_order]
-                if plan.labels is not None
-                else [int(i) for i in row_order]
-            )
-            yield list(zip(names, (float(s) for s in row_scores), strict=True))
+        yield from output_rows(_run(predict_fn, np.stack(batch), plan), plan)
 
     for row in rows:
         try:

@@ -118,6 +118,7 @@ class KerasEstimator(Estimator[KerasModel], KerasParams, MLReadable["KerasEstima
         session = SparkSession(
             dataset.sparkSession, model, name=self.uid, sync_interval=self.getSyncInterval(),
             batch_size=self.getBatchSize(), mode=self.getMode(), seed=self.getSeed(),
+            warm_up=False,  # the fit's own job starts at once: nothing to warm ahead of it
         )
         with session:
             history = session.fit(
@@ -162,7 +163,7 @@ def _fresh_model(data: bytes, learning_rate: float | None) -> keras.Model:
     """A compiled copy of the model, its optimizer at ``learning_rate`` when given."""
     from tensorspark.models.keras import rebuild_compiled
 
-    model = rebuild_compiled(data, what="the KerasEstimator's model")
+    model = rebuild_compiled(data, "the KerasEstimator's model")
     if learning_rate is not None:
         try:
             model.optimizer.learning_rate = learning_rate

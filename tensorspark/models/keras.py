@@ -149,7 +149,7 @@ def model_payload(model: keras.Model, custom_objects: Mapping[str, Any] | None) 
             layer missing from ``custom_objects``; the message names it).
     """
     data = keras_io.serialize_model(model)
-    copy = rebuild_compiled(data, custom_objects, what=f"model {model.name!r}")
+    copy = _rebuild(data, custom_objects, what=f"model {model.name!r}")
     return data, copy
 
 
@@ -246,22 +246,42 @@ def _groups(batches: Sequence[Block], max_steps: int) -> Iterator[Sequence[Block
             start = i
 
 
-def rebuild_compiled(data: bytes, custom_objects: Mapping[str, Any] | None = None, what: str = "the model") -> keras.Model:
-    """The compiled model from its ``.keras`` bytes (anywhere; thread-safe)."""
+def _rebuild(
+    data: bytes,
+    custom_objects: Mapping[str, Any] | None,
+    what: str = "the model",
+    mixed_precision: str | None = None,
+) -> keras.Model:
+    """The compiled model from its bytes (anywhere), under ``mixed_precision`` if given."""
     with warnings.catch_warnings():
         # The driver's optimizer is saved unbuilt (its variables are not shipped: each
         # worker keeps its own optimizer state), which Keras reports on every load.
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-        return keras_io.deserialize_model(data, custom_objects, compile=True, what=what)
+        return keras_io.deserialize_model(
+            data, custom_objects, compile=True, what=what, mixed_precision=mixed_precision
+        )
 
 
-def cached_core(key: str, payload: bytes | Callable[[], bytes], custom_objects: Mapping[str, Any] | None) -> CompiledModel:
+def rebuild_compiled(data: bytes, what: str = "the model") -> keras.Model:
+    """The compiled model from its ``.keras`` bytes, as the executors rebuild it (anywhere;
+    thread-safe): the driver-side copy a Spark ML fit trains."""
+    return _rebuild(data, None, what)
+
+
+def cached_core(
+    key: str,
+    payload: bytes | Callable[[], bytes],
+    custom_objects: Mapping[str, Any] | None,
+    mixed_precision: str | None = None,
+) -> CompiledModel:
     """This Python worker's :class:`CompiledModel` under ``key``, rebuilt from ``payload``
-    (bytes, or a function returning them, e.g. a broadcast's value) on first use (executor)."""
+    (bytes, or a function returning them, e.g. a broadcast's value) on first use (executor),
+    under the ``mixed_precision`` policy when given (:mod:`tensorspark.models.precision`);
+    the key must differ between policies."""
 
     def load() -> CompiledModel:
         data = payload() if callable(payload) else payload
-        return CompiledModel(rebuild_compiled(data, custom_objects))
+        return CompiledModel(_rebuild(data, custom_objects, mixed_precision=mixed_precision))
 
     return keras_io.cached(key, load)
 
@@ -281,6 +301,8 @@ class KerasModel:
         key: the run's cache key.
         custom_objects: custom Keras classes needed to rebuild the model.
         sync_interval: mini-batches per chunk (the length of one compiled loop).
+        mixed_precision: ``"mixed_float16"``/``"mixed_bfloat16"`` to train under that Keras
+            policy (float32 variables, so the weights moved stay float32), or ``None``.
     """
 
     def __init__(
@@ -289,8 +311,11 @@ class KerasModel:
         key: str | None = None,
         custom_objects: Mapping[str, Any] | None = None,
         sync_interval: int = 100,
+        mixed_precision: str | None = None,
     ) -> None:
-        self._core = cached_core(f"fit-{key or uuid.uuid4().hex}", payload, custom_objects)
+        self._core = cached_core(
+            f"fit-{key or uuid.uuid4().hex}-{mixed_precision}", payload, custom_objects, mixed_precision
+        )
         self._max_steps = max(1, int(sync_interval))
 
     @property
@@ -323,12 +348,16 @@ class KerasModel:
 
 @dataclass(frozen=True)
 class KerasLoader:
-    """Rebuilds a Keras model from ``.keras`` bytes on an executor (plain values only)."""
+    """Rebuilds a Keras model from ``.keras`` bytes on an executor (plain values only),
+    under the ``mixed_precision`` policy when given (outputs stay float32)."""
 
     custom_objects: Mapping[str, Any] | None = None
+    mixed_precision: str | None = None
 
     def load(self, payload: bytes) -> PredictFn:
-        model = keras_io.deserialize_model(payload, self.custom_objects, compile=False)
+        model = keras_io.deserialize_model(
+            payload, self.custom_objects, compile=False, mixed_precision=self.mixed_precision
+        )
         # predict_on_batch runs Keras's compiled predict step (traced once, retraces reduced)
         # without model.predict's per-call dataset set-up; same numbers as model.predict.
         return model.predict_on_batch  # type: ignore[no-any-return]

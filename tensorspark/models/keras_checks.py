@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark.conf import spark_conf
 from tensorspark.data import TrainingData, prepare_examples, preview
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.plan import plan_files
+from tensorspark.fileio.source import FileSource
+from tensorspark.fileio.spec import Feed
 
 if TYPE_CHECKING:
     import keras
@@ -209,15 +213,46 @@ def check_example(
 
 
 
+def feed_of(model: keras.Model, *, labels: bool = True) -> Feed:
+    """What the model takes per example, for data read from files (driver): the input's
+    shape and dtype, and the label's (class ids for sparse losses, the output's shape for
+    losses that compare with it, else as stored). ``labels=False``: no label is read."""
+    in_shape, out_shape = model_shapes(model)
+    in_dtype = np.dtype(str(model.inputs[0].dtype)).name
+    if not labels:
+        return Feed(in_shape, in_dtype)
+    if integer_labels(model):
+        return Feed(in_shape, in_dtype, (), "int64")
+    known = all(d is not None for d in out_shape)
+    if _loss_name(model.loss) in _DENSE_LOSSES and known:
+        return Feed(in_shape, in_dtype, tuple(int(d) for d in out_shape if d is not None), "float32")
+    return Feed(in_shape, in_dtype, None, "float32")
+
+
 def prepare_data(
-    data: Any, model: keras.Model, *, features_col: str, label_col: str, argument: str = "data"
+    data: Any,
+    model: keras.Model,
+    *,
+    features_col: str,
+    label_col: str,
+    argument: str = "data",
+    sc: Any = None,
 ) -> TrainingData:
-    """``data`` checked against the (compiled, checked-copy) model; runs one tiny job (driver).
+    """``data`` checked against the (compiled, checked-copy) model (driver).
+
+    An RDD or DataFrame costs one tiny job (its first example is checked); files
+    (``sps.files(...)``) are listed and their metadata checked, no row read (``sc`` gives
+    the Spark conf and the default number of partitions).
 
     Raises:
-        ConfigurationError: not an RDD/DataFrame, empty, a missing column, a column of an
+        ConfigurationError: not an RDD/DataFrame/files, empty, a missing column, a column of an
             unusable type, features that do not fit the input, labels that do not fit the loss.
     """
+    if isinstance(data, FileSource):
+        plan = plan_files(
+            spark_conf(sc), data, feed_of(model), default_partitions=sc.defaultParallelism, argument=argument
+        )
+        return TrainingData(files=plan, feed_dtypes=plan.spec.feed.dtypes)
     return prepare_examples(
         data,
         lambda x, y, what: check_example(model, x, y, what=what),

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.models import precision
 
 if TYPE_CHECKING:
     import keras
@@ -83,6 +84,7 @@ def deserialize_model(
     custom_objects: Mapping[str, Any] | None = None,
     compile: bool = True,
     what: str = "the model",
+    mixed_precision: str | None = None,
 ) -> keras.Model:
     """Rebuilds a Keras model from the bytes of a ``.keras`` file.
 
@@ -94,6 +96,9 @@ def deserialize_model(
             classes that are not registered with ``@keras.saving.register_keras_serializable``.
         compile: whether to restore the optimizer, loss and metrics (False for inference).
         what: how error messages name the model (e.g. ``"model='/models/a.keras'"``).
+        mixed_precision: ``"mixed_float16"`` or ``"mixed_bfloat16"``: rebuild the model
+            under that Keras dtype policy (float32 variables, outputs kept float32; see
+            :mod:`tensorspark.models.precision`); ``None``: as saved.
 
     Returns:
         The model.
@@ -113,10 +118,14 @@ def deserialize_model(
         with open(path, "wb") as f:
             f.write(data)
         config = _read_config(path, what)
+        if mixed_precision is not None:
+            with open(path, "wb") as f:
+                f.write(precision.mixed_archive(bytes(data), mixed_precision))
         try:
-            return keras.saving.load_model(
-                path, custom_objects=dict(custom_objects or {}), compile=compile
-            )
+            with precision.policy_scope(mixed_precision):
+                return keras.saving.load_model(
+                    path, custom_objects=dict(custom_objects or {}), compile=compile
+                )
         except Exception as err:
             missing = _unresolved_classes(config, custom_objects or {})
             if missing:

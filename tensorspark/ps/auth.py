@@ -2,23 +2,27 @@
 
 Every training run has a secret (``secrets.token_bytes(32)`` unless the user passes one)
 that the driver's server and the executors' clients share through the job's broadcast.
-The client signs each request; the server recomputes the signature and answers 401 to
+The client signs each request; the server recomputes the signatures and answers 401 to
 anything missing, wrong, tampered with or replayed, before it changes any state.
 
-What is signed (one line each, joined with ``\\n``)::
+A request carries two signatures (scheme ``TSPS3``), each a hex HMAC-SHA256 under the
+secret of these lines joined with ``\\n``:
 
-    TSPS2
-    <METHOD>
-    <path, query string included>
-    <hex digest of the body>
-    <timestamp, seconds since the epoch, as sent>
-    <nonce, 32 hex characters>
+* the **head signature**, in the ``X-Tensorspark-Head-Signature`` header, over
+  ``TSPS3-head``, the method, the path (query string included), the timestamp, the nonce
+  and the Content-Length. The server checks it before it reads or allocates any of the
+  body, so a client without the secret costs it no memory: a request with a large
+  declared body is refused after a few hundred bytes of headers (see
+  :mod:`tensorspark.ps.admission`).
+* the **body signature**, the request's last 64 bytes (counted in Content-Length), over
+  ``TSPS3``, the method, the path, the hex digest of the body, the timestamp and the
+  nonce. It travels after the body, so the client digests a large body piece by piece
+  right after sending each piece (while the server receives it), instead of a whole
+  extra pass over the body before its first byte leaves; the server digests pieces as
+  they land.
 
-The signature travels after the body: with a secret, a request's last 64 bytes are its
-hex HMAC (Content-Length counts them), and only the time and nonce are headers. So the
-client digests a large body piece by piece right after sending each piece (while the
-server receives it), instead of a whole extra pass over the body before its first byte
-leaves; the server digests pieces as they land.
+A client of an older scheme (``TSPS2``: time and nonce headers but no head signature)
+gets a 401 that says so and names the header.
 
 The body digest is a keyed one: the GMAC tag (AES-256-GCM's 128-bit authentication tag
 over the body, with nothing encrypted) under a key derived from the secret, with the
@@ -31,11 +35,11 @@ such as SHA-256 or BLAKE3: the digest is one pass over every byte on both sides,
 ``bench/ps_throughput.py`` on this machine over 100 MB: 8.3 GB/s (from memory; about
 25 GB/s from cache, measured by hand) against 5.0 GB/s for BLAKE3 and 1.4 GB/s for
 SHA-256. README gives what authentication costs in throughput. The server digests a
-large body incrementally as its pieces arrive (:class:`BlockHasher`). HMAC-SHA256 then
-signs the short request line that holds the digest.
+large body incrementally as its pieces arrive (:class:`BlockHasher`).
 
-A replay is refused by two checks: the timestamp must lie within ``window`` seconds of the
-server's clock, and a nonce is accepted once. The nonce cache is bounded: when it is
+A replay is refused by two checks on the head: the timestamp must lie within ``window``
+seconds of the server's clock, and a nonce is accepted once (it is remembered as soon as
+the head signature verifies, so a replayed head is refused before its body is read). The nonce cache is bounded: when it is
 full, the oldest nonces are dropped and the oldest timestamp still accepted is raised past
 theirs, so a dropped nonce can never be replayed (:class:`Verifier`).
 
@@ -68,14 +72,17 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tensorspark.errors import AuthenticationError, ConfigurationError
 
-SCHEME = "TSPS2"
+SCHEME = "TSPS3"
+_HEAD_SCHEME = "TSPS3-head"
 HEADER_TIME = "X-Tensorspark-Time"
 HEADER_NONCE = "X-Tensorspark-Nonce"
+#: The head signature (see the module docstring); new in scheme TSPS3.
+HEADER_HEAD = "X-Tensorspark-Head-Signature"
 #: Bytes after the body that hold the signature (hex HMAC-SHA256).
 TRAILER_BYTES = 64
 #: Default tolerated difference between the client's and the server's clocks, seconds.
 DEFAULT_WINDOW = 120.0
-#: Default number of nonces the server remembers (about 5 MB).
+#: Default number of nonces the server remembers (about 16 MiB when full).
 DEFAULT_NONCE_CACHE = 100_000
 MIN_SECRET_BYTES = 16
 _STATUS_PURPOSE = b"tensorspark status-read v1"
@@ -217,9 +224,17 @@ class BlockHasher:
 
 
 def sign(secret: bytes, method: str, path: str, digest: str, ts: str, nonce: str) -> str:
-    """The hex HMAC-SHA256 of one request under ``secret``. Pure; thread-safe."""
+    """The hex body signature (HMAC-SHA256) of one request under ``secret``: the
+    request's trailer. Pure; thread-safe."""
     message = "\n".join((SCHEME, method.upper(), path, digest, ts, nonce)).encode("utf-8")
     return hmac.digest(secret, message, "sha256").hex()
+
+
+def sign_head(secret: bytes, method: str, path: str, ts: str, nonce: str, length: int) -> str:
+    """The hex head signature (HMAC-SHA256) of one request under ``secret``, sent in the
+    :data:`HEADER_HEAD` header; ``length`` is its Content-Length. Pure; thread-safe."""
+    message = "\n".join((_HEAD_SCHEME, method.upper(), path, ts, nonce, str(length)))
+    return hmac.digest(secret, message.encode("utf-8"), "sha256").hex()
 
 
 def status_token(secret: bytes) -> str:
@@ -234,18 +249,22 @@ def status_token(secret: bytes) -> str:
 class Signing:
     """One request being signed while its body is sent (client side); see :class:`Signer`.
 
-    Send :attr:`headers`, then each chunk of the body after passing it to :meth:`update`,
-    then :meth:`trailer`. Not thread-safe; one request only.
+    ``size`` is the body's length without the trailer; send Content-Length
+    ``size + TRAILER_BYTES``. Send :attr:`headers`, then each chunk of the body after
+    passing it to :meth:`update`, then :meth:`trailer`. Not thread-safe; one request only.
     """
 
-    def __init__(self, secret: bytes, key: bytes, method: str, path: str, now: float | None) -> None:
+    def __init__(
+        self, secret: bytes, key: bytes, method: str, path: str, size: int, now: float | None
+    ) -> None:
         self._secret = secret
         self._method = method
         self._path = path
         self._ts = _timestamp(now)
         self._nonce = new_nonce()
         self._mac = _gmac(key, self._nonce)
-        self.headers = {HEADER_TIME: self._ts, HEADER_NONCE: self._nonce}
+        head = sign_head(secret, method, path, self._ts, self._nonce, size + TRAILER_BYTES)
+        self.headers = {HEADER_TIME: self._ts, HEADER_NONCE: self._nonce, HEADER_HEAD: head}
 
     def update(self, chunk: Any) -> None:
         """Digest the next chunk of the body, in the order sent."""
@@ -275,16 +294,20 @@ class Signer:
     def sign(self, method: str, path: str, body: Any, now: float | None = None) -> tuple[dict[str, str], bytes]:
         """The headers and the trailer of one request whose body is ``body`` (a buffer or
         a list of buffers, as sent); a fresh nonce each call. Send the trailer after the
-        body and count it in Content-Length."""
+        body; Content-Length must count both (the head signature covers it)."""
         ts = _timestamp(now)
         nonce = new_nonce()
-        digest = self._mac.digest(nonce, body)
+        parts = list(body) if isinstance(body, (list, tuple)) else [body]
+        length = sum(memoryview(p).nbytes for p in parts) + TRAILER_BYTES
+        digest = self._mac.digest(nonce, parts)
         trailer = sign(self.secret, method, path, digest, ts, nonce).encode("ascii")
-        return {HEADER_TIME: ts, HEADER_NONCE: nonce}, trailer
+        head = sign_head(self.secret, method, path, ts, nonce, length)
+        return {HEADER_TIME: ts, HEADER_NONCE: nonce, HEADER_HEAD: head}, trailer
 
-    def begin(self, method: str, path: str, now: float | None = None) -> Signing:
-        """Start signing a request whose body will be digested chunk by chunk as it is sent."""
-        return Signing(self.secret, self._key, method, path, now)
+    def begin(self, method: str, path: str, size: int, now: float | None = None) -> Signing:
+        """Start signing a request whose body of ``size`` bytes (trailer not counted) will
+        be digested chunk by chunk as it is sent."""
+        return Signing(self.secret, self._key, method, path, size, now)
 
 
 class Verifier:
@@ -317,21 +340,40 @@ class Verifier:
     def __repr__(self) -> str:
         return f"Verifier(window={self.window}, max_nonces={self.max_nonces}, secret=<hidden>)"
 
-    def precheck(self, headers: Mapping[str, str], now: float | None = None) -> tuple[float, str]:
-        """Check the headers' presence and the timestamp before the body is read.
+    def check_head(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        length: int,
+        now: float | None = None,
+    ) -> None:
+        """Accept a request's head, before its body is read, or raise.
 
-        Returns ``(timestamp, nonce)``.
+        Checks the headers' presence and form, that ``length`` (the Content-Length, already
+        parsed) leaves room for the trailer, the timestamp's window, the head signature,
+        and that the nonce is new; the nonce is then remembered, so the same head is
+        refused from now on.
 
         Raises:
-            AuthenticationError: headers missing or malformed, or the timestamp is outside
-                the window.
+            AuthenticationError: unsigned, signed with an older scheme, outside the window,
+                a wrong head signature, or a reused nonce.
         """
         ts_text = headers.get(HEADER_TIME)
         nonce = headers.get(HEADER_NONCE)
+        head = headers.get(HEADER_HEAD)
         if not ts_text or not nonce:
             raise AuthenticationError(
                 "the request is not signed: it needs the run's secret (X-Tensorspark-* headers)"
             )
+        if not head:
+            raise AuthenticationError(
+                f"the request is signed with an older scheme (TSPS2): it has no {HEADER_HEAD} "
+                f"header. This server speaks {SCHEME}: run the same tensorspark version on the "
+                "driver and the executors"
+            )
+        if length < TRAILER_BYTES:
+            raise AuthenticationError("the request is not signed: its body must end with the signature")
         try:
             ts = float(ts_text)
         except ValueError:
@@ -345,40 +387,15 @@ class Verifier:
                 f"the request's timestamp is {now - ts:+.1f}s off the server's clock (allowed: "
                 f"{self.window:g}s): a replayed request, or the clocks of driver and executor differ"
             )
-        return ts, nonce
-
-    def body_hasher(self, headers: Mapping[str, str], body: bytearray | memoryview) -> BlockHasher:
-        """The incremental digest of a body being received (after :meth:`precheck`)."""
-        return self._mac.hasher(headers[HEADER_NONCE], body)
-
-    def digest(self, headers: Mapping[str, str], body: Any) -> str:
-        """The digest of a complete body under this request's nonce (after :meth:`precheck`)."""
-        return self._mac.digest(headers[HEADER_NONCE], body)
-
-    def verify(
-        self,
-        method: str,
-        path: str,
-        digest: str,
-        headers: Mapping[str, str],
-        signature: bytes | bytearray | str,
-        now: float | None = None,
-    ) -> None:
-        """Accept a request or raise; a nonce is remembered only once the signature is valid.
-
-        ``signature`` is the request's trailer (the hex HMAC sent after the body).
-
-        Raises:
-            AuthenticationError: unsigned, bad signature, outside the window, nonce reused.
-        """
-        ts, nonce = self.precheck(headers, now)
-        expected = sign(self._secret, method, path, digest, headers[HEADER_TIME], nonce)
-        given = _ascii(signature) if isinstance(signature, str) else bytes(signature)
-        if not hmac.compare_digest(expected.encode(), given):
+        expected = sign_head(self._secret, method, path, ts_text, nonce, length)
+        if not hmac.compare_digest(expected.encode(), _ascii(head)):
             raise AuthenticationError(
                 "the request's signature is wrong: a different secret, or the request was altered"
             )
-        now = time.time() if now is None else now
+        self._remember(nonce, ts, now)
+
+    def _remember(self, nonce: str, ts: float, now: float) -> None:
+        """Accept ``nonce`` once; the cache stays bounded (see the module docstring)."""
         with self._lock:
             if ts <= self._floor or nonce in self._nonces:
                 raise AuthenticationError("the request was replayed (its nonce was used before)")
@@ -393,6 +410,37 @@ class Verifier:
                     self._floor = max(self._floor, oldest_ts)
                 else:
                     break
+
+    def body_hasher(self, headers: Mapping[str, str], body: bytearray | memoryview) -> BlockHasher:
+        """The incremental digest of a body being received (after :meth:`check_head`)."""
+        return self._mac.hasher(headers[HEADER_NONCE], body)
+
+    def digest(self, headers: Mapping[str, str], body: Any) -> str:
+        """The digest of a complete body under this request's nonce (after :meth:`check_head`)."""
+        return self._mac.digest(headers[HEADER_NONCE], body)
+
+    def check_body(
+        self,
+        method: str,
+        path: str,
+        digest: str,
+        headers: Mapping[str, str],
+        signature: bytes | bytearray | str,
+    ) -> None:
+        """Accept a body whose head :meth:`check_head` accepted, or raise.
+
+        ``digest`` is the body's (:meth:`digest`, :meth:`body_hasher`); ``signature`` the
+        request's trailer (the hex HMAC sent after the body).
+
+        Raises:
+            AuthenticationError: the body signature is wrong.
+        """
+        expected = sign(self._secret, method, path, digest, headers[HEADER_TIME], headers[HEADER_NONCE])
+        given = _ascii(signature) if isinstance(signature, str) else bytes(signature)
+        if not hmac.compare_digest(expected.encode(), given):
+            raise AuthenticationError(
+                "the request's signature is wrong: a different secret, or the request was altered"
+            )
 
     @property
     def status_token(self) -> str:

@@ -13,7 +13,12 @@ Connecting and reading have separate timeouts, like requests' ``(connect, read)`
 each connection attempt (TCP and TLS handshakes) gives up after ``connect_timeout``
 seconds, and never outlasts what is left of ``ps_timeout``, so a host that drops
 packets fails within ``ps_timeout``; once connected, the answer may take ``timeout``
-seconds (a sync-mode push waits for its round).
+seconds (a sync-mode push waits for its round), as long as the link carries packets. A
+link that stops carrying them (a cable pulled, a firewall dropping the port) must not
+leave a request waiting for that long: the connection has TCP keepalive probes every
+second and a TCP user timeout of ``ps_timeout`` (Linux), so data or probes left
+unanswered for ``ps_timeout`` fail the request with ``TimeoutError`` about a second later,
+and a shorter outage is ridden out by TCP's own retransmissions.
 
 Errors the server answered carry its HTTP ``status``; every
 :class:`~tensorspark.errors.ParameterServerError` raised here carries the request's
@@ -22,6 +27,15 @@ Errors the server answered carry its HTTP ``status``; every
 With a ``secret``, every request (each retry afresh) is signed as
 :mod:`tensorspark.ps.auth` describes; a 401 raises
 :class:`~tensorspark.errors.AuthenticationError` at once (retrying cannot help).
+
+On a connection that has had no request accepted yet, a body of at least
+:data:`~tensorspark.ps.admission.EXPECT_CONTINUE_FROM` bytes is sent only after the
+server has accepted its head (``Expect: 100-continue``), so a refusal (401, 413, 503)
+arrives before the body is sent. Once a request on the connection has been answered 200,
+large bodies go at once (the wait costs a round trip); a refusal then closes the
+connection mid-body, and the request is retried on a new one, which waits again. A 503 with ``Retry-After`` (the server
+is receiving as many bodies as it allows at once) is retried with backoff, like a
+network error, until ``ps_timeout``.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import random
 import socket
 import ssl
@@ -48,6 +63,7 @@ from tensorspark.errors import (
     ParameterServerError,
 )
 from tensorspark.ps import auth
+from tensorspark.ps.admission import EXPECT_CONTINUE_FROM
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +75,34 @@ _SEND_STEP = 1 << 20
 _HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
 _MAX_HEAD = 64 * 1024
 _MIN_CONNECT = 0.1  # the shortest connection attempt, even with the budget nearly spent
+
+
+def bound_dead_link(sock: socket.socket, ps_timeout: float) -> None:
+    """Make a connection fail about ``ps_timeout`` seconds after its link stops carrying packets.
+
+    TCP keepalive probes an idle connection (one waiting for an answer) every second, and
+    the TCP user timeout closes the connection once sent data or probes have gone
+    unacknowledged for ``ps_timeout``; a healthy link acknowledges the probes, however long
+    the server takes to answer. Options a platform lacks are left out (keepalive alone then
+    gives up after ``ps_timeout`` probes).
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    seconds = max(1, math.ceil(ps_timeout))
+    for name, value in (("TCP_KEEPIDLE", 1), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", seconds)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if user_timeout is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, user_timeout, int(ps_timeout * 1000))
+
+
+class _Busy(Exception):
+    """A 503 with ``Retry-After``: the server may take the request a moment later."""
+
+    def __init__(self, error: ParameterServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -140,6 +184,7 @@ class ParameterClient:
                 ) from None
         self._signer = None if secret is None else auth.Signer(auth.as_secret(secret))
         self._conn: socket.socket | None = None
+        self._proven = False  # a request on this connection was answered 200
 
     # ------------------------------------------------------------------ public calls
 
@@ -181,6 +226,7 @@ class ParameterClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._proven = False
 
     def __enter__(self) -> ParameterClient:
         return self
@@ -209,6 +255,7 @@ class ParameterClient:
             sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                bound_dead_link(sock, self.ps_timeout)
                 if self._ssl_context is not None:  # the handshake is part of connecting
                     sock = self._ssl_context.wrap_socket(sock, server_hostname=self._host)
                 sock.settimeout(self.timeout)
@@ -244,12 +291,16 @@ class ParameterClient:
             else:
                 try:
                     return self._send_once(sock, method, path, parts, content_type)
+                except _Busy as busy:
+                    failure = busy.error
                 except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
                     self.close()
                     if isinstance(err, TimeoutError) and attempt > 1:  # a read timeout on a retry
                         raise self._unreachable(err, budget, path) from None
                     failure = err
             if time.monotonic() + delay > deadline:
+                if isinstance(failure, ParameterServerError):
+                    raise failure from None
                 raise self._unreachable(failure, budget, path) from None
             logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, failure, delay)
             time.sleep(delay)
@@ -268,42 +319,65 @@ class ParameterClient:
         """
         size = wire.encoded_size(parts)
         signer = self._signer
+        length = size if signer is None else size + auth.TRAILER_BYTES
+        # On a connection not yet proven, a large body waits for the server to accept its head.
+        expect = length >= EXPECT_CONTINUE_FROM and not self._proven
         lines = [
             f"{method} {path} HTTP/1.1",
             f"Host: {self._host_header}",
             f"Content-Type: {content_type}",
-            f"Content-Length: {size if signer is None else size + auth.TRAILER_BYTES}",
+            f"Content-Length: {length}",
         ]
+        if expect:
+            lines.append("Expect: 100-continue")
         trailer = b""
         signing: auth.Signing | None = None
         if signer is not None:
             if size <= _SMALL_BODY:
                 auth_headers, trailer = signer.sign(method, path, parts)
             else:
-                signing = signer.begin(method, path)
+                signing = signer.begin(method, path, size)
                 auth_headers = signing.headers
             lines.extend(f"{k}: {v}" for k, v in auth_headers.items())
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        early = b""
         if size <= _SMALL_BODY:  # one send (and one packet) for headers, body and signature
             sock.sendall(b"".join([head, *parts, trailer]))
-        elif signing is None:
-            sock.sendall(head)
-            for chunk in wire.coalesce(parts):
-                sock.sendall(chunk)
         else:
-            # Each piece is digested right after it is sent, while the server receives
-            # it (from the CPU's cache when the core is not shared with many processes).
             sock.sendall(head)
-            for chunk in wire.coalesce(parts):
-                view = memoryview(chunk).cast("B")
-                for start in range(0, view.nbytes, _SEND_STEP):
-                    piece = view[start : start + _SEND_STEP]
-                    sock.sendall(piece)
-                    signing.update(piece)
-            sock.sendall(signing.trailer())
-        status, headers, early = self._read_head(sock)
+            if expect:
+                status, headers, early = self._read_head(sock)
+                if status != 100:  # refused before the body: the server closes the connection
+                    body = self._read_body(sock, headers, early)
+                    self.close()
+                    return self._answer(method, path, status, headers, body)
+            if signing is None:
+                for chunk in wire.coalesce(parts):
+                    sock.sendall(chunk)
+            else:
+                # Each piece is digested right after it is sent, while the server receives
+                # it (from the CPU's cache when the core is not shared with many processes).
+                for chunk in wire.coalesce(parts):
+                    view = memoryview(chunk).cast("B")
+                    for start in range(0, view.nbytes, _SEND_STEP):
+                        piece = view[start : start + _SEND_STEP]
+                        sock.sendall(piece)
+                        signing.update(piece)
+                sock.sendall(signing.trailer())
+        status, headers, early = self._read_head(sock, early)
+        while status == 100:  # an interim answer to a head this client did not hold back
+            status, headers, early = self._read_head(sock, early)
+        body = self._read_body(sock, headers, early)
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        elif status == 200:
+            self._proven = True
+        return self._answer(method, path, status, headers, body)
+
+    def _read_body(self, sock: socket.socket, headers: dict[str, str], early: bytes) -> bytearray:
+        """A response's body (``Content-Length`` bytes), ``early`` being its first bytes."""
         length_text = headers.get("content-length", "0")
-        if not length_text.isdigit():
+        if not length_text.isascii() or not length_text.isdigit():
             raise http.client.HTTPException(
                 f"the parameter server at {self.url} answered without a valid Content-Length: {length_text[:40]!r}"
             )
@@ -318,41 +392,53 @@ class ParameterClient:
                 raise http.client.IncompleteRead(bytes(body[:got]), length - got)
             got += n
         view.release()
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        if status != 200:
-            try:
-                message = json.loads(bytes(body).decode("utf-8")).get("error", "")
-            except ValueError:
-                message = bytes(body[:500]).decode("utf-8", "replace")
-            if status == 401:
-                raise AuthenticationError(
-                    f"the parameter server at {self.url} refused {method} {path}: {message}. "
-                    "The worker must use the secret of the run that started this server.",
-                    status=status,
-                    url=f"{self.url}{path}",
-                )
-            raise ParameterServerError(
-                f"parameter server {self.url}{path} answered {status}: {message}",
+        return body
+
+    def _answer(
+        self, method: str, path: str, status: int, headers: dict[str, str], body: bytearray
+    ) -> bytearray:
+        """``body`` of a 200; otherwise the error the server's answer means.
+
+        Raises:
+            AuthenticationError: 401.
+            _Busy: 503 with ``Retry-After`` (retried by the caller).
+            ParameterServerError: any other status, with the server's message.
+        """
+        if status == 200:
+            return body
+        try:
+            message = json.loads(bytes(body).decode("utf-8")).get("error", "")
+        except ValueError:
+            message = bytes(body[:500]).decode("utf-8", "replace")
+        if status == 401:
+            raise AuthenticationError(
+                f"the parameter server at {self.url} refused {method} {path}: {message}. "
+                "The worker must use the secret of the run that started this server.",
                 status=status,
                 url=f"{self.url}{path}",
             )
-        return body
+        error = ParameterServerError(
+            f"parameter server {self.url}{path} answered {status}: {message}",
+            status=status,
+            url=f"{self.url}{path}",
+        )
+        if status == 503 and "retry-after" in headers:
+            raise _Busy(error)
+        raise error
 
-    def _read_head(self, sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-        """Read a response's status line and headers; returns them and the body bytes
-        that arrived with them."""
-        data = b""
+    def _read_head(self, sock: socket.socket, data: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        """Read a response's status line and headers (``data``: bytes of it received
+        already); returns them and the body bytes that arrived with them."""
         while True:
-            chunk = sock.recv(_HEAD_READ)
-            if not chunk:
-                raise http.client.RemoteDisconnected(f"the parameter server at {self.url} closed the connection")
-            data += chunk
             end = data.find(b"\r\n\r\n")
             if end >= 0:
                 break
             if len(data) > _MAX_HEAD:
                 raise http.client.HTTPException(f"response headers from {self.url} exceed {_MAX_HEAD} bytes")
+            chunk = sock.recv(_HEAD_READ)
+            if not chunk:
+                raise http.client.RemoteDisconnected(f"the parameter server at {self.url} closed the connection")
+            data += chunk
         status_line, *header_lines = data[:end].decode("latin-1").split("\r\n")
         version, _, rest = status_line.partition(" ")
         code = rest[:3]

@@ -4,10 +4,17 @@ Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON)
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
 * ``GET  /pull``  -> wire(global params, {version})
-* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode}
+* ``POST /join``  JSON {partition, attempt} -> JSON {progress, version, mode} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
 * ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
 * ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
+
+Any other method on these paths gets 405 with an ``Allow`` header (``HEAD`` too, answered
+with headers only), any other path 404. No input is answered with a 5xx other than 503
+(bodies in flight at their limit; a ``Retry-After`` says the client may retry): what the
+head declares is checked before the body is read (:mod:`tensorspark.ps.admission`), and
+what the body holds before the store acts on it (:mod:`tensorspark.ps.validation`,
+:func:`tensorspark.wire.decode`).
 
 Requests are handled by a small :class:`tornado.httputil.HTTPMessageDelegate` instead of
 ``tornado.web``: request bodies are copied once into a buffer sized from Content-Length
@@ -15,8 +22,9 @@ and responses are written from the arrays' memory without joining them into one 
 which is what keeps a 100 MB model near the loopback's speed.
 
 A :class:`Router` is given everything it serves with through its constructor, as
-tornado's ``RequestHandler.initialize`` is: the store, the verifier, the body limit,
-whether the status is public and the function that makes ``/status``. It reads no other
+tornado's ``RequestHandler.initialize`` is: the store, the verifier, the request limits
+and the bodies in flight, whether the status is public and the function that makes
+``/status``. It reads no other
 object's attributes.
 
 Thread ownership: everything here runs on the server's loop thread, the thread that owns
@@ -25,7 +33,6 @@ the :class:`~tensorspark.ps.store.Store`, so handlers call the store directly.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,19 +41,21 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tornado import httputil
-from tornado.iostream import IOStream
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError
 
 from tensorspark import wire
 from tensorspark.errors import AuthenticationError, WireFormatError
 from tensorspark.ps import auth, dashboard
+from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Admission, Limits, content_length
 from tensorspark.ps.store import Store
-from tensorspark.ps.validation import RequestError, int_field
+from tensorspark.ps.validation import RequestError, check_json_depth, int_field
 
 logger = logging.getLogger(__name__)
 
 _DIRECT_READ_FROM = 1 << 20  # bodies this large are read straight into their buffer
 _DIRECT_READ_STEP = 1 << 20  # ... in steps of this size, hashed as each one lands
-_BODY_TIMEOUT = 600.0
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 _ROUTES = {
     ("POST", "/push"),
@@ -56,6 +65,8 @@ _ROUTES = {
     ("GET", "/status"),
     ("GET", "/"),  # the live dashboard (tensorspark.ps.dashboard)
 }
+#: The methods of each path, for 405 answers (their ``Allow`` header).
+_ALLOWED = {path: method for method, path in _ROUTES}
 
 #: Routes that only read the status: open to the read-only ``?token=`` (and to everyone
 #: with ``public_status=True``). The dashboard's ``("GET", "/")`` belongs here too.
@@ -68,7 +79,8 @@ class _Settings:
 
     store: Store
     verifier: auth.Verifier | None
-    max_body_bytes: int
+    limits: Limits
+    admission: Admission
     public_status: bool
     status: Callable[[], dict[str, Any]]
 
@@ -80,7 +92,9 @@ class Router(httputil.HTTPServerConnectionDelegate):
         store: the state requests read and change.
         verifier: checks signed requests; None serves unsigned ones (and refuses signed
             ones with a 400 that says so).
-        max_body_bytes: larger request bodies are refused with 413 before being read.
+        limits: the request limits (:class:`~tensorspark.ps.admission.Limits`): body
+            sizes, bodies in flight, the body timeout.
+        admission: the bodies in flight and the connection counters (loop thread).
         public_status: serve ``GET /status`` and ``GET /`` without authentication.
         status: makes the ``/status`` JSON (called on the loop thread).
     """
@@ -90,13 +104,12 @@ class Router(httputil.HTTPServerConnectionDelegate):
         store: Store,
         *,
         verifier: auth.Verifier | None,
-        max_body_bytes: int,
+        limits: Limits,
+        admission: Admission,
         public_status: bool,
         status: Callable[[], dict[str, Any]],
     ) -> None:
-        self._settings = _Settings(
-            store, verifier, int(max_body_bytes), bool(public_status), status
-        )
+        self._settings = _Settings(store, verifier, limits, admission, bool(public_status), status)
 
     def start_request(
         self, server_conn: object, request_conn: httputil.HTTPConnection
@@ -106,9 +119,11 @@ class Router(httputil.HTTPServerConnectionDelegate):
 
 def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]) -> dict[str, Any]:
     try:
-        obj = json.loads(bytes(body).decode("utf-8") or "{}")
-    except (UnicodeDecodeError, ValueError) as err:
-        raise RequestError(400, f"body is not valid JSON: {err}") from None
+        text = bytes(body).decode("utf-8")
+        check_json_depth(text)
+        obj = json.loads(text or "{}")
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise RequestError(400, f"body is not valid JSON: {type(err).__name__}: {err}") from None
     if not isinstance(obj, dict):
         raise RequestError(400, "body must be a JSON object")
     missing = [k for k in required if k not in obj]
@@ -117,14 +132,25 @@ def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]
     return obj
 
 
-class _Request(httputil.HTTPMessageDelegate):
-    """One HTTP request: body read into a preallocated buffer, response written zero-copy.
+def _shown(text: str) -> str:
+    """A path or method from the network, cut short for an error message."""
+    return text if len(text) <= 80 else text[:80] + "..."
 
-    With a secret, the body is digested as its chunks arrive and the signature that
-    follows it (:data:`~tensorspark.ps.auth.TRAILER_BYTES`) is checked in :meth:`finish`,
-    before the request is dispatched; an unsigned request is refused
-    once its (size-limited) body has been read and discarded, so the client always gets
-    the 401 rather than a reset connection.
+
+class _Request(httputil.HTTPMessageDelegate):
+    """One HTTP request: head checked first, body read into a buffer, response zero-copy.
+
+    :meth:`headers_received` checks the whole head (route, Content-Length, head
+    signature, room among the bodies in flight) before anything is allocated for the
+    body. A refused request is answered either after its body has been read and thrown
+    away a chunk at a time (bodies under
+    :data:`~tensorspark.ps.admission.EXPECT_CONTINUE_FROM`, so the client, which sent it
+    whole, reads the answer and keeps its connection), or at once, after which the
+    connection closes unread (larger bodies: our client waits for ``100 Continue``
+    before sending those). An accepted body must arrive within the body timeout; with a
+    secret it is digested as its chunks arrive and its signature (the trailer,
+    :data:`~tensorspark.ps.auth.TRAILER_BYTES`) is checked in :meth:`finish`, before the
+    request is dispatched. A client that goes away is logged at DEBUG and counted.
     """
 
     def __init__(self, settings: _Settings, conn: httputil.HTTPConnection) -> None:
@@ -134,13 +160,20 @@ class _Request(httputil.HTTPMessageDelegate):
         self.path = ""
         self.target = ""
         self.headers: httputil.HTTPHeaders | None = None
+        self.length = 0  # the declared body length, once checked
         self.body: bytearray | None = None
         self.received = 0
-        self.error: RequestError | None = None
+        self.error: RequestError | None = None  # answered once the body is drained
         self.responded = False
-        self.signed = False  # the body ends with the signature (auth.TRAILER_BYTES)
+        self.signed = False  # the head verified; the body ends with its signature
         self.payload_length = 0
         self.hasher: auth.BlockHasher | None = None
+        self.admitted = False  # holds room for ``length`` bytes in settings.admission
+        self.reading = False  # a body is expected and has not all arrived
+        self.timed_out = False
+        self.timer: object | None = None
+
+    # ------------------------------------------------------------------ the head
 
     def headers_received(
         self,
@@ -154,85 +187,85 @@ class _Request(httputil.HTTPMessageDelegate):
         self.path, _, query = start_line.path.partition("?")
         self.headers = headers
         try:
-            length = int(headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if (self.method, self.path) not in _ROUTES:
-            known = {p for _, p in _ROUTES}
-            code = 405 if self.path in known else 404
-            self._fail(RequestError(code, f"no endpoint {self.method} {self.path}"))
+            length = content_length(headers)
+        except RequestError as err:
+            self._refuse(err, None)
             return None
-        if length < 0:
-            self._fail(RequestError(400, "invalid Content-Length"))
+        try:
+            self._check_head(headers, query, length)
+        except RequestError as err:
+            self._refuse(err, length)
             return None
-        if length > settings.max_body_bytes:
-            self._fail(
+        if length and not settings.admission.admit(length):
+            settings.admission.count("busy_refusals")
+            limits = settings.limits
+            self._refuse(
                 RequestError(
-                    413,
-                    f"request body of {length} bytes exceeds the limit of {settings.max_body_bytes} bytes",
-                )
+                    503,
+                    f"the parameter server is receiving {settings.admission.bodies} request bodies "
+                    f"({settings.admission.bytes} bytes) at once, its limit (max_inflight_bodies="
+                    f"{limits.max_inflight_bodies}, max_inflight_bytes={limits.max_inflight_bytes}); "
+                    "retry shortly",
+                ),
+                length,
             )
             return None
-        verifier = settings.verifier
-        if verifier is None and auth.HEADER_NONCE in headers:
-            # A signed request's body ends with its signature, which this server would
-            # take for part of the body.
-            self._fail(
-                RequestError(
-                    400,
-                    "this parameter server does not check signatures (authenticate=False); "
-                    "create the client without secret=",
-                )
-            )
-            return None
-        signed = verifier is not None and not self._status_read_allowed(verifier, query)
-        if signed:
-            assert verifier is not None
-            try:
-                verifier.precheck(headers)
-            except AuthenticationError as err:
-                self.error = RequestError(401, str(err))  # answered once the body is drained
-                return None
-        if signed and length < auth.TRAILER_BYTES:
-            self.error = RequestError(
-                401, "the request is not signed: its body must end with the signature"
-            )
-            return None
+        self.admitted = length > 0
+        self.length = length
         self.body = settings.store.take_body(length)
-        self.signed = signed
-        self.payload_length = length - auth.TRAILER_BYTES if signed else length
+        self.payload_length = length - auth.TRAILER_BYTES if self.signed else length
+        self._expect_body(length)
         stream = getattr(self.conn, "stream", None)
         if length >= _DIRECT_READ_FROM and isinstance(stream, IOStream):
-            if signed:  # digested step by step as it lands; smaller bodies at once in finish()
-                assert verifier is not None
-                self.hasher = verifier.body_hasher(
+            if headers.get("Expect", "").lower() == "100-continue":
+                # Tornado would answer 100 only after awaiting what this returns, which
+                # waits for the body: answer it here.
+                del headers["Expect"]
+                stream.write(_CONTINUE)
+            if self.signed:  # digested step by step as it lands; smaller bodies at once in finish()
+                assert settings.verifier is not None
+                self.hasher = settings.verifier.body_hasher(
                     headers, memoryview(self.body)[: self.payload_length]
                 )
             return self._read_body_directly(stream, headers)
         return None
 
-    async def _read_body_directly(self, stream: IOStream, headers: httputil.HTTPHeaders) -> None:
-        """Read a large body from the socket straight into its buffer, hashing as it lands.
+    def _check_head(self, headers: httputil.HTTPHeaders, query: str, length: int) -> None:
+        """Refuse a head whose route, size or signature is wrong (nothing allocated yet).
 
-        Tornado awaits this before it reads the body itself, and reads the body's length
-        from the headers only afterwards; with the body consumed here, Content-Length is
-        set to 0 so it reads nothing more. This saves the two copies that Tornado's own
-        chunked reading makes (socket -> its buffer -> a chunk -> our buffer), about a
-        third of the server's time per 100 MB push.
+        Raises:
+            RequestError: 404/405 (route), 413 (size), 400 (signed to a server without a
+                secret), 401 (authentication).
         """
-        assert self.body is not None
-        view = memoryview(self.body)
-        total = len(self.body)
+        settings = self.settings
+        if (self.method, self.path) not in _ROUTES:
+            allowed = _ALLOWED.get(self.path)
+            if allowed is None:
+                raise RequestError(404, f"no endpoint {_shown(self.method)} {_shown(self.path)}")
+            raise RequestError(405, f"{_shown(self.method)} is not allowed on {self.path}; use {allowed}")
+        limit = settings.limits.max_body_bytes if self.path == "/push" else settings.limits.max_json_bytes
+        if length > limit:
+            raise RequestError(
+                413, f"request body of {length} bytes exceeds the limit of {limit} bytes"
+            )
+        verifier = settings.verifier
+        if verifier is None:
+            if auth.HEADER_NONCE in headers or auth.HEADER_HEAD in headers:
+                # A signed request's body ends with its signature, which this server would
+                # take for part of the body.
+                raise RequestError(
+                    400,
+                    "this parameter server does not check signatures (authenticate=False); "
+                    "create the client without secret=",
+                )
+            return
+        if self._status_read_allowed(verifier, query):
+            return
         try:
-            while self.received < total:
-                end = min(total, self.received + _DIRECT_READ_STEP)
-                await asyncio.wait_for(stream.read_into(view[self.received : end]), _BODY_TIMEOUT)  # type: ignore[arg-type]
-                self.received = end
-                if self.hasher is not None:
-                    self.hasher.advance(min(end, self.payload_length))
-        finally:
-            view.release()
-        headers["Content-Length"] = "0"
+            verifier.check_head(self.method, self.target, headers, length)
+        except AuthenticationError as err:
+            raise RequestError(401, str(err)) from None
+        self.signed = True
 
     def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
         if (self.method, self.path) not in _STATUS_ROUTES:
@@ -242,9 +275,112 @@ class _Request(httputil.HTTPMessageDelegate):
         token = parse_qs(query).get("token")
         return token is not None and len(token) > 0 and verifier.check_status_token(token[-1])
 
+    def _refuse(self, err: RequestError, length: int | None) -> None:
+        """Answer a refused head without allocating its body.
+
+        A small body (under ``EXPECT_CONTINUE_FROM``, sent by a client that does not
+        wait for ``100 Continue``) is read and discarded first, so the client, which
+        sent it whole, reads the answer and keeps its connection. Otherwise the answer
+        goes at once and the connection closes without reading the body.
+        """
+        assert self.headers is not None
+        expect = self.headers.get("Expect", "").lower() == "100-continue"
+        if length is not None and length < EXPECT_CONTINUE_FROM and not expect:
+            self.error = err
+            self._expect_body(length)
+            return
+        self.headers["Content-Length"] = "0"  # Tornado then reads nothing of the body
+        self.headers.pop("Transfer-Encoding", None)
+        self._fail(err, close=True)
+
+    # ------------------------------------------------------------------ the body
+
+    def _expect_body(self, length: int) -> None:
+        """Start the body timeout of a body of ``length`` bytes about to be read."""
+        if length > 0:
+            self.reading = True
+            self.timer = IOLoop.current().call_later(
+                self.settings.limits.body_timeout, self._body_timed_out
+            )
+
+    def _body_arrived(self) -> None:
+        self.reading = False
+        if self.timer is not None:
+            IOLoop.current().remove_timeout(self.timer)
+            self.timer = None
+
+    def _body_timed_out(self) -> None:
+        """The body did not arrive in time: answer 408 and close the connection."""
+        self.timer = None
+        if not self.reading:
+            return
+        self.reading = False
+        self.timed_out = True
+        timeout = self.settings.limits.body_timeout
+        self.settings.admission.count("body_timeouts")
+        logger.debug(
+            "parameter server: %s %s: %d of %d body bytes arrived within %gs; closing the connection",
+            self.method, self.path, self.received, self.length, timeout,
+        )
+        self._fail(
+            RequestError(408, f"the request body did not arrive within {timeout:g}s (body_timeout)"),
+            close=True,
+        )
+        self._release()
+        stream = getattr(self.conn, "stream", None)
+        if stream is not None:
+            stream.close()  # a pending read ends with StreamClosedError, handled quietly
+
+    def _connection_lost(self) -> None:
+        """The client closed the connection before the answer: normal, so DEBUG."""
+        if not self.responded and not self.timed_out:
+            self.settings.admission.count("client_hangups")
+            logger.debug(
+                "parameter server: %s %s: the client closed the connection %s",
+                self.method, self.path,
+                f"mid-body (a {self.length}-byte body, incomplete)" if self.reading else "before the answer",
+            )
+        self.responded = True
+        self._body_arrived()
+        self._release()
+
+    def _release(self) -> None:
+        """Give the body's room among the bodies in flight back (once)."""
+        if self.admitted:
+            self.admitted = False
+            self.settings.admission.release(self.length)
+
+    async def _read_body_directly(self, stream: IOStream, headers: httputil.HTTPHeaders) -> None:
+        """Read a large body from the socket straight into its buffer, hashing as it lands.
+
+        Tornado awaits this before it reads the body itself, and reads the body's length
+        from the headers only afterwards; with the body consumed here, Content-Length is
+        set to 0 so it reads nothing more. This saves the two copies that Tornado's own
+        chunked reading makes (socket -> its buffer -> a chunk -> our buffer), about a
+        third of the server's time per 100 MB push. A connection closed mid-body (by the
+        client, or by the body timeout) ends it quietly: Tornado would log an exception
+        escaping from here as an error.
+        """
+        assert self.body is not None
+        view = memoryview(self.body)
+        total = len(self.body)
+        try:
+            while self.received < total:
+                end = min(total, self.received + _DIRECT_READ_STEP)
+                await stream.read_into(view[self.received : end])  # type: ignore[arg-type]
+                self.received = end
+                if self.hasher is not None:
+                    self.hasher.advance(min(end, self.payload_length))
+            self._body_arrived()
+        except StreamClosedError:
+            self._connection_lost()
+        finally:
+            view.release()
+        headers["Content-Length"] = "0"
+
     def data_received(self, chunk: bytes) -> None:
         if self.body is None or self.responded:
-            return
+            return  # a refused request's body, read to be thrown away
         end = self.received + len(chunk)
         if end > len(self.body):
             self._fail(RequestError(400, "body longer than Content-Length"))
@@ -252,7 +388,19 @@ class _Request(httputil.HTTPMessageDelegate):
         self.body[self.received : end] = chunk
         self.received = end  # signed bodies read here are digested whole in finish()
 
+    def on_connection_close(self) -> None:
+        self._connection_lost()
+
+    # ------------------------------------------------------------------ the answer
+
     def finish(self) -> None:
+        self._body_arrived()
+        try:
+            self._answer()
+        finally:
+            self._release()
+
+    def _answer(self) -> None:
         if self.responded:
             return
         if self.error is not None:
@@ -273,10 +421,12 @@ class _Request(httputil.HTTPMessageDelegate):
                     else verifier.digest(self.headers, payload)
                 )
                 trailer = self.body[self.payload_length :]
-                verifier.verify(self.method, self.target, digest, self.headers, trailer)
+                verifier.check_body(self.method, self.target, digest, self.headers, trailer)
             except AuthenticationError as err:
                 self._fail(RequestError(401, str(err)))
                 return
+        if self.path != "/push":
+            self._release()  # the body is small and read: not in flight any more
         try:
             self._dispatch(payload)
         except WireFormatError as err:
@@ -299,10 +449,15 @@ class _Request(httputil.HTTPMessageDelegate):
             store.pull(self._respond)
         elif self.path == "/join":
             req = _json_object(payload, ("partition", "attempt"))
-            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt")))
+            peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
+            self._json(store.join(int_field(req, "partition"), int_field(req, "attempt"), peer))
         elif self.path == "/leave":
             req = _json_object(payload, ("partition", "attempt", "state"))
-            partition, state = int_field(req, "partition"), str(req["state"])
+            partition, state = int_field(req, "partition"), req["state"]
+            if state not in ("done", "failed"):
+                raise RequestError(
+                    400, f"field 'state' must be \"done\" or \"failed\", received {str(state)[:40]!r}"
+                )
             store.leave(partition, int_field(req, "attempt"), state)
             self._json({"ok": True})
         elif self.path == "/status":
@@ -310,19 +465,26 @@ class _Request(httputil.HTTPMessageDelegate):
         elif self.path == "/":
             self._respond(200, [dashboard.page()], dashboard.CONTENT_TYPE)
 
-    def on_connection_close(self) -> None:
-        self.responded = True
-
     def _json(self, obj: Mapping[str, Any]) -> None:
         self._respond(200, [json.dumps(obj).encode("utf-8")], "application/json")
 
-    def _fail(self, err: RequestError) -> None:
+    def _fail(self, err: RequestError, close: bool = False) -> None:
+        """Answer ``err``; ``close``: the connection closes after it (its body unread)."""
         self.settings.store.count_refused(err.code)
         logger.debug(
-            "parameter server: %s %s -> %s %s", self.method, self.path, err.code, err.message
+            "parameter server: %s %s -> %s %s",
+            _shown(self.method), _shown(self.path), err.code, err.message,
         )
+        extra = {"Connection": "close"} if close else {}
+        if err.code == 405:
+            extra["Allow"] = _ALLOWED.get(self.path, "")
+        elif err.code == 503:
+            extra["Retry-After"] = "1"
         self._respond(
-            err.code, [json.dumps({"error": err.message}).encode("utf-8")], "application/json"
+            err.code,
+            [json.dumps({"error": err.message}).encode("utf-8")],
+            "application/json",
+            headers=extra,
         )
 
     def _respond(
@@ -331,21 +493,24 @@ class _Request(httputil.HTTPMessageDelegate):
         parts: list[Any],
         content_type: str,
         on_sent: Callable[[], None] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Write the response from ``parts`` without copying them; once.
 
         ``on_sent`` is called once the socket no longer needs the parts' memory: when the
-        last part has been written, or at once if the client left.
+        last part has been written, or at once if the client left. The answer to a HEAD
+        request has the headers only.
         """
         last: Any = None
         if not self.responded:
             self.responded = True
             size = wire.encoded_size(parts)
-            headers = httputil.HTTPHeaders(
-                {"Content-Type": content_type, "Content-Length": str(size)}
+            head = httputil.HTTPHeaders(
+                {"Content-Type": content_type, "Content-Length": str(size), **(headers or {})}
             )
             reason = httputil.responses.get(code, "Unknown")
-            chunks = wire.coalesce([p for p in parts if memoryview(p).nbytes])
+            sent = [] if self.method == "HEAD" else parts
+            chunks = wire.coalesce([p for p in sent if memoryview(p).nbytes])
             # Headers and a small first chunk leave in one send (one TCP segment).
             first = (
                 chunks.pop(0)
@@ -354,7 +519,7 @@ class _Request(httputil.HTTPMessageDelegate):
             )
             try:
                 start = httputil.ResponseStartLine("HTTP/1.1", code, reason)
-                last = self.conn.write_headers(start, headers, first)
+                last = self.conn.write_headers(start, head, first)
                 for chunk in chunks:
                     last = self.conn.write(chunk)
                 self.conn.finish()

@@ -15,7 +15,8 @@ the loop, and waits for the result for at most :data:`LOOP_CALL_TIMEOUT` seconds
 on the loop thread itself (from an ``on_push`` callback), they run at once. While no loop
 runs (before :meth:`~ParameterServer.start`, after :meth:`~ParameterServer.stop`) they
 run on the caller's thread, one at a time. Settings fixed at construction (``host``,
-``mode``, ``combiner``, ``max_body_bytes``...) and ``port``/``url`` may be read anywhere.
+``mode``, ``combiner``, ``max_body_bytes``, ``limits``...) and ``port``/``url`` may be read
+anywhere.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ from tornado.netutil import bind_sockets
 
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
+from tensorspark.ps.admission import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_INFLIGHT_BODIES,
+    Admission,
+    Limits,
+)
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.http import Router
 from tensorspark.ps.store import MODES, Snapshot, Store
@@ -110,6 +117,13 @@ class ParameterServer:
             authentication. Otherwise they need a signed request or the read-only
             ``?token=`` (:func:`tensorspark.ps.auth.status_token`).
         auth_window: seconds a signed request's timestamp may differ from this clock.
+        body_timeout: seconds a request body may take to arrive after its head (default
+            600); a slower one is answered 408 and its connection closed.
+        max_inflight_bodies: most request bodies received at once (default 256); beyond,
+            a request is answered 503 with ``Retry-After`` before its body is read, and
+            :class:`~tensorspark.ps.client.ParameterClient` retries it.
+        max_inflight_bytes: most declared bytes of the bodies received at once (default
+            four times ``max_body_bytes``, at least 256 MiB); beyond, 503 likewise.
     """
 
     def __init__(
@@ -133,6 +147,9 @@ class ParameterServer:
         public_status: bool = False,
         auth_window: float = auth.DEFAULT_WINDOW,
         authenticate: bool = True,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        max_inflight_bodies: int = DEFAULT_INFLIGHT_BODIES,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self._store = Store(
             params,
@@ -158,6 +175,13 @@ class ParameterServer:
                 f"max_body_bytes must be a positive number of bytes. Received: max_body_bytes={max_body_bytes!r}"
             )
         self.max_body_bytes = int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
+        self.limits = Limits.make(
+            self.max_body_bytes,
+            body_timeout=body_timeout,
+            max_inflight_bodies=max_inflight_bodies,
+            max_inflight_bytes=max_inflight_bytes,
+        )
+        self._admission = Admission(self.limits)  # the loop thread's, like the store
         if not authenticate and secret is not None:
             raise ConfigurationError(
                 "secret= needs authenticate=True (a secret that is not checked protects nothing). "
@@ -290,7 +314,8 @@ class ParameterServer:
             router = Router(
                 self._store,
                 verifier=self._verifier,
-                max_body_bytes=self.max_body_bytes,
+                limits=self.limits,
+                admission=self._admission,
                 public_status=self.public_status,
                 status=self._status_here,
             )
@@ -300,7 +325,9 @@ class ParameterServer:
                 max_buffer_size=self.max_body_bytes + 1024,
                 chunk_size=1 << 20,
                 idle_connection_timeout=3600,
-                body_timeout=600,
+                # The body timeout is the request handler's own (a 408, counted); this
+                # one only backs it up.
+                body_timeout=self.limits.body_timeout + 60,
                 decompress_request=False,
                 ssl_options=self._ssl_context,
             )
@@ -453,6 +480,7 @@ class ParameterServer:
     def _status_here(self) -> dict[str, Any]:
         """The ``/status`` JSON, made on the store's owning thread."""
         status = self._store.status()
+        status.update(self._admission.status())
         now = time.time()
         status.update(
             authenticated=self._verifier is not None,

@@ -37,12 +37,24 @@ from tensorspark import wire
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
-from tensorspark.ps.validation import all_finite, check_tensors, finite_float, int_field
+from tensorspark.ps.validation import (
+    MAX_SAMPLES,
+    RequestError,
+    all_finite,
+    check_tensors,
+    finite_float,
+    int_field,
+)
 
 logger = logging.getLogger(__name__)
 
 MODES = ("async", "sync")
 _HISTORY = 2000
+#: Most partitions the worker table holds (until reset_progress()).
+MAX_WORKERS = 100_000
+#: Most entries of a push's ``metrics``, and the longest name (kept in the loss history).
+MAX_METRICS = 256
+MAX_METRIC_NAME = 200
 
 #: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
 #: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
@@ -72,6 +84,8 @@ class WorkerState:
     epoch: int = -1
     seq: int = -1
     loss: float | None = None
+    #: The worker's address as the server saw it when the worker joined (its executor's host).
+    host: str | None = None
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,12 +273,16 @@ class Store:
             if code == 401:
                 self._counters["unauthorized_requests"] += 1
 
-    def join(self, partition: int, attempt: int) -> dict[str, Any]:
-        """A worker starts (or restarts): returns its partition's progress and the version."""
-        worker = self._workers.get(partition)
-        if worker is None:
-            worker = self._workers[partition] = WorkerState(partition)
+    def join(self, partition: int, attempt: int, host: str | None = None) -> dict[str, Any]:
+        """A worker starts (or restarts) from ``host``: returns its partition's progress and
+        the version.
+
+        Raises:
+            RequestError: 400: a new partition beyond :data:`MAX_WORKERS`.
+        """
+        worker = self._worker(partition)
         worker.attempt = attempt
+        worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
         if self.mode == "sync" and partition in self._pending:
@@ -279,8 +297,12 @@ class Store:
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
-        """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored."""
-        worker = self._workers.setdefault(partition, WorkerState(partition))
+        """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored.
+
+        Raises:
+            RequestError: 400: a new partition beyond :data:`MAX_WORKERS`.
+        """
+        worker = self._worker(partition)
         if attempt == worker.attempt:
             worker.state = state
             worker.last_seen = time.time()
@@ -297,17 +319,35 @@ class Store:
         """Apply (or defer, in sync mode) one decoded push; ``respond`` is called once.
 
         Raises:
-            RequestError: 400: ``meta`` lacks an integer field, or the tensors do not
-                match the model's names, shapes and dtypes. Nothing has changed then.
+            RequestError: 400: ``meta`` lacks an integer field or has one out of range
+                (negative, beyond int64, ``samples`` beyond 2**53 - 1), has more than
+                :data:`MAX_METRICS` metrics or a longer name, a sync push's partition is not below
+                ``num_workers``, the worker table is full, or the tensors do not match the
+                model's names, shapes and dtypes. Nothing has changed then.
         """
         partition = int_field(meta, "partition")
         epoch = int_field(meta, "epoch")
         seq = int_field(meta, "seq")
         attempt = int_field(meta, "attempt")
-        samples = int_field(meta, "samples")
+        samples = int_field(meta, "samples", MAX_SAMPLES)
         base_version = int_field(meta, "base_version")
+        metrics = meta.get("metrics")
+        if isinstance(metrics, dict) and (
+            len(metrics) > MAX_METRICS or any(len(k) > MAX_METRIC_NAME for k in metrics)
+        ):
+            raise RequestError(
+                400,
+                f"meta 'metrics' must have at most {MAX_METRICS} entries with names of at most "
+                f"{MAX_METRIC_NAME} characters; received {len(metrics)} entries",
+            )
+        if self.mode == "sync" and self.num_workers is not None and partition >= self.num_workers:
+            raise RequestError(
+                400,
+                f"sync mode: a push's partition must be below num_workers={self.num_workers}, "
+                f"received {partition}",
+            )
         check_tensors(self._sets.current, tensors)
-        worker = self._workers.setdefault(partition, WorkerState(partition, attempt=attempt))
+        worker = self._worker(partition, attempt)
         worker.last_seen = time.time()
         worker.attempt = attempt
         if worker.state != "active":
@@ -374,6 +414,20 @@ class Store:
         if self.max_staleness is not None and self.version - base_version > self.max_staleness:
             return "stale"
         return "applied"
+
+    def _worker(self, partition: int, attempt: int = 0) -> WorkerState:
+        """The worker table's row of ``partition``, made when new (at most
+        :data:`MAX_WORKERS` rows)."""
+        worker = self._workers.get(partition)
+        if worker is None:
+            if len(self._workers) >= MAX_WORKERS:
+                raise RequestError(
+                    400,
+                    f"the parameter server tracks at most {MAX_WORKERS} partitions; received "
+                    f"partition {partition}",
+                )
+            worker = self._workers[partition] = WorkerState(partition, attempt=attempt)
+        return worker
 
     def _active_count(self) -> int:
         return max(1, sum(1 for w in self._workers.values() if w.state == "active"))

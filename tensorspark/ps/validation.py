@@ -1,21 +1,32 @@
 """What a request must satisfy before the parameter server's store acts on it.
 
-Values arriving from the network are checked here: integer fields of a push's metadata,
-tensors against the model's names, shapes and dtypes, finiteness of float arrays, and
-losses/metrics reduced to finite floats. A refused request raises :class:`RequestError`,
-which :mod:`tensorspark.ps.http` answers with its status code.
+Values arriving from the network are checked here: integer fields of a push's metadata
+(type and range: versions, sequence numbers and ids are non-negative and within int64,
+counts are bounded), the nesting of JSON bodies, tensors against the model's names,
+shapes and dtypes, finiteness of float arrays, and losses/metrics reduced to finite
+floats. A refused request raises :class:`RequestError`, which
+:mod:`tensorspark.ps.http` answers with its status code.
 
 Thread-safe: pure functions of their arguments.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 _FINITE_CHUNK = 1 << 16  # elements checked at a time: no n-byte temporary on huge arrays
+
+#: Largest value of an integer field (versions, sequence numbers, ids): int64's.
+INT64_MAX = (1 << 63) - 1
+#: Largest sample count of one push (exact as a float, which sync rounds weigh with).
+MAX_SAMPLES = (1 << 53) - 1
+#: Deepest nesting of arrays and objects accepted in a JSON body.
+MAX_JSON_DEPTH = 16
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
 class RequestError(Exception):
@@ -27,16 +38,61 @@ class RequestError(Exception):
         self.message = message
 
 
-def int_field(obj: Mapping[str, Any], key: str) -> int:
-    """``obj[key]``, which must be a JSON integer (not a bool, float or string).
+def int_field(obj: Mapping[str, Any], key: str, high: int = INT64_MAX) -> int:
+    """``obj[key]``, which must be a JSON integer (not a bool, float or string) from 0 to
+    ``high``.
 
     Raises:
-        RequestError: 400 naming the field and the value received.
+        RequestError: 400 naming the field, the range and the value received.
     """
     value = obj.get(key)
     if type(value) is not int:
-        raise RequestError(400, f"field {key!r} must be an integer, received {value!r}")
+        raise RequestError(400, f"field {key!r} must be an integer, received {_shown(value)}")
+    if not 0 <= value <= high:
+        raise RequestError(
+            400, f"field {key!r} must be an integer from 0 to {high}, received {_shown(value)}"
+        )
     return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: a value from the network may be megabytes long."""
+    if type(value) is int and not -(10**30) < value < 10**30:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def check_json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON text whose arrays and objects nest deeper than ``limit``.
+
+    One pass over the brackets and quotes (escapes inside strings respected), before the
+    text reaches the JSON parser, whose recursion a body like ``[[[[...`` would exhaust.
+
+    Raises:
+        RequestError: 400 naming the limit.
+    """
+    depth = 0
+    in_string = False
+    skip = -1
+    for match in _JSON_SPECIAL.finditer(text):
+        pos = match.start()
+        if pos == skip:  # the character after a backslash inside a string
+            continue
+        char = text[pos]
+        if in_string:
+            if char == "\\":
+                skip = pos + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                raise RequestError(400, f"JSON body nested deeper than {limit} levels")
+        elif char in "]}":
+            depth -= 1
 
 
 def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, np.ndarray]) -> None:

@@ -14,7 +14,9 @@ a bare path under                 HDFS, as ``hdfs://`` above (``spark.hdfs.dir``
 ================================  ==========================================================
 
 The WebHDFS address for ``hdfs://`` locations is, in this order: ``spark.tensorspark.webhdfs.url``,
-``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``.
+``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``
+(:func:`tensorspark.conf.spark_conf` fills in ``dfs.namenode.http-address`` from the driver's
+``hdfs-site.xml``, e.g. ``HADOOP_CONF_DIR``'s, when the Spark conf has neither).
 """
 
 from __future__ import annotations

@@ -10,8 +10,26 @@ storage and such a path.
 from __future__ import annotations
 
 import abc
+import builtins
+import contextlib
 import posixpath
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+#: Bytes one ranged read fetches at most (one HTTP request on WebHDFS): large enough that a
+#: request's overhead is small, small enough that a reader holds little.
+READ_BLOCK = 4 << 20
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """A file or directory seen by a listing: its absolute path, size in bytes, and kind."""
+
+    path: str
+    size: int
+    is_dir: bool
 
 
 class Storage(abc.ABC):
@@ -55,6 +73,49 @@ class Storage(abc.ABC):
 
         Raises:
             StorageError: ``path`` is not an existing directory or cannot be listed.
+        """
+
+    @abc.abstractmethod
+    def status(self, path: str) -> FileStatus | None:
+        """Return what is at ``path`` (size, file or directory), or None when nothing is.
+
+        Raises:
+            StorageError: the answer could not be obtained.
+        """
+
+    @abc.abstractmethod
+    def list_status(self, path: str) -> builtins.list[FileStatus]:
+        """Return the entries of directory ``path`` with their sizes, sorted by name.
+
+        One call (one WebHDFS request) however many entries there are.
+
+        Raises:
+            StorageError: ``path`` is not an existing directory or cannot be listed.
+        """
+
+    @abc.abstractmethod
+    def read_range(self, path: str, offset: int, length: int, block: int = READ_BLOCK) -> Iterator[bytes]:
+        """Yield the bytes ``[offset, offset + length)`` of the file at ``path``, in pieces of
+        at most ``block`` bytes, each fetched when the previous one has been taken.
+
+        Memory stays at one piece whatever the file's size; on WebHDFS each piece is one
+        request, so no connection is held open while the caller works on a piece. Reading
+        past the end yields what there is.
+
+        Raises:
+            StorageError: the file does not exist or cannot be read.
+        """
+
+    @abc.abstractmethod
+    def open_writer(self, path: str) -> contextlib.AbstractContextManager[BinaryIO]:
+        """A context manager giving a binary stream whose bytes become the file ``path``.
+
+        The bytes stream to a temporary name beside ``path`` (memory stays bounded), which
+        is renamed over ``path`` when the block ends without an error; on an error the
+        temporary file is removed and ``path`` is left as it was.
+
+        Raises:
+            StorageError: the write or the rename failed.
         """
 
     @abc.abstractmethod

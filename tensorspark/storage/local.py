@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from tensorspark.errors import StorageError
-from tensorspark.storage.base import Storage, temporary_name
+from tensorspark.storage.base import READ_BLOCK, FileStatus, Storage, temporary_name
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,54 @@ class LocalStorage(Storage):
     def list(self, path: str) -> list[str]:
         with self._converting("list", path):
             return sorted(os.listdir(path))
+
+    def status(self, path: str) -> FileStatus | None:
+        with self._converting("check", path):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return None
+        return FileStatus(path, 0 if stat.S_ISDIR(st.st_mode) else st.st_size, stat.S_ISDIR(st.st_mode))
+
+    def list_status(self, path: str) -> builtins.list[FileStatus]:
+        with self._converting("list", path):
+            out = []
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    is_dir = entry.is_dir()
+                    size = 0 if is_dir else entry.stat().st_size
+                    out.append(FileStatus(os.path.join(path, entry.name), size, is_dir))
+        return sorted(out, key=lambda f: f.path)
+
+    def read_range(self, path: str, offset: int, length: int, block: int = READ_BLOCK) -> Iterator[bytes]:
+        with self._converting("read", path), open(path, "rb") as handle:
+            handle.seek(offset)
+            left = length
+            while left > 0:
+                piece = handle.read(min(block, left))
+                if not piece:
+                    return
+                left -= len(piece)
+                yield piece
+
+    @contextlib.contextmanager
+    def open_writer(self, path: str) -> Iterator[BinaryIO]:
+        directory = os.path.dirname(path) or "."
+        tmp = temporary_name(path)
+        with self._converting("write", path):
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    yield handle
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            _fsync_directory(directory)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -18,7 +18,7 @@ from tensorspark.models.keras_checks import prepare_data
 from tensorspark.ps.server import ParameterServer
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import ServerHost, TrainingRun
-from tensorspark.training.tasks import dataframe_job, rdd_job
+from tensorspark.training.tasks import dataframe_job, files_job, rdd_job
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ def fit(
     progress: bool,
     tensorboard_dir: str | None,
     custom_objects: dict[str, Any] | None,
+    mixed_precision: str | None = None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
@@ -45,30 +46,40 @@ def fit(
     """
     settings = host.settings
     payload, checked = model_payload(model, custom_objects)
-    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data")
+    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
     val = None
     if validation_data is not None:
         val = prepare_data(
-            validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data"
+            validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data",
+            sc=sc,
         )
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
     initial = read_weights(model)
     snapshots = EpochSnapshots(lambda: host.server.params() if host.server is not None else {})
-    options = {"key": uuid.uuid4().hex, "custom_objects": custom_objects, "sync_interval": settings.sync_interval}
+    options = {
+        "key": uuid.uuid4().hex,
+        "custom_objects": custom_objects,
+        "sync_interval": settings.sync_interval,
+        "mixed_precision": mixed_precision,
+    }
     run = TrainingRun(sc, host)
 
     def make_job(server: ParameterServer, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), epochs, shuffle)
         common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
+        if train.files is not None:
+            return files_job(sc, train.files, **{k: v for k, v in common.items() if k != "feed_dtypes"})
         if train.rdd is not None:
             return rdd_job(train.rdd, feed_names=("features", "label"), **common)
         return dataframe_job(train.df, columns=("features", "label"), **common)
 
+    known_rows = train.files.rows if train.files is not None else None
     result = run.execute(
         initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
         progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=epochs,
+        total_samples=None if known_rows is None else known_rows * epochs,
     )
     assign_weights(model, result.params)
     validation = None
@@ -77,6 +88,7 @@ def fit(
         validation = run_evaluation(
             sc, payload, sets, val, custom_objects=custom_objects,
             batch_size=settings.batch_size, description=f"tensorspark {settings.name}: validation",
+            mixed_precision=mixed_precision,
         )
     params = {
         "epochs": epochs,

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import conf, connect, jobs
+from tensorspark import conf, connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
-from tensorspark.errors import ConfigurationError
+from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
@@ -226,6 +226,28 @@ class ServerHost:
             logger.exception("the final checkpoint of a failed run could not be written")
 
 
+def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> ExecutorLostError:
+    """What a sync run says when Spark lost an executor under it (driver).
+
+    A sync run is one Spark barrier stage, which Spark does not retry: losing one task's
+    executor fails the job at once. The message says why, where the partitions were
+    (the hosts the server saw them join from) and how to go on.
+    """
+    hosts = {int(w["partition"]): w.get("host") for w in status.get("workers", [])}
+    where = ", ".join(f"partition {p} at {hosts.get(p) or 'an unknown host'}" for p in err.partitions) or "a partition"
+    return ExecutorLostError(
+        f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync run "
+        "trains every partition in the same rounds, as one Spark barrier stage, and Spark does not "
+        "rerun a barrier stage whose task was lost, so the run stopped. The server had completed "
+        f"{status.get('round', 0)} rounds (version {status.get('version')}); with checkpoint_dir set, "
+        "the run's last checkpoint holds them: run again with resume=True to continue from there once "
+        "the cluster has a task slot per partition, or use mode='async', which carries on when "
+        "executors come and go.",
+        executors=err.executors,
+        partitions=err.partitions,
+    )
+
+
 def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
@@ -250,9 +272,18 @@ def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots (defaultParallelism={connect.default_parallelism(sc)}, "
-            f"spark.task.cpus={conf.cpus_per_task(sc)}). Repartition the data to at most {slots} partitions, add "
+            f"spark.task.cpus={conf.cpus_per_task(sc)}{_gpu_settings(sc)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
+
+
+def _gpu_settings(sc: Any) -> str:
+    """The GPU settings that bound the task slots, for messages ("" without GPUs)."""
+    settings = conf.spark_conf(sc)
+    if conf.gpu_amount(settings, conf.TASK_GPU_KEY) <= 0:
+        return ""
+    keys = (conf.TASK_GPU_KEY, conf.EXECUTOR_GPU_KEY, "spark.executor.cores")
+    return "".join(f", {key}={settings.get(key)}" for key in keys)
 
 
 class TrainingRun:
@@ -322,8 +353,9 @@ class TrainingRun:
             WorkerError: a task failed (or the error class a task raised, e.g.
                 DivergenceError); the message has the worker's traceback.
         """
-        check_partitions(self.sc, self.settings.mode, num_partitions)
         name = self.settings.name
+        gpus.plan(self.sc, f"tensorspark {name}")
+        check_partitions(self.sc, self.settings.mode, num_partitions)
         started = time.time()
         server = self.host.acquire(initial, num_partitions)
         self.host.listen(on_push)
@@ -382,9 +414,14 @@ class TrainingRun:
                     self.host.poll()
                     monitor.poll()
 
-                return jobs.run_job(
-                    self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
-                )
+                try:
+                    return jobs.run_job(
+                        self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                    )
+                except ExecutorLostError as err:
+                    if self.settings.mode != "sync":
+                        raise
+                    raise sync_executor_lost(err, server.status()) from None
             finally:
                 monitor.close()
         finally:

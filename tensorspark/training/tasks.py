@@ -4,8 +4,10 @@ Executor side: each task turns its partition into numpy blocks (RDD elements thr
 :func:`~tensorspark.data.rows_to_blocks`, DataFrame rows through Arrow), builds the model
 adapter for its kind and hands both to the one partition loop,
 :func:`tensorspark.worker.train_partition`; it returns the loop's statistics as one JSON
-line. Driver side: :func:`rdd_job` and :func:`dataframe_job` return a thunk that runs and
-collects the job (a barrier stage in sync mode).
+line. Files (``sps.files``) are read by the tasks themselves: :func:`files_partition_task`
+gets its shards and hands a :class:`~tensorspark.fileio.stream.FileEpochs` to the same
+loop. Driver side: :func:`rdd_job`, :func:`dataframe_job` and :func:`files_job` return a
+thunk that runs and collects the job (a barrier stage in sync mode).
 
 Only plain values (a broadcast handle, frozen dataclasses, strings) are captured by the
 functions shipped to executors; never the SparkContext or a session object.
@@ -15,13 +17,21 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tensorspark.data import Block, arrow_to_blocks, as_dtypes, rows_to_blocks
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.plan import FilePlan
+from tensorspark.fileio.shards import Shard
+from tensorspark.fileio.spec import ReadSpec
+from tensorspark.fileio.stream import FileEpochs
 from tensorspark.jobs import task_context
 from tensorspark.models.base import TrainableModel
+from tensorspark.partition import EpochSource
 from tensorspark.worker import WorkerConfig, train_partition
 
 #: The model kinds a training job can build (see :func:`build_adapter`).
@@ -29,14 +39,14 @@ KINDS = ("tf1", "keras")
 
 
 def build_adapter(kind: str, payload: Any, options: dict[str, Any]) -> TrainableModel:
-    """Build the model adapter for ``kind`` on an executor, with TF threads limited.
+    """Build the model adapter for ``kind`` on an executor, the worker prepared first
+    (its GPUs, TF threads: :func:`~tensorspark.tfthreads.prepare_worker`).
 
     ``payload`` is the broadcast's value. Runs on executors.
     """
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.tfthreads import prepare_worker
 
-    threads = task_cpus()
-    limit_tf_threads(threads)
+    threads = prepare_worker()
     if kind == "tf1":
         from tensorspark.models.tf1 import TF1Model
 
@@ -49,10 +59,33 @@ def build_adapter(kind: str, payload: Any, options: dict[str, Any]) -> Trainable
 
 
 def _train_blocks(
-    index: int, attempt: int, blocks: Iterator[Block], bcast: Any, kind: str, options: dict[str, Any], config: WorkerConfig
+    index: int,
+    attempt: int,
+    blocks: Iterator[Block] | EpochSource,
+    bcast: Any,
+    kind: str,
+    options: dict[str, Any],
+    config: WorkerConfig,
 ) -> str:
-    """Train one partition's blocks with the broadcast model; the statistics as JSON."""
+    """Train one partition's blocks with the broadcast model; the statistics as JSON, with
+    where the task ran (``placement``: worker, GPUs, ``CUDA_VISIBLE_DEVICES``, wall-clock
+    start and end).
+
+    The worker is prepared (GPUs placed) before the task joins the server, so a worker
+    pinned to other GPUs fails the task before it did anything.
+    """
+    from tensorspark.gpus import placement
+    from tensorspark.tfthreads import prepare_worker
+
+    started = time.time()
+    prepare_worker()
     stats = train_partition(index, attempt, blocks, config, lambda: build_adapter(kind, bcast.value, options))
+    stats["placement"] = {
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+        **placement(),
+        "started_at": started,
+        "ended_at": time.time(),
+    }
     return json.dumps(stats)
 
 
@@ -78,6 +111,34 @@ def barrier_partition_task(rows: Iterator[Any], **kwargs: Any) -> Iterator[str]:
     index, _ = task_context()
     assert index is not None
     yield from rdd_partition_task(index, rows, **kwargs)
+
+
+def files_partition_task(
+    index: int,
+    shards: Iterator[tuple[Shard, ...]],
+    *,
+    bcast: Any,
+    kind: str,
+    options: dict[str, Any],
+    config: WorkerConfig,
+    spec: ReadSpec,
+) -> Iterator[str]:
+    """``mapPartitionsWithIndex`` body over the plan's partitions (one element each: the
+    partition's shards): read them every epoch and train; yields one JSON line."""
+    _, attempt = task_context()
+    mine = [shard for element in shards for shard in element]
+    data = FileEpochs(
+        spec, mine, batch_size=config.batch_size, num_epoch=config.num_epoch,
+        shuffle=config.shuffle, seed=config.seed, partition=index,
+    )
+    yield _train_blocks(index, attempt, data, bcast, kind, options, config)
+
+
+def barrier_files_task(shards: Iterator[tuple[Shard, ...]], **kwargs: Any) -> Iterator[str]:
+    """``rdd.barrier().mapPartitions`` body for files in sync mode."""
+    index, _ = task_context()
+    assert index is not None
+    yield from files_partition_task(index, shards, **kwargs)
 
 
 def arrow_partition_task(
@@ -136,3 +197,21 @@ def dataframe_job(
     )
     barrier = config.mode == "sync"
     return lambda: [r.stats for r in df.select(*columns).mapInArrow(fn, "stats string", barrier=barrier).collect()]
+
+
+def files_job(
+    sc: Any,
+    plan: FilePlan,
+    *,
+    bcast: Any,
+    kind: str,
+    options: dict[str, Any],
+    config: WorkerConfig,
+) -> Callable[[], list[Any]]:
+    """A thunk that runs the training job over files: one task per partition of the plan,
+    each reading its own shards (barrier stage in sync mode)."""
+    rdd = sc.parallelize(list(plan.partitions), plan.num_partitions)
+    kwargs = dict(bcast=bcast, kind=kind, options=options, config=config, spec=plan.spec)
+    if config.mode == "sync":
+        return lambda: rdd.barrier().mapPartitions(functools.partial(barrier_files_task, **kwargs)).collect()
+    return lambda: rdd.mapPartitionsWithIndex(functools.partial(files_partition_task, **kwargs)).collect()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.errors import ConfigurationError, DivergenceError
+from tensorspark.errors import ConfigurationError, DivergenceError, WorkerPlacementError
 from tensorspark.tuning.feed import evaluation_dataset, training_dataset
 
 #: Longest traceback text kept per failed trial (the table stays readable).
@@ -39,6 +39,8 @@ class TrialConfig:
     seed: int
     early_stopping_patience: int | None
     return_weights: bool
+    #: Keras dtype policy ``build`` runs under (:mod:`tensorspark.models.precision`).
+    mixed_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class TrialResult:
         history: Per-epoch values of every metric Keras logged.
         started_at: Wall-clock time (``time.time()`` on the executor) the trial started.
         worker: ``host:pid`` of the Python worker that ran it.
+        gpus: The GPU addresses Spark assigned the trial's task (empty without GPU
+            scheduling); its TensorFlow saw only those.
     """
 
     index: int
@@ -76,6 +80,7 @@ class TrialResult:
     history: dict[str, list[float]] = field(default_factory=dict)
     started_at: float | None = None
     worker: str | None = None
+    gpus: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -157,15 +162,23 @@ def run_trial(
     Not thread-safe: it seeds Keras's process-wide random state.
 
     Never raises for a failure of the user's code: the error comes back in the result,
-    so one bad trial does not fail the Spark job or the other trials.
+    so one bad trial does not fail the Spark job or the other trials. The one exception
+    is a Python worker pinned to other GPUs than the task's: that fails the task, so
+    Spark retries it in a fresh worker (see :mod:`tensorspark.gpus`).
 
     Returns:
         A dict of plain values: ``index``, ``params``, ``score``, ``epochs``,
         ``elapsed_s``, ``error``, ``traceback``, ``history``, ``started_at``, ``worker``,
-        ``weights`` (a list of numpy arrays of the best epoch, or ``None``) and, for a
-        trial that succeeded, ``train_s`` (``elapsed_s`` without TensorFlow's import).
+        ``gpus`` (the task's GPU addresses), ``weights`` (a list of numpy arrays of the
+        best epoch, or ``None``) and, for a trial that succeeded, ``train_s``
+        (``elapsed_s`` without TensorFlow's import).
+
+    Raises:
+        WorkerPlacementError: this reused Python worker runs on other GPUs (retry-safe).
     """
-    from tensorspark.tfthreads import limit_tf_threads, task_cpus
+    from tensorspark.gpus import task_gpus
+    from tensorspark.models.precision import policy_scope
+    from tensorspark.tfthreads import prepare_worker
 
     start = trained_from = time.monotonic()
     out: dict[str, Any] = {
@@ -180,14 +193,16 @@ def run_trial(
         "weights": None,
         "started_at": time.time(),
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "gpus": list(task_gpus() or ()),
     }
     try:
-        limit_tf_threads(task_cpus())
+        prepare_worker()
         import keras
 
         trained_from = time.monotonic()  # after a fresh worker's TensorFlow import
         keras.utils.set_random_seed(config.seed + trial.index)
-        model = build(dict(trial.params))
+        with policy_scope(config.mixed_precision):
+            model = build(dict(trial.params))
         if not isinstance(model, keras.Model):
             raise TypeError(
                 f"build(params) must return a compiled keras.Model. Received: {type(model)!r}"
@@ -221,6 +236,8 @@ def run_trial(
         out["score"] = tracker.best
         if config.return_weights:
             out["weights"] = tracker.best_weights
+    except WorkerPlacementError:
+        raise  # the task must fail: Spark's retry gets a fresh worker
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, not a crash
         out["error"] = f"{type(err).__name__}: {err}"
         out["traceback"] = traceback.format_exc()[-MAX_TRACEBACK_CHARS:]

@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,10 @@ POLL_INTERVAL_S = 0.25
 LOG_TAIL_CHARS = 4000
 
 
-def free_port() -> int:
-    """A loopback port free right now (the OS picks it)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -90,15 +90,29 @@ class _Daemon:
     log: Path
 
 
+@dataclass(frozen=True)
+class WorkerHost:
+    """Where one Worker runs: the address it binds and advertises, and the command prefix
+    that starts it there (e.g. ``("ip", "netns", "exec", "ns0")`` for a network namespace)."""
+
+    address: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+
+
 @dataclass
 class StandaloneCluster:
-    """A running standalone cluster: one Master and :data:`WORKERS` Workers on 127.0.0.1.
+    """A running standalone cluster: one Master and :data:`WORKERS` Workers.
+
+    By default everything runs on 127.0.0.1; ``tests/netns`` puts the Master and the driver
+    on a bridge's address and each Worker in its own network namespace (``worker_hosts``).
 
     Attributes:
-        master_url: ``spark://127.0.0.1:<port>``.
-        web_url: the Master's web UI, ``http://127.0.0.1:<port>``.
+        master_url: ``spark://<host>:<port>``.
+        web_url: the Master's web UI, ``http://<host>:<port>``.
         spark_home: the pyspark package folder (the Spark jars and ``bin/spark-class``).
-        root: the temporary folder with the ``logs/`` and ``work/`` of the daemons.
+        root: the temporary folder with the ``logs/``, ``work/`` and ``local/`` of the daemons.
+        host: the address of the Master and of the driver.
+        worker_hosts: where each Worker runs.
         startup_s: seconds from launching the Master until every Worker had registered.
     """
 
@@ -106,6 +120,8 @@ class StandaloneCluster:
     web_url: str
     spark_home: str
     root: Path
+    host: str = "127.0.0.1"
+    worker_hosts: tuple[WorkerHost, ...] = tuple(WorkerHost() for _ in range(WORKERS))
     startup_s: float = 0.0
     daemons: list[_Daemon] = field(default_factory=list)
 
@@ -138,15 +154,16 @@ class StandaloneCluster:
     def app_conf(self) -> dict[str, str]:
         """The Spark settings of every application on this cluster, in-process or submitted.
 
-        Loopback only, one core per executor and at most every core of the cluster, so one
-        application at a time gets both Workers; ``spark-submit`` tests pass these as ``--conf``.
+        The driver on the cluster's host, one core per executor and at most every core of
+        the cluster, so one application at a time gets both Workers; ``spark-submit`` tests
+        pass these as ``--conf``.
         """
         return {
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": self.host,
+            "spark.driver.bindAddress": self.host,
             "spark.pyspark.python": sys.executable,
             "spark.executor.cores": "1",
-            "spark.cores.max": str(WORKERS * WORKER_CORES),
+            "spark.cores.max": str(len(self.worker_hosts) * WORKER_CORES),
             "spark.executor.memory": "1g",
             "spark.ui.enabled": "false",
             "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
@@ -159,15 +176,15 @@ class StandaloneCluster:
         if active is not None and active.master == self.master_url:
             active.stop()
 
-    def context(self, app_name: str, executors: int = WORKERS * WORKER_CORES, **conf: str) -> SparkContext:
+    def context(self, app_name: str, executors: int | None = None, **conf: str) -> SparkContext:
         """A SparkContext on this cluster, returned once ``executors`` executors have registered.
 
         Stops the process's active SparkContext first (one per process).
 
         Args:
             app_name: the application name.
-            executors: how many executors to wait for (0 with dynamic allocation, which
-                starts them only when tasks wait).
+            executors: how many executors to wait for (default: one per Worker core; 0 with
+                dynamic allocation, which starts them only when tasks wait).
             **conf: more Spark settings; pass dotted keys with ``**{"spark.x": "v"}``.
         """
         active = SparkContext._active_spark_context  # noqa: SLF001
@@ -178,6 +195,8 @@ class StandaloneCluster:
             spark_conf.set(key, value)
         sc = SparkContext(conf=spark_conf)
         sc.setLogLevel("ERROR")
+        if executors is None:
+            executors = len(self.worker_hosts) * WORKER_CORES
         expected = executors + 1  # executors plus the driver's block manager
 
         def executors_up() -> bool:
@@ -211,11 +230,13 @@ def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None
         os.killpg(process.pid, sig)  # started with start_new_session: pgid == pid
 
 
-def _launch(cluster: StandaloneCluster, name: str, args: list[str], env: dict[str, str]) -> None:
+def _launch(
+    cluster: StandaloneCluster, name: str, args: list[str], env: dict[str, str], prefix: tuple[str, ...] = ()
+) -> None:
     log = cluster.root / "logs" / f"{name}.log"
     with log.open("wb") as stream:
         process = subprocess.Popen(
-            [str(Path(cluster.spark_home) / "bin" / "spark-class"), *args],
+            [*prefix, str(Path(cluster.spark_home) / "bin" / "spark-class"), *args],
             stdin=subprocess.DEVNULL,
             stdout=stream,
             stderr=subprocess.STDOUT,
@@ -226,39 +247,122 @@ def _launch(cluster: StandaloneCluster, name: str, args: list[str], env: dict[st
     cluster.daemons.append(_Daemon(name, process, log))
 
 
-def new_cluster(root: Path) -> StandaloneCluster:
-    """Describes a cluster under ``root`` on free loopback ports; starts nothing."""
-    (root / "logs").mkdir()
-    (root / "work").mkdir()
+def new_cluster(
+    root: Path, host: str = "127.0.0.1", worker_hosts: tuple[WorkerHost, ...] | None = None
+) -> StandaloneCluster:
+    """Describes a cluster under ``root`` with its Master on free ports of ``host``; starts nothing."""
+    for folder in ("logs", "work", "local"):
+        (root / folder).mkdir()
     return StandaloneCluster(
-        master_url=f"spark://127.0.0.1:{free_port()}",
-        web_url=f"http://127.0.0.1:{free_port()}",
+        master_url=f"spark://{host}:{free_port(host)}",
+        web_url=f"http://{host}:{free_port(host)}",
         spark_home=str(Path(pyspark.__file__).resolve().parent),
         root=root,
+        host=host,
+        worker_hosts=worker_hosts if worker_hosts is not None else tuple(WorkerHost() for _ in range(WORKERS)),
     )
 
 
-def start_cluster(cluster: StandaloneCluster) -> None:
-    """Starts the Master and Workers and waits for every Worker to register.
-
-    Each process is recorded on ``cluster`` as soon as it is launched, so
-    :meth:`StandaloneCluster.stop` stops it even when start-up fails.
-    """
-    root, spark_home = cluster.root, cluster.spark_home
-    port = cluster.master_url.rsplit(":", 1)[1]
-    web_port = cluster.web_url.rsplit(":", 1)[1]
-    env = {
+def _daemon_env(cluster: StandaloneCluster, local_ip: str) -> dict[str, str]:
+    return {
         **os.environ,
-        "SPARK_HOME": spark_home,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(root / "logs"),
-        "SPARK_WORKER_DIR": str(root / "work"),
+        "SPARK_HOME": cluster.spark_home,
+        "SPARK_LOCAL_IP": local_ip,
+        "SPARK_LOG_DIR": str(cluster.root / "logs"),
+        "SPARK_WORKER_DIR": str(cluster.root / "work"),
         "SPARK_DAEMON_MEMORY": "512m",
         # The Master's REST submission server would take the fixed port 6066: not needed.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "PYSPARK_PYTHON": sys.executable,
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
+
+
+def start_worker(
+    cluster: StandaloneCluster,
+    index: int,
+    cores: int = WORKER_CORES,
+    worker_opts: Callable[[int], list[str]] | None = None,
+) -> None:
+    """Launches Worker ``index`` on its host (its folders under the cluster's root); returns at once.
+
+    ``cores`` is what the Worker offers; ``worker_opts(index)`` gives its Java ``-D`` settings
+    (``SPARK_WORKER_OPTS``), e.g. the GPU resources it declares.
+
+    Its executors keep their scratch files (Spark's block manager, tensorspark's spill files)
+    under ``local/worker-<index>``; the Worker deletes an application's folders there when
+    the application ends.
+    """
+    where = cluster.worker_hosts[index]
+    work_dir = cluster.root / "work" / f"worker-{index}"
+    local_dir = cluster.root / "local" / f"worker-{index}"
+    work_dir.mkdir(exist_ok=True)
+    local_dir.mkdir(exist_ok=True)
+    env = {**_daemon_env(cluster, where.address), "SPARK_LOCAL_DIRS": str(local_dir)}
+    if worker_opts is not None:
+        env["SPARK_WORKER_OPTS"] = " ".join(worker_opts(index))
+    _launch(
+        cluster,
+        f"worker-{index}",
+        [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            where.address,
+            "--webui-port",
+            "0",
+            "--cores",
+            str(cores),
+            "--memory",
+            WORKER_MEMORY,
+            "--work-dir",
+            str(work_dir),
+            cluster.master_url,
+        ],
+        env,
+        where.prefix,
+    )
+
+
+def _alive(cluster: StandaloneCluster, what: str, done: Any) -> Any:
+    """``done`` wrapped to fail at once, with the logs, when a daemon has exited."""
+
+    def check() -> Any:
+        exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
+        if exited:
+            pytest.fail(f"{', '.join(exited)} exited while waiting for {what}.\n{cluster.log_tails()}")
+        return done()
+
+    return check
+
+
+def wait_workers(cluster: StandaloneCluster, count: int) -> None:
+    """Waits (bounded) until ``count`` Workers are ALIVE at the Master."""
+    poll(
+        _alive(cluster, "the Workers", lambda: cluster.alive_workers() >= count),
+        START_TIMEOUT_S,
+        f"{count} workers to register",
+        cluster.log_tails,
+    )
+
+
+def start_cluster(
+    cluster: StandaloneCluster,
+    cores: int = WORKER_CORES,
+    worker_opts: Callable[[int], list[str]] | None = None,
+) -> None:
+    """Starts the Master and Workers and waits for every Worker to register.
+
+    Each process is recorded on ``cluster`` as soon as it is launched, so
+    :meth:`StandaloneCluster.stop` stops it even when start-up fails.
+
+    Args:
+        cluster: from :func:`new_cluster`.
+        cores: cores each Worker offers.
+        worker_opts: ``worker_opts(index)``: Java ``-D`` settings of Worker ``index``
+            (``SPARK_WORKER_OPTS``), e.g. the GPU resources it declares.
+    """
+    port = cluster.master_url.rsplit(":", 1)[1]
+    web_port = cluster.web_url.rsplit(":", 1)[1]
     started = time.monotonic()
     _launch(
         cluster,
@@ -266,59 +370,21 @@ def start_cluster(cluster: StandaloneCluster) -> None:
         [
             "org.apache.spark.deploy.master.Master",
             "--host",
-            "127.0.0.1",
+            cluster.host,
             "--port",
             port,
             "--webui-port",
             web_port,
         ],
-        env,
+        _daemon_env(cluster, cluster.host),
     )
-
-    def alive(what: str, done: Any) -> Any:
-        def check() -> Any:
-            exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
-            if exited:
-                pytest.fail(
-                    f"{', '.join(exited)} exited while waiting for {what}.\n{cluster.log_tails()}"
-                )
-            return done()
-
-        return check
-
     # Workers that find no Master back off for 5-15 s before retrying: start them once the
     # Master answers, and they register at their first attempt.
-    poll(alive("the Master", cluster.status), START_TIMEOUT_S, "the Master", cluster.log_tails)
+    poll(_alive(cluster, "the Master", cluster.status), START_TIMEOUT_S, "the Master", cluster.log_tails)
     master_up = time.monotonic() - started
-    for index in range(WORKERS):
-        work_dir = root / "work" / f"worker-{index}"
-        work_dir.mkdir()
-        _launch(
-            cluster,
-            f"worker-{index}",
-            [
-                "org.apache.spark.deploy.worker.Worker",
-                "--host",
-                "127.0.0.1",
-                "--webui-port",
-                "0",
-                "--cores",
-                str(WORKER_CORES),
-                "--memory",
-                WORKER_MEMORY,
-                "--work-dir",
-                str(work_dir),
-                cluster.master_url,
-            ],
-            env,
-        )
-
-    poll(
-        alive("the Workers", lambda: cluster.alive_workers() >= WORKERS),
-        START_TIMEOUT_S,
-        f"{WORKERS} workers to register",
-        cluster.log_tails,
-    )
+    for index in range(len(cluster.worker_hosts)):
+        start_worker(cluster, index, cores, worker_opts)
+    wait_workers(cluster, len(cluster.worker_hosts))
     cluster.startup_s = time.monotonic() - started
     logger.info(
         "Standalone cluster %s up in %.1fs (Master answered after %.1fs)",

@@ -8,6 +8,7 @@ Connect server, the default under Connect).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -77,7 +78,7 @@ def test_sync_mode_runs_as_one_barrier_stage(spark: Any, frames: tuple[Any, Any]
     # One push per chunk of 5 batches of 50 rows; a round waits for every partition still
     # training, so there are as many rounds (versions) as the longest partition has chunks.
     sizes = [r["n"] for r in train.groupBy(F.spark_partition_id()).agg(F.count("*").alias("n")).collect()]
-    chunks = [-(-(-(-n // 50)) // 5) for n in sizes]
+    chunks = [math.ceil(math.ceil(n / 50) / 5) for n in sizes]
     assert len(sizes) == 2 and ks.last_run is not None
     assert ks.last_run.version == max(chunks)
     assert ks.last_run.status["applied_pushes"] == sum(chunks)

@@ -49,9 +49,11 @@ def test_status_with_the_secret_prints_the_table(server: ParameterServer, capsys
     assert "pushes applied 3  duplicate 0  stale 0  diverged 0  samples 30" in out
     assert "global loss 2  accuracy 0.25 (moving average of the last 20 pushes)" in out
     table = _table(out)
-    assert table[0] == ["partition", "attempt", "state", "pushes", "samples", "last", "seen", "staleness", "epoch", "loss"]
+    assert table[0] == ["partition", "attempt", "state", "pushes", "samples", "last", "seen", "staleness", "epoch", "loss", "host"]
     assert [row[:5] for row in table[1:]] == [["0", "0", "active", "2", "20"], ["1", "0", "done", "1", "10"]]
-    assert [row[-1] for row in table[1:]] == ["2", "3"]
+    assert [row[-2] for row in table[1:]] == ["2", "3"]
+    # Where each worker joined from, as the server saw it.
+    assert [row[-1] for row in table[1:]] == ["127.0.0.1", "127.0.0.1"]
     assert all(row[6] == "ago" for row in table[1:])
 
 

@@ -116,3 +116,18 @@ def test_an_unreachable_server_error_carries_the_url() -> None:
         with pytest.raises(ParameterServerConnectionError) as info:
             client.join(0, 0)
     assert info.value.url == f"http://127.0.0.1:{port}/join" and info.value.status is None
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="TCP_USER_TIMEOUT is Linux's")
+def test_a_dead_link_stalls_a_request_for_ps_timeout_at_most() -> None:
+    # Probed every second while waiting for an answer, and closed once data or probes go
+    # unacknowledged for ps_timeout: tests/netns cuts a real link under a run.
+    with ParameterServer({"w": np.zeros(3, np.float32)}) as server:
+        with ParameterClient(server.url, ps_timeout=7.5, **server.client_options()) as client:
+            client.pull()
+            sock = client._conn  # noqa: SLF001 - the connection's options are the point here
+            assert sock is not None
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 7500

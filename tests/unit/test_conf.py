@@ -29,10 +29,11 @@ class _Conf:
 
 
 class _Context:
-    """Stands in for a SparkContext: SparkSession.__init__ only reads its conf."""
+    """Stands in for a SparkContext: SparkSession.__init__ only reads its conf (its warm-up
+    of the executors, which runs jobs, is turned off by conf: tests/spark/test_warmup.py)."""
 
     def __init__(self, values: dict[str, str]) -> None:
-        self._conf = _Conf(values)
+        self._conf = _Conf({"spark.tensorspark.warmup.enabled": "false", **values})
 
     def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
         return self._conf

@@ -168,3 +168,32 @@ def test_kerberos_without_extra_says_what_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "hdfs.ext.kerberos", None)  # as if not installed
     with pytest.raises(ConfigurationError, match=r"pip install hdfs\[kerberos\]"):
         open_storage("webhdfs://nn:9870/x", auth="kerberos")
+
+
+def test_ranged_reads_statuses_and_streamed_writes(store: LocalStorage, tmp_path: Path) -> None:
+    path = str(tmp_path / "d" / "f.bin")
+    data = bytes(range(256)) * 40
+    with store.open_writer(path) as out:
+        for i in range(0, len(data), 1000):
+            out.write(data[i : i + 1000])
+    assert store.read_bytes(path) == data
+    assert list(store.read_range(path, 10, 2500, block=1000)) == [data[10:1010], data[1010:2010], data[2010:2510]]
+    assert b"".join(store.read_range(path, len(data) - 5, 100)) == data[-5:]
+    status = store.status(path)
+    assert status is not None and (status.size, status.is_dir) == (len(data), False)
+    assert store.status(str(tmp_path / "missing")) is None
+    (tmp_path / "d" / "sub").mkdir()
+    assert [(os.path.basename(s.path), s.is_dir) for s in store.list_status(str(tmp_path / "d"))] == [
+        ("f.bin", False),
+        ("sub", True),
+    ]
+
+
+def test_a_streamed_write_that_fails_leaves_the_old_file_and_no_temporary(store: LocalStorage, tmp_path: Path) -> None:
+    path = str(tmp_path / "f.bin")
+    store.write_bytes(path, b"old")
+    with pytest.raises(RuntimeError, match="writer died"), store.open_writer(path) as out:
+        out.write(b"half")
+        raise RuntimeError("writer died")
+    assert store.read_bytes(path) == b"old"
+    assert os.listdir(tmp_path) == ["f.bin"]

@@ -1,0 +1,180 @@
+"""The background warm-up of the executors' Python workers, on real Spark (local[2])."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark import SparkContext
+
+import tensorspark as sps
+from tensorspark.data import first_element
+from tensorspark.warmup import WarmUp, plan_for
+
+
+def _worker(_: Any) -> tuple[int, bool, bool]:
+    """(pid, TensorFlow imported here, TensorFlow mapped into the process that forked us)."""
+    import os
+    import sys
+
+    with open(f"/proc/{os.getppid()}/maps") as maps:
+        parent_tf = "tensorflow" in maps.read()
+    return os.getpid(), "tensorflow" in sys.modules, parent_tf
+
+
+def _dataframe_workers(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    pid, tf, parent_tf = _worker(None)
+    yield pa.RecordBatch.from_pydict({"pid": [pid], "tf": [tf], "parent_tf": [parent_tf]})
+
+
+def _rdd_workers(sc: SparkContext) -> list[tuple[int, bool, bool]]:
+    return sorted(sc.parallelize(range(2), 2).map(_worker).collect())
+
+
+def _until(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def _model() -> Any:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((784,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(sc: SparkContext, spark: Any) -> None:
+    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32)
+    try:
+        assert ks.warmup.wait(300)
+        reports = ks.warmup.reports()
+        assert set(reports) == {"rdd", "dataframe"}  # a SQL session is active: both pools
+        assert all(r.error is None and r.workers >= 1 for r in reports.values()), reports
+        # Each pool's workers have TensorFlow, and the daemon that forked them does not:
+        # nothing forks after importing TensorFlow.
+        before = _rdd_workers(sc)
+        frame = spark.range(0, 2, 1, 2).mapInArrow(_dataframe_workers, "pid long, tf boolean, parent_tf boolean")
+        arrow = [(r.pid, r.tf, r.parent_tf) for r in frame.collect()]
+        for pid, tf, parent_tf in before + arrow:
+            assert tf and not parent_tf, (pid, tf, parent_tf)
+        # fit's first-row checks (data and validation_data) read their partition to the end,
+        # so Spark reuses the warm workers instead of starting new ones.
+        rng = np.random.default_rng(0)
+        rows = list(zip(rng.random((600, 784), dtype=np.float32), rng.integers(0, 10, 600), strict=True))
+        data = sc.parallelize(rows, 2)
+        ks.fit(data, epochs=1, validation_data=data, progress=False)
+        assert _rdd_workers(sc) == before
+    finally:
+        ks.close()
+    assert not ks.warmup.running
+
+
+def test_first_element_keeps_the_python_worker(sc: SparkContext) -> None:
+    rdd = sc.parallelize(range(10_000), 2).map(lambda i: (i, i * 2))
+    before = _rdd_workers(sc)
+    assert first_element(rdd) == [(0, 0)]
+    assert _rdd_workers(sc) == before
+    assert first_element(sc.parallelize([], 2)) == []
+    assert first_element(sc.parallelize([7], 3)) == [7]  # empty first partition: take(1)
+
+
+def _occupy_slots(sc: SparkContext) -> threading.Thread:
+    def hold(_: int) -> int:
+        import time
+
+        time.sleep(4)
+        return 0
+
+    thread = threading.Thread(target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_without_free_slots_the_warm_up_gives_up_and_the_session_still_trains(sc: SparkContext) -> None:
+    busy = _occupy_slots(sc)
+    assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
+    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0), job_timeout_s=0.5).start()
+    assert warm.wait(60)
+    report = warm.reports()["rdd"]
+    assert report.error is not None and report.workers == 0  # cancelled, logged, not raised
+    busy.join(60)
+    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32, warm_up=False)
+    rows = [(np.zeros(784, np.float32), 1)] * 64
+    history = ks.fit(sc.parallelize(rows, 2), epochs=1, progress=False)
+    assert history.params["samples"] == 64
+
+
+def test_the_keep_alive_runs_while_in_use_and_stops_after(sc: SparkContext) -> None:
+    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=1.5), tick_s=0.2).start()
+    try:
+        assert warm.wait(300)
+        warm.touch()  # the session was used: 1.5 s more
+        assert _until(lambda: warm.ticks >= 2, 30)
+        assert _until(lambda: not warm.running, 30)  # 1.5 s after the last touch
+        stopped_at = warm.ticks
+        time.sleep(0.5)
+        assert warm.ticks == stopped_at
+    finally:
+        warm.close()
+    again = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=600.0), tick_s=0.2).start()
+    assert again.wait(300) and again.running
+    again.close()
+    assert not again.running
+
+
+_RANDOM_DRAWS = """
+import json, random, sys
+import numpy as np
+random.seed(1)
+np.random.seed(1)
+if sys.argv[1] == "warm":
+    from tensorspark.warmup import warm_worker
+    warm_worker(True)
+from tensorspark.tfthreads import prepare_worker
+prepare_worker()  # what every tensorspark task runs first
+import keras
+print(json.dumps([random.random(), float(np.random.random()), float(keras.random.uniform(()))]))
+"""
+
+
+def test_warming_draws_no_random_numbers() -> None:
+    """What a task draws after a warm-up equals what it draws in a fresh worker."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
+    runs = [
+        subprocess.Popen([sys.executable, "-c", _RANDOM_DRAWS, kind], env=env, stdout=subprocess.PIPE, text=True)
+        for kind in ("fresh", "warm")
+    ]
+    outs = [json.loads(run.communicate(timeout=300)[0].strip().splitlines()[-1]) for run in runs]
+    assert outs[0] == outs[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_threads_left() -> Iterator[None]:
+    """Whatever a test started, closed or finished, leaves no warm-up thread behind."""
+    before = set(threading.enumerate())
+
+    def left() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t not in before and t.name.startswith("tensorspark-warmup-")]
+
+    yield
+    assert _until(lambda: not left(), 30), left()
