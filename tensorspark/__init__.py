@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "WrittenFiles": "tensorspark.fileio.output",
     "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
+    "KerasEstimator": "tensorspark.ml",
+    "KerasModel": "tensorspark.ml",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
     "TF1SessionSource": "tensorspark.models.tf1",
@@ -86,6 +88,8 @@ __all__ = [
     "FileSource",
     "History",
     "IntRange",
+    "KerasEstimator",
+    "KerasModel",
     "LogUniform",
     "MeanWeightCombiner",
     "ModelLoader",
@@ -157,6 +161,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.fileio.source import FileSource, files
     from tensorspark.fileio.write import write_tfrecord
     from tensorspark.inference import predict
+    from tensorspark.ml import KerasEstimator, KerasModel
     from tensorspark.models.base import ModelLoader, ModelSource
     from tensorspark.models.tf1 import TF1SessionSource
     from tensorspark.progress import Progress

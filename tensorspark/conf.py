@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 
 PREFIX = "spark.tensorspark."
@@ -161,8 +162,12 @@ HADOOP_SITE_KEYS = {"dfs.namenode.http-address": "hdfs-site.xml"}
 
 def spark_conf(sc: Any) -> dict[str, str]:
     """All of the SparkContext's conf as a plain dict, plus :data:`HADOOP_SITE_KEYS` from
-    the Hadoop site files when the Spark conf lacks them (driver side)."""
-    out = dict(sc.getConf().getAll())
+    the Hadoop site files when the Spark conf lacks them (driver side). For a Spark Connect
+    session: its session conf (see :mod:`tensorspark.connect`), without site files (the
+    client has no JVM)."""
+    out = connect.conf_all(sc)
+    if connect.is_connect(sc):
+        return out
     for key, resource in HADOOP_SITE_KEYS.items():
         if key not in out and f"spark.hadoop.{key}" not in out:
             value = hadoop_site_setting(sc, key, resource)
@@ -205,13 +210,14 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
 
 
 # ---------------------------------------------------------------------- plain Spark settings
-# Every other module asks these functions rather than reading ``sc.getConf()`` itself.
+# Every other module asks these functions rather than reading ``sc.getConf()`` itself. ``sc``
+# is a handle (:func:`tensorspark.connect.spark_handle`): a SparkContext or a Connect session.
 
 
 def cpus_per_task(sc: Any) -> int:
     """``spark.task.cpus`` as the driver reads it (1 when unset or blank); on an executor,
     :func:`tensorspark.tfthreads.task_cpus` asks the running task instead."""
-    return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+    return max(1, int(connect.conf_get(sc, "spark.task.cpus", "1") or 1))
 
 
 #: Spark's GPU scheduling settings (Spark 3+): GPUs per task and per executor.
@@ -242,7 +248,8 @@ def task_slots(sc: Any) -> int:
     ``floor(spark.executor.resource.gpu.amount / spark.task.resource.gpu.amount)`` tasks
     (one per GPU when each task takes one), executors counted as default parallelism over
     ``spark.executor.cores`` (when that is not set Spark's own limit applies unseen here)."""
-    slots = max(0, int(sc.defaultParallelism) // cpus_per_task(sc))
+    parallelism = connect.default_parallelism(sc)
+    slots = max(0, parallelism // cpus_per_task(sc))
     settings = spark_conf(sc)
     per_task = gpu_amount(settings, TASK_GPU_KEY)
     cores_text = str(settings.get("spark.executor.cores", "") or "").strip()
@@ -250,27 +257,33 @@ def task_slots(sc: Any) -> int:
         cores = int(cores_text)
         per_executor = gpu_amount(settings, EXECUTOR_GPU_KEY)
         gpu_tasks = int(per_executor / per_task + 1e-9)
-        executors = int(sc.defaultParallelism) // cores
+        executors = parallelism // cores
         slots = min(slots, executors * min(cores // cpus_per_task(sc), gpu_tasks))
     return slots
 
 
 def driver_host(sc: Any) -> str | None:
-    """``spark.driver.host``: the driver's address as Spark advertises it (driver)."""
+    """``spark.driver.host``: the driver's address as Spark advertises it (driver).
+
+    Under Spark Connect the driver is the Connect server, and the parameter server runs in
+    the client: the address is then the client's (:func:`tensorspark.connect.client_address`).
+    """
+    if connect.is_connect(sc):
+        return connect.client_address(sc)
     host = sc.getConf().get("spark.driver.host", None)
     return str(host) if host else None
 
 
 def dynamic_allocation(sc: Any) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
-    return str(sc.getConf().get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
+    return str(connect.conf_get(sc, "spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
 
 
 def python_worker_reuse(sc: Any) -> bool:
     """Whether Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
     default true; driver). When it does not, every task starts a Python worker that imports
     TensorFlow again."""
-    return str(sc.getConf().get("spark.python.worker.reuse", "true")).strip().lower() != "false"
+    return str(connect.conf_get(sc, "spark.python.worker.reuse", "true")).strip().lower() != "false"
 
 
 #: The Spark settings that give tasks GPUs.
@@ -286,7 +299,7 @@ def gpu_amounts(sc: Any) -> dict[str, str]:
     """
     out = {}
     for key in GPU_AMOUNT_KEYS:
-        value = sc.getConf().get(key, None)
+        value = connect.conf_get(sc, key, None)
         try:
             if value is not None and float(value) > 0:
                 out[key] = str(value)
@@ -307,9 +320,8 @@ def warmup_settings(sc: Any) -> tuple[bool | None, str, float]:
         ConfigurationError: ``enabled`` is not true/false, or the keep-alive is not a
             number of seconds >= 0.
     """
-    values = sc.getConf()
-    enabled = values.get(WARMUP_ENABLED_KEY, None)
-    pools = str(values.get(WARMUP_POOLS_KEY, "auto") or "auto")
-    keep = values.get(WARMUP_KEEP_ALIVE_KEY, None)
+    enabled = connect.conf_get(sc, WARMUP_ENABLED_KEY, None)
+    pools = str(connect.conf_get(sc, WARMUP_POOLS_KEY, "auto") or "auto")
+    keep = connect.conf_get(sc, WARMUP_KEEP_ALIVE_KEY, None)
     seconds = DEFAULT_KEEP_ALIVE_S if keep is None else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
     return (None if enabled is None else _flag(WARMUP_ENABLED_KEY)(str(enabled))), pools, seconds

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 
 #: One block of rows: a tuple of column arrays that share their first (row) dimension.
@@ -141,10 +142,21 @@ class TrainingData:
     files: Any = None
 
     @property
-    def num_partitions(self) -> int:
+    def num_partitions(self) -> int | None:
+        """The data's partitions; ``None`` for a Spark Connect DataFrame, which cannot say
+        without running a job (see :meth:`count_partitions`)."""
         if self.files is not None:
             return int(self.files.num_partitions)
-        return int(self.rdd.getNumPartitions() if self.rdd is not None else self.df.rdd.getNumPartitions())
+        if self.rdd is not None:
+            return int(self.rdd.getNumPartitions())
+        if connect.is_connect(self.df):
+            return None
+        return int(self.df.rdd.getNumPartitions())
+
+    def count_partitions(self) -> int:
+        """The data's partitions, by a small job where Spark Connect cannot say (driver)."""
+        known = self.num_partitions
+        return known if known is not None else connect.count_partitions(self.df)
 
 
 def prepare_examples(
@@ -195,9 +207,7 @@ def prepare_examples(
         in_dtype, label_dtype = check(x, y, f"{argument}=RDD")
         return TrainingData(rdd=data, feed_dtypes=(in_dtype.name, label_dtype.name))
     if isinstance(data, DataFrame):
-        features = _example_column(data, features_col, "features_col", "features", integer_labels)
-        label = _example_column(data, label_col, "label_col", "label", integer_labels)
-        selected = data.select(features.alias(FEED_NAMES[0]), label.alias(FEED_NAMES[1]))
+        selected = data.select(*example_columns(data, features_col, label_col, integer_labels))
         head = selected.head(1)
         if not head:
             raise ConfigurationError(f"Argument `{argument}` is empty: there is nothing to use.")
@@ -208,6 +218,22 @@ def prepare_examples(
     raise ConfigurationError(
         f"Argument `{argument}` must be a pyspark RDD of (features, label) tuples, a "
         f"DataFrame, or files (tensorspark.files(...)). Received: {argument} of type {type(data).__name__}"
+    )
+
+
+def example_columns(df: Any, features_col: str, label_col: str, integer_labels: bool) -> tuple[Any, Any]:
+    """The feature and label columns of ``df`` as a model is fed them, named
+    :data:`FEED_NAMES` (driver; Spark expressions, no job).
+
+    Features become ``array<float>``; labels too when they are arrays or vectors, else a
+    number cast to long (``integer_labels``: class ids) or float.
+
+    Raises:
+        ConfigurationError: a column is missing or of an unusable type.
+    """
+    return (
+        _example_column(df, features_col, "features_col", "features", integer_labels).alias(FEED_NAMES[0]),
+        _example_column(df, label_col, "label_col", "label", integer_labels).alias(FEED_NAMES[1]),
     )
 
 

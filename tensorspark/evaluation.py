@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import gpus, jobs, wire
+from tensorspark import connect, gpus, jobs, wire
 from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import ReadSpec
@@ -173,23 +173,22 @@ def run_evaluation(
         feed_dtypes=data.feed_dtypes,
         mixed_precision=mixed_precision,
     )
-    model_bcast = sc.broadcast(payload)
-    weights_bcast = sc.broadcast(encode_snapshots(snapshots))
+    model_bcast = connect.share(sc, payload)
+    weights_bcast = connect.share(sc, encode_snapshots(snapshots), "the weights to evaluate")
     try:
-        sc.setJobDescription(description)
         kwargs = {"plan": plan, "model_bcast": model_bcast, "weights_bcast": weights_bcast}
-        if data.files is not None:
-            parts = sc.parallelize(list(data.files.partitions), data.files.num_partitions)
-            task = functools.partial(_eval_files_task, spec=data.files.spec, **kwargs)
-            rows = jobs.collect(parts.mapPartitionsWithIndex(task).collect)
-        elif data.rdd is not None:
-            rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
-            rows = jobs.collect(rdd.collect)
-        else:
-            df = data.df.mapInArrow(functools.partial(_eval_arrow_task, **kwargs), "stats string")
-            rows = [r.stats for r in jobs.collect(df.collect)]
+        with jobs.job_description(sc, description):
+            if data.files is not None:
+                parts = sc.parallelize(list(data.files.partitions), data.files.num_partitions)
+                task = functools.partial(_eval_files_task, spec=data.files.spec, **kwargs)
+                rows = jobs.collect(parts.mapPartitionsWithIndex(task).collect)
+            elif data.rdd is not None:
+                rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
+                rows = jobs.collect(rdd.collect)
+            else:
+                df = data.df.mapInArrow(functools.partial(_eval_arrow_task, **kwargs), "stats string")
+                rows = [r.stats for r in jobs.collect(df.collect)]
     finally:
-        sc.setJobDescription(None)
         model_bcast.destroy()
         weights_bcast.destroy()
     per_set = jobs.aggregate_epochs([json.loads(r) for r in rows])

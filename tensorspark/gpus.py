@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError, DeviceError, WorkerPlacementError
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def plan(sc: Any, job: str) -> float:
     Raises:
         ConfigurationError: see :func:`check_settings`.
     """
-    per_task = check_settings(str(sc.master), tsconf.spark_conf(sc))
+    per_task = check_settings(connect.master(sc), tsconf.spark_conf(sc))
     if per_task <= 0:
         logger.info(
             "%s: no GPU resources requested (%s is not set): TensorFlow runs on the CPU",

@@ -2,8 +2,9 @@
 
 Runs on the driver, except :func:`task_context`. Three things live here, once:
 
-* :func:`run_job`: a job in its own Spark job group, run in a thread while the driver polls,
-  so that Ctrl-C (or a failure the driver sees) cancels the cluster's work too;
+* :func:`run_job`: a job in its own Spark job group (under Spark Connect: under its own
+  tag, ``spark.addTag``), run in a thread while the driver polls, so that Ctrl-C (or a
+  failure the driver sees) cancels the cluster's work too;
 * :func:`spark_failure`: the one boundary where a failed Spark job (a ``Py4JJavaError`` or a
   ``PythonException`` carrying the executor's traceback as text) becomes a tensorspark
   error raised on the driver;
@@ -12,14 +13,15 @@ Runs on the driver, except :func:`task_context`. Three things live here, once:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tensorspark import errors
+from tensorspark import connect, errors
 from tensorspark.errors import ConfigurationError, ExecutorLostError, WorkerError
 
 logger = logging.getLogger(__name__)
@@ -29,7 +31,11 @@ T = TypeVar("T")
 #: Seconds the driver waits for a cancelled job's thread to return before giving up on it.
 CANCEL_WAIT_S = 30.0
 
-_TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\Z)", re.S)
+# A traceback ends where Spark's own text resumes: a JVM frame, or (Spark Connect) the
+# error's SQLSTATE and the JVM stack trace.
+_TRACEBACK = re.compile(
+    r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)", re.S
+)
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
 # "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
 # exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
@@ -111,7 +117,9 @@ def run_job(
 
     The job runs in its own Spark job group, so an interrupt (Ctrl-C) or an error raised by
     ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
-    to return). A failed job is raised as :func:`spark_failure`'s error.
+    to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
+    Spark Connect session (:mod:`tensorspark.connect`), which has no job groups: the job
+    then runs under a tag of its own, cancelled with ``spark.interruptTag``.
     """
     group = f"tensorspark-{uuid.uuid4().hex[:12]}"
     outcome: dict[str, Any] = {}
@@ -119,8 +127,8 @@ def run_job(
 
     def target() -> None:
         try:
-            sc.setJobGroup(group, description, interruptOnCancel=True)
-            outcome["rows"] = start_job()
+            with job_group(sc, group, description):
+                outcome["rows"] = start_job()
         except BaseException as err:  # re-raised on the caller's thread below
             outcome["error"] = err
         finally:
@@ -143,10 +151,51 @@ def run_job(
     except BaseException:
         # Ctrl-C, or a failure seen on the driver (e.g. checkpoints failing): stop the tasks.
         if not done.is_set():
-            sc.cancelJobGroup(group)
+            cancel_group(sc, group)
             if not done.wait(CANCEL_WAIT_S):
                 logger.warning("the cancelled Spark job group %s did not end within %.0fs", group, CANCEL_WAIT_S)
         raise
+
+
+@contextlib.contextmanager
+def job_group(sc: Any, group: str, description: str) -> Iterator[None]:
+    """Jobs started by this thread inside the block belong to ``group`` (driver).
+
+    Classic Spark: the thread's job group (local properties are per thread in PySpark's
+    pinned-thread mode). Spark Connect: a tag of this thread on the session, removed on the
+    way out (Spark Connect has no job groups or job descriptions).
+    """
+    if connect.is_connect(sc):
+        sc.addTag(group)
+        try:
+            yield
+        finally:
+            sc.removeTag(group)
+        return
+    sc.setJobGroup(group, description, interruptOnCancel=True)
+    yield
+
+
+def cancel_group(sc: Any, group: str) -> None:
+    """Cancel the running jobs of ``group`` (see :func:`job_group`); driver, any thread."""
+    if connect.is_connect(sc):
+        sc.interruptTag(group)
+    else:
+        sc.cancelJobGroup(group)
+
+
+@contextlib.contextmanager
+def job_description(sc: Any, description: str) -> Iterator[None]:
+    """Jobs started by this thread inside the block show ``description`` in Spark's UI
+    (classic Spark; Spark Connect has no job descriptions, so nothing changes there)."""
+    if connect.is_connect(sc):
+        yield
+        return
+    sc.setJobDescription(description)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(None)
 
 
 def task_context() -> tuple[int | None, int]:

@@ -1,7 +1,7 @@
 """``SparkSession``: a TensorFlow session (or Keras model) that trains on Spark.
 
-The facade of the seed's API (and the Keras one). Runs on the driver. It checks the
-arguments at once, resolves the cluster-wide defaults from Spark conf
+The facade of the seed's API (and the Keras one). Runs on the driver (Spark Connect: in the
+client). It checks the arguments at once, resolves the cluster-wide defaults from Spark conf
 (:mod:`tensorspark.conf`), and hands the work to the job layer: a training run
 (:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`) and
 inference (:mod:`tensorspark.inference`). The session holds the one
@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from tensorspark import conf as tsconf
+from tensorspark import connect
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
@@ -83,12 +84,15 @@ class SparkSession:
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
     Args:
-        sc: the ``pyspark.SparkContext``.
+        sc: the ``pyspark.SparkContext``, a ``SparkSession``, or a Spark Connect session
+            (``SparkSession.builder.remote(...)``: DataFrames only, and the executors must
+            reach the parameter server in this process; README "Spark Connect").
         session: a TF1 session whose graph holds the model, or a compiled Keras model.
         user: the HDFS user for checkpoints (as in the seed).
         name: a name for the run (logs, checkpoint folder).
         server_host: address the executors use to reach the parameter server; default
-            ``spark.tensorspark.server.host`` or ``spark.driver.host``.
+            ``spark.tensorspark.server.host`` or ``spark.driver.host`` (Spark Connect: this
+            machine's address towards the Connect server).
         server_bind_host: address the server binds to, when it differs from the one the
             executors are told (``"0.0.0.0"`` behind NAT or in a container whose routable
             name is not a local address); default ``spark.tensorspark.server.bind`` or
@@ -182,8 +186,7 @@ class SparkSession:
         ps_shards: int | None = None,
         warm_up: bool | None = None,
     ) -> None:
-        if sc is None or not hasattr(sc, "parallelize"):
-            raise ConfigurationError(f"sc must be a pyspark SparkContext. Received: sc={sc!r}")
+        sc = connect.spark_handle(sc)
         self.sc = sc
         self.is_keras = _is_keras_model(session)
         if not self.is_keras and not (hasattr(session, "graph") and hasattr(session, "run")):
@@ -427,6 +430,8 @@ class SparkSession:
             raise ConfigurationError("this SparkSession wraps a Keras model; use fit()/evaluate()/predict()")
         if feed_rdd is None:
             return self.session.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        connect.require_classic(self.sc, "run(feed_rdd=...), the TF1 graph path,",
+                                "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().")
         if feed_dict:
             raise ConfigurationError("pass either feed_dict (a local run) or feed_rdd (a distributed run), not both")
         if run_metadata is not None:
@@ -509,6 +514,9 @@ class SparkSession:
 
         if not self.is_keras:
             raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
+        for argument, value in (("data", data), ("validation_data", validation_data)):
+            if value is not None:
+                connect.require_dataframe(self.sc, value, argument)
         history, result = fit(
             self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
@@ -550,6 +558,7 @@ class SparkSession:
 
         if not self.is_keras:
             raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
+        connect.require_dataframe(self.sc, data, "data")
         size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
         return evaluate(
             self.sc, self.session, data, features_col=features_col, label_col=label_col,

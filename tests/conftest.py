@@ -35,6 +35,7 @@ _MARK_BY_FOLDER = {
     "hdfs": "hdfs",
     "yarn": "yarn",
     "netns": "netns",
+    "connect": "connect",
 }
 
 

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorspark import gpus
+from tensorspark import connect, gpus
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
@@ -145,7 +145,8 @@ def predict(
     referenced (Spark's ContextCleaner removes it after).
 
     Args:
-        sc: the SparkContext.
+        sc: the SparkContext, a SparkSession, or a Spark Connect session (DataFrames only:
+            Spark Connect has no RDDs; the model then travels inside the query plan).
         model: a ``keras.Model``; a path to a ``.keras`` file or a SavedModel folder, on
             local disk or ``hdfs://`` (``.keras`` only); or a :class:`ModelSource`.
         data: an RDD whose elements are the features of one row (a numpy array, a list,
@@ -205,6 +206,8 @@ def predict(
     from pyspark import RDD
     from pyspark.sql import DataFrame
 
+    sc = connect.spark_handle(sc)
+    connect.require_dataframe(sc, data, "data")
     if not isinstance(data, (RDD, DataFrame, FileSource)):
         raise ConfigurationError(
             "Argument `data` must be a pyspark RDD or DataFrame, or files (tensorspark.files(...)). "
@@ -268,7 +271,7 @@ def predict(
     # TensorFlow import and model load (about 4 s a call on this machine).
     payload_bytes = source.payload()
     plan = dataclasses.replace(plan, key=_cache_key(source, loader, payload_bytes))
-    payload = sc.broadcast(payload_bytes)
+    payload = connect.share(sc, payload_bytes)
     _log_broadcast(source, plan, payload)
     if file_plan is not None:
         return predict_files(sc, file_plan, plan, payload, output)

@@ -262,6 +262,12 @@ def _rebuild(
         )
 
 
+def rebuild_compiled(data: bytes, what: str = "the model") -> keras.Model:
+    """The compiled model from its ``.keras`` bytes, as the executors rebuild it (anywhere;
+    thread-safe): the driver-side copy a Spark ML fit trains."""
+    return _rebuild(data, None, what)
+
+
 def cached_core(
     key: str,
     payload: bytes | Callable[[], bytes],

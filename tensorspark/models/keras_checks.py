@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     import keras
 
 _SPARSE_LOSSES = frozenset({"sparse_categorical_crossentropy", "sparsecategoricalcrossentropy"})
+_BINARY_LOSSES = frozenset(
+    {"binary_crossentropy", "binarycrossentropy", "binary_focal_crossentropy", "binaryfocalcrossentropy"}
+)
 _DENSE_LOSSES = frozenset(
     {
         "categorical_crossentropy",
@@ -60,6 +63,12 @@ def _loss_name(loss: Any) -> str | None:
 def integer_labels(model: keras.Model) -> bool:
     """Whether the model's loss takes class ids (sparse losses) rather than float labels."""
     return _loss_name(model.loss) in _SPARSE_LOSSES
+
+
+def binary_labels(model: keras.Model) -> bool:
+    """Whether the model's loss is a binary cross-entropy: 0/1 labels, and each output the
+    probability of class 1."""
+    return _loss_name(model.loss) in _BINARY_LOSSES
 
 
 def tensor_shape(model: keras.Model, which: str, *, what: str, use: str) -> tuple[int | None, ...]:

@@ -52,7 +52,9 @@ def fit(
             validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data",
             sc=sc,
         )
-    num_partitions = train.num_partitions
+    # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
+    # only by running one, so async mode learns them from the job's results instead.
+    num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
     initial = read_weights(model)
     snapshots = EpochSnapshots(
         lambda: host.server.params() if host.server is not None else {},
@@ -93,7 +95,7 @@ def fit(
     params = {
         "epochs": epochs,
         "samples": int(sum(int(p.get("rows", 0)) for p in result.partitions)),
-        "partitions": num_partitions,
+        "partitions": len(result.partitions),
         "batch_size": settings.batch_size,
         "sync_interval": settings.sync_interval,
     }

@@ -11,7 +11,9 @@ Two objects, one owner each:
   whether the run failed. Whatever happens, a server that is not meant to be reused is
   stopped before :meth:`TrainingRun.execute` returns or raises.
 
-Runs on the driver. Not thread-safe: one run at a time per host.
+Runs on the driver. Not thread-safe: one run at a time per host. ``sc`` is a handle
+(:func:`tensorspark.connect.spark_handle`): under Spark Connect the model reaches the tasks
+inside the job's function instead of a broadcast (:func:`tensorspark.connect.share`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import conf, gpus, jobs
+from tensorspark import conf, connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
@@ -118,8 +120,9 @@ class ServerHost:
         scheme = server.url.split("://", 1)[0]
         return f"{scheme}://{host}:{server.port if port is None else port}"
 
-    def acquire(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
-        """A running server for a run of ``num_workers`` partitions over ``params``.
+    def acquire(self, params: dict[str, np.ndarray], num_workers: int | None) -> Server:
+        """A running server for a run of ``num_workers`` partitions over ``params``
+        (``None``: not known before the job, which only async mode allows).
 
         A reusable server still running is handed over with its progress reset (its
         weights carry over); otherwise a new one starts, from the newest checkpoint when
@@ -284,14 +287,14 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
     )
 
 
-def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
+def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
     Raises:
         ConfigurationError: dynamic allocation is on, or the cluster has fewer task slots
             than partitions; the message names the setting to change.
     """
-    if mode != "sync":
+    if mode != "sync" or num_partitions is None:
         return
     if conf.dynamic_allocation(sc):
         # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
@@ -307,7 +310,7 @@ def check_partitions(sc: Any, mode: str, num_partitions: int) -> None:
     if num_partitions > slots:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
-            f"but the cluster has only {slots} task slots (defaultParallelism={sc.defaultParallelism}, "
+            f"but the cluster has only {slots} task slots (defaultParallelism={connect.default_parallelism(sc)}, "
             f"spark.task.cpus={conf.cpus_per_task(sc)}{_gpu_settings(sc)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
@@ -361,7 +364,7 @@ class TrainingRun:
     def execute(
         self,
         initial: dict[str, np.ndarray],
-        num_partitions: int,
+        num_partitions: int | None,
         make_job: JobFactory,
         payload: Any,
         on_push: PushListener | None = None,
@@ -375,7 +378,8 @@ class TrainingRun:
 
         Args:
             initial: the model's weights by name, where the server starts (unless resumed).
-            num_partitions: the job's partitions (= the server's workers).
+            num_partitions: the job's partitions (= the server's workers); ``None`` when
+                they are not known before the job (a Spark Connect DataFrame in async mode).
             make_job: builds the job's thunk for the started server and the broadcast.
             payload: what the executors rebuild the model from (broadcast once).
             on_push: called on the server's loop thread after each push of this run (e.g.
@@ -417,7 +421,7 @@ class TrainingRun:
         logger.info(
             "%s: trained %d partitions in %.1fs (version %d, %d pushes applied, %d duplicates)",
             name,
-            num_partitions,
+            len(partitions),
             result.seconds,
             result.version,
             result.status["applied_pushes"],
@@ -435,7 +439,7 @@ class TrainingRun:
         total_samples: int | None,
         num_epoch: int | None,
     ) -> list[Any]:
-        bcast = self.sc.broadcast(payload)
+        bcast = connect.share(self.sc, payload)
         try:
             monitor = RunMonitor(
                 server,

@@ -1,7 +1,8 @@
 """The search: :func:`tune` checks its arguments, schedules one Spark job per trial and
 collects the trials as they finish. Runs on the driver.
 
-The data set travels once, by ``sc.broadcast``; each trial is a Spark job of one task,
+The data set travels once, by ``sc.broadcast`` (or, given as a DataFrame or under Spark
+Connect, as :mod:`tensorspark.tuning.launch` says); each trial is a Spark job of one task,
 submitted from a small pool of driver threads, so Spark runs as many trials at once as it
 has task slots and the driver sees every trial finish as it happens (progress, best so
 far). Which trial starts next is :mod:`tensorspark.tuning.schedule`'s choice. A trial
@@ -12,7 +13,6 @@ search fails only when every trial fails.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import logging
 import secrets
 import time
@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark import gpus
+from tensorspark import connect, gpus
 from tensorspark.conf import task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
 from tensorspark.models.precision import check_policy, policy_scope
+from tensorspark.tuning.launch import Launcher, check_dataframes, is_dataframe, launcher_for
 from tensorspark.tuning.report import SearchProgress
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.schedule import LongestFirst
@@ -37,7 +38,6 @@ from tensorspark.tuning.trial import (
     TrialConfig,
     TrialResult,
     beats,
-    run_trial_from_broadcast,
 )
 from tensorspark.warmup import warm_up
 
@@ -116,12 +116,14 @@ def _summarise_errors(trials: Sequence[TrialResult], limit: int = 5) -> str:
 
 
 def tune(
-    sc: SparkContext,
+    sc: SparkContext | Any,
     build: Callable[[dict[str, Any]], Any],
     space: Mapping[str, Any],
-    train: tuple[Any, Any],
-    validation: tuple[Any, Any] | None = None,
+    train: tuple[Any, Any] | Any,
+    validation: tuple[Any, Any] | Any | None = None,
     *,
+    features_col: str = "features",
+    label_col: str = "label",
     epochs: int = 1,
     batch_size: int = 32,
     metric: str = "val_loss",
@@ -153,14 +155,20 @@ def tune(
     SparkContext at a time.
 
     Args:
-        sc: The SparkContext.
+        sc: The SparkContext, a SparkSession, or a Spark Connect session.
         build: ``build(params) -> keras.Model``, compiled. Shipped to executors by
             Spark's closure serialisation; on the driver it is called only for
             ``return_best_model``.
         space: Parameter name to a list of values or a distribution (:class:`Uniform`,
             :class:`LogUniform`, :class:`IntRange`, :class:`Choice`).
-        train: ``(x, y)`` training arrays.
-        validation: ``(x, y)`` validation arrays, needed for ``val_*`` metrics.
+        train: ``(x, y)`` training arrays, or a DataFrame with ``features_col`` (an
+            ``array<number>`` or ``vector`` column, fed as flat float32 rows) and
+            ``label_col`` (integer columns are class ids). A DataFrame is read by each
+            trial's own task, never collected on the driver: cache it.
+        validation: ``(x, y)`` validation arrays (a DataFrame when ``train`` is one),
+            needed for ``val_*`` metrics.
+        features_col: the feature column of DataFrame data.
+        label_col: the label column of DataFrame data.
         epochs: Epochs per trial.
         batch_size: Batch size per trial.
         metric: A key of Keras' history, e.g. ``"val_accuracy"``.
@@ -234,9 +242,10 @@ def tune(
             f"Argument `timeout` must be a positive number of seconds. Received: timeout={timeout!r}"
         )
     policy = check_policy(mixed_precision)
-    train_xy = _as_arrays("train", train, required=True)
-    val_xy = _as_arrays("validation", validation, required=False)
-    if val_xy is None and metric.startswith("val_"):
+    frames = is_dataframe(train)
+    train_xy = None if frames else _as_arrays("train", train, required=True)
+    val_xy = None if frames else _as_arrays("validation", validation, required=False)
+    if validation is None and metric.startswith("val_"):
         raise ConfigurationError(
             f"Argument `validation` is needed for metric={metric!r}: pass validation=(x_val, y_val) "
             "or optimise a training metric. Received: validation=None"
@@ -265,12 +274,15 @@ def tune(
         order = LongestFirst(trials, cost)
     except ValueError as err:
         raise ConfigurationError(f"Argument `cost` failed: {err}") from err
+    sc = connect.spark_handle(sc)
     gpus.plan(sc, "tensorspark tune")
     # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
     # starts at once and the order chosen is the order run. (One more, queued in Spark,
     # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
     # way. And the order in which Spark queues jobs sent from several threads at once is
     # a race.)
+    if frames:
+        check_dataframes(train, validation, features_col, label_col)
     parallel = min(len(trials), max_parallel or max(1, task_slots(sc)))
     logger.info(
         "Tuning: %s search, %d trials, %d in flight, metric %s (%s), seed %d",
@@ -281,27 +293,29 @@ def tune(
         resolved_mode,
         seed,
     )
-    if train_xy is None:  # pragma: no cover - _as_arrays(required=True) never returns None
-        raise ConfigurationError("Argument `train` is required. Received: train=None")
-    data = {
-        "x": train_xy[0],
-        "y": train_xy[1],
-        "x_val": val_xy[0] if val_xy else None,
-        "y_val": val_xy[1] if val_xy else None,
-    }
-    # The workers import TensorFlow while the data is broadcast: a one-off warm-up of the
-    # RDD pool (a no-op job on warm workers), queued before the trials.
-    warming = warm_up(sc, pools=("rdd",), keep_alive=0.0, enabled=None, yield_to_jobs=False)
-    data_bc = sc.broadcast(data)
+    arrays = None
+    if train_xy is not None:
+        arrays = {
+            "x": train_xy[0],
+            "y": train_xy[1],
+            "x_val": val_xy[0] if val_xy else None,
+            "y_val": val_xy[1] if val_xy else None,
+        }
+    # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
+    # the trials run in (a no-op job on warm workers), queued before the trials.
+    pool = "dataframe" if frames or connect.is_connect(sc) else "rdd"
+    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
+    launcher = launcher_for(
+        sc, build, config, group, arrays=arrays, train_df=train if frames else None,
+        validation_df=validation if frames else None, features_col=features_col, label_col=label_col,
+    )
     start = time.monotonic()
     try:
-        results, best_weights = _run_all(
-            sc, build, data_bc, config, trials, order, parallel, group, progress, timeout
-        )
+        results, best_weights = _run_all(launcher, config, trials, order, parallel, progress, timeout)
     finally:
         warming.close(timeout=0.0)
-        data_bc.destroy()
+        launcher.close()
     elapsed = time.monotonic() - start
     result = TuneResult(
         trials=results,
@@ -333,14 +347,11 @@ def tune(
 
 
 def _run_all(
-    sc: SparkContext,
-    build: Callable[[dict[str, Any]], Any],
-    data_bc: Any,
+    launcher: Launcher,
     config: TrialConfig,
     trials: list[Trial],
     order: LongestFirst[Trial],
     parallel: int,
-    group: str,
     progress: bool,
     timeout: float,
 ) -> tuple[list[TrialResult], list[np.ndarray] | None]:
@@ -350,13 +361,9 @@ def _run_all(
     Only the best trial's weights are kept on the driver. On timeout or interrupt the
     job group is cancelled and unfinished trials are recorded as failed.
     """
-    task = functools.partial(run_trial_from_broadcast, build, data_bc, config)
-
     def submit(trial: Trial) -> dict[str, Any]:
-        # Local properties (the job group) are per thread in PySpark's pinned-thread mode.
-        sc.setJobGroup(group, f"tensorspark tune trial {trial.index}", interruptOnCancel=True)
         try:
-            return sc.parallelize([trial], 1).map(task).collect()[0]
+            return launcher.run(trial)
         except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
             return _failed_job(trial, err)
 
@@ -430,13 +437,13 @@ def _run_all(
     except concurrent.futures.TimeoutError:
         logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
     except BaseException:  # KeyboardInterrupt included: stop the cluster's work too
-        sc.cancelJobGroup(group)
+        launcher.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
         reporter.close()
     if len(by_index) < len(trials):
-        sc.cancelJobGroup(group)
+        launcher.cancel()
         for t in trials:
             if t.index not in by_index:
                 by_index[t.index] = TrialResult(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ def plan_for(
     Raises:
         ConfigurationError: a ``spark.tensorspark.warmup.*`` value is malformed.
     """
+    if connect.is_connect(sc):
+        # A warm-up only runs while the cluster is otherwise idle, which it learns from the
+        # SparkContext's status tracker; a Spark Connect client has none.
+        return Plan((), notes=("skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",))
     conf_enabled, conf_pools, conf_keep = tsconf.warmup_settings(sc)
     return plan(
         requested=conf_enabled if requested is None else requested,

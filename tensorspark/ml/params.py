@@ -1,0 +1,175 @@
+"""The Spark ML params that :class:`~tensorspark.ml.KerasEstimator` and
+:class:`~tensorspark.ml.KerasModel` share: typed, with defaults and documentation.
+
+Params are plain JSON values, so Spark ML's ``DefaultParamsWriter`` saves them as they
+are; the Keras model itself is no param (it is saved beside them as a ``.keras`` file).
+Checks that a type converter cannot make (ranges, choices, column types) raise
+:class:`~tensorspark.errors.ConfigurationError` naming the param, on the driver, before
+any job: :func:`check_training_params` and :func:`feature_column`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol
+
+from tensorspark.data import column_type, float_array
+from tensorspark.errors import ConfigurationError
+
+MODES = ("async", "sync")
+
+
+class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol):
+    """Params of a Keras model trained and applied on Spark (mixed into both classes)."""
+
+    epochs: Param[int] = Param(
+        Params._dummy(), "epochs", "passes over each partition of the training data (>= 1)",
+        typeConverter=TypeConverters.toInt,
+    )
+    batchSize: Param[int] = Param(
+        Params._dummy(), "batchSize",
+        "examples per mini-batch when training, and rows per model call when transforming (>= 1)",
+        typeConverter=TypeConverters.toInt,
+    )
+    syncInterval: Param[int] = Param(
+        Params._dummy(), "syncInterval",
+        "mini-batches a worker trains between exchanges with the parameter server (>= 1)",
+        typeConverter=TypeConverters.toInt,
+    )
+    mode: Param[str] = Param(
+        Params._dummy(), "mode",
+        "'async' (workers push and pull independently) or 'sync' (bulk-synchronous rounds, "
+        "all partitions at once as a Spark barrier stage)",
+        typeConverter=TypeConverters.toString,
+    )
+    learningRate: Param[float] = Param(
+        Params._dummy(), "learningRate",
+        "learning rate of the model's compiled optimizer, set before training (> 0); "
+        "unset: the optimizer's own",
+        typeConverter=TypeConverters.toFloat,
+    )
+    seed: Param[int] = Param(
+        Params._dummy(), "seed", "seed of the within-partition shuffle", typeConverter=TypeConverters.toInt,
+    )
+    topK: Param[int] = Param(
+        Params._dummy(), "topK",
+        "with a value k >= 1, transform adds topKCol: the k best classes and their scores, "
+        "best first; 0: no such column",
+        typeConverter=TypeConverters.toInt,
+    )
+    topKCol: Param[str] = Param(
+        Params._dummy(), "topKCol",
+        "column of the topK best classes: array<struct<label: bigint, score: float>>",
+        typeConverter=TypeConverters.toString,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(
+            probabilityCol="", epochs=1, batchSize=32, syncInterval=20, mode="async", seed=0, topK=0, topKCol="topK"
+        )
+
+    def getEpochs(self) -> int:
+        return self.getOrDefault(self.epochs)
+
+    def getBatchSize(self) -> int:
+        return self.getOrDefault(self.batchSize)
+
+    def getSyncInterval(self) -> int:
+        return self.getOrDefault(self.syncInterval)
+
+    def getMode(self) -> str:
+        return self.getOrDefault(self.mode)
+
+    def getLearningRate(self) -> float | None:
+        """The learning rate set, or ``None``: the compiled optimizer's own."""
+        return self.getOrDefault(self.learningRate) if self.isDefined(self.learningRate) else None
+
+    def getSeed(self) -> int:
+        return self.getOrDefault(self.seed)
+
+    def getTopK(self) -> int:
+        return self.getOrDefault(self.topK)
+
+    def getTopKCol(self) -> str:
+        return self.getOrDefault(self.topKCol)
+
+
+def _name(owner: Params) -> str:
+    return type(owner).__name__
+
+
+def check_training_params(owner: KerasParams) -> None:
+    """Refuse params that cannot train (driver, before any job).
+
+    Raises:
+        ConfigurationError: a count below 1, an unknown mode, a learning rate <= 0.
+    """
+    for param in (owner.epochs, owner.batchSize, owner.syncInterval):
+        value = owner.getOrDefault(param)
+        if value < 1:
+            raise ConfigurationError(
+                f"{_name(owner)} param {param.name} must be a positive integer. Received: {param.name}={value!r}"
+            )
+    check_transform_params(owner)
+    if owner.getMode() not in MODES:
+        raise ConfigurationError(
+            f"{_name(owner)} param mode must be one of {MODES}. Received: mode={owner.getMode()!r}"
+        )
+    rate = owner.getLearningRate()
+    if rate is not None and not rate > 0:
+        raise ConfigurationError(
+            f"{_name(owner)} param learningRate must be a positive number. Received: learningRate={rate!r}"
+        )
+
+
+def check_transform_params(owner: KerasParams) -> None:
+    """Refuse params that cannot transform (driver).
+
+    Raises:
+        ConfigurationError: a batch size below 1 or a negative topK.
+    """
+    if owner.getBatchSize() < 1:
+        raise ConfigurationError(
+            f"{_name(owner)} param batchSize must be a positive integer. Received: batchSize={owner.getBatchSize()!r}"
+        )
+    if owner.getTopK() < 0:
+        raise ConfigurationError(
+            f"{_name(owner)} param topK must be 0 (no top-k column) or a number of classes. "
+            f"Received: topK={owner.getTopK()!r}"
+        )
+
+
+def feature_column(owner: KerasParams, df: Any) -> Any:
+    """``featuresCol`` of ``df`` checked to be a vector or an array of numbers (driver).
+
+    Returns:
+        The column's Spark type.
+
+    Raises:
+        ConfigurationError: the column is missing or of another type.
+    """
+    dtype = column_type(df, owner.getFeaturesCol(), "featuresCol")
+    if float_array(owner.getFeaturesCol(), dtype) is None:
+        raise ConfigurationError(
+            f"{_name(owner)} param featuresCol must name a column of type vector or "
+            f"array<number> (e.g. the output of VectorAssembler). Received: "
+            f"featuresCol={owner.getFeaturesCol()!r} of type {dtype.simpleString()}"
+        )
+    return dtype
+
+
+def new_columns(owner: KerasParams, df: Any, names: list[str]) -> None:
+    """Refuse output columns that ``df`` already has (driver).
+
+    Raises:
+        ConfigurationError: one of ``names`` is a column of ``df``.
+    """
+    for name in names:
+        if name in df.columns:
+            raise ConfigurationError(
+                f"{_name(owner)} would add column {name!r}, which the DataFrame already has; "
+                f"set predictionCol/probabilityCol/topKCol to new names. Received: columns {df.columns}"
+            )
