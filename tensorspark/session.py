@@ -10,17 +10,16 @@ inference (:mod:`tensorspark.inference`). The session holds the one
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from tensorspark import conf as tsconf
 from tensorspark import connect
+from tensorspark.arguments import check_training_mode, positive_int
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
@@ -28,49 +27,12 @@ from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
 from tensorspark.ps.server import MODES
 from tensorspark.training import RunSettings, Server, ServerHost, TrainingRun, TrainResult
-from tensorspark.warmup import WarmUp, pool_of
+from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
+from tensorspark.warmup.calls import keeps_workers_warm
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-_DIVERGENCE = ("fail", "skip")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def _keeps_workers_warm(data_argument: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """A session method that runs Spark jobs over its ``data_argument``: the warm-up learns
-    which worker pool the call uses (its warm-up of that pool then does not step aside for
-    the call's jobs) and keeps the workers alive from the call's end (see
-    :mod:`tensorspark.warmup`)."""
-
-    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
-        signature = inspect.signature(method)
-
-        @functools.wraps(method)
-        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            session = args[0]
-            assert isinstance(session, SparkSession)
-            bound = signature.bind_partial(*args, **kwargs)
-            pool = pool_of(bound.arguments.get(data_argument))
-            session.warmup.begin_call(pool)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                session.warmup.end_call(pool)
-
-        return wrapper
-
-    return decorate
-
 
 def _is_keras_model(obj: Any) -> bool:
     try:
@@ -196,17 +158,10 @@ class SparkSession:
             )
         self.session = session
         self.user = user
-        sync_interval = _positive_int("sync_interval", sync_interval)
-        batch_size = _positive_int("batch_size", batch_size)
+        sync_interval = positive_int("sync_interval", sync_interval)
+        batch_size = positive_int("batch_size", batch_size)
         combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
-        if mode not in MODES:
-            raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-        if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
-            raise ConfigurationError(
-                f"max_staleness needs mode='async' and a value >= 0. Received: max_staleness={max_staleness!r}, mode={mode!r}"
-            )
-        if on_divergence not in _DIVERGENCE:
-            raise ConfigurationError(f"on_divergence must be one of {_DIVERGENCE}. Received: on_divergence={on_divergence!r}")
+        check_training_mode(mode, MODES, max_staleness, on_divergence)
         self.custom_objects = custom_objects
         self.options = tsconf.resolve(
             {
@@ -233,7 +188,7 @@ class SparkSession:
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
         secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
-        max_body = None if max_body_bytes is None else _positive_int("max_body_bytes", max_body_bytes)
+        max_body = None if max_body_bytes is None else positive_int("max_body_bytes", max_body_bytes)
         checkpoints = None
         if self.options["checkpoint_dir"] is not None:
             checkpoints = CheckpointManager(
@@ -243,7 +198,7 @@ class SparkSession:
                 keep=int(self.options["keep_checkpoints"]),
                 auth=hdfs_auth,
                 token=hdfs_token,
-                max_failures=_positive_int("checkpoint_max_failures", checkpoint_max_failures),
+                max_failures=positive_int("checkpoint_max_failures", checkpoint_max_failures),
             )
         elif resume:
             raise ConfigurationError(
@@ -275,7 +230,7 @@ class SparkSession:
                 resume=bool(resume),
                 secret=secret_bytes,
                 compression=get_compression(self.options["compression"]),
-                shards=_positive_int("ps_shards", self.options["ps_shards"]),
+                shards=positive_int("ps_shards", self.options["ps_shards"]),
             ),
             checkpoints,
         )
@@ -392,7 +347,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ TF1 path
 
-    @_keeps_workers_warm("feed_rdd")
+    @keeps_workers_warm("feed_rdd")
     def run(
         self,
         fetches: Any,
@@ -439,7 +394,7 @@ class SparkSession:
                 "run_metadata is only filled by local runs (without feed_rdd): executors' metadata "
                 "cannot be merged into one RunMetadata. Profile a local run instead."
             )
-        num_epoch = _positive_int("num_epoch", num_epoch)
+        num_epoch = positive_int("num_epoch", num_epoch)
         if feed_name_list is None:
             raise ConfigurationError("feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]")
         from tensorspark.training.tf1 import train_graph
@@ -454,7 +409,7 @@ class SparkSession:
 
     # ------------------------------------------------------------------ Keras path
 
-    @_keeps_workers_warm("data")
+    @keeps_workers_warm("data")
     def fit(
         self,
         data: Any,
@@ -518,7 +473,7 @@ class SparkSession:
             if value is not None:
                 connect.require_dataframe(self.sc, value, argument)
         history, result = fit(
-            self.sc, self._host, self.session, data, _positive_int("epochs", epochs), validation_data,
+            self.sc, self._host, self.session, data, positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
@@ -526,7 +481,7 @@ class SparkSession:
         self.last_run = result
         return history
 
-    @_keeps_workers_warm("data")
+    @keeps_workers_warm("data")
     def evaluate(
         self,
         data: Any,
@@ -559,13 +514,13 @@ class SparkSession:
         if not self.is_keras:
             raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
         connect.require_dataframe(self.sc, data, "data")
-        size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         return evaluate(
             self.sc, self.session, data, features_col=features_col, label_col=label_col,
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
         )
 
-    @_keeps_workers_warm("data")
+    @keeps_workers_warm("data")
     def predict(
         self,
         data: Any,
@@ -599,7 +554,7 @@ class SparkSession:
         """
         from tensorspark.inference import predict
 
-        size = self.batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         model: Any = self.session
         if not self.is_keras:
             from tensorspark.inference import TF1SessionSource
