@@ -20,6 +20,7 @@ import numpy as np
 
 from tensorspark import connect
 from tensorspark.errors import ConfigurationError
+from tensorspark.jobs import collect
 
 #: One block of rows: a tuple of column arrays that share their first (row) dimension.
 Block = tuple[np.ndarray, ...]
@@ -106,6 +107,10 @@ def first_element(rdd: Any) -> list[Any]:
     :data:`DRAIN_BUDGET_S` seconds (a cached or in-memory partition of 30,000 MNIST rows
     takes about 0.25 s); past that it stops, as ``take`` does. An empty first partition
     falls back to ``take(1)``.
+
+    Raises:
+        WorkerError: reading the row failed on an executor (the user's pipeline raised);
+            it carries the executor's traceback.
     """
     budget = DRAIN_BUDGET_S
 
@@ -120,10 +125,10 @@ def first_element(rdd: Any) -> list[Any]:
             return
 
     if rdd.getNumPartitions() > 0:
-        got = rdd.context.runJob(rdd, first_then_drain, [0])
+        got = collect(lambda: rdd.context.runJob(rdd, first_then_drain, [0]))
         if got:
             return list(got[:1])
-    return list(rdd.take(1))
+    return list(collect(lambda: rdd.take(1)))
 
 
 

@@ -105,10 +105,15 @@ def _explode(row):  # type: ignore[no-untyped-def]
     return row
 
 
+def _explode_in_partition_1(index, rows):  # type: ignore[no-untyped-def]
+    # The driver's check of the first row reads partition 0; partition 1 fails in training.
+    return (_explode(row) for row in rows) if index == 1 else rows
+
+
 def test_worker_exception_reaches_the_driver_and_the_server_stops(sc, small_rows) -> None:
     m = softmax_regression()
     spark_sess = _session(sc, m)
-    rdd = sc.parallelize(small_rows, 2).map(_explode)
+    rdd = sc.parallelize(small_rows, 2).mapPartitionsWithIndex(_explode_in_partition_1)
     with pytest.raises(WorkerError) as info:
         spark_sess.run(m.train_step, feed_rdd=rdd, feed_name_list=[m.x.name, m.y_.name])
     message = str(info.value)
@@ -116,6 +121,17 @@ def test_worker_exception_reaches_the_driver_and_the_server_stops(sc, small_rows
     assert "RuntimeError: bad record in the input pipeline" in message
     assert "_explode" in message
     assert not spark_sess.server.running and _closed(spark_sess.server.port)
+
+
+def test_bad_first_row_fails_on_the_driver_before_a_server_starts(sc, small_rows) -> None:
+    m = softmax_regression()
+    spark_sess = _session(sc, m)
+    rdd = sc.parallelize(small_rows, 2).map(_explode)
+    with pytest.raises(WorkerError) as info:
+        spark_sess.run(m.train_step, feed_rdd=rdd, feed_name_list=[m.x.name, m.y_.name])
+    message = str(info.value)
+    assert "RuntimeError: bad record in the input pipeline" in message and "_explode" in message
+    assert spark_sess.server is None
 
 
 def test_busy_port_is_reported(sc, small_rows) -> None:
