@@ -368,8 +368,16 @@ class NetnsCluster:
         return pids
 
     def context(self, app_name: str, **conf: str) -> SparkContext:
-        """A SparkContext (the driver on the bridge's address) with an executor on every host."""
-        return self.spark.context(app_name, **conf)
+        """A SparkContext (the driver on the bridge's address) with an executor on every host.
+
+        The background warm-up is off unless asked for: these tests place one task per host
+        (each Worker offers one core), which holds only when both slots are free as a job
+        starts, and a warm-up or keep-alive task (seconds of TensorFlow import under the
+        suite's load) can hold one, so Spark runs both partitions one after the other on
+        the other host. The warm-up's scheduling has its own tests
+        (tests/spark/test_warmup.py).
+        """
+        return self.spark.context(app_name, **{"spark.tensorspark.warmup.enabled": "false", **conf})
 
     def spill_dirs(self) -> list[Path]:
         """tensorspark's spill folders still under the Workers' local dirs, but for those of

@@ -41,8 +41,10 @@ def _gone(pid: int | None) -> bool:
 def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(sc: SparkContext, fashion: MnistData, tmp_path: Path) -> None:
     train = sc.parallelize(list(zip(fashion.train_images[:ROWS], fashion.train_labels[:ROWS], strict=True)), 2)
     test = sc.parallelize(list(zip(fashion.test_images[:2000], fashion.test_labels[:2000], strict=True)), 2)
+    # Sync mode, as README advises for the outer optimizer: with fixed seeds the run is
+    # deterministic (async nesterov ended at 0.7485-0.77 over runs of the whole suite).
     options = dict(
-        sync_interval=15, batch_size=64, weight_combiner="nesterov", outer_lr=1.0, outer_momentum=0.5,
+        sync_interval=15, batch_size=64, mode="sync", weight_combiner="nesterov", outer_lr=1.0, outer_momentum=0.5,
         compression="int8", ps_shards=2, checkpoint_dir=str(tmp_path), checkpoint_interval=3600,
     )
     first = sps.SparkSession(sc, mlp(), **options)  # type: ignore[arg-type]
