@@ -190,10 +190,19 @@ class StandaloneCluster:
         active = SparkContext._active_spark_context  # noqa: SLF001
         if active is not None:
             active.stop()
+        settings = {**self.app_conf(), **conf}
+        SparkContext._ensure_initialized()  # noqa: SLF001 - the gateway, to read the JVM's properties
         spark_conf = SparkConf().setMaster(self.master_url).setAppName(app_name)
-        for key, value in {**self.app_conf(), **conf}.items():
+        jvm_properties = SparkContext._jvm.java.lang.System  # noqa: SLF001
+        inherited = {key for key in settings if jvm_properties.getProperty(key) is not None}
+        for key, value in settings.items():
             spark_conf.set(key, value)
         sc = SparkContext(conf=spark_conf)
+        # SparkContext copies its conf into the JVM's system properties, and the next
+        # SparkConf() of this process loads them: without this, one test's setting (e.g.
+        # spark.task.maxFailures=1) would carry over to every later context of the session.
+        for key in settings.keys() - inherited:
+            jvm_properties.clearProperty(key)
         sc.setLogLevel("ERROR")
         if executors is None:
             executors = len(self.worker_hosts) * WORKER_CORES
