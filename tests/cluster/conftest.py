@@ -42,6 +42,7 @@ import pytest
 from pyspark import SparkConf, SparkContext, cloudpickle
 
 import tests
+from tests.spark.conftest import new_context
 
 logger = logging.getLogger(__name__)
 
@@ -190,19 +191,10 @@ class StandaloneCluster:
         active = SparkContext._active_spark_context  # noqa: SLF001
         if active is not None:
             active.stop()
-        settings = {**self.app_conf(), **conf}
-        SparkContext._ensure_initialized()  # noqa: SLF001 - the gateway, to read the JVM's properties
         spark_conf = SparkConf().setMaster(self.master_url).setAppName(app_name)
-        jvm_properties = SparkContext._jvm.java.lang.System  # noqa: SLF001
-        inherited = {key for key in settings if jvm_properties.getProperty(key) is not None}
-        for key, value in settings.items():
+        for key, value in {**self.app_conf(), **conf}.items():
             spark_conf.set(key, value)
-        sc = SparkContext(conf=spark_conf)
-        # SparkContext copies its conf into the JVM's system properties, and the next
-        # SparkConf() of this process loads them: without this, one test's setting (e.g.
-        # spark.task.maxFailures=1) would carry over to every later context of the session.
-        for key in settings.keys() - inherited:
-            jvm_properties.clearProperty(key)
+        sc = new_context(spark_conf)  # its settings do not carry over to the next context
         sc.setLogLevel("ERROR")
         if executors is None:
             executors = len(self.worker_hosts) * WORKER_CORES

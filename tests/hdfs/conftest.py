@@ -282,13 +282,13 @@ def hdfs_sc(hdfs_cluster: HdfsCluster) -> Iterator[SparkContext]:
     dirs) reach the NameNode over WebHDFS. Stops the process's active context first (one per
     JVM) and its own at the end; tests/spark's fixtures start theirs again when needed.
     """
-    from tests.spark.conftest import make_conf
+    from tests.spark.conftest import make_conf, new_context
 
     active = SparkContext._active_spark_context  # noqa: SLF001
     if active is not None:
         active.stop()
     conf = make_conf("local[2]").set("spark.tensorspark.webhdfs.url", hdfs_cluster.webhdfs_url)
-    sc = SparkContext(conf=conf)
+    sc = new_context(conf)
     sc.setLogLevel("ERROR")
     try:
         yield sc

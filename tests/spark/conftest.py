@@ -30,6 +30,24 @@ def make_conf(master: str) -> SparkConf:
     )
 
 
+def new_context(conf: SparkConf) -> SparkContext:
+    """``SparkContext(conf=conf)``, leaving nothing of ``conf`` behind for the next context.
+
+    A SparkContext copies its settings into the JVM's system properties, and every later
+    ``SparkConf()`` of this process loads them: one test's ``spark.task.maxFailures=1`` or
+    WebHDFS address would carry over to every context after it. The settings it added are
+    removed again once the context has its own copy.
+    """
+    SparkContext._ensure_initialized()  # noqa: SLF001 - the gateway, to read the JVM's properties
+    system = SparkContext._jvm.java.lang.System  # noqa: SLF001
+    inherited = {key for key, _ in conf.getAll() if system.getProperty(key) is not None}
+    sc = SparkContext(conf=conf)
+    for key, _ in conf.getAll():
+        if key not in inherited:
+            system.clearProperty(key)
+    return sc
+
+
 class _Contexts:
     """Holds the one live SparkContext of this test process."""
 
@@ -49,7 +67,7 @@ class _Contexts:
         if active is not None and active is not self.sc:
             active.stop()
         self.stop()
-        self.sc = SparkContext(conf=make_conf(master))
+        self.sc = new_context(make_conf(master))
         self.sc.setLogLevel("ERROR")
         self.master = master
         return self.sc
