@@ -177,7 +177,8 @@ class _EpochClock:
         clock = self
 
         class Snapshots(EpochSnapshots):
-            def __post_init__(self) -> None:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
                 clock.started = self.started
 
         self.started = 0.0

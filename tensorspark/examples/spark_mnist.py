@@ -48,11 +48,15 @@ DEFAULT_LEARNING_RATE = 0.1
 
 
 def build_graph(learning_rate: float = DEFAULT_LEARNING_RATE) -> dict[str, Any]:
-    """The seed's softmax regression, built in the default TF1 graph."""
+    """The seed's softmax regression, built in the default TF1 graph.
+
+    Call it inside ``with tf.compat.v1.Graph().as_default():``. It leaves eager execution
+    on: turning it off is process-wide, and would break Keras code the same process runs
+    later (a test suite, a notebook).
+    """
     import tensorflow as tf
 
     tf1 = tf.compat.v1
-    tf1.disable_eager_execution()
     x = tf1.placeholder(tf.float32, [None, 784], name="x")
     W = tf.Variable(tf.zeros([784, 10]), name="W")
     b = tf.Variable(tf.zeros([10]), name="b")

@@ -322,15 +322,19 @@ class WarmUp:
 
         def watch() -> None:
             deadline = time.monotonic() + timeout
-            while not done.wait(0.05):
-                if time.monotonic() > deadline:
-                    why.append("timeout")
-                elif may_yield and self._should_yield(pool):
-                    why.append("yield")
-                else:
-                    continue
-                sc.cancelJobGroup(self.group)
-                return
+            try:
+                while not done.wait(0.05):
+                    if time.monotonic() > deadline:
+                        why.append("timeout")
+                    elif may_yield and self._should_yield(pool):
+                        why.append("yield")
+                    else:
+                        continue
+                    sc.cancelJobGroup(self.group)
+                    return
+            except Exception:  # noqa: BLE001 - e.g. the user stopped the SparkContext (shell exit)
+                # The job itself fails or ends with the context; the watch only stops watching.
+                logger.debug("warm-up watch of the %s pool ended", pool, exc_info=True)
 
         sc.setJobGroup(self.group, f"{DESCRIPTION} ({pool})", interruptOnCancel=True)
         watcher = threading.Thread(target=watch, name=f"{self.group}-watch", daemon=True)

@@ -52,7 +52,11 @@ def test_sigkilled_driver_resumes_from_hdfs_checkpoints(
         "--data-dir", str(fashion_mnist_dir), "--checkpoint-dir", location, "--user", USER,
         "--checkpoint-interval", "1", *SHAPE.args(),
     ]  # fmt: skip
-    outcome = crash_and_resume(args, names, lambda: load_checkpoint(location, user=USER), tmp_path)
+    # The kill follows the first trained checkpoint: the run takes a few seconds once its
+    # workers are warm, and by a second WebHDFS listing it had sometimes written its last.
+    outcome = crash_and_resume(
+        args, names, lambda: load_checkpoint(location, user=USER), tmp_path, checkpoints_before_crash=1
+    )
     assert_resumed_exactly(outcome, SHAPE)
     assert outcome.final.path.startswith(location + "/")
     assert client.status(path)["owner"] == USER
