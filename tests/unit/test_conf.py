@@ -11,21 +11,9 @@ import pytest
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.session import SparkSession
+from tests.unit.spark_conf import DictConf
 
 DEFAULTS = {s.argument: s.default for s in tsconf.SETTINGS}
-
-
-class _Conf:
-    """The two SparkConf calls SparkSession makes, over a plain dict."""
-
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-
-    def getAll(self) -> list[tuple[str, str]]:  # noqa: N802 - SparkConf's name
-        return list(self.values.items())
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
 
 
 class _Context:
@@ -33,9 +21,9 @@ class _Context:
     of the executors, which runs jobs, is turned off by conf: tests/spark/test_warmup.py)."""
 
     def __init__(self, values: dict[str, str]) -> None:
-        self._conf = _Conf({"spark.tensorspark.warmup.enabled": "false", **values})
+        self._conf = DictConf({"spark.tensorspark.warmup.enabled": "false", **values})
 
-    def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
+    def getConf(self) -> DictConf:  # noqa: N802 - SparkContext's name
         return self._conf
 
     def parallelize(self, *args: Any) -> None:

@@ -18,6 +18,7 @@ from tensorspark import conf as tsconf
 from tensorspark import gpus
 from tensorspark.errors import ConfigurationError, DeviceError, WorkerPlacementError
 from tensorspark.gpus import Pin, check_settings, check_visible, decide
+from tests.unit.spark_conf import DictConf
 
 GPU_CONF = {
     "spark.executor.resource.gpu.amount": "2",
@@ -26,26 +27,15 @@ GPU_CONF = {
 }
 
 
-class _Conf:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-
-    def getAll(self) -> list[tuple[str, str]]:  # noqa: N802 - SparkConf's name
-        return list(self.values.items())
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
-
-
 class _Context:
     """Stands in for a SparkContext: the checks read its master, conf and parallelism."""
 
     def __init__(self, master: str, values: dict[str, str], parallelism: int = 8) -> None:
         self.master = master
         self.defaultParallelism = parallelism  # noqa: N815 - SparkContext's name
-        self._conf = _Conf(values)
+        self._conf = DictConf(values)
 
-    def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
+    def getConf(self) -> DictConf:  # noqa: N802 - SparkContext's name
         return self._conf
 
 

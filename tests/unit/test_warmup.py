@@ -10,6 +10,7 @@ import pytest
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.warmup import WarmUp, plan, plan_for
+from tests.unit.spark_conf import DictConf
 
 
 def _plan(**overrides: Any) -> Any:
@@ -26,24 +27,13 @@ def _plan(**overrides: Any) -> Any:
     return plan(**args)
 
 
-class _Conf:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-
-    def getAll(self) -> list[tuple[str, str]]:  # noqa: N802 - SparkConf's name
-        return list(self.values.items())
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
-
-
 class _Context:
     """Stands in for a SparkContext whose conf is all these functions read."""
 
     def __init__(self, values: dict[str, str]) -> None:
-        self._conf = _Conf(values)
+        self._conf = DictConf(values)
 
-    def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
+    def getConf(self) -> DictConf:  # noqa: N802 - SparkContext's name
         return self._conf
 
 
