@@ -38,7 +38,9 @@ def new_context(conf: SparkConf) -> SparkContext:
     WebHDFS address would carry over to every context after it. The settings it added are
     removed again once the context has its own copy.
     """
-    SparkContext._ensure_initialized()  # noqa: SLF001 - the gateway, to read the JVM's properties
+    # The gateway, to read the JVM's properties; launched with ``conf`` so that settings read
+    # only at the JVM's start (spark.driver.memory) apply.
+    SparkContext._ensure_initialized(conf=conf)  # noqa: SLF001
     system = SparkContext._jvm.java.lang.System  # noqa: SLF001
     inherited = {key for key, _ in conf.getAll() if system.getProperty(key) is not None}
     sc = SparkContext(conf=conf)
