@@ -30,6 +30,10 @@ def make_conf(master: str) -> SparkConf:
     )
 
 
+#: Settings that apply only when the driver's JVM starts.
+_JVM_START_KEYS = ("spark.driver.memory", "spark.driver.extraJavaOptions")
+
+
 def new_context(conf: SparkConf) -> SparkContext:
     """``SparkContext(conf=conf)``, leaving nothing of ``conf`` behind for the next context.
 
@@ -38,9 +42,14 @@ def new_context(conf: SparkConf) -> SparkContext:
     WebHDFS address would carry over to every context after it. The settings it added are
     removed again once the context has its own copy.
     """
-    # The gateway, to read the JVM's properties; launched with ``conf`` so that settings read
-    # only at the JVM's start (spark.driver.memory) apply.
-    SparkContext._ensure_initialized(conf=conf)  # noqa: SLF001
+    # The gateway, to read the JVM's properties. When this starts the JVM, it gets the
+    # settings read only at its start (spark.driver.memory), and only those: whatever the
+    # launch is given becomes a system property of the JVM's whole life.
+    launch = SparkConf(loadDefaults=False)
+    for key in _JVM_START_KEYS:
+        if conf.contains(key):
+            launch.set(key, conf.get(key))  # type: ignore[arg-type]
+    SparkContext._ensure_initialized(conf=launch)  # noqa: SLF001
     system = SparkContext._jvm.java.lang.System  # noqa: SLF001
     inherited = {key for key, _ in conf.getAll() if system.getProperty(key) is not None}
     sc = SparkContext(conf=conf)
