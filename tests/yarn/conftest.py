@@ -260,7 +260,9 @@ class YarnCluster:
             "spark.executor.instances": str(NODE_MANAGERS),
             "spark.executor.cores": "1",
             "spark.executor.memory": "1g",
-            "spark.executor.memoryOverhead": "384m",
+            # 2048 MB per executor container: two do not fit one NodeManager (3584 MB,
+            # YarnMiniCluster.java), so each node runs one. The Python worker lives here.
+            "spark.executor.memoryOverhead": "1024m",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.yarn.appMasterEnv.SPARK_LOCAL_IP": "127.0.0.1",

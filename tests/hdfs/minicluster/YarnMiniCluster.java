@@ -85,6 +85,12 @@ public final class YarnMiniCluster {
     yarnConf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
     yarnConf.set("yarn.scheduler.capacity.node-locality-delay", "-1");
     yarnConf.set("yarn.scheduler.minimum-allocation-mb", "128");
+    // Each NodeManager holds one executor (2048 MB, see tests/yarn/conftest.py) next to an
+    // ApplicationMaster (896 MB in client mode, 1408 MB with the driver in cluster mode),
+    // but never two executors: the scheduler hands a heartbeating node every container that
+    // fits, so with YARN's default 8 GB one node could take both, and the tests require that
+    // both NodeManagers run an executor.
+    yarnConf.set("yarn.nodemanager.resource.memory-mb", "3584");
     // The machine is shared: no disk-space verdicts and no memory policing of containers
     // (TensorFlow maps far more virtual memory than it uses).
     yarnConf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "100.0");
