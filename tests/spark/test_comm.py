@@ -4,7 +4,6 @@ Nesterov optimizer together, checkpointed (with the optimizer's momentum) and re
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import keras
@@ -14,6 +13,7 @@ from pyspark import SparkContext
 import tensorspark as sps
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.datasets.mnist import FASHION_MNIST_DIR, MnistData, load_mnist
+from tests.processes import process_gone
 from tests.spark.test_keras import mlp as _mlp
 
 ROWS = 6000
@@ -28,14 +28,6 @@ def mlp(seed: int = 0) -> keras.Model:
     """The MLP with the same layer names each time (a resumed run matches them by name)."""
     keras.backend.clear_session()
     return _mlp(seed)
-
-
-def _gone(pid: int | None) -> bool:
-    try:
-        os.kill(pid or 0, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(sc: SparkContext, fashion: MnistData, tmp_path: Path) -> None:
@@ -60,7 +52,7 @@ def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(sc: SparkContext, fas
     syncs = status["applied_pushes"]
     assert sent / (syncs + 2) < 0.3 * 2 * 407_080
     assert history.epoch_traffic[0] is not None and history.epoch_traffic[0]["samples"] > 0
-    assert all(_gone(pid) for pid in first.server.pids)  # type: ignore[union-attr]
+    assert all(process_gone(pid) for pid in first.server.pids)  # type: ignore[union-attr]
     saved = CheckpointManager(str(tmp_path)).latest()
     assert saved is not None and saved.state_meta["name"] == "nesterov"
     momentum = saved.state["momentum/dense/kernel"]

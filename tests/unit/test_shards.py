@@ -23,6 +23,7 @@ from tensorspark.ps.compression import ErrorFeedback, decode, encode
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.shards import ShardedServer
+from tests.processes import process_gone
 
 
 def _model() -> dict[str, np.ndarray]:
@@ -37,14 +38,6 @@ def _model() -> dict[str, np.ndarray]:
 
 def _meta(seq: int, partition: int = 0) -> dict:
     return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 4, "base_version": 0}
-
-
-def _gone(pid: int | None) -> bool:
-    try:
-        os.kill(pid or 0, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _free(port: int) -> bool:
@@ -121,7 +114,7 @@ def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
         client.close()
         pids, ports = server.pids, [*server.ports, server.port]
     assert events == [(0, "applied"), (1, "applied"), (2, "diverged")]  # shard 0's pushes, no duplicates
-    assert all(_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
+    assert all(process_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
 
 
 def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path: Path) -> None:
@@ -194,7 +187,7 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
         server = ShardedServer(_model(), shards=2, port=port - 2)  # shard 1 gets the busy port
         with pytest.raises(ParameterServerError, match=f"shard 1: .*port 127.0.0.1:{port} is already in use"):
             server.start()
-        assert all(_gone(pid) for pid in server.pids) and _free(port - 2) and _free(port - 1)
+        assert all(process_gone(pid) for pid in server.pids) and _free(port - 2) and _free(port - 1)
     with pytest.raises(ConfigurationError, match="built-in combiners"):
         ShardedServer(_model(), type("Mine", (sps.DynSGDCombiner,), {})(), shards=2)
     with pytest.raises(ConfigurationError, match="Received: shards=1"):
@@ -219,7 +212,7 @@ def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped() -> None:
     finally:
         ports, pids = [*server.ports, server.port], server.pids
         server.stop()
-    assert all(_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
+    assert all(process_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
 
 
 def _gone_or_zombie(pid: int | None) -> bool:
