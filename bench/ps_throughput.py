@@ -74,9 +74,14 @@ def _model(n: int) -> dict[str, np.ndarray]:
     return {"w": np.zeros(n, np.float32)}
 
 
-def _meta(partition: int, seq: int) -> dict[str, Any]:
-    """A push's metadata (one epoch, one sample: the server only counts them here)."""
-    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
+def _meta(partition: int, seq: int, base_version: int = 0) -> dict[str, Any]:
+    """A push's metadata (one epoch, one sample: the server only counts them here).
+
+    ``base_version`` is the version the client last pulled, as a worker sends it
+    (:mod:`tensorspark.worker`): the staleness the server sees, and so the scale DynSGD
+    applies, are those of real workers (0 for one client, about ``clients - 1`` for more).
+    """
+    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": base_version}
 
 
 def _collect(out: Any, procs: list[Any], count: int, deadline: float) -> list[Any]:
@@ -106,24 +111,25 @@ def _client(
     )
     with client:
         client.join(partition, 0)
-        seq = 0
+        seq = version = 0
         for _ in range(_WARMUP_PUSHES):  # steady state: buffers allocated, pages mapped
-            client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq))
+            version = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq, version)).version
             seq += 1
         out.put({"ready": partition})
         if not start.wait(300):
             raise RuntimeError("the measurement never started")
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds([])[0]
         warm = seq
         lat = []
         while time.perf_counter() - t0 < seconds:
             t = time.perf_counter()
-            result = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq))
+            result = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq, version))
             lat.append(time.perf_counter() - t)
             if result.status != "applied":
                 raise RuntimeError(f"push answered {result.status}")
-            seq += 1
-        out.put({"partition": partition, "updates": seq - warm, "seconds": time.perf_counter() - t0, "lat": lat})
+            seq, version = seq + 1, result.version
+        cpu = _cpu_seconds([])[0] - cpu0
+        out.put({"partition": partition, "updates": seq - warm, "seconds": time.perf_counter() - t0, "lat": lat, "cpu_s": cpu})
 
 
 def _cpu_seconds(pids: list[int]) -> list[float]:
@@ -193,6 +199,7 @@ def measure_ps(
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
         "server_cpu_s_per_update": (sum(cpu1) - sum(cpu0)) / window,
+        "client_cpu_s_per_update": sum(r["cpu_s"] for r in rows) / max(1, updates),
         # per process (this one, then each shard): the busiest bounds how fast its loop goes
         "process_cpu_s_per_update": [(b - a) / window for a, b in zip(cpu0, cpu1, strict=True)],
         "received_bytes_per_update": (after["bytes_received"] - before["bytes_received"]) / window,
