@@ -202,3 +202,22 @@ def _no_threads_left() -> Iterator[None]:
     yield
     assert _until(lambda: not left(), 30), left()
 
+
+def test_stopping_the_context_mid_warm_up_raises_nothing_in_its_threads(spark_contexts: Any) -> None:
+    # A pyspark shell that exits while the session's warm-up still runs: the warm-up's
+    # threads see a stopped context and must end quietly.
+    spark_contexts.stop()
+    sc = spark_contexts.get("local[2]")  # fresh workers: the warm-up imports TensorFlow (seconds)
+    raised: list[Any] = []
+    previous = threading.excepthook
+    threading.excepthook = raised.append
+    try:
+        warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)).start()
+        time.sleep(0.5)  # the job runs; its watch asks Spark every 50 ms whether to step aside
+        spark_contexts.stop()
+        assert warm.wait(60)
+        warm.close()
+        time.sleep(0.3)
+    finally:
+        threading.excepthook = previous
+    assert raised == [], [f"{r.thread.name}: {r.exc_type.__name__}: {r.exc_value}" for r in raised]
