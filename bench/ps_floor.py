@@ -39,7 +39,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import resource
 import socket
 import statistics
 import sys
@@ -54,21 +53,10 @@ for path in (str(ROOT), str(ROOT / "bench")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from ps_throughput import MB, measure_ps  # noqa: E402
+from ps_throughput import MB, _cpu_seconds, measure_ps  # noqa: E402
 
 from tensorspark.ps import auth  # noqa: E402
 from tensorspark.ps.validation import all_finite  # noqa: E402
-
-
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _proc_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _sender(port: int, nbytes: int, seconds: float, ready: Any) -> None:
@@ -97,14 +85,14 @@ def measure_tcp_cpu(nbytes: int, seconds: float) -> dict[str, float]:
         with conn:
             conn.settimeout(60)
             view = memoryview(bytearray(1 << 20))
-            send0, recv0 = _proc_cpu(proc.pid), _own_cpu()
+            recv0, send0 = _cpu_seconds([proc.pid])
             ready.set()
             got, t0 = 0, time.perf_counter()
             while n := conn.recv_into(view):
                 got += n
             elapsed = time.perf_counter() - t0
-            recv_cpu = _own_cpu() - recv0
-            send_cpu = _proc_cpu(proc.pid) - send0  # read before the sender exits
+            recv1, send1 = _cpu_seconds([proc.pid])  # read before the sender exits
+            recv_cpu, send_cpu = recv1 - recv0, send1 - send0
         proc.join(60)
     messages = got / nbytes
     return {
@@ -117,10 +105,10 @@ def measure_tcp_cpu(nbytes: int, seconds: float) -> dict[str, float]:
 
 def _cpu_per_call(fn: Any, repeats: int) -> float:
     fn()  # pages mapped, caches warm
-    c0 = _own_cpu()
+    c0 = _cpu_seconds([])[0]
     for _ in range(repeats):
         fn()
-    return (_own_cpu() - c0) / repeats
+    return (_cpu_seconds([])[0] - c0) / repeats
 
 
 def measure_steps(n: int, repeats: int = 20) -> dict[str, float]:
