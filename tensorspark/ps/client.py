@@ -48,7 +48,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import math
 import random
 import socket
 import ssl
@@ -70,6 +69,7 @@ from tensorspark.errors import (
 from tensorspark.ps import auth
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM
 from tensorspark.ps.compression import decode as decode_tensor
+from tensorspark.ps.connection import bound_dead_link, read_body, read_head
 
 logger = logging.getLogger(__name__)
 
@@ -78,29 +78,7 @@ _SMALL_BODY = 256 * 1024
 # digests 1 MB steps too. In interleaved runs of bench/ps_throughput.py with one client,
 # authentication cost 10-13 % of 1M-parameter throughput with 256 KB pieces, 1-6 % with 1 MB.
 _SEND_STEP = 1 << 20
-_HEAD_READ = 64 * 1024  # one recv usually holds a small response whole
-_MAX_HEAD = 64 * 1024
 _MIN_CONNECT = 0.1  # the shortest connection attempt, even with the budget nearly spent
-
-
-def bound_dead_link(sock: socket.socket, ps_timeout: float) -> None:
-    """Make a connection fail about ``ps_timeout`` seconds after its link stops carrying packets.
-
-    TCP keepalive probes an idle connection (one waiting for an answer) every second, and
-    the TCP user timeout closes the connection once sent data or probes have gone
-    unacknowledged for ``ps_timeout``; a healthy link acknowledges the probes, however long
-    the server takes to answer. Options a platform lacks are left out (keepalive alone then
-    gives up after ``ps_timeout`` probes).
-    """
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    seconds = max(1, math.ceil(ps_timeout))
-    for name, value in (("TCP_KEEPIDLE", 1), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", seconds)):
-        option = getattr(socket, name, None)
-        if option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
-    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
-    if user_timeout is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, user_timeout, int(ps_timeout * 1000))
 
 
 class _Busy(Exception):
@@ -384,9 +362,9 @@ class ParameterClient:
         else:
             sock.sendall(head)
             if expect:
-                status, headers, early = self._read_head(sock)
+                status, headers, early = read_head(sock, self.url)
                 if status != 100:  # refused before the body: the server closes the connection
-                    body = self._read_body(sock, headers, early)
+                    body = read_body(sock, self.url, headers, early, self._response_buffer)
                     self.close()
                     return self._answer(method, path, status, headers, body)
             if signing is None:
@@ -402,35 +380,15 @@ class ParameterClient:
                         sock.sendall(piece)
                         signing.update(piece)
                 sock.sendall(signing.trailer())
-        status, headers, early = self._read_head(sock, early)
+        status, headers, early = read_head(sock, self.url, early)
         while status == 100:  # an interim answer to a head this client did not hold back
-            status, headers, early = self._read_head(sock, early)
-        body = self._read_body(sock, headers, early)
+            status, headers, early = read_head(sock, self.url, early)
+        body = read_body(sock, self.url, headers, early, self._response_buffer)
         if headers.get("connection", "").lower() == "close":
             self.close()
         elif status == 200:
             self._proven = True
         return self._answer(method, path, status, headers, body)
-
-    def _read_body(self, sock: socket.socket, headers: dict[str, str], early: bytes) -> bytearray:
-        """A response's body (``Content-Length`` bytes), ``early`` being its first bytes."""
-        length_text = headers.get("content-length", "0")
-        if not length_text.isascii() or not length_text.isdigit():
-            raise http.client.HTTPException(
-                f"the parameter server at {self.url} answered without a valid Content-Length: {length_text[:40]!r}"
-            )
-        length = int(length_text)
-        body = self._response_buffer(length)
-        view = memoryview(body)
-        got = min(len(early), length)
-        view[:got] = early[:got]
-        while got < length:
-            n = sock.recv_into(view[got:])
-            if not n:
-                raise http.client.IncompleteRead(bytes(body[:got]), length - got)
-            got += n
-        view.release()
-        return body
 
     def _answer(
         self, method: str, path: str, status: int, headers: dict[str, str], body: bytearray
@@ -463,33 +421,6 @@ class ParameterClient:
         if status == 503 and "retry-after" in headers:
             raise _Busy(error)
         raise error
-
-    def _read_head(self, sock: socket.socket, data: bytes = b"") -> tuple[int, dict[str, str], bytes]:
-        """Read a response's status line and headers (``data``: bytes of it received
-        already); returns them and the body bytes that arrived with them."""
-        while True:
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                break
-            if len(data) > _MAX_HEAD:
-                raise http.client.HTTPException(f"response headers from {self.url} exceed {_MAX_HEAD} bytes")
-            chunk = sock.recv(_HEAD_READ)
-            if not chunk:
-                raise http.client.RemoteDisconnected(f"the parameter server at {self.url} closed the connection")
-            data += chunk
-        status_line, *header_lines = data[:end].decode("latin-1").split("\r\n")
-        version, _, rest = status_line.partition(" ")
-        code = rest[:3]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
-            raise http.client.BadStatusLine(status_line[:100])
-        headers = {}
-        for line in header_lines:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        if version == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
-            headers["connection"] = "close"
-        return int(code), headers, data[end + 4 :]
 
     def _response_buffer(self, length: int) -> bytearray:
         if not self._recycle or length < (1 << 20):

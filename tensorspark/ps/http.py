@@ -1,14 +1,6 @@
 """The parameter server's HTTP layer: routes, body reading, signature checks, responses.
 
-Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON):
-
-* ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
-* ``GET  /pull[?partition=P]``  -> wire(global params, {version})
-* ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
-  compression, wire} (the worker's address is recorded as its ``host``)
-* ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
-* ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
-* ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
+The endpoints and what a status-only server answers: :mod:`tensorspark.ps.routes`.
 
 Any other method on these paths gets 405 with an ``Allow`` header (``HEAD`` too, answered
 with headers only), any other path 404. No input is answered with a 5xx other than 503
@@ -39,7 +31,6 @@ the :class:`~tensorspark.ps.store.Store`, so handlers call the store directly.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -55,51 +46,25 @@ from tensorspark import wire
 from tensorspark.errors import AuthenticationError, WireFormatError
 from tensorspark.ps import auth, dashboard
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Admission, Limits, content_length
+from tensorspark.ps.routes import (
+    ALLOWED,
+    ROUTES,
+    STATUS_ROUTES,
+    StatusBooks,
+    head_size,
+    json_object,
+    leave_request,
+    query_int,
+    shown,
+)
 from tensorspark.ps.store import Store
-from tensorspark.ps.validation import RequestError, check_json_depth, int_field
+from tensorspark.ps.validation import RequestError, int_field
 
 logger = logging.getLogger(__name__)
 
 _DIRECT_READ_FROM = 1 << 20  # bodies this large are read straight into their buffer
 _DIRECT_READ_STEP = 1 << 20  # ... in steps of this size, hashed as each one lands
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-_ROUTES = {
-    ("POST", "/push"),
-    ("GET", "/pull"),
-    ("POST", "/join"),
-    ("POST", "/leave"),
-    ("GET", "/status"),
-    ("GET", "/"),  # the live dashboard (tensorspark.ps.dashboard)
-}
-#: The methods of each path, for 405 answers (their ``Allow`` header).
-_ALLOWED = {path: method for method, path in _ROUTES}
-
-#: Routes that only read the status: open to the read-only ``?token=`` (and to everyone
-#: with ``public_status=True``). The dashboard's ``("GET", "/")`` belongs here too.
-_STATUS_ROUTES = {("GET", "/"), ("GET", "/status")}
-
-
-class StatusBooks:
-    """What a status-only server counts (the front of a sharded server, which holds no
-    model): refused requests and traffic. Loop thread only."""
-
-    def __init__(self) -> None:
-        self.counters = collections.Counter[str]()
-
-    def take_body(self, length: int) -> bytearray:
-        return bytearray(length)
-
-    def count_refused(self, code: int) -> None:
-        if code != 404:
-            self.counters["rejected_requests"] += 1
-            if code == 401:
-                self.counters["unauthorized_requests"] += 1
-
-    def count_traffic(self, partition: int | None, received: int, sent: int) -> None:
-        self.counters["bytes_received"] += received
-        self.counters["bytes_sent"] += sent
-
 
 @dataclass(frozen=True)
 class _Settings:
@@ -139,48 +104,13 @@ class Router(httputil.HTTPServerConnectionDelegate):
         public_status: bool,
         status: Callable[[], dict[str, Any]],
     ) -> None:
-        routes = frozenset(_ROUTES if isinstance(store, Store) else _STATUS_ROUTES)
+        routes = frozenset(ROUTES if isinstance(store, Store) else STATUS_ROUTES)
         self._settings = _Settings(store, verifier, limits, admission, bool(public_status), status, routes)
 
     def start_request(
         self, server_conn: object, request_conn: httputil.HTTPConnection
     ) -> httputil.HTTPMessageDelegate:
         return _Request(self._settings, request_conn)
-
-
-def _head_size(start_line: str, headers: httputil.HTTPHeaders) -> int:
-    """Bytes of an HTTP/1.1 message's start line and headers as written on the wire."""
-    size = len(start_line) + 4  # CRLF after the start line and after the headers
-    for name, value in headers.get_all():
-        size += len(name) + len(value) + 4  # "Name: value\r\n"
-    return size
-
-
-def _query_int(query: str, key: str) -> int | None:
-    values = parse_qs(query).get(key)
-    if not values or not values[-1].isdigit() or len(values[-1]) > 18:
-        return None
-    return int(values[-1])
-
-
-def _json_object(body: bytes | bytearray | memoryview, required: tuple[str, ...]) -> dict[str, Any]:
-    try:
-        text = bytes(body).decode("utf-8")
-        check_json_depth(text)
-        obj = json.loads(text or "{}")
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise RequestError(400, f"body is not valid JSON: {type(err).__name__}: {err}") from None
-    if not isinstance(obj, dict):
-        raise RequestError(400, "body must be a JSON object")
-    missing = [k for k in required if k not in obj]
-    if missing:
-        raise RequestError(400, f"missing fields {missing}")
-    return obj
-
-
-def _shown(text: str) -> str:
-    """A path or method from the network, cut short for an error message."""
-    return text if len(text) <= 80 else text[:80] + "..."
 
 
 class _Request(httputil.HTTPMessageDelegate):
@@ -236,7 +166,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self.path, _, query = start_line.path.partition("?")
         self.headers = headers
         self.query = query
-        self.head_bytes = _head_size(f"{start_line.method} {start_line.path} {start_line.version}", headers)
+        self.head_bytes = head_size(f"{start_line.method} {start_line.path} {start_line.version}", headers)
         try:
             length = content_length(headers)
         except RequestError as err:
@@ -292,8 +222,8 @@ class _Request(httputil.HTTPMessageDelegate):
         if (self.method, self.path) not in settings.routes:
             allowed = next((m for m, p in settings.routes if p == self.path), None)
             if allowed is None:
-                raise RequestError(404, f"no endpoint {_shown(self.method)} {_shown(self.path)}")
-            raise RequestError(405, f"{_shown(self.method)} is not allowed on {self.path}; use {allowed}")
+                raise RequestError(404, f"no endpoint {shown(self.method)} {shown(self.path)}")
+            raise RequestError(405, f"{shown(self.method)} is not allowed on {self.path}; use {allowed}")
         limit = settings.limits.max_body_bytes if self.path == "/push" else settings.limits.max_json_bytes
         if length > limit:
             raise RequestError(
@@ -319,7 +249,7 @@ class _Request(httputil.HTTPMessageDelegate):
         self.signed = True
 
     def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
-        if (self.method, self.path) not in _STATUS_ROUTES:
+        if (self.method, self.path) not in STATUS_ROUTES:
             return False
         if self.settings.public_status:
             return True
@@ -506,22 +436,17 @@ class _Request(httputil.HTTPMessageDelegate):
             if not keeps:  # combined and answered: nothing refers to the body any more
                 store.give_body(self.body)
         elif self.path == "/pull":
-            self.partition = _query_int(self.query, "partition")
+            self.partition = query_int(self.query, "partition")
             store.pull(self._respond)
         elif self.path == "/join":
-            req = _json_object(payload, ("partition", "attempt"))
+            req = json_object(payload, ("partition", "attempt"))
             peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
             self.partition = int_field(req, "partition")
             self._json(store.join(self.partition, int_field(req, "attempt"), peer, req.get("wire")))
         elif self.path == "/leave":
-            req = _json_object(payload, ("partition", "attempt", "state"))
-            partition, state = int_field(req, "partition"), req["state"]
-            if state not in ("done", "failed"):
-                raise RequestError(
-                    400, f"field 'state' must be \"done\" or \"failed\", received {str(state)[:40]!r}"
-                )
+            partition, attempt, state = leave_request(payload)
             self.partition = partition
-            store.leave(partition, int_field(req, "attempt"), state)
+            store.leave(partition, attempt, state)
             self._json({"ok": True})
 
     def _json(self, obj: Mapping[str, Any]) -> None:
@@ -532,11 +457,11 @@ class _Request(httputil.HTTPMessageDelegate):
         self.settings.store.count_refused(err.code)
         logger.debug(
             "parameter server: %s %s -> %s %s",
-            _shown(self.method), _shown(self.path), err.code, err.message,
+            shown(self.method), shown(self.path), err.code, err.message,
         )
         extra = {"Connection": "close"} if close else {}
         if err.code == 405:
-            extra["Allow"] = _ALLOWED.get(self.path, "")
+            extra["Allow"] = ALLOWED.get(self.path, "")
         elif err.code == 503:
             extra["Retry-After"] = "1"
         self._respond(
@@ -572,7 +497,7 @@ class _Request(httputil.HTTPMessageDelegate):
             self.settings.store.count_traffic(
                 self.partition,
                 self.head_bytes + self.received,
-                _head_size(f"HTTP/1.1 {code} {reason}", head) + wire.encoded_size(sent),
+                head_size(f"HTTP/1.1 {code} {reason}", head) + wire.encoded_size(sent),
             )
             chunks = wire.coalesce([p for p in sent if memoryview(p).nbytes])
             # Headers and a small first chunk leave in one send (one TCP segment).

@@ -47,9 +47,10 @@ from tensorspark.ps import auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
-from tensorspark.ps.http import Router, StatusBooks
+from tensorspark.ps.http import Router
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.loop import LoopServer
+from tensorspark.ps.routes import StatusBooks
 from tensorspark.ps.settings import check_settings
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.store import Snapshot

@@ -23,13 +23,12 @@ most once, in order per partition, and counts the rest as duplicates; a retried 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +37,17 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.ps import compression as compress
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
+from tensorspark.ps.holds import HeldPush, PushHold
+from tensorspark.ps.holds import reached as progress_reached
 from tensorspark.ps.ledger import Ledger, WorkerState
+from tensorspark.ps.rounds import (
+    Contribution,
+    Respond,
+    SyncRound,
+    Timers,
+    error_body,
+    weighted_mean,
+)
 from tensorspark.ps.settings import check_settings
 from tensorspark.ps.validation import MAX_SAMPLES, RequestError, check_tensors, int_field
 
@@ -48,37 +57,7 @@ logger = logging.getLogger(__name__)
 MAX_METRICS = 256
 MAX_METRIC_NAME = 200
 
-#: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
-#: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
-Respond = Callable[..., None]
-
-
-class Timers(Protocol):
-    """What the store needs of a loop to time sync rounds out (``IOLoop`` has both)."""
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> object: ...
-
-    def remove_timeout(self, timeout: Any) -> None: ...
-
-
-@dataclass
-class _Pending:
-    """A sync-mode contribution waiting for its round to complete."""
-
-    partition: int
-    delta: dict[str, wire.Tensor]
-    samples: int
-    meta: dict[str, Any]
-    respond: Respond
-
-
-@dataclass
-class _Held:
-    """A push that arrived beyond the progress a consistent snapshot waits for."""
-
-    tensors: dict[str, wire.Tensor]
-    meta: dict[str, Any]
-    respond: Respond
+__all__ = ["MAX_METRICS", "MAX_METRIC_NAME", "Respond", "Snapshot", "Store", "Timers"]
 
 
 @dataclass
@@ -152,22 +131,16 @@ class Store:
             else compress.EncodeBuffers(self.compression)
         )
         self.max_staleness = max_staleness
-        self.round_timeout = round_timeout
         self._on_push = on_push
         self.version = int(version)
         self._progress: dict[int, tuple[int, int]] = {
             int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
         }
         self.ledger = Ledger()
-        self._pending: dict[int, _Pending] = {}
-        self._round = 0
-        self._timers: Timers | None = None
-        self._round_timer: Any = None
+        self._round = SyncRound(round_timeout)  # sync mode's round in progress
         self._bodies = BodyPool()
-        # A consistent snapshot across shards in progress: pushes beyond _hold wait in _held.
-        self._hold: dict[int, tuple[int, int]] | None = None
-        self._held: list[_Held] = []
-        self._waiters: list[tuple[dict[int, tuple[int, int]], threading.Event]] = []
+        # A consistent snapshot across shards in progress: pushes beyond its target wait.
+        self._hold = PushHold()
 
     # ------------------------------------------------------------------ settings
 
@@ -183,12 +156,14 @@ class Store:
             )
         self.num_workers = num_workers
 
+    @property
+    def round_timeout(self) -> float:
+        """Sync mode: how long a round waits for missing workers."""
+        return self._round.timeout
+
     def set_timers(self, timers: Timers | None) -> None:
         """Time sync rounds out on ``timers`` (the running loop), or stop doing so (None)."""
-        if timers is None and self._round_timer is not None and self._timers is not None:
-            self._timers.remove_timeout(self._round_timer)
-            self._round_timer = None
-        self._timers = timers
+        self._round.set_timers(timers)
 
     # ------------------------------------------------------------------ reading
 
@@ -223,7 +198,7 @@ class Store:
             "max_staleness": self.max_staleness,
             "num_params": int(sum(a.size for a in self._sets.current.values())),
             "model_bytes": self.model_bytes,
-            "round": self._round,
+            "round": self._round.number,
         }
         status.update(self.ledger.status())
         return status
@@ -266,9 +241,9 @@ class Store:
         worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
-        if self.mode == "sync" and partition in self._pending:
+        if self.mode == "sync" and partition in self._round.pending:
             # A retried attempt replaces what the failed one left waiting in the round.
-            del self._pending[partition]
+            del self._round.pending[partition]
         done = self._progress.get(partition)
         return {
             "progress": None if done is None else {"epoch": done[0], "seq": done[1]},
@@ -290,7 +265,7 @@ class Store:
             worker.state = state
             worker.last_seen = time.time()
             if self.mode == "sync":
-                self._pending.pop(partition, None)
+                self._round.pending.pop(partition, None)
                 self._maybe_complete_round()
 
     def pull(self, respond: Respond) -> None:
@@ -335,9 +310,9 @@ class Store:
                 f"received {partition}",
             )
         check_tensors(self._sets.current, tensors)
-        if self._hold is not None and (epoch, seq) > self._hold.get(partition, (-1, -1)):
+        if self._hold.holds_back(partition, epoch, seq):
             held = {k: compress.copy_tensor(v) for k, v in tensors.items()}
-            self._held.append(_Held(held, dict(meta), respond))
+            self._hold.held.append(HeldPush(held, dict(meta), respond))
             return False
         worker = self.ledger.worker(partition, attempt=attempt)
         worker.last_seen = time.time()
@@ -359,7 +334,7 @@ class Store:
             self._notify(meta, status)
             return False
         if self.mode == "sync":
-            self._pending[partition] = _Pending(
+            self._round.pending[partition] = Contribution(
                 partition, dict(tensors), samples, dict(meta), respond
             )
             self._maybe_complete_round()
@@ -415,11 +390,7 @@ class Store:
         """Record an applied contribution (the caller has advanced the version)."""
         self._progress[worker.partition] = (int(meta["epoch"]), int(meta["seq"]))
         self.ledger.applied(worker, meta, staleness, self.version)
-        if self._waiters:
-            for target, event in self._waiters:
-                if self.reached(target):
-                    event.set()
-            self._waiters = [(t, e) for t, e in self._waiters if not e.is_set()]
+        self._hold.progressed(self._progress)
 
     def _respond_params(self, respond: Respond, status: str) -> None:
         """Answer with the current parameters, written straight from their memory (or from
@@ -459,32 +430,26 @@ class Store:
 
     def reached(self, target: Mapping[int, tuple[int, int]]) -> bool:
         """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
-        return all(self._progress.get(p, (-1, -1)) >= tuple(t) for p, t in target.items())
+        return progress_reached(self._progress, target)
 
     def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
         named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
         progress now, which may already lie beyond ``target`` (then hold a larger one)."""
-        self._hold = {int(p): (int(t[0]), int(t[1])) for p, t in target.items()}
+        self._hold.hold(target)
         return dict(self._progress)
 
     def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
         """Set ``event`` once :meth:`reached` ``(target)`` holds (at once if it does)."""
-        if self.reached(target):
-            event.set()
-        else:
-            self._waiters.append((dict(target), event))
+        self._hold.notify_reached(self._progress, target, event)
 
     def release(self) -> None:
         """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
-        self._hold = None
-        self._waiters.clear()
-        held, self._held = self._held, []
-        for push in held:
+        for push in self._hold.release():
             try:
                 self.push(push.tensors, push.meta, push.respond)
             except RequestError as err:  # checked when it arrived; cannot happen twice
-                push.respond(err.code, [_error_body(err.message)], "application/json")
+                push.respond(err.code, [error_body(err.message)], "application/json")
 
     # sync rounds --------------------------------------------------------------
 
@@ -492,24 +457,14 @@ class Store:
         """Combine the round when every still-active partition has pushed."""
         assert self.num_workers is not None
         left = {p for p, w in self.ledger.workers.items() if w.state in ("done", "failed")}
-        waiting_for = [
-            p for p in range(self.num_workers) if p not in left and p not in self._pending
-        ]
-        if not self._pending:
+        waiting_for = self._round.waiting_for(self.num_workers, left)
+        if not self._round.pending:
             return
         if waiting_for:
-            self._arm_round_timer(waiting_for)
+            self._round.arm(waiting_for)
             return
-        pending = list(self._pending.values())
-        self._pending.clear()
-        total = sum(max(0, p.samples) for p in pending)
-        weights = [(p.samples / total) if total > 0 else 1.0 / len(pending) for p in pending]
-        mean: dict[str, np.ndarray] = {}
-        for name in self._sets.current:
-            acc: Any = 0.0
-            for p, w in zip(pending, weights, strict=True):
-                acc = acc + w * compress.as_array(p.delta[name])
-            mean[name] = np.asarray(acc)
+        pending = self._round.complete()
+        mean, total = weighted_mean(pending, self._sets.current)
         info = PushInfo(
             partition=-1,
             samples=total,
@@ -518,39 +473,14 @@ class Store:
             active_workers=len(pending),
         )
         self._sets.install(self.combiner.combine_round(self._sets.current, mean, info))
-        self._round += 1
         self.version += 1  # one version per round, not per contribution
         for p in pending:
             self._apply_bookkeeping(self.ledger.workers[p.partition], p.meta, 0)
         for p in pending:
             self._respond_params(p.respond, "applied")
-        if self._round_timer is not None and self._timers is not None:
-            self._timers.remove_timeout(self._round_timer)
-            self._round_timer = None
         for p in pending:
             self._notify(p.meta, "applied")
 
-    def _arm_round_timer(self, waiting_for: list[int]) -> None:
-        if self._round_timer is not None or self._timers is None:
-            return
-
-        def expire() -> None:
-            self._round_timer = None
-            if self._pending:
-                self.fail_round(
-                    f"sync round {self._round} timed out after {self.round_timeout}s waiting for "
-                    f"partitions {waiting_for}"
-                )
-
-        self._round_timer = self._timers.call_later(self.round_timeout, expire)
-
     def fail_round(self, message: str) -> None:
         """Answer every contribution waiting in the sync round with 503 ``message``."""
-        pending = list(self._pending.values())
-        self._pending.clear()
-        for p in pending:
-            p.respond(503, [_error_body(message)], "application/json")
-
-
-def _error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode("utf-8")
+        self._round.fail(message)

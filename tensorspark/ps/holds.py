@@ -1,0 +1,79 @@
+"""Consistent cuts across shards: holding pushes back beyond a target progress.
+
+A sharded server checkpoints every shard at the same per-partition progress. To get
+there, the driver asks each shard to apply no push beyond a target ``(epoch, seq)`` per
+partition (:meth:`PushHold.hold`), waits until every shard has reached it
+(:meth:`PushHold.notify_reached`), snapshots, and releases: the pushes that waited are
+applied then, in arrival order.
+
+Thread ownership: owned by the store's thread (the server's loop thread); the events it
+sets may be waited on from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tensorspark import wire
+from tensorspark.ps.rounds import Respond
+
+#: Per partition, the last applied ``(epoch, seq)``.
+Progress = Mapping[int, tuple[int, int]]
+
+
+@dataclass
+class HeldPush:
+    """A push that arrived beyond the progress a consistent snapshot waits for."""
+
+    tensors: dict[str, wire.Tensor]
+    meta: dict[str, Any]
+    respond: Respond
+
+
+def reached(progress: Progress, target: Mapping[int, tuple[int, int]]) -> bool:
+    """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
+    return all(progress.get(p, (-1, -1)) >= tuple(t) for p, t in target.items())
+
+
+class PushHold:
+    """The target a consistent snapshot waits for, the pushes beyond it, and the waiters."""
+
+    def __init__(self) -> None:
+        self.target: dict[int, tuple[int, int]] | None = None
+        self.held: list[HeldPush] = []
+        self._waiters: list[tuple[dict[int, tuple[int, int]], threading.Event]] = []
+
+    def holds_back(self, partition: int, epoch: int, seq: int) -> bool:
+        """Whether a push at ``(epoch, seq)`` of ``partition`` must wait for the release."""
+        return self.target is not None and (epoch, seq) > self.target.get(partition, (-1, -1))
+
+    def hold(self, target: Mapping[Any, Any]) -> None:
+        """Apply no push beyond ``target`` (partitions not named: none) until released."""
+        self.target = {int(p): (int(t[0]), int(t[1])) for p, t in target.items()}
+
+    def notify_reached(
+        self, progress: Progress, target: Mapping[int, tuple[int, int]], event: threading.Event
+    ) -> None:
+        """Set ``event`` once ``progress`` reaches ``target`` (at once if it does)."""
+        if reached(progress, target):
+            event.set()
+        else:
+            self._waiters.append((dict(target), event))
+
+    def progressed(self, progress: Progress) -> None:
+        """Progress moved: set the events of the targets it now reaches."""
+        if self._waiters:
+            for target, event in self._waiters:
+                if reached(progress, target):
+                    event.set()
+            self._waiters = [(t, e) for t, e in self._waiters if not e.is_set()]
+
+    def release(self) -> list[HeldPush]:
+        """End the hold; the pushes that waited, in arrival order, for the caller to apply."""
+        self.target = None
+        self._waiters.clear()
+        held, self.held = self.held, []
+        return held

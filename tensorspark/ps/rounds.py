@@ -1,0 +1,129 @@
+"""Sync mode's rounds: the contributions waiting for a round, its timer, its mean.
+
+A round completes when every partition still taking part has pushed once; the
+:class:`~tensorspark.ps.store.Store` then combines the sample-weighted mean of the
+contributions (:func:`weighted_mean`) into one new version. A round that waits longer
+than its timeout for a partition is failed: every contribution waiting in it is answered
+with 503, and the workers retry.
+
+Thread ownership: owned by the store's thread (the server's loop thread), like the store;
+no locks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from tensorspark import wire
+from tensorspark.ps import compression as compress
+
+#: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
+#: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
+Respond = Callable[..., None]
+
+
+class Timers(Protocol):
+    """What a round needs of a loop to time out (``IOLoop`` has both)."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> object: ...
+
+    def remove_timeout(self, timeout: Any) -> None: ...
+
+
+@dataclass
+class Contribution:
+    """A sync-mode push waiting for its round to complete."""
+
+    partition: int
+    delta: dict[str, wire.Tensor]
+    samples: int
+    meta: dict[str, Any]
+    respond: Respond
+
+
+def error_body(message: str) -> bytes:
+    """The JSON body of an error answer."""
+    return json.dumps({"error": message}).encode("utf-8")
+
+
+def weighted_mean(
+    contributions: list[Contribution], names: Iterable[str]
+) -> tuple[dict[str, np.ndarray], int]:
+    """The contributions' deltas averaged by their samples (equal weights when none
+    counted samples), and the total of samples."""
+    total = sum(max(0, c.samples) for c in contributions)
+    weights = [
+        (c.samples / total) if total > 0 else 1.0 / len(contributions) for c in contributions
+    ]
+    mean: dict[str, np.ndarray] = {}
+    for name in names:
+        acc: Any = 0.0
+        for c, w in zip(contributions, weights, strict=True):
+            acc = acc + w * compress.as_array(c.delta[name])
+        mean[name] = np.asarray(acc)
+    return mean, total
+
+
+class SyncRound:
+    """The round in progress: who has contributed, and the timer that fails it.
+
+    Args:
+        timeout: how long a round waits for missing partitions (once timers are set).
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.number = 0  # rounds completed
+        self.pending: dict[int, Contribution] = {}
+        self._timers: Timers | None = None
+        self._timer: Any = None
+
+    def set_timers(self, timers: Timers | None) -> None:
+        """Time rounds out on ``timers`` (the running loop), or stop doing so (None)."""
+        if timers is None:
+            self._cancel_timer()
+        self._timers = timers
+
+    def waiting_for(self, num_workers: int, left: set[int]) -> list[int]:
+        """The partitions below ``num_workers`` that neither left nor contributed yet."""
+        return [p for p in range(num_workers) if p not in left and p not in self.pending]
+
+    def complete(self) -> list[Contribution]:
+        """Take the round's contributions: the round is over, its timer cancelled."""
+        contributions = list(self.pending.values())
+        self.pending.clear()
+        self.number += 1
+        self._cancel_timer()
+        return contributions
+
+    def arm(self, waiting_for: list[int]) -> None:
+        """Fail the round after the timeout unless it completes first (once per round)."""
+        if self._timer is not None or self._timers is None:
+            return
+
+        def expire() -> None:
+            self._timer = None
+            if self.pending:
+                self.fail(
+                    f"sync round {self.number} timed out after {self.timeout}s waiting for "
+                    f"partitions {waiting_for}"
+                )
+
+        self._timer = self._timers.call_later(self.timeout, expire)
+
+    def fail(self, message: str) -> None:
+        """Answer every contribution waiting in the round with 503 ``message``."""
+        contributions = list(self.pending.values())
+        self.pending.clear()
+        for c in contributions:
+            c.respond(503, [error_body(message)], "application/json")
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None and self._timers is not None:
+            self._timers.remove_timeout(self._timer)
+        self._timer = None
