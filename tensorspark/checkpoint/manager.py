@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tensorspark.arguments import positive_int
 from tensorspark.checkpoint.format import (
     NAME_PATTERN,
     SUFFIX,
@@ -24,7 +25,8 @@ from tensorspark.checkpoint.format import (
     encode_checkpoint,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
-from tensorspark.storage import Storage, open_storage
+from tensorspark.storage import Storage
+from tensorspark.storage.options import StorageOptions
 
 # The package's logger, as before the split: users filter checkpoint warnings by this name.
 logger = logging.getLogger("tensorspark.checkpoint")
@@ -52,6 +54,8 @@ class CheckpointManager:
         backoff_s: Wait before the second attempt; doubles for each further one.
         storage: Use this storage, with ``location`` as the directory path inside it,
             instead of opening one from ``location``.
+        path: With ``storage``: the directory inside it, when ``location`` is the URL that
+            messages show (:func:`load_checkpoint` opens the storage once).
 
     Raises:
         ConfigurationError: a bad argument or location.
@@ -71,24 +75,20 @@ class CheckpointManager:
         attempts: int = 3,
         backoff_s: float = 0.5,
         storage: Storage | None = None,
+        path: str | None = None,
     ) -> None:
-        for name, value, low in (("keep", keep, 1), ("max_failures", max_failures, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigurationError(
-                    f"{name} must be an integer >= {low}. Received: {name}={value!r}"
-                )
-        if not isinstance(attempts, int) or attempts < 1:
-            raise ConfigurationError(f"attempts must be an integer >= 1. Received: {attempts!r}")
+        keep = positive_int("keep", keep)
+        max_failures = positive_int("max_failures", max_failures)
+        attempts = positive_int("attempts", attempts)
         if not isinstance(backoff_s, (int, float)) or not 0 <= backoff_s <= 60:
             raise ConfigurationError(
                 f"backoff_s must be between 0 and 60 seconds. Received: backoff_s={backoff_s!r}"
             )
         if storage is None:
-            storage, path = open_storage(
-                location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-            )
+            options = StorageOptions.from_conf(conf, user, auth, token, read_timeout=timeout)
+            storage, path = options.open(location)
         else:
-            path = location
+            path = location if path is None else path
         self._storage = storage
         self._dir = path
         self.location = location.rstrip("/") or location
@@ -281,19 +281,16 @@ def load_checkpoint(
             no valid checkpoint.
         ConfigurationError: a bad location or auth setting.
     """
+    options = StorageOptions.from_conf(conf, user, auth, token, read_timeout=timeout)
+    storage, path = options.open(location)
     if location.rstrip("/").endswith(SUFFIX):
-        storage, path = open_storage(
-            location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-        )
         where = location.rstrip("/")
         try:
             data = storage.read_bytes(path)
         except StorageError as err:
             raise CheckpointError(f"Could not read checkpoint {where}: {err}") from err
         return decode_checkpoint(data, where)
-    manager = CheckpointManager(
-        location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-    )
+    manager = CheckpointManager(location, storage=storage, path=path)
     checkpoint = manager.latest()
     if checkpoint is None:
         raise CheckpointError(

@@ -319,7 +319,8 @@ def upload_to_hdfs(
         StorageError: HDFS refused or failed a write (the message names the file and carries
             HDFS's own message, e.g. permission denied or safe mode).
     """
+    from tensorspark.storage.options import StorageOptions  # hdfs/requests: only when uploading
+
+    options = StorageOptions.from_conf(conf, user, auth, token, read_timeout=timeout)
     source, name = resolve_data_dir(local_dir, download=download)
-    return upload_idx_files(
-        source, location, user=user, conf=conf, name=name, auth=auth, token=token, timeout=timeout
-    )
+    return upload_idx_files(source, location, options, name=name)

@@ -15,7 +15,7 @@ from typing import Any
 
 from tensorspark.data import binary_dtype
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage import AUTH_MODES
+from tensorspark.storage.options import AUTH_MODES, StorageOptions
 
 #: The formats ``files`` reads.
 FORMATS = ("parquet", "tfrecord", "idx")
@@ -65,9 +65,7 @@ class FileSource:
     shuffle_buffer: int = 0
     num_partitions: int | None = None
     split: str | None = None
-    user: str | None = None
-    auth: str = "insecure"
-    token: str | None = field(default=None, repr=False)
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @property
     def description(self) -> str:
@@ -197,6 +195,7 @@ def files(
         )
     if auth not in AUTH_MODES:
         raise ConfigurationError(f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}")
+    storage = StorageOptions(user=user, auth=auth, token=token)  # the job adds the conf's
     return FileSource(
         paths=paths,
         format=format,
@@ -209,7 +208,5 @@ def files(
         shuffle_buffer=shuffle_buffer,
         num_partitions=num_partitions,
         split=split,
-        user=user,
-        auth=auth,
-        token=token,
+        storage=storage,
     )

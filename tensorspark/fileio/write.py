@@ -35,11 +35,11 @@ from tensorspark import jobs
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio import example
-from tensorspark.fileio.listing import StorageOptions
 from tensorspark.fileio.output import OutputDir, PartTarget, WrittenFiles
 from tensorspark.fileio.source import COMPRESSIONS
 from tensorspark.fileio.tfrecord import RecordWriter
 from tensorspark.storage import AUTH_MODES
+from tensorspark.storage.options import StorageOptions
 
 _ROW = "__tensorspark_row"
 
