@@ -26,7 +26,11 @@ from tensorspark.checkpoint.format import (
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
 from tensorspark.storage import Storage
-from tensorspark.storage.options import StorageOptions
+from tensorspark.storage.options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    StorageOptions,
+)
 
 # The package's logger, as before the split: users filter checkpoint warnings by this name.
 logger = logging.getLogger("tensorspark.checkpoint")
@@ -49,7 +53,8 @@ class CheckpointManager:
         token: Delegation token for ``auth="token"``.
         max_failures: Consecutive failed saves tolerated (logged, ``save`` returns None)
             before ``save`` raises :class:`CheckpointError`.
-        timeout: Seconds each storage network call may take.
+        timeout: Seconds each storage network call may wait for an answer.
+        connect_timeout: Seconds each storage network call may wait for its connection.
         attempts: Write attempts within one ``save`` (atomic writes make a retry safe).
         backoff_s: Wait before the second attempt; doubles for each further one.
         storage: Use this storage, with ``location`` as the directory path inside it,
@@ -71,7 +76,8 @@ class CheckpointManager:
         token: str | None = None,
         max_failures: int = 5,
         *,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_READ_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         attempts: int = 3,
         backoff_s: float = 0.5,
         storage: Storage | None = None,
@@ -85,7 +91,9 @@ class CheckpointManager:
                 f"backoff_s must be between 0 and 60 seconds. Received: backoff_s={backoff_s!r}"
             )
         if storage is None:
-            options = StorageOptions.from_conf(conf, user, auth, token, read_timeout=timeout)
+            options = StorageOptions.from_conf(
+            conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+        )
             storage, path = options.open(location)
         else:
             path = location if path is None else path
@@ -262,7 +270,8 @@ def load_checkpoint(
     *,
     auth: str = "insecure",
     token: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_READ_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> Checkpoint:
     """Load a checkpoint file, or the newest valid one of a checkpoint directory.
 
@@ -274,14 +283,17 @@ def load_checkpoint(
         conf: Spark configuration as a plain mapping.
         auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
         token: Delegation token for ``auth="token"``.
-        timeout: Seconds each storage network call may take.
+        timeout: Seconds each storage network call may wait for an answer.
+        connect_timeout: Seconds each storage network call may wait for its connection.
 
     Raises:
         CheckpointError: the file is missing, corrupt or unreadable, or the directory holds
             no valid checkpoint.
         ConfigurationError: a bad location or auth setting.
     """
-    options = StorageOptions.from_conf(conf, user, auth, token, read_timeout=timeout)
+    options = StorageOptions.from_conf(
+        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+    )
     storage, path = options.open(location)
     if location.rstrip("/").endswith(SUFFIX):
         where = location.rstrip("/")

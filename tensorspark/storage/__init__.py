@@ -85,7 +85,7 @@ def open_storage(
             with no WebHDFS address configured, or bad ``auth``/``token``/timeouts.
     """
     options = StorageOptions.from_conf(
-        conf, user, auth, token, connect_timeout=connect_timeout, read_timeout=timeout
+        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
     )
     return open_location(location, options)
 

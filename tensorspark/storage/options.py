@@ -77,11 +77,18 @@ class StorageOptions:
         auth: str = "insecure",
         token: str | None = None,
         *,
+        timeout: float = DEFAULT_READ_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> StorageOptions:
-        """Options with the HDFS location settings of ``conf`` (a Spark conf as a mapping)."""
-        return cls(user, located(conf), auth, token, connect_timeout, read_timeout)
+        """Options from a public function's keyword arguments (``timeout``: the read
+        timeout), with the HDFS location settings of ``conf`` (a Spark conf as a mapping).
+
+        Raises:
+            ConfigurationError: a bad ``auth`` or timeout, named as the caller's argument.
+        """
+        read = positive_number("timeout", timeout)
+        connect = positive_number("connect_timeout", connect_timeout)
+        return cls(user, located(conf), auth, token, connect, read)
 
     def with_conf(self, conf: Mapping[str, str] | None) -> StorageOptions:
         """These options with the HDFS location settings of ``conf`` instead of their own."""
