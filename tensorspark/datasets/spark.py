@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark.arguments import positive_int
 from tensorspark.datasets.idx import (
     IDX_FILES,
     TEST_IMAGES,
@@ -189,10 +190,7 @@ def load_mnist_rdd(
     Raises:
         ConfigurationError: bad arguments, or missing or malformed files.
     """
-    if num_partitions < 1:
-        raise ConfigurationError(
-            f"num_partitions must be >= 1. Received: num_partitions={num_partitions}."
-        )
+    positive_int("num_partitions", num_partitions)
     files = _list_idx_files(sc, location)
     test_files = dict(
         sc.binaryFiles(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import precision
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 if TYPE_CHECKING:
     import keras
@@ -107,6 +108,7 @@ def deserialize_model(
         ConfigurationError: the bytes are not a ``.keras`` archive, a custom class is missing
             from ``custom_objects`` (the message names it), or Keras cannot rebuild the model.
     """
+    import_tensorflow_quietly()
     import keras
 
     if not isinstance(data, (bytes, bytearray, memoryview)):
