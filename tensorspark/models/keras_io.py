@@ -243,7 +243,10 @@ class _WorkerCache:
             self._loads.clear()
 
 
-# The per-process model cache: the one piece of global mutable state in tensorspark.
+# The per-process model cache, bounded and locked. tensorspark's other per-process state,
+# each documented where it lives: the worker's GPU pin (gpus._HOLDER, fixed by CUDA once a
+# worker starts TensorFlow), the once-per-process TensorFlow set-up (tfthreads._lock and
+# tfthreads._frozen), and the dashboard page read once (ps/dashboard.page).
 _CACHE = _WorkerCache(CACHE_CAPACITY)
 
 

@@ -41,7 +41,12 @@ def run_driver(user_level: str | None) -> tuple[list[object], str]:
         env["TF_CPP_MIN_LOG_LEVEL"] = user_level
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", DRIVER],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
