@@ -1,9 +1,12 @@
-"""The facade's checks of the arguments a user passes (driver): each bad value gets a
-:class:`~tensorspark.errors.ConfigurationError` that names it and what it may be."""
+"""Checks of the arguments a user passes, at the public boundary (driver): each bad value
+gets a :class:`~tensorspark.errors.ConfigurationError` that names it, says what it may be
+and ends with what was received ("Received: batch_size=0"). Pure functions; this module
+imports only :mod:`tensorspark.errors`, so any layer may use it."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -13,11 +16,71 @@ from tensorspark.errors import ConfigurationError
 DIVERGENCE = ("fail", "skip")
 
 
-def positive_int(name: str, value: Any) -> int:
-    """``value`` as an int, when it is an integer (not a bool) of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
+@overload
+def positive_int(
+    name: str, value: Any, *, allow_none: Literal[False] = False, minimum: int = 1
+) -> int: ...
+@overload
+def positive_int(
+    name: str, value: Any, *, allow_none: bool, minimum: int = 1
+) -> int | None: ...
+def positive_int(
+    name: str, value: Any, *, allow_none: bool = False, minimum: int = 1
+) -> int | None:
+    """``value`` as an int, when it is an integer (not a bool) of at least ``minimum``.
+
+    The one check of whole-number arguments, with the one message style ("`name` must be a
+    positive integer. Received: name=0"). Runs anywhere; pure.
+
+    Args:
+        name: the argument's name, as the user wrote it.
+        value: what the user passed.
+        allow_none: whether ``None`` is accepted (and returned) as "not set".
+        minimum: the smallest value allowed; 1 says "positive", others "an integer >= N".
+
+    Raises:
+        ConfigurationError: not an integer, a bool, or below ``minimum``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if allow_none:
+            what += " or None"
+        raise ConfigurationError(f"`{name}` must be {what}. Received: {name}={value!r}")
     return int(value)
+
+
+@overload
+def positive_number(
+    name: str, value: Any, *, allow_none: Literal[False] = False, unit: str = "seconds"
+) -> float: ...
+@overload
+def positive_number(
+    name: str, value: Any, *, allow_none: bool, unit: str = "seconds"
+) -> float | None: ...
+def positive_number(
+    name: str, value: Any, *, allow_none: bool = False, unit: str = "seconds"
+) -> float | None:
+    """``value`` as a float, when it is a finite real number (not a bool) above 0.
+
+    For durations and other positive amounts; the message says the unit ("`timeout` must
+    be a positive number of seconds. Received: timeout=0"). Runs anywhere; pure.
+
+    Raises:
+        ConfigurationError: not a number, a bool, not finite, or not above 0.
+    """
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        what = f"a positive number of {unit}" + (" or None" if allow_none else "")
+        raise ConfigurationError(f"`{name}` must be {what}. Received: {name}={value!r}")
+    return float(value)
 
 
 def check_training_mode(mode: str, modes: tuple[str, ...], max_staleness: Any, on_divergence: str) -> None:

@@ -147,7 +147,7 @@ class Pin:
 
 class _PinHolder:
     """The process's :class:`Pin`, set once under a lock: the one fact about a Python
-    worker that outlives a task (besides the model cache), because CUDA fixes it."""
+    worker that outlives a task (besides the model cache and tfthreads' set-up): CUDA fixes it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

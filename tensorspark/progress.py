@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from tensorspark.errors import ConfigurationError
+from tensorspark.arguments import positive_int, positive_number
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,8 @@ class Progress:
         interval: float = DEFAULT_INTERVAL,
         clock: Any = time.monotonic,
     ) -> None:
-        if total is not None and (isinstance(total, bool) or int(total) < 0):
-            raise ConfigurationError(f"total must be None or an integer >= 0. Received: total={total!r}")
-        if not interval > 0:
-            raise ConfigurationError(f"interval must be a positive number of seconds. Received: interval={interval!r}")
+        positive_int("total", total, allow_none=True, minimum=0)
+        positive_number("interval", interval)
         self.total = None if total is None else int(total)
         self.desc = desc
         self.unit = unit
@@ -214,8 +212,7 @@ class LossAverager:
     """
 
     def __init__(self, window: int = DEFAULT_LOSS_WINDOW) -> None:
-        if isinstance(window, bool) or int(window) < 1:
-            raise ConfigurationError(f"window must be an integer >= 1. Received: window={window!r}")
+        positive_int("window", window)
         self._recent: deque[tuple[int, float, dict[str, float]]] = deque(maxlen=int(window))
         self._last_version = -1
         self._seen_at_last: set[int] = set()

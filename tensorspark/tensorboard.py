@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class TensorBoardWriter:
             raise ConfigurationError(
                 f"cannot create tensorboard_dir: {err.strerror}. Received: tensorboard_dir={text!r}"
             ) from None
+        import_tensorflow_quietly()
         import tensorflow as tf
 
         self._tf = tf

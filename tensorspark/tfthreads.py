@@ -39,8 +39,16 @@ after those imports are moved out of the collector's view with ``gc.freeze()``: 
 modules, classes and functions that live as long as the process, and later collections
 walk only what tasks create.
 
-A driver's or a user's process is left as it is: the log level, the filter and the
-freeze apply only inside Spark tasks.
+**The driver.** Where tensorspark is the first to import TensorFlow in a driver (loading a
+model from a path, the examples, TensorBoard), it imports it through
+:func:`import_tensorflow_quietly`: the same level (kept when the user set one) and the same
+filter, once per process. Where the user imported TensorFlow first, its lines were theirs,
+and nothing changes. Otherwise a driver's or a user's process is left as it is: the thread
+settings and the freeze apply only inside Spark tasks.
+
+**Per-process state.** ``_lock`` serializes these imports and settings, and ``_frozen``
+records that this worker froze its start-up objects (once per process, by design: the
+frozen objects live as long as the process). Both are private to this module.
 """
 
 from __future__ import annotations
@@ -180,6 +188,30 @@ def quiet_tensorflow() -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # the device probe, which logs the cuInit line
+
+
+def import_tensorflow_quietly() -> None:
+    """On the driver, import TensorFlow without its C++ start-up lines, if nobody has yet.
+
+    Call it just before tensorspark's own first ``import tensorflow`` / ``import keras`` on
+    a path the driver runs. Sets ``TF_CPP_MIN_LOG_LEVEL`` to :data:`DEFAULT_TF_LOG_LEVEL`
+    unless the user set it (the level stays for the process: later C++ notices, e.g.
+    MLIR's, follow it too), then imports TensorFlow and probes its physical devices (where
+    the cuInit line comes from; no device is started) with stderr filtered as in a worker.
+    Does nothing where TensorFlow is imported already (the user's import, or an earlier
+    call) and inside a Spark task (:func:`prepare_worker` decides there, after the task's
+    GPUs are set). Thread-safe.
+    """
+    if "tensorflow" in sys.modules or _in_spark_task():
+        return
+    with _lock:
+        if "tensorflow" in sys.modules:
+            return
+        level = tf_log_level(os.environ)
+        with filtered_stderr(level):
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
 
 
 def tf_log_level(environ: MutableMapping[str, str]) -> int:

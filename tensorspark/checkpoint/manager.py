@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tensorspark.arguments import positive_int
 from tensorspark.checkpoint.format import (
     NAME_PATTERN,
     SUFFIX,
@@ -24,7 +25,12 @@ from tensorspark.checkpoint.format import (
     encode_checkpoint,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
-from tensorspark.storage import Storage, open_storage
+from tensorspark.storage import Storage
+from tensorspark.storage.options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    StorageOptions,
+)
 
 # The package's logger, as before the split: users filter checkpoint warnings by this name.
 logger = logging.getLogger("tensorspark.checkpoint")
@@ -47,11 +53,14 @@ class CheckpointManager:
         token: Delegation token for ``auth="token"``.
         max_failures: Consecutive failed saves tolerated (logged, ``save`` returns None)
             before ``save`` raises :class:`CheckpointError`.
-        timeout: Seconds each storage network call may take.
+        timeout: Seconds each storage network call may wait for an answer.
+        connect_timeout: Seconds each storage network call may wait for its connection.
         attempts: Write attempts within one ``save`` (atomic writes make a retry safe).
         backoff_s: Wait before the second attempt; doubles for each further one.
         storage: Use this storage, with ``location`` as the directory path inside it,
             instead of opening one from ``location``.
+        path: With ``storage``: the directory inside it, when ``location`` is the URL that
+            messages show (:func:`load_checkpoint` opens the storage once).
 
     Raises:
         ConfigurationError: a bad argument or location.
@@ -67,28 +76,27 @@ class CheckpointManager:
         token: str | None = None,
         max_failures: int = 5,
         *,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_READ_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         attempts: int = 3,
         backoff_s: float = 0.5,
         storage: Storage | None = None,
+        path: str | None = None,
     ) -> None:
-        for name, value, low in (("keep", keep, 1), ("max_failures", max_failures, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigurationError(
-                    f"{name} must be an integer >= {low}. Received: {name}={value!r}"
-                )
-        if not isinstance(attempts, int) or attempts < 1:
-            raise ConfigurationError(f"attempts must be an integer >= 1. Received: {attempts!r}")
+        keep = positive_int("keep", keep)
+        max_failures = positive_int("max_failures", max_failures)
+        attempts = positive_int("attempts", attempts)
         if not isinstance(backoff_s, (int, float)) or not 0 <= backoff_s <= 60:
             raise ConfigurationError(
                 f"backoff_s must be between 0 and 60 seconds. Received: backoff_s={backoff_s!r}"
             )
         if storage is None:
-            storage, path = open_storage(
-                location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-            )
+            options = StorageOptions.from_conf(
+            conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+        )
+            storage, path = options.open(location)
         else:
-            path = location
+            path = location if path is None else path
         self._storage = storage
         self._dir = path
         self.location = location.rstrip("/") or location
@@ -262,7 +270,8 @@ def load_checkpoint(
     *,
     auth: str = "insecure",
     token: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_READ_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> Checkpoint:
     """Load a checkpoint file, or the newest valid one of a checkpoint directory.
 
@@ -274,26 +283,26 @@ def load_checkpoint(
         conf: Spark configuration as a plain mapping.
         auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
         token: Delegation token for ``auth="token"``.
-        timeout: Seconds each storage network call may take.
+        timeout: Seconds each storage network call may wait for an answer.
+        connect_timeout: Seconds each storage network call may wait for its connection.
 
     Raises:
         CheckpointError: the file is missing, corrupt or unreadable, or the directory holds
             no valid checkpoint.
         ConfigurationError: a bad location or auth setting.
     """
+    options = StorageOptions.from_conf(
+        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+    )
+    storage, path = options.open(location)
     if location.rstrip("/").endswith(SUFFIX):
-        storage, path = open_storage(
-            location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-        )
         where = location.rstrip("/")
         try:
             data = storage.read_bytes(path)
         except StorageError as err:
             raise CheckpointError(f"Could not read checkpoint {where}: {err}") from err
         return decode_checkpoint(data, where)
-    manager = CheckpointManager(
-        location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-    )
+    manager = CheckpointManager(location, storage=storage, path=path)
     checkpoint = manager.latest()
     if checkpoint is None:
         raise CheckpointError(

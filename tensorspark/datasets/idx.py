@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
 
 #: The files of an MNIST-format data set, without the ``.gz`` suffix (which is optional).
@@ -182,8 +183,7 @@ def one_hot(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
         ConfigurationError: a label is outside ``[0, num_classes)``.
     """
     labels = np.asarray(labels)
-    if num_classes < 1:
-        raise ConfigurationError(f"num_classes must be >= 1. Received: num_classes={num_classes}.")
+    positive_int("num_classes", num_classes)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ConfigurationError(
             f"Labels must lie in [0, {num_classes}). "

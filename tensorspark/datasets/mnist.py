@@ -288,6 +288,7 @@ def upload_to_hdfs(
     auth: str = "insecure",
     token: str | None = None,
     timeout: float = 60.0,
+    connect_timeout: float = 10.0,
 ) -> list[str]:
     """Copies the four idx files to HDFS, like the seed's ``hadoop fs -put MNIST_data/* /data``.
 
@@ -309,7 +310,8 @@ def upload_to_hdfs(
         download: see :func:`resolve_data_dir`.
         auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
         token: the delegation token for ``auth="token"``.
-        timeout: seconds each WebHDFS call may take.
+        timeout: seconds each WebHDFS call may wait for an answer.
+        connect_timeout: seconds each WebHDFS call may wait for its connection.
 
     Returns:
         The locations written, one per idx file.
@@ -319,7 +321,10 @@ def upload_to_hdfs(
         StorageError: HDFS refused or failed a write (the message names the file and carries
             HDFS's own message, e.g. permission denied or safe mode).
     """
-    source, name = resolve_data_dir(local_dir, download=download)
-    return upload_idx_files(
-        source, location, user=user, conf=conf, name=name, auth=auth, token=token, timeout=timeout
+    from tensorspark.storage.options import StorageOptions  # hdfs/requests: only when uploading
+
+    options = StorageOptions.from_conf(
+        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
     )
+    source, name = resolve_data_dir(local_dir, download=download)
+    return upload_idx_files(source, location, options, name=name)

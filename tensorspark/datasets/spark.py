@@ -15,12 +15,13 @@ import functools
 import logging
 import os
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark.arguments import positive_int
 from tensorspark.datasets.idx import (
     IDX_FILES,
     TEST_IMAGES,
@@ -41,19 +42,17 @@ from tensorspark.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
 
+    from tensorspark.storage.options import StorageOptions
+
 logger = logging.getLogger(__name__)
 
 
 def upload_idx_files(
     folder: str | os.PathLike[str],
     location: str,
-    user: str | None = None,
-    conf: Mapping[str, str] | None = None,
+    options: StorageOptions,
     *,
     name: str = UNKNOWN_NAME,
-    auth: str = "insecure",
-    token: str | None = None,
-    timeout: float = 60.0,
 ) -> list[str]:
     """Copies the four idx files in a local ``folder`` to ``location`` (driver).
 
@@ -65,12 +64,8 @@ def upload_idx_files(
     Args:
         folder: the local folder holding the idx files (``.gz`` or raw, uploaded as they are).
         location: the HDFS folder (see :func:`tensorspark.datasets.mnist.upload_to_hdfs`).
-        user: the HDFS user to write as (``insecure`` auth).
-        conf: Spark configuration as a plain mapping.
+        options: how to reach it: the HDFS user to write as, auth, WebHDFS address, timeouts.
         name: the data set's name, for the log line.
-        auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
-        token: the delegation token for ``auth="token"``.
-        timeout: seconds each WebHDFS call may take.
 
     Returns:
         The locations written, one per idx file.
@@ -79,8 +74,6 @@ def upload_idx_files(
         ConfigurationError: a file is missing, or a bad location or auth setting.
         StorageError: HDFS refused or failed a write.
     """
-    from tensorspark.storage import open_storage  # hdfs/requests: only when uploading
-
     source = Path(folder)
     files = {stem: path for stem in IDX_FILES if (path := find_idx_file(source, stem))}
     missing = [stem for stem in IDX_FILES if stem not in files]
@@ -89,9 +82,7 @@ def upload_idx_files(
             f"folder must hold the idx files {', '.join(IDX_FILES)} (optionally .gz). "
             f"Received: folder={str(folder)!r}, which lacks {', '.join(missing)}."
         )
-    storage, root = open_storage(
-        location, user=user, conf=conf, auth=auth, token=token, timeout=timeout
-    )
+    storage, root = options.open(location)
     storage.makedirs(root)
     written = []
     for path in files.values():
@@ -199,10 +190,7 @@ def load_mnist_rdd(
     Raises:
         ConfigurationError: bad arguments, or missing or malformed files.
     """
-    if num_partitions < 1:
-        raise ConfigurationError(
-            f"num_partitions must be >= 1. Received: num_partitions={num_partitions}."
-        )
+    positive_int("num_partitions", num_partitions)
     files = _list_idx_files(sc, location)
     test_files = dict(
         sc.binaryFiles(

@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any
 
+from tensorspark.tfthreads import import_tensorflow_quietly
+
 logger = logging.getLogger(__name__)
 
 
@@ -54,6 +56,7 @@ def build_graph(learning_rate: float = DEFAULT_LEARNING_RATE) -> dict[str, Any]:
     on: turning it off is process-wide, and would break Keras code the same process runs
     later (a test suite, a notebook).
     """
+    import_tensorflow_quietly()
     import tensorflow as tf
 
     tf1 = tf.compat.v1
@@ -88,6 +91,7 @@ def train(
     Extra keyword arguments go to :class:`tensorspark.SparkSession` (``mode=``,
     ``weight_combiner=``, ``checkpoint_dir=``, ...).
     """
+    import_tensorflow_quietly()
     import tensorflow as tf
 
     import tensorspark as sps

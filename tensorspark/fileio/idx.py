@@ -29,11 +29,12 @@ import numpy as np
 
 from tensorspark.datasets.idx import idx_header
 from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.listing import Listed, StorageOptions
+from tensorspark.fileio.listing import Listed
 from tensorspark.fileio.rangefile import gunzip, stream
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec
 from tensorspark.storage import Storage
+from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
 

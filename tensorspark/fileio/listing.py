@@ -11,45 +11,15 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage import (
-    HDFS_DIR_KEY,
-    HTTP_ADDRESS_KEYS,
-    WEBHDFS_URL_KEY,
-    LocalStorage,
-    Storage,
-    open_storage,
-)
+from tensorspark.storage import LocalStorage, Storage
 from tensorspark.storage.base import FileStatus
+from tensorspark.storage.options import StorageOptions
 
 _GLOB = frozenset("*?[")
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to reach the files, from the driver and the executors alike (plain values).
-
-    ``conf`` keeps only the Spark settings that say where HDFS is; ``token`` is left out of
-    ``repr``, so it never reaches a log.
-    """
-
-    user: str | None = None
-    conf: tuple[tuple[str, str], ...] = ()
-    auth: str = "insecure"
-    token: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, str], user: str | None, auth: str, token: str | None) -> StorageOptions:
-        keys = (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS, HDFS_DIR_KEY)
-        return cls(user, tuple((k, conf[k]) for k in keys if conf.get(k)), auth, token)
-
-    def open(self, location: str) -> tuple[Storage, str]:
-        """The storage holding ``location`` and its path there (no network call)."""
-        return open_storage(location, self.user, dict(self.conf), self.auth, self.token)
 
 
 @dataclass(frozen=True)
@@ -61,7 +31,7 @@ class Listed:
 
 
 def location_of(storage: Storage, path: str) -> str:
-    """The location that reopens ``path`` of ``storage`` anywhere (:meth:`StorageOptions.open`).
+    """The location that reopens ``path`` of ``storage`` anywhere (``StorageOptions.open``).
 
     Quoted, because open_storage unquotes URL paths (a name may hold ``%``, ``#`` or ``?``);
     a local path as ``file://``, so that an executor never maps it to HDFS through

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorspark.errors import ConfigurationError, StorageError
-from tensorspark.fileio.listing import StorageOptions, location_of
+from tensorspark.fileio.listing import location_of
+from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from tensorspark.errors import ConfigurationError, StorageError
-from tensorspark.fileio.listing import Listed, StorageOptions
+from tensorspark.fileio.listing import Listed
 from tensorspark.fileio.rangefile import RangeFile
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec, check_width
 from tensorspark.storage import Storage
+from tensorspark.storage.options import StorageOptions
 
 _BUFFER = 1 << 20  # pyarrow's read buffer per column chunk
 

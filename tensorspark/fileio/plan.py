@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio import idx, parquet
-from tensorspark.fileio.listing import Listed, StorageOptions, list_files
+from tensorspark.fileio.listing import Listed, list_files
 from tensorspark.fileio.shards import Shard, balance
 from tensorspark.fileio.source import FileSource, format_of
 from tensorspark.fileio.spec import Feed, ReadSpec, block_rows
@@ -83,7 +83,7 @@ def plan_files(
             a job that needs one, and whatever the format's metadata shows wrong.
         StorageError: a listing or metadata read failed.
     """
-    options = StorageOptions.from_conf(conf, source.user, source.auth, source.token)
+    options = source.storage.with_conf(conf)
     what = f"{argument}={source.description}"
     listed = list_files(source.paths, options, "path")
     fmt = _format(source, listed, what)

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorspark.arguments import positive_int
 from tensorspark.data import binary_dtype
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage import AUTH_MODES
+from tensorspark.storage.options import AUTH_MODES, StorageOptions
 
 #: The formats ``files`` reads.
 FORMATS = ("parquet", "tfrecord", "idx")
@@ -65,23 +66,13 @@ class FileSource:
     shuffle_buffer: int = 0
     num_partitions: int | None = None
     split: str | None = None
-    user: str | None = None
-    auth: str = "insecure"
-    token: str | None = field(default=None, repr=False)
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @property
     def description(self) -> str:
         """How messages name these files."""
         paths = self.paths[0] if len(self.paths) == 1 else list(self.paths)
         return f"files({paths!r})"
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(
-            f"Argument `{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-        )
-    return value
 
 
 def files(
@@ -179,7 +170,7 @@ def files(
             )
         scale = float(scale)
     if one_hot is not None:
-        _positive_int("one_hot", one_hot, 2)
+        positive_int("one_hot", one_hot, minimum=2)
     if compression is not None and compression not in COMPRESSIONS:
         raise ConfigurationError(
             f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: compression={compression!r}"
@@ -188,15 +179,15 @@ def files(
         raise ConfigurationError(
             f"Argument `compression` is for TFRecord files. Received: compression={compression!r}, format={format!r}"
         )
-    _positive_int("shuffle_buffer", shuffle_buffer, 0)
-    if num_partitions is not None:
-        _positive_int("num_partitions", num_partitions)
+    positive_int("shuffle_buffer", shuffle_buffer, minimum=0)
+    positive_int("num_partitions", num_partitions, allow_none=True)
     if split is not None and (not isinstance(split, str) or format not in (None, "idx")):
         raise ConfigurationError(
             f"Argument `split` picks the idx files of a folder (e.g. 'train'). Received: split={split!r}, format={format!r}"
         )
     if auth not in AUTH_MODES:
         raise ConfigurationError(f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}")
+    storage = StorageOptions(user=user, auth=auth, token=token)  # the job adds the conf's
     return FileSource(
         paths=paths,
         format=format,
@@ -209,7 +200,5 @@ def files(
         shuffle_buffer=shuffle_buffer,
         num_partitions=num_partitions,
         split=split,
-        user=user,
-        auth=auth,
-        token=token,
+        storage=storage,
     )

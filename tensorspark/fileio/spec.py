@@ -16,7 +16,7 @@ import numpy as np
 
 from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.listing import StorageOptions
+from tensorspark.storage.options import StorageOptions
 
 #: Rows a reader hands over at once when the row's size is not known in advance.
 BLOCK_ROWS = 4096
@@ -54,7 +54,7 @@ class ReadSpec:
 
     Attributes:
         format: ``"parquet"``, ``"tfrecord"`` or ``"idx"``.
-        files: the files' locations, as :class:`~tensorspark.fileio.listing.StorageOptions`
+        files: the files' locations, as :class:`~tensorspark.storage.options.StorageOptions`
             reopens them on an executor; shards name them by index.
         sizes: their sizes in bytes, as listed.
         gzip: per file, whether it is GZIP-compressed (TFRecord, idx).

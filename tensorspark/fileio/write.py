@@ -32,14 +32,15 @@ from typing import Any
 import numpy as np
 
 from tensorspark import jobs
+from tensorspark.arguments import positive_int
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio import example
-from tensorspark.fileio.listing import StorageOptions
 from tensorspark.fileio.output import OutputDir, PartTarget, WrittenFiles
 from tensorspark.fileio.source import COMPRESSIONS
 from tensorspark.fileio.tfrecord import RecordWriter
 from tensorspark.storage import AUTH_MODES
+from tensorspark.storage.options import StorageOptions
 
 _ROW = "__tensorspark_row"
 
@@ -174,8 +175,7 @@ def write_tfrecord(
 
     if not isinstance(df, DataFrame):
         raise ConfigurationError(f"Argument `df` must be a pyspark DataFrame. Received: df of type {type(df).__name__}")
-    if num_shards is not None and (isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1):
-        raise ConfigurationError(f"Argument `num_shards` must be a positive integer. Received: num_shards={num_shards!r}")
+    positive_int("num_shards", num_shards, allow_none=True)
     if compression is not None and compression not in COMPRESSIONS:
         raise ConfigurationError(
             f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: compression={compression!r}"

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorspark import connect, gpus
+from tensorspark.arguments import positive_int
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
@@ -82,10 +83,7 @@ def _check_options(
     top_k: int | None,
     labels: Sequence[str] | None,
 ) -> tuple[tuple[int, ...], int, tuple[str, ...] | None]:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigurationError(
-            f"Argument `batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
-        )
+    positive_int("batch_size", batch_size)
     in_shape = source.input_shape()[1:]
     if any(d is None for d in in_shape):
         raise ConfigurationError(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import precision
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 if TYPE_CHECKING:
     import keras
@@ -107,6 +108,7 @@ def deserialize_model(
         ConfigurationError: the bytes are not a ``.keras`` archive, a custom class is missing
             from ``custom_objects`` (the message names it), or Keras cannot rebuild the model.
     """
+    import_tensorflow_quietly()
     import keras
 
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -241,7 +243,10 @@ class _WorkerCache:
             self._loads.clear()
 
 
-# The per-process model cache: the one piece of global mutable state in tensorspark.
+# The per-process model cache, bounded and locked. tensorspark's other per-process state,
+# each documented where it lives: the worker's GPU pin (gpus._HOLDER, fixed by CUDA once a
+# worker starts TensorFlow), the once-per-process TensorFlow set-up (tfthreads._lock and
+# tfthreads._frozen), and the dashboard page read once (ps/dashboard.page).
 _CACHE = _WorkerCache(CACHE_CAPACITY)
 
 

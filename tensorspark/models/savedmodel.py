@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models.base import ModelSource, PredictFn, Shape
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 #: The file that makes a folder a SavedModel.
 SAVED_MODEL_FILE = "saved_model.pb"
@@ -70,6 +71,7 @@ class SavedModelSource(ModelSource):
     def __init__(
         self, folder: str, description: str = "the model", signature: str = "serving_default"
     ) -> None:
+        import_tensorflow_quietly()
         import tensorflow as tf
 
         self.folder = folder

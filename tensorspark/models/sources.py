@@ -22,6 +22,7 @@ from tensorspark.models import keras_io
 from tensorspark.models.base import ModelSource, sha256
 from tensorspark.models.keras import KerasModelSource, match_weights
 from tensorspark.models.savedmodel import SAVED_MODEL_FILE, SavedModelSource
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def resolve_source(
     custom_objects: Mapping[str, Any] | None,
 ) -> ModelSource:
     """Turns the ``model`` argument into a :class:`ModelSource` (driver)."""
+    import_tensorflow_quietly()
     import keras
 
     if isinstance(model, ModelSource):

@@ -20,6 +20,7 @@ from tensorspark import wire
 from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.models.base import ModelLoader, ModelSource
+from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class TF1GraphSpec:
 
 
 def _tf1() -> Any:
+    import_tensorflow_quietly()
     import tensorflow as tf
 
     return tf.compat.v1

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensorspark.arguments import positive_int, positive_number
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.validation import RequestError
 
@@ -121,13 +122,9 @@ class Limits:
             ConfigurationError: a value that is not a positive number, or
                 ``max_inflight_bytes`` below ``max_body_bytes``, naming it.
         """
-        if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not body_timeout > 0:
-            raise ConfigurationError(
-                f"body_timeout must be a positive number of seconds. Received: body_timeout={body_timeout!r}"
-            )
-        for name, value in (("max_inflight_bodies", max_inflight_bodies), ("max_inflight_bytes", max_inflight_bytes)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigurationError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        positive_number("body_timeout", body_timeout)
+        positive_int("max_inflight_bodies", max_inflight_bodies, allow_none=True)
+        positive_int("max_inflight_bytes", max_inflight_bytes, allow_none=True)
         inflight_bytes = max(4 * max_body_bytes, _MIN_INFLIGHT_BYTES) if max_inflight_bytes is None else max_inflight_bytes
         if inflight_bytes < max_body_bytes:
             raise ConfigurationError(

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.arguments import positive_number
 from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
-from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.errors import CheckpointError
 from tensorspark.ps.server import ParameterServer
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,7 @@ class Checkpointer:
         applied_before: int = 0,
         saved_version: int | None = None,
     ) -> None:
-        if interval <= 0:
-            raise ConfigurationError(f"checkpoint_interval must be > 0 seconds. Received: {interval!r}")
+        positive_number("checkpoint_interval", interval)
         self.server = server
         self.manager = manager
         self.interval = float(interval)

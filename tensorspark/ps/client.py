@@ -60,6 +60,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from tensorspark import wire
+from tensorspark.arguments import positive_number
 from tensorspark.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -145,10 +146,7 @@ class ParameterClient:
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._host_header = f"[{self._host}]:{self._port}" if ":" in self._host else f"{self._host}:{self._port}"
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
-            raise ConfigurationError(
-                f"connect_timeout must be a positive number of seconds. Received: connect_timeout={connect_timeout!r}"
-            )
+        positive_number("connect_timeout", connect_timeout)
         self.timeout = float(timeout)
         self.ps_timeout = float(ps_timeout)
         self.connect_timeout = float(connect_timeout)

@@ -29,22 +29,28 @@ from urllib.parse import unquote, urlsplit
 from tensorspark.errors import ConfigurationError
 from tensorspark.storage.base import Storage
 from tensorspark.storage.local import LocalStorage
-from tensorspark.storage.webhdfs import AUTH_MODES, WebHDFSStorage, make_client, normalize_path
+from tensorspark.storage.options import (
+    AUTH_MODES,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    HDFS_DIR_KEY,
+    HTTP_ADDRESS_KEYS,
+    WEBHDFS_URL_KEY,
+    StorageOptions,
+)
+from tensorspark.storage.webhdfs import WebHDFSStorage, make_client, normalize_path
 
 __all__ = [
     "AUTH_MODES",
     "LocalStorage",
     "Storage",
     "WebHDFSStorage",
+    "StorageOptions",
     "make_client",
+    "open_location",
     "open_storage",
     "webhdfs_url",
 ]
-
-WEBHDFS_URL_KEY = "spark.tensorspark.webhdfs.url"
-HTTP_ADDRESS_KEYS = ("dfs.namenode.http-address", "spark.hadoop.dfs.namenode.http-address")
-HDFS_DIR_KEY = "spark.hdfs.dir"
-
 
 def open_storage(
     location: str,
@@ -53,11 +59,13 @@ def open_storage(
     auth: str = "insecure",
     token: str | None = None,
     *,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_READ_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> tuple[Storage, str]:
     """Return the storage that holds ``location`` and the path of ``location`` inside it.
 
     Runs on the driver or on executors; makes no network call (the first storage call does).
+    The public form of :func:`open_location`: the arguments become one :class:`StorageOptions`.
 
     Args:
         location: A path or URL, see the module docstring.
@@ -66,22 +74,35 @@ def open_storage(
             read for the WebHDFS address and ``spark.hdfs.dir``.
         auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
         token: Delegation token for ``auth="token"``.
-        timeout: Seconds each WebHDFS HTTP call may take.
+        timeout: Seconds each WebHDFS HTTP call may wait for the next bytes of its answer.
+        connect_timeout: Seconds each WebHDFS HTTP call may wait for its connection.
 
     Returns:
         ``(storage, path)``; ``path`` is absolute.
 
     Raises:
         ConfigurationError: an unsupported scheme, a malformed URL, an ``hdfs://`` location
-            with no WebHDFS address configured, or bad ``auth``/``token``/``timeout``.
+            with no WebHDFS address configured, or bad ``auth``/``token``/timeouts.
+    """
+    options = StorageOptions.from_conf(
+        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+    )
+    return open_location(location, options)
+
+
+def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]:
+    """:func:`open_storage` with its arguments as one :class:`StorageOptions` (internal form).
+
+    Runs on the driver or on executors; makes no network call.
+
+    Raises:
+        ConfigurationError: see :func:`open_storage`.
     """
     if not isinstance(location, str) or not location:
         raise ConfigurationError(
             f"location must be a non-empty path or URL. Received: location={location!r}"
         )
-    conf = conf or {}
-    if auth not in AUTH_MODES:
-        raise ConfigurationError(f"auth must be one of {AUTH_MODES}. Received: auth={auth!r}")
+    conf = dict(options.conf)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if scheme in ("", "file") and not _under_hdfs_dir(location, conf):
@@ -101,29 +122,19 @@ def open_storage(
             )
         http = "https" if scheme == "swebhdfs" else "http"
         url = f"{http}://{parts.netloc}"
-        storage = WebHDFSStorage(
-            url,
-            user=user,
-            auth=auth,
-            token=token,
-            timeout=timeout,
-            display=f"{scheme}://{parts.netloc}",
-        )
+        storage = WebHDFSStorage(url, options, display=f"{scheme}://{parts.netloc}")
         return storage, normalize_path(unquote(parts.path))
     if scheme == "hdfs":
         url = webhdfs_url(conf, location=location, namenode_host=parts.hostname)
         display = f"hdfs://{parts.netloc}" if parts.netloc else "hdfs://"
-        storage = WebHDFSStorage(
-            url, user=user, auth=auth, token=token, timeout=timeout, display=display
-        )
-        return storage, normalize_path(unquote(parts.path))
+        return WebHDFSStorage(url, options, display=display), normalize_path(unquote(parts.path))
     if scheme == "":  # a bare path under spark.hdfs.dir
         hdfs_dir = urlsplit(conf[HDFS_DIR_KEY])
         if hdfs_dir.scheme.lower() in ("webhdfs", "swebhdfs"):
             rebased = f"{hdfs_dir.scheme}://{hdfs_dir.netloc}{normalize_path(location)}"
         else:
             rebased = f"hdfs://{hdfs_dir.netloc}{normalize_path(location)}"
-        return open_storage(rebased, user, conf, auth, token, timeout=timeout)
+        return open_location(rebased, options)
     raise ConfigurationError(
         "location must be a local path, file://, hdfs://, webhdfs:// or swebhdfs:// URL. "
         f"Received: location={location!r}"

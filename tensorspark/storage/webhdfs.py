@@ -16,16 +16,18 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import hdfs
 import requests
 
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage.base import READ_BLOCK, FileStatus, Storage, temporary_name
+from tensorspark.storage.options import AUTH_MODES, StorageOptions
 
 logger = logging.getLogger(__name__)
 
-AUTH_MODES = ("insecure", "token", "kerberos")
+__all__ = ["AUTH_MODES", "WebHDFSStorage", "make_client", "normalize_path"]
 
 _UPLOAD_PIECE = 1 << 20  # bytes per piece of a streamed upload
 _UPLOAD_QUEUE = 8  # pieces a streamed upload buffers at most
@@ -41,52 +43,38 @@ _HINTS = {
 }
 
 
-def make_client(
-    url: str,
-    *,
-    user: str | None = None,
-    auth: str = "insecure",
-    token: str | None = None,
-    timeout: float = 60.0,
-) -> hdfs.Client:
-    """Build the HdfsCLI client for ``url`` with the chosen authentication.
+def make_client(url: str, options: StorageOptions) -> hdfs.Client:
+    """Build the HdfsCLI client for ``url`` with the chosen authentication and timeouts.
 
-    Runs on the driver or on executors.
+    Runs on the driver or on executors. The client hands ``options.timeout``, a
+    ``(connect, read)`` pair, to every ``requests`` call it makes.
 
     Args:
         url: The NameNode's WebHDFS HTTP address, ``http://host:port``.
-        user: The HDFS user for ``insecure`` auth (``user.name``); None means the server's
-            default (usually ``dr.who``, who can write almost nothing).
-        auth: ``"insecure"``, ``"token"`` (a delegation token) or ``"kerberos"``.
-        token: The delegation token, required with ``auth="token"``.
-        timeout: Seconds every HTTP call may take (connect and read each).
+        options: the user (``user.name`` for ``insecure`` auth; None means the server's
+            default, usually ``dr.who``, who can write almost nothing), auth, token, timeouts.
 
     Raises:
-        ConfigurationError: unknown ``auth``, missing ``token``, non-positive ``timeout``, or
-            Kerberos requested without ``requests-kerberos`` installed.
+        ConfigurationError: ``auth="token"`` without a token, or Kerberos requested without
+            ``requests-kerberos`` installed.
     """
-    if not timeout or timeout <= 0:
-        raise ConfigurationError(
-            f"timeout must be a positive number of seconds. Received: timeout={timeout!r}"
-        )
-    if auth == "insecure":
-        return hdfs.InsecureClient(url, user=user, timeout=timeout)
-    if auth == "token":
-        if not token:
+    timeout = options.timeout
+    if options.auth == "insecure":
+        return hdfs.InsecureClient(url, user=options.user, timeout=timeout)
+    if options.auth == "token":
+        if not options.token:
             raise ConfigurationError(
                 "auth='token' needs the HDFS delegation token in token=. Received: token=None"
             )
-        return hdfs.TokenClient(url, token, timeout=timeout)
-    if auth == "kerberos":
-        try:
-            from hdfs.ext.kerberos import KerberosClient
-        except ImportError as err:
-            raise ConfigurationError(
-                "auth='kerberos' needs requests-kerberos: run `pip install hdfs[kerberos]` "
-                f"(on the driver and every executor). Import failed with: {err}"
-            ) from err
-        return KerberosClient(url, timeout=timeout)
-    raise ConfigurationError(f"auth must be one of {AUTH_MODES}. Received: auth={auth!r}")
+        return hdfs.TokenClient(url, options.token, timeout=timeout)
+    try:
+        from hdfs.ext.kerberos import KerberosClient
+    except ImportError as err:
+        raise ConfigurationError(
+            "auth='kerberos' needs requests-kerberos: run `pip install hdfs[kerberos]` "
+            f"(on the driver and every executor). Import failed with: {err}"
+        ) from err
+    return KerberosClient(url, timeout=timeout)  # auth: one of AUTH_MODES (StorageOptions)
 
 
 class WebHDFSStorage(Storage):
@@ -101,10 +89,9 @@ class WebHDFSStorage(Storage):
 
     Args:
         url: The NameNode's WebHDFS address, ``http://host:port``.
-        user: HDFS user name for ``insecure`` auth.
-        auth: ``"insecure"``, ``"token"`` or ``"kerberos"``.
-        token: Delegation token for ``auth="token"``.
-        timeout: Seconds each HTTP call may take.
+        options: the user, auth, token and the connect and read timeouts of each HTTP call
+            (a call whose connection is not made within ``connect_timeout``, e.g. to a host
+            that drops SYNs, fails then, naming the address and that timeout).
         display: How locations are shown in messages, e.g. ``"hdfs://nn:8020"``; defaults
             to ``url`` with the ``webhdfs://`` scheme.
         client: An HdfsCLI client to use instead of building one (tests).
@@ -113,21 +100,18 @@ class WebHDFSStorage(Storage):
     def __init__(
         self,
         url: str,
+        options: StorageOptions | None = None,
         *,
-        user: str | None = None,
-        auth: str = "insecure",
-        token: str | None = None,
-        timeout: float = 60.0,
         display: str | None = None,
         client: hdfs.Client | None = None,
     ) -> None:
+        options = options or StorageOptions()
         self.url = url.rstrip("/")
-        self.user = user
+        self.user = options.user
+        self._options = options
         self._display = (display or _webhdfs_display(self.url)).rstrip("/")
-        self._client = client or make_client(
-            self.url, user=user, auth=auth, token=token, timeout=timeout
-        )
-        self._timeout = float(timeout)
+        self._client = client or make_client(self.url, options)
+        self._timeout = options.read_timeout
 
     def __repr__(self) -> str:
         return f"WebHDFSStorage(url={self.url!r}, user={self.user!r})"
@@ -148,10 +132,18 @@ class WebHDFSStorage(Storage):
                 f"WebHDFS could not {action} {self.location(path)}{as_user}"
                 f"{': ' + hint if hint else ''} ({java}: {err.message})"
             ) from err
+        except requests.exceptions.ConnectTimeout as err:
+            raise StorageError(
+                f"WebHDFS could not {action} {self.location(path)}: no connection to "
+                f"{_address(err, self.url)} within the connect timeout of "
+                f"{self._options.connect_timeout:g}s (the host is down, or a firewall drops the "
+                f"connection); check the WebHDFS address ({type(err).__name__}: {err})"
+            ) from err
         except requests.exceptions.Timeout as err:
             raise StorageError(
-                f"WebHDFS could not {action} {self.location(path)}: no answer from {self.url} "
-                f"in time ({type(err).__name__}: {err})"
+                f"WebHDFS could not {action} {self.location(path)}: no answer from "
+                f"{_address(err, self.url)} within the read timeout of "
+                f"{self._options.read_timeout:g}s ({type(err).__name__}: {err})"
             ) from err
         except requests.exceptions.ConnectionError as err:
             raise StorageError(
@@ -358,6 +350,16 @@ class _Upload(io.RawIOBase):
 
 class _Aborted(Exception):
     """Raised inside an upload's body when its writer failed (ends the request)."""
+
+
+def _address(err: requests.exceptions.RequestException, default: str) -> str:
+    """The ``scheme://host:port`` that ``err``'s request went to (the NameNode, or the
+    DataNode it redirected to), or ``default`` when the error does not say."""
+    url = getattr(err.request, "url", None) if err.request is not None else None
+    if not url:
+        return default
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _file_status(path: str, status: dict[str, Any]) -> FileStatus:

@@ -17,13 +17,14 @@ import pytest
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio import example
-from tensorspark.fileio.listing import StorageOptions, list_files
+from tensorspark.fileio.listing import list_files
 from tensorspark.fileio.plan import FilePlan, plan_files
 from tensorspark.fileio.shards import Shard, balance
 from tensorspark.fileio.source import files
 from tensorspark.fileio.spec import Feed
 from tensorspark.fileio.stream import FileEpochs
 from tensorspark.fileio.tfrecord import RecordWriter, frame, records
+from tensorspark.storage.options import StorageOptions
 
 pytestmark = pytest.mark.unit
 
