@@ -95,6 +95,12 @@ def spark_failure(err: BaseException) -> BaseException:
     return WorkerError(f"a Spark task failed on an executor. Worker traceback:\n{tb}")
 
 
+class StopJob(Exception):
+    """Raised by a :func:`run_job` poll to end the job early on purpose (a run listener's
+    stop request): the job is cancelled and this error re-raised for the caller to turn
+    into a result. Raised at the poll after the job finished, it is moot and ignored."""
+
+
 def collect(start_job: Callable[[], T]) -> T:
     """Run ``start_job`` here; a Spark failure is raised as :func:`spark_failure`'s error."""
     try:
@@ -116,8 +122,8 @@ def run_job(
     """Run ``start_job`` (which collects a Spark job) in a thread while ``poll`` runs here.
 
     The job runs in its own Spark job group, so an interrupt (Ctrl-C) or an error raised by
-    ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
-    to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
+    ``poll`` on the driver (:class:`StopJob` to stop it on purpose) cancels it (waiting
+    at most :data:`CANCEL_WAIT_S` for the job to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
     Spark Connect session (:mod:`tensorspark.connect`), which has no job groups: the job
     then runs under a tag of its own, cancelled with ``spark.interruptTag``.
     """
@@ -141,7 +147,8 @@ def run_job(
             if poll is not None:
                 poll()
         if poll is not None:
-            poll()
+            with contextlib.suppress(StopJob):  # the job has ended anyway
+                poll()
         if "error" in outcome:
             err = outcome["error"]
             if is_spark_failure(err):
