@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -23,11 +24,11 @@ def _rdd(sc: Any) -> Any:
     return sc.parallelize([(xs[i], ys[i]) for i in range(ROWS)], 2)
 
 
-def _session(sc: Any) -> sps.SparkSession:
+def _session(sc: Any, **settings: Any) -> sps.SparkSession:
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", metrics=["mae"])
-    return sps.SparkSession(sc, model, name="listened", sync_interval=1, batch_size=16)
+    return sps.SparkSession(sc, model, name="listened", sync_interval=1, batch_size=16, **settings)
 
 
 class _Recorder(sps.RunListener):
@@ -48,21 +49,27 @@ class _Recorder(sps.RunListener):
         self.epochs.append((epoch, dict(metrics), time.monotonic(), int(server.status()["samples"])))
         self.events.append(("epoch", epoch))
 
+    def on_checkpoint(self, path: str) -> None:
+        self.events.append(("checkpoint", path))
+
     def on_run_end(self, result: Any) -> None:
         self.ended_at = time.monotonic()
         self.events.append(("end", result.version))
 
 
-def test_epoch_ends_reach_a_listener_while_the_job_trains(sc: Any) -> None:  # type: ignore[no-untyped-def]
-    session = _session(sc)
+def test_epoch_ends_reach_a_listener_while_the_job_trains(sc: Any, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    session = _session(sc, checkpoint_dir=str(tmp_path / "ckpt"))
     recorder = _Recorder(session)
     epochs = 20
     history = session.fit(_rdd(sc), epochs=epochs, progress=False, listeners=[recorder])
     returned_at = time.monotonic()
 
     assert recorder.events[0] == ("start", epochs)
-    assert recorder.events[1:-1] == [("epoch", e) for e in range(epochs)]
+    assert [e for e in recorder.events if e[0] == "epoch"] == [("epoch", e) for e in range(epochs)]
     assert recorder.events[-1] == ("end", session.last_run.version)
+    # The run's last checkpoint, written when the server stopped, is announced before the end.
+    assert recorder.events[-2][0] == "checkpoint"
+    assert Path(recorder.events[-2][1]).name in {p.name for p in (tmp_path / "ckpt").iterdir()}
     assert recorder.ended_at is not None and recorder.ended_at <= returned_at
     total = epochs * ROWS
     assert session.last_run.status["samples"] == total
