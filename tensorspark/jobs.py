@@ -122,10 +122,11 @@ def run_job(
     """Run ``start_job`` (which collects a Spark job) in a thread while ``poll`` runs here.
 
     The job runs in its own Spark job group, so an interrupt (Ctrl-C) or an error raised by
-    ``poll`` on the driver (:class:`StopJob` to stop it on purpose) cancels it (waiting
-    at most :data:`CANCEL_WAIT_S` for the job to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
+    ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
+    to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
     Spark Connect session (:mod:`tensorspark.connect`), which has no job groups: the job
-    then runs under a tag of its own, cancelled with ``spark.interruptTag``.
+    then runs under a tag of its own, cancelled with ``spark.interruptTag``. A poll
+    stops the job on purpose by raising :class:`StopJob`.
     """
     group = f"tensorspark-{uuid.uuid4().hex[:12]}"
     outcome: dict[str, Any] = {}

@@ -128,7 +128,9 @@ class ListenerList(RunListener):
         return None
 
     def request_stop(self, reason: str = "a listener asked to stop") -> None:
-        raise TypeError("request_stop is for a listener; a ListenerList stops when one of its listeners asks")
+        raise TypeError(
+            "request_stop is for a listener; a ListenerList stops when one of its listeners asks"
+        )
 
     def _call(self, hook: str, *args: Any) -> None:
         for index, listener in enumerate(self.listeners):
@@ -140,7 +142,9 @@ class ListenerList(RunListener):
                     logger.debug("listener %r failed again in %s", listener, hook, exc_info=True)
                 else:
                     self._warned.add(key)
-                    logger.warning("listener %r failed in %s; training goes on", listener, hook, exc_info=True)
+                    logger.warning(
+                        "listener %r failed in %s; training goes on", listener, hook, exc_info=True
+                    )
 
     def on_run_start(self, info: RunInfo) -> None:
         self._call("on_run_start", info)

@@ -274,7 +274,9 @@ class ProgressListener(RunListener):
     Not thread-safe: its hooks are called from the driver's main thread.
     """
 
-    def __init__(self, progress: bool | Progress = True, *, loss_window: int = DEFAULT_LOSS_WINDOW) -> None:
+    def __init__(
+        self, progress: bool | Progress = True, *, loss_window: int = DEFAULT_LOSS_WINDOW
+    ) -> None:
         self._given = progress
         self._loss_window = loss_window
         self.averager = LossAverager(loss_window)
@@ -292,7 +294,9 @@ class ProgressListener(RunListener):
         self.averager = LossAverager(self._loss_window)
         self._first, self._warned = None, False
         if not isinstance(self._given, Progress):
-            self.progress = Progress(info.total_samples, desc=info.name, unit="sample", enabled=bool(self._given))
+            self.progress = Progress(
+                info.total_samples, desc=info.name, unit="sample", enabled=bool(self._given)
+            )
         # A reused server already holds earlier runs' pushes: count and plot from here on.
         self._base_samples = int(info.status.get("samples", 0))
         self.averager.mark_seen(info.status.get("history", ()))
@@ -301,7 +305,9 @@ class ProgressListener(RunListener):
 
     def _display(self) -> Progress:
         if self.progress is None:
-            raise ConfigurationError("ProgressListener.on_run_start was not called before the run's polls")
+            raise ConfigurationError(
+                "ProgressListener.on_run_start was not called before the run's polls"
+            )
         return self.progress
 
     def on_poll(self, status: Mapping[str, Any]) -> None:

@@ -488,7 +488,8 @@ class SparkSession:
         history, result = fit(
             self.sc, self._host, self.session, data, positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle,
-            listeners=run_listeners(progress, tensorboard_dir, listeners), custom_objects=self.custom_objects,
+            listeners=run_listeners(progress, tensorboard_dir, listeners),
+            custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result

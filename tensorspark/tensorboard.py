@@ -45,8 +45,8 @@ def local_logdir(logdir: str | os.PathLike[str]) -> str:
     text = os.fspath(logdir)
     if not text or "://" in text:
         raise ConfigurationError(
-            "tensorboard_dir must be a local folder (TensorBoard summaries are written by the driver). "
-            f"Received: tensorboard_dir={text!r}"
+            "tensorboard_dir must be a local folder (TensorBoard summaries are written by the "
+            f"driver). Received: tensorboard_dir={text!r}"
         )
     try:
         os.makedirs(text, exist_ok=True)
@@ -133,7 +133,9 @@ class TensorBoardListener(RunListener):
         ConfigurationError: ``logdir`` is a remote URL or cannot be created.
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], *, loss_window: int = DEFAULT_LOSS_WINDOW) -> None:
+    def __init__(
+        self, logdir: str | os.PathLike[str], *, loss_window: int = DEFAULT_LOSS_WINDOW
+    ) -> None:
         self.logdir = local_logdir(logdir)
         self._loss_window = loss_window
         self.writer: TensorBoardWriter | None = None
@@ -148,7 +150,8 @@ class TensorBoardListener(RunListener):
         if self.writer is None:
             return
         self.writer.add_points(self._averager.add(status.get("history", ())))
-        self.writer.add_scalar("updates_per_sec", float(status.get("updates_per_sec", 0.0)), int(status["version"]))
+        rate = float(status.get("updates_per_sec", 0.0))
+        self.writer.add_scalar("updates_per_sec", rate, int(status["version"]))
         self.writer.flush()
 
     def on_run_end(self, result: Any) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 from tensorspark import conf, connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
-from tensorspark.listeners import RunInfo, RunListener
+from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
@@ -407,8 +407,9 @@ class TrainingRun:
         gpus.plan(self.sc, f"tensorspark {name}")
         check_partitions(self.sc, self.settings.mode, num_partitions)
         started = time.time()
+        watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
-        watch = RunWatch(listeners, server, self.host.checkpoint_paths())
+        watch = RunWatch(watchers, server, self.host.checkpoint_paths())
 
         def pushed(meta: dict[str, Any], status: str) -> None:  # the server's loop thread
             watch.on_push(meta, status)
@@ -418,8 +419,8 @@ class TrainingRun:
         self.host.listen(pushed)
         try:
             info = RunInfo(
-                name=name, mode=self.settings.mode, num_epoch=num_epoch, num_partitions=num_partitions,
-                total_samples=total_samples, status=server.status(),
+                name=name, mode=self.settings.mode, num_epoch=num_epoch,
+                num_partitions=num_partitions, total_samples=total_samples, status=server.status(),
                 dashboard_url=dashboard_url(self.host.url_for(server), server.status_token),
             )
             watch.start(info)
@@ -439,17 +440,25 @@ class TrainingRun:
             raise
         partitions = [json.loads(r) for r in rows or ()]
         stopped = watch.listeners.stop_reason if rows is None else None
+        # A stopped run has no task results: its epochs are those the listeners saw end.
+        if stopped is None:
+            epochs = jobs.aggregate_epochs(partitions)
+        else:
+            epochs = watch.epochs.delivered_rows()
         result = TrainResult(
             params=server.params(),
             version=server.version,
             partitions=partitions,
             status=server.status(),
             seconds=time.time() - started,
-            epochs=jobs.aggregate_epochs(partitions) if stopped is None else watch.epochs.delivered_rows(),
+            epochs=epochs,
             stopped=stopped,
         )
         if stopped is not None:
-            logger.info("%s: stopped at a listener's request after %d epochs: %s", name, len(result.epochs), stopped)
+            logger.info(
+                "%s: stopped at a listener's request after %d epochs: %s",
+                name, len(epochs), stopped,
+            )
         watch.end(result)
         logger.info(
             "%s: trained %d partitions in %.1fs (version %d, %d pushes applied, %d duplicates)",
@@ -462,7 +471,9 @@ class TrainingRun:
         )
         return result
 
-    def _run_job(self, server: Server, make_job: JobFactory, payload: Any, watch: RunWatch) -> list[Any] | None:
+    def _run_job(
+        self, server: Server, make_job: JobFactory, payload: Any, watch: RunWatch
+    ) -> list[Any] | None:
         """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, payload)
         try:
@@ -473,7 +484,8 @@ class TrainingRun:
 
             try:
                 return jobs.run_job(
-                    self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
+                    self.sc, make_job(server, bcast), poll=poll,
+                    description=f"tensorspark {self.settings.name}",
                 )
             except jobs.StopJob:
                 return None

@@ -85,7 +85,9 @@ class EpochTotals:
     def _metrics(self, epoch: int) -> dict[str, float]:
         sums, weights = self._sums.get(epoch, {}), self._weights.get(epoch, {})
         out = {"loss": sums["loss"] / weights["loss"]} if weights.get("loss") else {}
-        out.update({k: v / weights[k] for k, v in sorted(sums.items()) if weights.get(k) and k != "loss"})
+        out.update(
+            {k: v / weights[k] for k, v in sorted(sums.items()) if weights.get(k) and k != "loss"}
+        )
         out["samples"] = sums.get("samples", 0.0)
         return out
 
@@ -95,7 +97,11 @@ class EpochTotals:
         if not expected:
             return []
         with self._lock:
-            done = sorted(e for e, ended in self._ended.items() if len(ended) >= expected and e not in self._delivered)
+            done = sorted(
+                e
+                for e, ended in self._ended.items()
+                if len(ended) >= expected and e not in self._delivered
+            )
             self._delivered.update(done)
             return [(e, self._metrics(e)) for e in done]
 
@@ -104,7 +110,9 @@ class EpochTotals:
         with self._lock:
             rest = [r for r in epochs if int(r["epoch"]) not in self._delivered]
             self._delivered.update(int(r["epoch"]) for r in rest)
-        return [(int(r["epoch"]), {k: float(v) for k, v in r.items() if k != "epoch"}) for r in rest]
+        return [
+            (int(r["epoch"]), {k: float(v) for k, v in r.items() if k != "epoch"}) for r in rest
+        ]
 
     def delivered_rows(self) -> list[dict[str, Any]]:
         """What was delivered so far, as ``aggregate_epochs`` rows (a run stopped early)."""
@@ -120,14 +128,18 @@ class RunWatch:
     """Feeds one run's listeners (driver); see the module.
 
     Args:
-        listeners: the run's listeners, called in order.
+        listeners: the run's listeners, called in order (or a ready ListenerList).
         server: the run's parameter server (``status()``, ``num_workers``).
         checkpoints: the live list of checkpoint paths the run's checkpointer appends to
             (empty without checkpoints); those already in it are not announced.
     """
 
-    def __init__(self, listeners: Iterable[RunListener], server: Any, checkpoints: list[str]) -> None:
-        self.listeners = ListenerList(listeners)
+    def __init__(
+        self, listeners: Iterable[RunListener] | ListenerList, server: Any, checkpoints: list[str]
+    ) -> None:
+        self.listeners = (
+            listeners if isinstance(listeners, ListenerList) else ListenerList(listeners)
+        )
         self.server = server
         self.epochs = EpochTotals()
         self._checkpoints = checkpoints

@@ -46,7 +46,9 @@ class _Recorder(sps.RunListener):
     def on_epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
         server = self.session._host.server  # noqa: SLF001 - the run's live server
         assert server is not None
-        self.epochs.append((epoch, dict(metrics), time.monotonic(), int(server.status()["samples"])))
+        self.epochs.append(
+            (epoch, dict(metrics), time.monotonic(), int(server.status()["samples"]))
+        )
         self.events.append(("epoch", epoch))
 
     def on_checkpoint(self, path: str) -> None:
@@ -57,7 +59,7 @@ class _Recorder(sps.RunListener):
         self.events.append(("end", result.version))
 
 
-def test_epoch_ends_reach_a_listener_while_the_job_trains(sc: Any, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_epoch_ends_reach_a_listener_while_the_job_trains(sc: Any, tmp_path: Path) -> None:
     session = _session(sc, checkpoint_dir=str(tmp_path / "ckpt"))
     recorder = _Recorder(session)
     epochs = 20
@@ -99,11 +101,13 @@ class _StopAfter(sps.RunListener):
         self.result = result
 
 
-def test_a_listener_stops_the_run_and_fit_returns_what_was_trained(sc: Any) -> None:  # type: ignore[no-untyped-def]
+def test_a_listener_stops_the_run_and_fit_returns_what_was_trained(sc: Any) -> None:
     session = _session(sc)
     stopper = _StopAfter(1)
     epochs = 500
-    history = session.fit(_rdd(sc), epochs=epochs, validation_data=_rdd(sc), progress=False, listeners=[stopper])
+    history = session.fit(
+        _rdd(sc), epochs=epochs, validation_data=_rdd(sc), progress=False, listeners=[stopper]
+    )
 
     result = session.last_run
     assert result.stopped == "stop after epoch 1"

@@ -51,8 +51,15 @@ class _Broken(RunListener):
 
 
 def _info(status: Mapping[str, Any] | None = None) -> RunInfo:
-    return RunInfo(name="job", mode="async", num_epoch=2, num_partitions=2, total_samples=None,
-                   dashboard_url="http://127.0.0.1:1/", status=status or {})
+    return RunInfo(
+        name="job",
+        mode="async",
+        num_epoch=2,
+        num_partitions=2,
+        total_samples=None,
+        dashboard_url="http://127.0.0.1:1/",
+        status=status or {},
+    )
 
 
 def test_the_base_class_does_nothing_and_is_public() -> None:
@@ -74,13 +81,18 @@ def test_listeners_are_called_in_order() -> None:
     listeners.on_epoch_end(0, {"loss": 0.5})
     listeners.on_run_end("result")
     assert calls == [
-        ("a", "start", "job"), ("b", "start", "job"),
-        ("a", "epoch", 0, {"loss": 0.5}), ("b", "epoch", 0, {"loss": 0.5}),
-        ("a", "end", "result"), ("b", "end", "result"),
+        ("a", "start", "job"),
+        ("b", "start", "job"),
+        ("a", "epoch", 0, {"loss": 0.5}),
+        ("b", "epoch", 0, {"loss": 0.5}),
+        ("a", "end", "result"),
+        ("b", "end", "result"),
     ]
 
 
-def test_a_failing_listener_is_logged_once_per_hook_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_listener_is_logged_once_per_hook_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     calls: list[tuple[Any, ...]] = []
     listeners = ListenerList([_Broken(), _Recorder("after", calls)])
     with caplog.at_level(logging.DEBUG, logger="tensorspark.listeners"):
@@ -89,10 +101,13 @@ def test_a_failing_listener_is_logged_once_per_hook_and_the_others_still_run(cap
         listeners.on_poll({})
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage().split(" failed in ")[1] for r in warnings] == [
-        "on_run_start; training goes on", "on_poll; training goes on",
+        "on_run_start; training goes on",
+        "on_poll; training goes on",
     ]
     assert "tracker is down" in caplog.text
-    assert [r.levelno for r in caplog.records].count(logging.DEBUG) == 1  # the second poll's failure
+    assert [r.levelno for r in caplog.records].count(
+        logging.DEBUG
+    ) == 1  # the second poll's failure
     assert calls == [("after", "start", "job")]
 
 
@@ -124,10 +139,24 @@ def test_the_facade_makes_progress_then_tensorboard_then_the_users(tmp_path: Any
         run_listeners(True, "hdfs://nn/tb")
 
 
-def _push(totals: EpochTotals, partition: int, epoch: int, loss: float, samples: int, *, end: bool = False,
-          status: str = "applied", **metrics: float) -> None:
-    meta: dict[str, Any] = {"partition": partition, "epoch": epoch, "samples": samples, "loss": loss,
-                            "metrics": metrics}
+def _push(
+    totals: EpochTotals,
+    partition: int,
+    epoch: int,
+    loss: float,
+    samples: int,
+    *,
+    end: bool = False,
+    status: str = "applied",
+    **metrics: float,
+) -> None:
+    meta: dict[str, Any] = {
+        "partition": partition,
+        "epoch": epoch,
+        "samples": samples,
+        "loss": loss,
+        "metrics": metrics,
+    }
     if end:
         meta["epoch_end"] = True
     totals.add(meta, status)
@@ -142,19 +171,34 @@ def test_an_epoch_ends_when_every_partition_ended_it_with_sample_weighted_metric
     assert totals.take_complete(2) == []
     assert totals.take_complete(None) == []  # partitions unknown: nothing until the job ends
     _push(totals, 1, 0, 4.0, 60, end=True, accuracy=0.75)
-    (epoch, metrics), = totals.take_complete(2)
+    ((epoch, metrics),) = totals.take_complete(2)
     assert epoch == 0
-    assert metrics == {"loss": pytest.approx((10 + 60 + 240) / 100), "accuracy": pytest.approx((5 + 7.5 + 45) / 100),
-                       "samples": 100.0}
+    assert metrics == {
+        "loss": pytest.approx((10 + 60 + 240) / 100),
+        "accuracy": pytest.approx((5 + 7.5 + 45) / 100),
+        "samples": 100.0,
+    }
     assert totals.take_complete(2) == []  # each epoch once
-    rest = totals.take_rest([{"epoch": 0, "samples": 100, "loss": 3.1}, {"epoch": 1, "samples": 20, "loss": 2.0}])
+    rest = totals.take_rest(
+        [{"epoch": 0, "samples": 100, "loss": 3.1}, {"epoch": 1, "samples": 20, "loss": 2.0}]
+    )
     assert rest == [(1, {"samples": 20.0, "loss": 2.0})]
     assert [r["epoch"] for r in totals.delivered_rows()] == [0, 1]
 
 
-def _client_push(client: ParameterClient, partition: int, epoch: int, seq: int, loss: float, end: bool) -> None:
-    meta: dict[str, Any] = {"partition": partition, "attempt": 0, "epoch": epoch, "seq": seq, "samples": 50,
-                            "base_version": 0, "loss": loss, "metrics": {"accuracy": 0.5}}
+def _client_push(
+    client: ParameterClient, partition: int, epoch: int, seq: int, loss: float, end: bool
+) -> None:
+    meta: dict[str, Any] = {
+        "partition": partition,
+        "attempt": 0,
+        "epoch": epoch,
+        "seq": seq,
+        "samples": 50,
+        "base_version": 0,
+        "loss": loss,
+        "metrics": {"accuracy": 0.5},
+    }
     if end:
         meta["epoch_end"] = True
     client.push({"w": np.zeros(4, np.float32)}, meta)
@@ -173,7 +217,9 @@ def test_the_watch_delivers_epoch_ends_checkpoints_and_a_stop_from_a_real_server
     with ParameterServer({"w": np.zeros(4, np.float32)}, num_workers=2, on_push=on_push) as server:
         watch = RunWatch([recorder], server, checkpoints)
         watch.start(_info(server.status()))
-        with ParameterClient(server.url, timeout=10, ps_timeout=10, **server.client_options()) as client:
+        with ParameterClient(
+            server.url, timeout=10, ps_timeout=10, **server.client_options()
+        ) as client:
             _client_push(client, 0, 0, 0, 2.0, end=True)
             watch.poll()
             assert [c[1] for c in calls] == ["start"]  # partition 1 has not ended epoch 0
