@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "WrittenFiles": "tensorspark.fileio.output",
     "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
+    "RunListener": "tensorspark.listeners",
     "KerasEstimator": "tensorspark.ml",
     "KerasModel": "tensorspark.ml",
     "ModelLoader": "tensorspark.models.base",
@@ -101,6 +102,7 @@ __all__ = [
     "ParameterServerError",
     "Progress",
     "PushResult",
+    "RunListener",
     "SparkSession",
     "StorageError",
     "TF1SessionSource",
@@ -161,6 +163,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.fileio.source import FileSource, files
     from tensorspark.fileio.write import write_tfrecord
     from tensorspark.inference import predict
+    from tensorspark.listeners import RunListener
     from tensorspark.ml import KerasEstimator, KerasModel
     from tensorspark.models.base import ModelLoader, ModelSource
     from tensorspark.models.tf1 import TF1SessionSource

@@ -95,6 +95,12 @@ def spark_failure(err: BaseException) -> BaseException:
     return WorkerError(f"a Spark task failed on an executor. Worker traceback:\n{tb}")
 
 
+class StopJob(Exception):
+    """Raised by a :func:`run_job` poll to end the job early on purpose (a run listener's
+    stop request): the job is cancelled and this error re-raised for the caller to turn
+    into a result. Raised at the poll after the job finished, it is moot and ignored."""
+
+
 def collect(start_job: Callable[[], T]) -> T:
     """Run ``start_job`` here; a Spark failure is raised as :func:`spark_failure`'s error."""
     try:
@@ -119,7 +125,8 @@ def run_job(
     ``poll`` on the driver cancels it (waiting at most :data:`CANCEL_WAIT_S` for the job
     to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
     Spark Connect session (:mod:`tensorspark.connect`), which has no job groups: the job
-    then runs under a tag of its own, cancelled with ``spark.interruptTag``.
+    then runs under a tag of its own, cancelled with ``spark.interruptTag``. A poll
+    stops the job on purpose by raising :class:`StopJob`.
     """
     group = f"tensorspark-{uuid.uuid4().hex[:12]}"
     outcome: dict[str, Any] = {}
@@ -141,7 +148,8 @@ def run_job(
             if poll is not None:
                 poll()
         if poll is not None:
-            poll()
+            with contextlib.suppress(StopJob):  # the job has ended anyway
+                poll()
         if "error" in outcome:
             err = outcome["error"]
             if is_spark_failure(err):

@@ -5,11 +5,11 @@ Two layers:
 * :class:`Progress` draws a count towards a total: a tqdm bar when its stream is a
   terminal, otherwise one plain line every ``interval`` seconds (spark-submit logs, CI),
   and nothing at all when disabled. It knows nothing about training.
-* :class:`RunMonitor` turns the parameter server's :meth:`~ParameterServer.status` into
-  what a person wants to see (samples done of the total, epoch, global loss as a moving
-  average of what the workers report, updates/s, ETA), feeds a :class:`Progress` and,
-  optionally, a :class:`~tensorspark.tensorboard.TensorBoardWriter`. ``training.run_job``
-  calls :meth:`RunMonitor.poll` every 0.5 s on the driver thread.
+* :class:`ProgressListener`, a :class:`~tensorspark.listeners.RunListener`, turns the
+  parameter server's ``/status`` into what a person wants to see (samples done of the
+  total, epoch, global loss as a moving average of what the workers report, updates/s,
+  ETA) and feeds a :class:`Progress`. The run calls its ``on_poll`` every 0.5 s on the
+  driver thread.
 
 Both write to ``sys.stderr`` by default, like tqdm and logging, so stdout stays free for a
 program's own results. The library's other output goes through the ``tensorspark``
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tensorspark.arguments import positive_int, positive_number
+from tensorspark.errors import ConfigurationError
+from tensorspark.listeners import RunInfo, RunListener
 
 logger = logging.getLogger(__name__)
 
@@ -253,87 +255,84 @@ class LossAverager:
         return points
 
 
-class RunMonitor:
-    """Watches one training run through its parameter server (driver side).
+class ProgressListener(RunListener):
+    """The run's progress on stderr, and where its live dashboard is (driver listener).
+
+    Turns the parameter server's ``/status`` (:meth:`on_poll`) into what a person wants to
+    see: samples done of the total, epoch, global loss as a moving average of what the
+    workers report, updates/s, ETA; and announces the dashboard's URL when the run starts
+    (an INFO log line, and a line above the bar). The dashboard itself is served by the
+    parameter server, which keeps the push history it draws (``/status``).
 
     Args:
-        server: the run's :class:`~tensorspark.ps.server.ParameterServer` (anything with
-            a ``status()`` method returning the ``/status`` JSON).
-        total_samples: samples the whole run will train on (epochs x rows), or None when
-            it is not known without an extra pass over the data.
-        num_epoch: epochs of the run, for "epoch 1/3" (None: the epoch alone).
-        progress: show progress (a bar on a terminal, else periodic lines on stderr);
-            or a ready :class:`Progress` to draw on.
-        tensorboard_dir: a local folder to write TensorBoard scalars to, or None.
-        desc: the label of the progress bar (the run's name).
+        progress: show progress (a bar on a terminal, else periodic lines on stderr); or
+            a ready :class:`Progress` to draw on. False still logs the dashboard's URL.
         loss_window: pushes averaged into the global loss.
 
-    Not thread-safe: ``poll`` and ``close`` are called from the driver's main thread.
+    Not thread-safe: its hooks are called from the driver's main thread.
     """
 
     def __init__(
-        self,
-        server: Any,
-        *,
-        total_samples: int | None = None,
-        num_epoch: int | None = None,
-        progress: bool | Progress = True,
-        tensorboard_dir: str | None = None,
-        desc: str = "train",
-        loss_window: int = DEFAULT_LOSS_WINDOW,
+        self, progress: bool | Progress = True, *, loss_window: int = DEFAULT_LOSS_WINDOW
     ) -> None:
-        self.server = server
-        self.num_epoch = num_epoch
+        self._given = progress
+        self._loss_window = loss_window
         self.averager = LossAverager(loss_window)
-        if isinstance(progress, Progress):
-            self.progress = progress
-        else:
-            self.progress = Progress(total_samples, desc=desc, unit="sample", enabled=bool(progress))
-        self.tensorboard: Any = None
-        if tensorboard_dir is not None:
-            from tensorspark.tensorboard import TensorBoardWriter
-
-            self.tensorboard = TensorBoardWriter(tensorboard_dir)
+        self.progress: Progress | None = progress if isinstance(progress, Progress) else None
+        self.num_epoch: int | None = None
         self._clock = time.monotonic
         self._first: tuple[float, int] | None = None  # (time, samples done) at the first poll
-        # A reused server already holds earlier runs' pushes: count and plot from here on.
-        before = server.status()
-        self._base_samples = int(before.get("samples", 0))
-        self.averager.mark_seen(before.get("history", ()))
-        self.last_status: dict[str, Any] | None = None
+        self._base_samples = 0
+        self.last_status: Mapping[str, Any] | None = None
         self._warned = False
 
-    def announce(self, dashboard_url: str) -> None:
-        """Log the dashboard's URL (INFO) and show it above the progress bar."""
-        logger.info("dashboard at %s", dashboard_url)
-        self.progress.write(f"tensorspark: live dashboard at {dashboard_url}")
+    def on_run_start(self, info: RunInfo) -> None:
+        """Open the display for this run and announce its dashboard."""
+        self.num_epoch = info.num_epoch
+        self.averager = LossAverager(self._loss_window)
+        self._first, self._warned = None, False
+        if not isinstance(self._given, Progress):
+            self.progress = Progress(
+                info.total_samples, desc=info.name, unit="sample", enabled=bool(self._given)
+            )
+        # A reused server already holds earlier runs' pushes: count and plot from here on.
+        self._base_samples = int(info.status.get("samples", 0))
+        self.averager.mark_seen(info.status.get("history", ()))
+        logger.info("dashboard at %s", info.dashboard_url)
+        self._guarded(self._display().write, f"tensorspark: live dashboard at {info.dashboard_url}")
 
-    def poll(self) -> None:
-        """Read the server's status once and update the display and TensorBoard.
+    def _display(self) -> Progress:
+        if self.progress is None:
+            raise ConfigurationError(
+                "ProgressListener.on_run_start was not called before the run's polls"
+            )
+        return self.progress
 
-        A failure here (a full disk under ``tensorboard_dir``, a closed stream) is logged
-        once as a warning and never interrupts the training run it displays.
+    def on_poll(self, status: Mapping[str, Any]) -> None:
+        """Update the display from the server's status.
+
+        A failure here (a closed stream) is logged once as a warning and never interrupts
+        the training run it displays.
         """
+        self._guarded(self._poll, status)
+
+    def _guarded(self, draw: Any, *args: Any) -> None:
         try:
-            self._poll()
+            draw(*args)
         except Exception:
             if not self._warned:
                 self._warned = True
                 logger.warning("progress display or TensorBoard summaries failed; training goes on", exc_info=True)
 
-    def _poll(self) -> None:
-        status = self.server.status()
+    def _poll(self, status: Mapping[str, Any]) -> None:
         self.last_status = status
-        points = self.averager.add(status.get("history", ()))
-        if self.tensorboard is not None:
-            self.tensorboard.add_points(points)
-            self.tensorboard.add_scalar("updates_per_sec", float(status.get("updates_per_sec", 0.0)), int(status["version"]))
-            self.tensorboard.flush()
+        self.averager.add(status.get("history", ()))
+        progress = self._display()
         done = int(status.get("samples", 0)) - self._base_samples
         now = self._clock()
         if self._first is None:
             self._first = (now, done)
-        self.progress.update(done, self.fields(status), eta=self._eta(now, done))
+        progress.update(done, self.fields(status), eta=self._eta(progress, now, done))
 
     def fields(self, status: Mapping[str, Any]) -> dict[str, str]:
         """The fields shown after the count: epoch, global loss, metrics, updates/s."""
@@ -350,8 +349,8 @@ class RunMonitor:
         out["updates/s"] = f"{float(status.get('updates_per_sec', 0.0)):.1f}"
         return out
 
-    def _eta(self, now: float, done: int) -> float | None:
-        total = self.progress.total
+    def _eta(self, progress: Progress, now: float, done: int) -> float | None:
+        total = progress.total
         if not total or self._first is None:
             return None
         t0, n0 = self._first
@@ -360,10 +359,11 @@ class RunMonitor:
         rate = (done - n0) / (now - t0)
         return max(0.0, (total - done) / rate)
 
-    def close(self) -> None:
-        """Finish the display and close the TensorBoard file. Idempotent."""
-        try:
-            self.progress.close()
-        finally:
-            if self.tensorboard is not None:
-                self.tensorboard.close()
+    def on_run_end(self, result: Any) -> None:
+        """Finish the display. Idempotent."""
+        if self.progress is not None:
+            self._guarded(self.progress.close)
+
+    def on_run_failed(self, error: BaseException) -> None:
+        """Finish the display (the error is the caller's to show)."""
+        self.on_run_end(None)

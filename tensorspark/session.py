@@ -22,6 +22,7 @@ from tensorspark import connect
 from tensorspark.arguments import check_training_mode, positive_int
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
+from tensorspark.listeners import RunListener
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
@@ -362,6 +363,7 @@ class SparkSession:
         loss: Any = None,
         progress: bool = True,
         tensorboard_dir: str | None = None,
+        listeners: Sequence[RunListener] | None = None,
     ) -> Any:
         """Run ``fetches``: locally like ``tf.Session.run``, or distributed over ``feed_rdd``.
 
@@ -376,6 +378,9 @@ class SparkSession:
         updates/s on stderr (a bar on a terminal, else a line every 10 s; False: nothing),
         the dashboard's URL is logged, and ``tensorboard_dir`` (a local folder) receives
         TensorBoard scalars of the loss and metrics against the model version.
+        ``listeners`` (:class:`~tensorspark.RunListener` instances) are told the run's start,
+        each epoch's end with its training metrics as it happens, checkpoints and the end,
+        after the progress display and TensorBoard (see :mod:`tensorspark.listeners`).
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).
@@ -398,11 +403,12 @@ class SparkSession:
         if feed_name_list is None:
             raise ConfigurationError("feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]")
         from tensorspark.training.tf1 import train_graph
+        from tensorspark.training.watch import run_listeners
 
         result = train_graph(
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
             shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
-            progress=progress, tensorboard_dir=tensorboard_dir,
+            listeners=run_listeners(progress, tensorboard_dir, listeners),
         )
         self.last_run = result
         return result
@@ -422,6 +428,7 @@ class SparkSession:
         progress: bool = True,
         tensorboard_dir: str | None = None,
         mixed_precision: str | None = None,
+        listeners: Sequence[RunListener] | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -453,6 +460,11 @@ class SparkSession:
                 Keras's loss scaling. The driver's model, the server's master weights and
                 every push and pull stay float32. ``None`` (default): as the model was built.
                 See :mod:`tensorspark.models.precision`.
+            listeners: :class:`~tensorspark.RunListener` instances told, on the driver, the
+                run's start, each epoch's end with its training ``loss`` and metrics as it
+                happens (``val_*`` are computed after the run: see the returned History),
+                checkpoints and the end; one may ask to stop the run early
+                (``request_stop``). Called after the progress display and TensorBoard.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -466,6 +478,7 @@ class SparkSession:
         """
         from tensorspark.models.precision import check_policy
         from tensorspark.training.keras import fit
+        from tensorspark.training.watch import run_listeners
 
         if not self.is_keras:
             raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
@@ -474,8 +487,9 @@ class SparkSession:
                 connect.require_dataframe(self.sc, value, argument)
         history, result = fit(
             self.sc, self._host, self.session, data, positive_int("epochs", epochs), validation_data,
-            features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
-            tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
+            features_col=features_col, label_col=label_col, shuffle=shuffle,
+            listeners=run_listeners(progress, tensorboard_dir, listeners),
+            custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
         )
         self.last_run = result

@@ -1,9 +1,9 @@
 """TensorBoard scalars of a training run, written by the driver.
 
-``SparkSession.run(..., tensorboard_dir="runs/mnist")`` writes the global loss (the moving
-average of what the workers report), their metrics and updates/s against the model
-version (TensorBoard's "step") and wall time, so ``tensorboard --logdir runs`` shows the
-run while it trains.
+``SparkSession.run(..., tensorboard_dir="runs/mnist")`` adds a :class:`TensorBoardListener`
+to the run, which writes the global loss (the moving average of what the workers report),
+their metrics and updates/s against the model version (TensorBoard's "step") and wall
+time, so ``tensorboard --logdir runs`` shows the run while it trains.
 
 The file is a standard TensorFlow event file: ``tf.compat.v1.Event`` records holding
 ``tf.compat.v1.Summary`` scalar values, framed by ``tf.io.TFRecordWriter``. That is what
@@ -21,10 +21,12 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.listeners import RunInfo, RunListener
+from tensorspark.progress import DEFAULT_LOSS_WINDOW, LossAverager
 from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,27 @@ logger = logging.getLogger(__name__)
 LOSS_TAG = "loss"
 #: Prefix of the workers' metrics (``metrics/accuracy``).
 METRICS_PREFIX = "metrics/"
+
+
+def local_logdir(logdir: str | os.PathLike[str]) -> str:
+    """``logdir`` as a local folder, created if missing (driver).
+
+    Raises:
+        ConfigurationError: ``logdir`` is a remote URL or cannot be created.
+    """
+    text = os.fspath(logdir)
+    if not text or "://" in text:
+        raise ConfigurationError(
+            "tensorboard_dir must be a local folder (TensorBoard summaries are written by the "
+            f"driver). Received: tensorboard_dir={text!r}"
+        )
+    try:
+        os.makedirs(text, exist_ok=True)
+    except OSError as err:
+        raise ConfigurationError(
+            f"cannot create tensorboard_dir: {err.strerror}. Received: tensorboard_dir={text!r}"
+        ) from None
+    return text
 
 
 class TensorBoardWriter:
@@ -47,18 +70,7 @@ class TensorBoardWriter:
     """
 
     def __init__(self, logdir: str | os.PathLike[str]) -> None:
-        text = os.fspath(logdir)
-        if not text or "://" in text:
-            raise ConfigurationError(
-                "tensorboard_dir must be a local folder (TensorBoard summaries are written by the driver). "
-                f"Received: tensorboard_dir={text!r}"
-            )
-        try:
-            os.makedirs(text, exist_ok=True)
-        except OSError as err:
-            raise ConfigurationError(
-                f"cannot create tensorboard_dir: {err.strerror}. Received: tensorboard_dir={text!r}"
-            ) from None
+        text = local_logdir(logdir)
         import_tensorflow_quietly()
         import tensorflow as tf
 
@@ -107,3 +119,48 @@ class TensorBoardWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TensorBoardListener(RunListener):
+    """Writes a run's scalars to a new event file in ``logdir`` (driver listener).
+
+    Each run it watches gets its own file (opened at ``on_run_start``); every poll adds
+    the global loss and metrics of the pushes applied since the last poll, and updates/s.
+
+    Args:
+        logdir: a local folder, checked (and created) here, before any run starts.
+        loss_window: pushes averaged into the global loss.
+
+    Raises:
+        ConfigurationError: ``logdir`` is a remote URL or cannot be created.
+    """
+
+    def __init__(
+        self, logdir: str | os.PathLike[str], *, loss_window: int = DEFAULT_LOSS_WINDOW
+    ) -> None:
+        self.logdir = local_logdir(logdir)
+        self._loss_window = loss_window
+        self.writer: TensorBoardWriter | None = None
+        self._averager = LossAverager(loss_window)
+
+    def on_run_start(self, info: RunInfo) -> None:
+        self._averager = LossAverager(self._loss_window)
+        self._averager.mark_seen(info.status.get("history", ()))  # a reused server's earlier runs
+        self.writer = TensorBoardWriter(self.logdir)
+
+    def on_poll(self, status: Mapping[str, Any]) -> None:
+        if self.writer is None:
+            return
+        self.writer.add_points(self._averager.add(status.get("history", ())))
+        rate = float(status.get("updates_per_sec", 0.0))
+        self.writer.add_scalar("updates_per_sec", rate, int(status["version"]))
+        self.writer.flush()
+
+    def on_run_end(self, result: Any) -> None:
+        """Close this run's event file. Idempotent."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def on_run_failed(self, error: BaseException) -> None:
+        self.on_run_end(None)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from tensorspark.evaluation import run_evaluation
+from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights, model_payload, read_weights
 from tensorspark.models.keras_checks import prepare_data
 from tensorspark.training.result import EpochSnapshots, History, build_history
@@ -33,8 +35,7 @@ def fit(
     features_col: str,
     label_col: str,
     shuffle: bool,
-    progress: bool,
-    tensorboard_dir: str | None,
+    listeners: Sequence[RunListener],
     custom_objects: dict[str, Any] | None,
     mixed_precision: str | None = None,
 ) -> tuple[History, Any]:
@@ -80,13 +81,15 @@ def fit(
     known_rows = train.files.rows if train.files is not None else None
     result = run.execute(
         initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
-        progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=epochs,
+        listeners=listeners, num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
     assign_weights(model, result.params)
     validation = None
-    if val is not None:
-        sets = [snapshots.by_epoch.get(e, result.params) for e in range(epochs)]
+    # A run a listener stopped is validated over the epochs it completed.
+    done = epochs if result.stopped is None else len(result.epochs)
+    if val is not None and done:
+        sets = [snapshots.by_epoch.get(e, result.params) for e in range(done)]
         validation = run_evaluation(
             sc, payload, sets, val, custom_objects=custom_objects,
             batch_size=settings.batch_size, description=f"tensorspark {settings.name}: validation",

@@ -24,6 +24,10 @@ class TrainResult:
     status: dict[str, Any]
     seconds: float
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    #: Why a run listener stopped the run early (its ``request_stop`` reason), else None.
+    #: A stopped run has no task results (``partitions`` is empty) and its ``epochs`` are
+    #: those its listeners saw end.
+    stopped: str | None = None
 
 
 @dataclass

@@ -6,8 +6,10 @@ Two objects, one owner each:
   runs: it starts one (resuming from a checkpoint when asked), hands a reusable one to the
   next run, and is the only code that stops either. A session holds one host.
 * :class:`TrainingRun` owns one run: it takes a server from the host, broadcasts the
-  model, shows progress, runs the Spark job (:func:`tensorspark.jobs.run_job`, which turns
-  task failures into errors raised here), and gives the server back, telling the host
+  model, runs the Spark job (:func:`tensorspark.jobs.run_job`, which turns task failures
+  into errors raised here) while telling the run's listeners what happens
+  (:mod:`tensorspark.listeners`, through a :class:`~tensorspark.training.watch.RunWatch`),
+  and gives the server back, telling the host
   whether the run failed. Whatever happens, a server that is not meant to be reused is
   stopped before :meth:`TrainingRun.execute` returns or raises.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +32,7 @@ import numpy as np
 from tensorspark import conf, connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
-from tensorspark.progress import RunMonitor
+from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
@@ -39,6 +41,7 @@ from tensorspark.ps.server import ParameterServer
 from tensorspark.ps.settings import check_compression
 from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
+from tensorspark.training.watch import RunWatch
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -202,6 +205,11 @@ class ServerHost:
         if listener is not None:
             listener(meta, status)
 
+    def checkpoint_paths(self) -> list[str]:
+        """The checkpoints written so far by the server's checkpointer, as the live list it
+        appends to (a new empty list without checkpoints); for the run's listeners."""
+        return self._checkpointer.saved if self._checkpointer is not None else []
+
     def poll(self) -> None:
         """Raise a checkpoint failure the checkpointer has seen, or a shard process that
         died (driver, while a job runs)."""
@@ -326,7 +334,7 @@ def _gpu_settings(sc: Any) -> str:
 
 
 class TrainingRun:
-    """One distributed training run (driver): server, broadcast, progress, job, result.
+    """One distributed training run (driver): server, broadcast, listeners, job, result.
 
     Args:
         sc: the SparkContext.
@@ -369,8 +377,7 @@ class TrainingRun:
         payload: Any,
         on_push: PushListener | None = None,
         *,
-        progress: bool = True,
-        tensorboard_dir: str | None = None,
+        listeners: Sequence[RunListener] = (),
         total_samples: int | None = None,
         num_epoch: int | None = None,
     ) -> TrainResult:
@@ -384,10 +391,11 @@ class TrainingRun:
             payload: what the executors rebuild the model from (broadcast once).
             on_push: called on the server's loop thread after each push of this run (e.g.
                 to snapshot epoch-end weights); must be quick.
-            progress: show progress on stderr (see :meth:`tensorspark.SparkSession.run`).
-            tensorboard_dir: a local folder for TensorBoard scalars.
+            listeners: who watches the run (:mod:`tensorspark.listeners`), called in
+                order on this thread; the facade makes the progress display and
+                TensorBoard ones (:func:`tensorspark.training.watch.run_listeners`).
             total_samples: epochs x rows, when known without a pass over the data.
-            num_epoch: the run's epochs, to label the progress.
+            num_epoch: the run's epochs (for the listeners: "epoch 1/3").
 
         Raises:
             ConfigurationError: sync mode that cannot be scheduled, a reusable server with
@@ -399,25 +407,59 @@ class TrainingRun:
         gpus.plan(self.sc, f"tensorspark {name}")
         check_partitions(self.sc, self.settings.mode, num_partitions)
         started = time.time()
+        watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
-        self.host.listen(on_push)
+        watch = RunWatch(watchers, server, self.host.checkpoint_paths())
+
+        def pushed(meta: dict[str, Any], status: str) -> None:  # the server's loop thread
+            watch.on_push(meta, status)
+            if on_push is not None:
+                on_push(meta, status)
+
+        self.host.listen(pushed)
         try:
-            rows = self._run_job(server, make_job, payload, progress, tensorboard_dir, total_samples, num_epoch)
-        except BaseException:
-            self.host.release(server, failed=True)  # a failed run never leaves a server running
-            raise
-        finally:
+            info = RunInfo(
+                name=name, mode=self.settings.mode, num_epoch=num_epoch,
+                num_partitions=num_partitions, total_samples=total_samples, status=server.status(),
+                dashboard_url=dashboard_url(self.host.url_for(server), server.status_token),
+            )
+            watch.start(info)
+            rows = self._run_job(server, make_job, payload, watch)
+        except BaseException as err:
             self.host.listen(None)
-        self.host.release(server, failed=False)
-        partitions = [json.loads(r) for r in rows]
+            try:
+                self.host.release(server, failed=True)  # a failed run never leaves a server running
+            finally:
+                watch.fail(err)
+            raise
+        self.host.listen(None)
+        try:
+            self.host.release(server, failed=False)
+        except BaseException as err:
+            watch.fail(err)
+            raise
+        partitions = [json.loads(r) for r in rows or ()]
+        stopped = watch.listeners.stop_reason if rows is None else None
+        # A stopped run has no task results: its epochs are those the listeners saw end.
+        if stopped is None:
+            epochs = jobs.aggregate_epochs(partitions)
+        else:
+            epochs = watch.epochs.delivered_rows()
         result = TrainResult(
             params=server.params(),
             version=server.version,
             partitions=partitions,
             status=server.status(),
             seconds=time.time() - started,
-            epochs=jobs.aggregate_epochs(partitions),
+            epochs=epochs,
+            stopped=stopped,
         )
+        if stopped is not None:
+            logger.info(
+                "%s: stopped at a listener's request after %d epochs: %s",
+                name, len(epochs), stopped,
+            )
+        watch.end(result)
         logger.info(
             "%s: trained %d partitions in %.1fs (version %d, %d pushes applied, %d duplicates)",
             name,
@@ -430,42 +472,27 @@ class TrainingRun:
         return result
 
     def _run_job(
-        self,
-        server: Server,
-        make_job: JobFactory,
-        payload: Any,
-        progress: bool,
-        tensorboard_dir: str | None,
-        total_samples: int | None,
-        num_epoch: int | None,
-    ) -> list[Any]:
+        self, server: Server, make_job: JobFactory, payload: Any, watch: RunWatch
+    ) -> list[Any] | None:
+        """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, payload)
         try:
-            monitor = RunMonitor(
-                server,
-                total_samples=total_samples,
-                num_epoch=num_epoch,
-                progress=progress,
-                tensorboard_dir=tensorboard_dir,
-                desc=self.settings.name,
-            )
+
+            def poll() -> None:  # what the driver checks every half second
+                self.host.poll()
+                watch.poll()
+
             try:
-                monitor.announce(dashboard_url(self.host.url_for(server), server.status_token))
-
-                def poll() -> None:  # what the driver checks every half second
-                    self.host.poll()
-                    monitor.poll()
-
-                try:
-                    return jobs.run_job(
-                        self.sc, make_job(server, bcast), description=f"tensorspark {self.settings.name}", poll=poll
-                    )
-                except ExecutorLostError as err:
-                    if self.settings.mode != "sync":
-                        raise
-                    raise sync_executor_lost(err, server.status()) from None
-            finally:
-                monitor.close()
+                return jobs.run_job(
+                    self.sc, make_job(server, bcast), poll=poll,
+                    description=f"tensorspark {self.settings.name}",
+                )
+            except jobs.StopJob:
+                return None
+            except ExecutorLostError as err:
+                if self.settings.mode != "sync":
+                    raise
+                raise sync_executor_lost(err, server.status()) from None
         finally:
             bcast.destroy()
 

@@ -18,6 +18,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
 from tensorspark.fileio.source import FileSource
 from tensorspark.fileio.spec import Feed
+from tensorspark.listeners import RunListener
 from tensorspark.models.tf1 import (
     VariableLoader,
     check_row,
@@ -52,8 +53,7 @@ def train_graph(
     num_epoch: int,
     options: Any,
     loss: Any,
-    progress: bool,
-    tensorboard_dir: str | None,
+    listeners: Sequence[RunListener],
 ) -> TrainResult:
     """Train ``fetches`` over ``feed_rdd``, synchronising ``param_list``; see
     :meth:`tensorspark.SparkSession.run` for the arguments and errors."""
@@ -97,7 +97,7 @@ def train_graph(
     partitions = plan.num_partitions if plan is not None else feed_rdd.getNumPartitions()
     result = run.execute(
         initial, partitions, make_job, spec,
-        progress=progress, tensorboard_dir=tensorboard_dir, num_epoch=num_epoch,
+        listeners=listeners, num_epoch=num_epoch,
         total_samples=None if plan is None or plan.rows is None else plan.rows * num_epoch,
     )
     loader.load(session, result.params)

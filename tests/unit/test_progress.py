@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.progress import LossAverager, Progress, RunMonitor, format_duration
+from tensorspark.listeners import ListenerList, RunInfo
+from tensorspark.progress import LossAverager, Progress, ProgressListener, format_duration
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
 
@@ -123,6 +124,13 @@ def _push(client: ParameterClient, partition: int, epoch: int, seq: int, loss: f
     client.push({"w": np.zeros(4, np.float32)}, meta)
 
 
+def _info(server: ParameterServer, **fields: object) -> RunInfo:
+    """What a run tells its listeners at its start, with the dashboard at a fixed URL."""
+    base: dict = {"name": "train", "mode": "async", "num_epoch": None, "num_partitions": None,
+                  "total_samples": None, "dashboard_url": "http://127.0.0.1:1/?token=t"}
+    return RunInfo(**{**base, **fields}, status=server.status())  # type: ignore[arg-type]
+
+
 def test_monitor_reads_the_server_and_writes_tensorboard(tmp_path: Path) -> None:
     import tensorflow as tf
 
@@ -130,15 +138,17 @@ def test_monitor_reads_the_server_and_writes_tensorboard(tmp_path: Path) -> None
     with ParameterServer({"w": np.zeros(4, np.float32)}) as server:
         with ParameterClient(server.url, timeout=10, ps_timeout=10, **server.client_options()) as client:
             _push(client, 0, 0, 0, 9.0)  # an earlier run on a reused server: not counted
-            monitor = RunMonitor(
-                server, total_samples=400, num_epoch=2, desc="job",
-                progress=Progress(400, desc="job", stream=out, interval=1e-9), tensorboard_dir=str(tmp_path / "tb"),
-            )
-            monitor.announce("http://127.0.0.1:1/?token=t")
+            from tensorspark.tensorboard import TensorBoardListener
+
+            monitor = ListenerList([
+                ProgressListener(Progress(400, desc="job", stream=out, interval=1e-9)),
+                TensorBoardListener(str(tmp_path / "tb")),
+            ])
+            monitor.on_run_start(_info(server, total_samples=400, num_epoch=2, name="job"))
             for seq, (partition, epoch, loss) in enumerate([(0, 0, 2.0), (1, 0, 1.0), (0, 1, 0.5), (1, 1, 0.5)]):
                 _push(client, partition, epoch, seq + 1, loss)
-                monitor.poll()
-            monitor.close()
+                monitor.on_poll(server.status())
+            monitor.on_run_end(None)
     lines = out.getvalue().splitlines()
     assert lines[0] == "tensorspark: live dashboard at http://127.0.0.1:1/?token=t"
     assert re.fullmatch(
@@ -171,10 +181,10 @@ def test_a_failing_display_is_logged_once_and_never_stops_training(caplog: pytes
             raise OSError(28, "No space left on device")
 
     with ParameterServer({"w": np.zeros(4, np.float32)}) as server:
-        monitor = RunMonitor(server, progress=Progress(stream=_Broken(), interval=1e-9))
+        monitor = ProgressListener(Progress(stream=_Broken(), interval=1e-9))
         with caplog.at_level(logging.WARNING, logger="tensorspark.progress"):
-            monitor.poll()
-            monitor.poll()
+            monitor.on_poll(server.status())
+            monitor.on_poll(server.status())
     assert [r.getMessage() for r in caplog.records] == [
         "progress display or TensorBoard summaries failed; training goes on"
     ]

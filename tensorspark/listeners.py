@@ -1,0 +1,165 @@
+"""Run listeners: whoever watches a training run, behind one protocol (driver).
+
+Modelled on Keras callbacks (``keras.callbacks.Callback`` and ``CallbackList``): a
+:class:`RunListener` overrides the hooks it cares about, each of which does nothing by
+default, and a :class:`ListenerList` calls every listener in turn, in the order given.
+
+The hooks, in the order a run calls them (all on the driver's main thread, never on the
+parameter server's loop thread, so a listener needs no locks):
+
+* ``on_run_start(info)``: the server is up, the job is about to start (:class:`RunInfo`).
+* ``on_poll(status)``: about every half second while the job runs, with the server's
+  ``/status`` JSON (what the progress bar, the dashboard and TensorBoard show).
+* ``on_epoch_end(epoch, metrics)``: as soon as every partition has ended ``epoch``, with
+  the training loss and compiled metrics the workers reported for it (sample-weighted
+  means over the partitions' pushes); epochs the server could not see end (a partition
+  without rows, a resumed partition) are delivered when the job ends, from the tasks'
+  own statistics. Validation metrics (``val_*``) are computed after the job and are in
+  the returned History only.
+* ``on_checkpoint(path)``: a checkpoint was written (seen at the next poll).
+* ``on_run_end(result)`` or ``on_run_failed(error)``: exactly one of them, last.
+
+A listener that raises is logged (a warning with the traceback, once per listener and
+hook) and training goes on. To stop the run on purpose, as ``model.stop_training = True``
+does in Keras, call :meth:`RunListener.request_stop`: the driver cancels the job at its
+next poll and the run returns the server's weights at that moment (every applied push,
+no partial one), with :attr:`~tensorspark.training.TrainResult.stopped` set.
+
+Adding a kind of observer (a tracker, a notifier) is one subclass of :class:`RunListener`
+passed as ``SparkSession.fit(..., listeners=[...])``; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a listener is told when a run starts.
+
+    Attributes:
+        name: the session's name (the run's label).
+        mode: ``"async"`` or ``"sync"``.
+        num_epoch: the epochs each partition trains.
+        num_partitions: the job's partitions, or None when only the job will tell.
+        total_samples: epochs x rows, when known without a pass over the data, else None.
+        dashboard_url: the address of the run's live dashboard (with its read token).
+        status: the server's ``/status`` before the job (a reused server holds earlier
+            runs' pushes: count from here on).
+    """
+
+    name: str
+    mode: str
+    num_epoch: int | None
+    num_partitions: int | None
+    total_samples: int | None
+    dashboard_url: str
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+class RunListener:
+    """Base class of whoever watches a run; every hook does nothing unless overridden.
+
+    Subclass it and pass instances as ``SparkSession.fit(..., listeners=[...])`` (or
+    ``run``). Hooks run on the driver's main thread, one listener after another; keep
+    them quick, since the next poll waits for them. See the module for when each is called.
+    """
+
+    #: Set by :meth:`request_stop`: why this listener wants the run stopped, else None.
+    stop_reason: str | None = None
+
+    def request_stop(self, reason: str = "a listener asked to stop") -> None:
+        """Ask the run to stop at the driver's next poll (like Keras's ``stop_training``)."""
+        self.stop_reason = str(reason)
+
+    def on_run_start(self, info: RunInfo) -> None:
+        """The server is up and the job is about to start."""
+
+    def on_poll(self, status: Mapping[str, Any]) -> None:
+        """The server's ``/status``, about every half second while the job runs."""
+
+    def on_epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        """Every partition has ended ``epoch`` (from 0); ``metrics`` holds ``loss`` and
+        the compiled metrics, sample-weighted over the partitions, and ``samples``."""
+
+    def on_checkpoint(self, path: str) -> None:
+        """A checkpoint of the run was written at ``path``."""
+
+    def on_run_end(self, result: Any) -> None:
+        """The run ended (normally or on request); ``result`` is its TrainResult."""
+
+    def on_run_failed(self, error: BaseException) -> None:
+        """The run failed with ``error``, which the caller of fit/run receives next."""
+
+
+class ListenerList(RunListener):
+    """Calls each listener's hook in turn, in the given order (driver, not thread-safe).
+
+    A listener that raises an ``Exception`` is logged as a warning (with its traceback, the
+    first time for that listener and hook; later at DEBUG) and the others still run, so
+    a broken display or tracker never breaks training.
+
+    Args:
+        listeners: the run's listeners, called in this order.
+    """
+
+    def __init__(self, listeners: Iterable[RunListener] = ()) -> None:
+        self.listeners = list(listeners)
+        for listener in self.listeners:
+            if not isinstance(listener, RunListener):
+                raise TypeError(
+                    "listeners must be RunListener instances (subclass tensorspark.RunListener). "
+                    f"Received: listener={listener!r}"
+                )
+        self._warned: set[tuple[int, str]] = set()
+
+    @property
+    def stop_reason(self) -> str | None:  # type: ignore[override]
+        """The first listener's stop request, or None when none asked to stop."""
+        for listener in self.listeners:
+            if listener.stop_reason is not None:
+                return listener.stop_reason
+        return None
+
+    def request_stop(self, reason: str = "a listener asked to stop") -> None:
+        raise TypeError(
+            "request_stop is for a listener; a ListenerList stops when one of its listeners asks"
+        )
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for index, listener in enumerate(self.listeners):
+            try:
+                getattr(listener, hook)(*args)
+            except Exception:
+                key = (index, hook)
+                if key in self._warned:
+                    logger.debug("listener %r failed again in %s", listener, hook, exc_info=True)
+                else:
+                    self._warned.add(key)
+                    logger.warning(
+                        "listener %r failed in %s; training goes on", listener, hook, exc_info=True
+                    )
+
+    def on_run_start(self, info: RunInfo) -> None:
+        self._call("on_run_start", info)
+
+    def on_poll(self, status: Mapping[str, Any]) -> None:
+        self._call("on_poll", status)
+
+    def on_epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        self._call("on_epoch_end", epoch, metrics)
+
+    def on_checkpoint(self, path: str) -> None:
+        self._call("on_checkpoint", path)
+
+    def on_run_end(self, result: Any) -> None:
+        self._call("on_run_end", result)
+
+    def on_run_failed(self, error: BaseException) -> None:
+        self._call("on_run_failed", error)
