@@ -37,6 +37,13 @@ from __future__ import annotations
 from tensorspark.errors import TuningError
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.search import tune
+from tensorspark.tuning.searchers import (
+    GridSearcher,
+    LongestFirstSearcher,
+    RandomSearcher,
+    Running,
+    Searcher,
+)
 from tensorspark.tuning.space import (
     Choice,
     Distribution,
@@ -45,13 +52,19 @@ from tensorspark.tuning.space import (
     Uniform,
     expand_space,
 )
-from tensorspark.tuning.trial import TrialResult
+from tensorspark.tuning.trial import Trial, TrialResult
 
 __all__ = [
     "Choice",
     "Distribution",
+    "GridSearcher",
     "IntRange",
     "LogUniform",
+    "LongestFirstSearcher",
+    "RandomSearcher",
+    "Running",
+    "Searcher",
+    "Trial",
     "TrialResult",
     "TuneResult",
     "TuningError",
