@@ -5,9 +5,10 @@ The data set travels once, by ``sc.broadcast`` (or, given as a DataFrame or unde
 Connect, as :mod:`tensorspark.tuning.launch` says); each trial is a Spark job of one task,
 submitted from a small pool of driver threads, so Spark runs as many trials at once as it
 has task slots and the driver sees every trial finish as it happens (progress, best so
-far). Which trial starts next is :mod:`tensorspark.tuning.schedule`'s choice. A trial
-that fails, in the user's code or at the Spark level, is recorded with its error; the
-search fails only when every trial fails.
+far). Which trial starts next is a searcher's choice (:mod:`tensorspark.tuning.searchers`),
+asked by the loop of :mod:`tensorspark.tuning.loop` whenever a slot frees. A trial that
+fails, in the user's code or at the Spark level, is recorded with its error; the search
+fails only when every trial fails.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def _searcher_for(
 def tune(
     sc: SparkContext | Any,
     build: Callable[[dict[str, Any]], Any],
-    space: Mapping[str, Any],
+    space: Mapping[str, Any] | None,
     train: tuple[Any, Any] | Any,
     validation: tuple[Any, Any] | Any | None = None,
     *,
@@ -141,7 +142,7 @@ def tune(
     batch_size: int = 32,
     metric: str = "val_loss",
     mode: str = "auto",
-    search: str = "grid",
+    search: str | Searcher = "grid",
     n_trials: int | None = None,
     seed: int | None = None,
     early_stopping_patience: int | None = None,
@@ -161,11 +162,13 @@ def tune(
     epoch from the same seed), and reports the best value of ``metric`` over its epochs.
     Trials are submitted as one-task Spark jobs from ``max_parallel`` driver threads, so
     they run concurrently and progress is logged (INFO, one line per finished trial) as
-    each finishes. The next trial submitted is the one expected to take longest, so that
-    a long trial does not run alone at the end while other slots idle
+    each finishes. Trials are made when a slot frees, by a searcher
+    (:mod:`tensorspark.tuning.searchers`) that is told every finished trial's score. For a
+    grid or random search the next trial submitted is the one expected to take longest,
+    so that a long trial does not run alone at the end while other slots idle
     (:mod:`tensorspark.tuning.schedule`): by ``cost``, or else learned from the trials
-    finished so far. The order never changes a trial's result. Not thread-safe: run one search per
-    SparkContext at a time.
+    finished so far. The order never changes a trial's result. Not thread-safe: run one
+    search per SparkContext at a time.
 
     Args:
         sc: The SparkContext, a SparkSession, or a Spark Connect session.
@@ -173,7 +176,8 @@ def tune(
             Spark's closure serialisation; on the driver it is called only for
             ``return_best_model``.
         space: Parameter name to a list of values or a distribution (:class:`Uniform`,
-            :class:`LogUniform`, :class:`IntRange`, :class:`Choice`).
+            :class:`LogUniform`, :class:`IntRange`, :class:`Choice`); None with a searcher
+            object as ``search``.
         train: ``(x, y)`` training arrays, or a DataFrame with ``features_col`` (an
             ``array<number>`` or ``vector`` column, fed as flat float32 rows) and
             ``label_col`` (integer columns are class ids). A DataFrame is read by each
@@ -186,8 +190,12 @@ def tune(
         batch_size: Batch size per trial.
         metric: A key of Keras' history, e.g. ``"val_accuracy"``.
         mode: ``"max"``, ``"min"``, or ``"auto"`` (max for accuracy-like names).
-        search: ``"grid"`` (every combination) or ``"random"`` (``n_trials`` draws).
-        n_trials: Number of trials for random search.
+        search: ``"grid"`` (every combination) or ``"random"`` (``n_trials`` draws), or
+            a searcher of your own (:class:`~tensorspark.tuning.Searcher`: ``ask`` for the
+            next trial when a slot frees, ``tell`` each finished trial's score and
+            per-epoch values), which proposes the parameters: ``space`` is then None.
+        n_trials: Number of trials for random search; with a searcher object, the most
+            trials to ask it for (default: until its ``ask`` returns None with none running).
         seed: Seed for sampling and, plus the trial index, for each trial's Keras seed.
             ``None`` draws one; it is kept in :attr:`TuneResult.seed`.
         early_stopping_patience: Stop a trial after this many epochs without improvement
@@ -200,7 +208,8 @@ def tune(
         cost: ``cost(params) -> number``, a guess of a trial's relative duration, e.g.
             ``lambda p: p["units"] * p["layers"]``; trials start most costly first. Called
             on the driver once per trial before any starts. Default: durations are learned
-            from finished trials (the first trials start in the space's order).
+            from finished trials (the first trials start in the space's order). Grid and
+            random search only.
         return_best_model: Every trial sends the weights of its best epoch back as numpy
             arrays (costs driver memory per finished trial only until a better one
             arrives); the driver keeps the best trial's, rebuilds ``build(best_params)``
