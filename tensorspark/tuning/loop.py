@@ -26,7 +26,7 @@ from tensorspark.tuning.trial import MAX_TRACEBACK_CHARS, Trial, TrialConfig, Tr
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_search"]
+__all__ = ["expected_total", "run_search"]
 
 
 def _failed_job(trial: Trial, err: Exception) -> dict[str, Any]:
@@ -80,6 +80,13 @@ def _checked(trial: Any, asked: dict[int, Trial]) -> Trial:
     return trial
 
 
+def expected_total(searcher: Searcher, max_trials: int | None) -> int | None:
+    """How many trials a search with ``searcher`` runs, when known: its ``total`` (if it
+    has one) and ``max_trials``, whichever is smaller."""
+    known = [n for n in (getattr(searcher, "total", None), max_trials) if n is not None]
+    return min(known) if known else None
+
+
 def run_search(
     launcher: Launcher,
     config: TrialConfig,
@@ -104,7 +111,7 @@ def run_search(
         except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
             return _failed_job(trial, err)
 
-    total = max_trials if max_trials is not None else getattr(searcher, "total", None)
+    total = expected_total(searcher, max_trials)
     asked: dict[int, Trial] = {}
     by_index: dict[int, TrialResult] = {}
     best: TrialResult | None = None

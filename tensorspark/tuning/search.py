@@ -28,7 +28,7 @@ from tensorspark.conf import task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.models.precision import check_policy, policy_scope
 from tensorspark.tuning.launch import check_dataframes, is_dataframe, launcher_for
-from tensorspark.tuning.loop import run_search
+from tensorspark.tuning.loop import expected_total, run_search
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.searchers import (
     GridSearcher,
@@ -237,7 +237,8 @@ def tune(
         ConfigurationError: an argument is invalid, or ``cost`` raised or returned
             something other than a finite number, or GPUs per task were requested in
             local mode (nothing was run).
-        TuningError: every trial failed; the message summarises their errors.
+        TuningError: every trial failed (the message summarises their errors), a searcher
+            proposed no trial, or its ask() returned something that cannot run.
     """
     if not callable(build):
         raise ConfigurationError(
@@ -297,7 +298,7 @@ def tune(
     # a race.)
     if frames:
         check_dataframes(train, validation, features_col, label_col)
-    total = max_trials if max_trials is not None else getattr(searcher, "total", None)
+    total = expected_total(searcher, max_trials)
     parallel = max_parallel or max(1, task_slots(sc))
     if total is not None:
         parallel = max(1, min(total, parallel))
@@ -345,6 +346,11 @@ def tune(
         elapsed_s=elapsed,
         best_weights=best_weights,
     )
+    if not results:
+        raise TuningError(
+            "The searcher proposed no trial: its ask() returned None with none running. "
+            f"Received: search={search!r}"
+        )
     if not result.succeeded:
         raise TuningError(
             f"All {len(results)} trials failed; fix `build`, the space or the data. "
