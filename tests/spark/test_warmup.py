@@ -311,7 +311,7 @@ def test_closing_a_running_warm_up_cancels_its_job(sc: SparkContext, tmp_path: P
         planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
         with _driver_warnings(sc) as warnings:
             warm = WarmUp(sc, planned, yield_to_jobs=False).start()  # its job waits for slots
-            assert sc.statusTracker().getJobIdsForGroup(warm.group)
+            assert _until(lambda: bool(sc.statusTracker().getJobIdsForGroup(warm.group)), 60)
             warm.close(timeout=30)
             assert not warm.running
     finally:
