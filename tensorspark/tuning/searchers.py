@@ -88,7 +88,20 @@ class Searcher:
         """
 
 
-class GridSearcher(Searcher):
+class _InOrder(Searcher):
+    """Asks the parameter sets of an iterator in its order; trial ``i`` is the ``i``-th."""
+
+    def __init__(self, params: Iterator[dict[str, Any]], total: int) -> None:
+        self._params = enumerate(params)
+        self.total = total
+
+    def ask(self, running: Sequence[Running] = ()) -> Trial | None:
+        for index, params in self._params:
+            return Trial(index, params)
+        return None
+
+
+class GridSearcher(_InOrder):
     """Every combination of the space, asked in :func:`~tensorspark.tuning.expand_space`'s
     order (the last parameter varies fastest); trial ``i`` is the ``i``-th combination.
 
@@ -101,16 +114,10 @@ class GridSearcher(Searcher):
     """
 
     def __init__(self, space: Mapping[str, Any]) -> None:
-        self.total = grid_size(space)
-        self._params: Iterator[tuple[int, dict[str, Any]]] = enumerate(grid_params(space))
-
-    def ask(self, running: Sequence[Running] = ()) -> Trial | None:
-        for index, params in self._params:
-            return Trial(index, params)
-        return None
+        super().__init__(grid_params(space), grid_size(space))
 
 
-class RandomSearcher(Searcher):
+class RandomSearcher(_InOrder):
     """``n_trials`` parameter sets drawn with ``numpy.random.default_rng(seed)`` as they are
     asked for: the same sets, in the same order, as ``expand_space(space, "random",
     n_trials, seed)``.
@@ -125,15 +132,8 @@ class RandomSearcher(Searcher):
     """
 
     def __init__(self, space: Mapping[str, Any], n_trials: int, seed: int | None = None) -> None:
-        self._params: Iterator[tuple[int, dict[str, Any]]] = enumerate(
-            random_params(space, n_trials, seed)
-        )
-        self.total = int(n_trials)
-
-    def ask(self, running: Sequence[Running] = ()) -> Trial | None:
-        for index, params in self._params:
-            return Trial(index, params)
-        return None
+        params = random_params(space, n_trials, seed)  # checks n_trials
+        super().__init__(params, int(n_trials))
 
 
 class LongestFirstSearcher(Searcher):

@@ -101,11 +101,20 @@ def test_first_element_keeps_the_python_worker(sc: SparkContext) -> None:
     assert first_element(sc.parallelize([7], 3)) == [7]  # empty first partition: take(1)
 
 
-def _occupy_slots(sc: SparkContext) -> threading.Thread:
+def _occupy_slots(sc: SparkContext, release: Path | None = None) -> threading.Thread:
+    """A job with a task per slot that runs 4 s, or, given ``release``, until that file
+    exists (at most 120 s)."""
+
     def hold(_: int) -> int:
+        import os
         import time
 
-        time.sleep(4)
+        if release is None:
+            time.sleep(4)
+            return 0
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return 0
 
     thread = threading.Thread(target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True)
@@ -266,23 +275,6 @@ def _driver_warnings(sc: SparkContext, name: str = "org.apache.spark.scheduler.D
         lines.extend(line for line in str(writer.toString()).splitlines() if marker not in line)
 
 
-def _hold_slots_until(sc: SparkContext, release: Path) -> threading.Thread:
-    """A job with a task per slot that runs until ``release`` exists (at most 120 s)."""
-
-    def hold(_: int) -> int:
-        import os
-        import time
-
-        deadline = time.monotonic() + 120
-        while not os.path.exists(release) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return 0
-
-    thread = threading.Thread(target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True)
-    thread.start()
-    return thread
-
-
 def test_closing_a_finished_warm_up_cancels_no_job(sc: SparkContext) -> None:
     with _driver_warnings(sc) as seen:
         sc.cancelJobGroup("tensorspark-test-nothing-to-cancel")  # what the capture would show
@@ -305,7 +297,7 @@ def test_closing_a_finished_warm_up_cancels_no_job(sc: SparkContext) -> None:
 
 def test_closing_a_running_warm_up_cancels_its_job(sc: SparkContext, tmp_path: Path) -> None:
     release = tmp_path / "release"
-    busy = _hold_slots_until(sc, release)
+    busy = _occupy_slots(sc, release)
     try:
         assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
         planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
