@@ -16,9 +16,7 @@ DIVERGENCE = ("fail", "skip")
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an int, when it is an integer (not a bool) of at least 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigurationError(
-            f"Argument `{name}` must be a positive integer. Received: {name}={value!r}"
-        )
+        raise ConfigurationError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     return int(value)
 
 
