@@ -23,13 +23,18 @@ The modules, from the bottom of the import graph up:
 
 * :mod:`~tensorspark.tuning.space`: distributions; normalising and expanding a space.
 * :mod:`~tensorspark.tuning.feed`: a trial's batches, gathered without helper threads.
-* :mod:`~tensorspark.tuning.schedule`: which trial starts next (longest expected first).
+* :mod:`~tensorspark.tuning.schedule`: the longest-expected-first order of trials.
 * :mod:`~tensorspark.tuning.trial`: what travels to an executor, the training run there,
   :class:`TrialResult`, and the rule that ranks trials.
+* :mod:`~tensorspark.tuning.searchers`: the ask-and-tell protocol (:class:`Searcher`) and
+  the grid, random and longest-first searchers. A new searcher (e.g. Optuna's) is one
+  class there or in a module of its own, passed as ``tune(search=...)``.
 * :mod:`~tensorspark.tuning.plot`: the sensitivity plot (matplotlib only when plotting).
 * :mod:`~tensorspark.tuning.result`: :class:`TuneResult` and its table.
 * :mod:`~tensorspark.tuning.report`: the per-trial log lines and progress display.
-* :mod:`~tensorspark.tuning.search`: :func:`tune`, which checks, schedules and collects.
+* :mod:`~tensorspark.tuning.loop`: the search loop: asks, runs, tells and collects.
+* :mod:`~tensorspark.tuning.search`: :func:`tune`, which checks its arguments and starts
+  the loop.
 """
 
 from __future__ import annotations
@@ -37,6 +42,13 @@ from __future__ import annotations
 from tensorspark.errors import TuningError
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.search import tune
+from tensorspark.tuning.searchers import (
+    GridSearcher,
+    LongestFirstSearcher,
+    RandomSearcher,
+    Running,
+    Searcher,
+)
 from tensorspark.tuning.space import (
     Choice,
     Distribution,
@@ -45,13 +57,19 @@ from tensorspark.tuning.space import (
     Uniform,
     expand_space,
 )
-from tensorspark.tuning.trial import TrialResult
+from tensorspark.tuning.trial import Trial, TrialResult
 
 __all__ = [
     "Choice",
     "Distribution",
+    "GridSearcher",
     "IntRange",
     "LogUniform",
+    "LongestFirstSearcher",
+    "RandomSearcher",
+    "Running",
+    "Searcher",
+    "Trial",
     "TrialResult",
     "TuneResult",
     "TuningError",

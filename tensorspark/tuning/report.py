@@ -16,12 +16,12 @@ __all__ = ["SearchProgress"]
 
 
 class SearchProgress:
-    """Trials done / total and best so far: one INFO log line per trial, plus, when
-    ``enabled``, a :class:`~tensorspark.progress.Progress` on stderr (a tqdm bar on a
-    terminal, else a line every few seconds). Driver only; called from the thread that
-    collects results, so it needs no lock."""
+    """Trials done / total (``None``: not known) and best so far: one INFO log line per
+    trial, plus, when ``enabled``, a :class:`~tensorspark.progress.Progress` on stderr (a
+    tqdm bar on a terminal, else a line every few seconds). Driver only; called from the
+    thread that collects results, so it needs no lock."""
 
-    def __init__(self, total: int, metric: str, enabled: bool) -> None:
+    def __init__(self, total: int | None, metric: str, enabled: bool) -> None:
         self.total = total
         self.metric = metric
         self.done = 0
@@ -38,9 +38,9 @@ class SearchProgress:
             else "no best yet"
         )
         logger.info(
-            "Trial %d/%d done (#%d %s) in %.1fs: %s; %s",
+            "Trial %d/%s done (#%d %s) in %.1fs: %s; %s",
             self.done,
-            self.total,
+            "?" if self.total is None else self.total,
             trial.index,
             trial.params,
             trial.elapsed_s,

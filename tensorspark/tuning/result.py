@@ -28,7 +28,7 @@ class TuneResult:
         trials: Every trial, in trial order.
         metric: The metric optimised, e.g. ``"val_accuracy"``.
         mode: ``"max"`` or ``"min"``.
-        search: ``"grid"`` or ``"random"``.
+        search: ``"grid"``, ``"random"``, or the class name of the searcher object given.
         seed: The seed used (for sampling and as base of every trial's Keras seed).
         elapsed_s: Wall-clock seconds of the whole search.
         best_weights: The best trial's weights as numpy arrays (``return_best_model``).

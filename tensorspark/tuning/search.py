@@ -5,14 +5,14 @@ The data set travels once, by ``sc.broadcast`` (or, given as a DataFrame or unde
 Connect, as :mod:`tensorspark.tuning.launch` says); each trial is a Spark job of one task,
 submitted from a small pool of driver threads, so Spark runs as many trials at once as it
 has task slots and the driver sees every trial finish as it happens (progress, best so
-far). Which trial starts next is :mod:`tensorspark.tuning.schedule`'s choice. A trial
-that fails, in the user's code or at the Spark level, is recorded with its error; the
-search fails only when every trial fails.
+far). Which trial starts next is a searcher's choice (:mod:`tensorspark.tuning.searchers`),
+asked by the loop of :mod:`tensorspark.tuning.loop` whenever a slot frees. A trial that
+fails, in the user's code or at the Spark level, is recorded with its error; the search
+fails only when every trial fails.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import secrets
 import time
@@ -23,22 +23,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorspark import connect, gpus
+from tensorspark.arguments import positive_int
 from tensorspark.conf import task_slots
 from tensorspark.errors import ConfigurationError, TuningError
-from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
 from tensorspark.models.precision import check_policy, policy_scope
-from tensorspark.tuning.launch import Launcher, check_dataframes, is_dataframe, launcher_for
-from tensorspark.tuning.report import SearchProgress
+from tensorspark.tuning.launch import check_dataframes, is_dataframe, launcher_for
+from tensorspark.tuning.loop import expected_total, run_search
 from tensorspark.tuning.result import TuneResult
-from tensorspark.tuning.schedule import LongestFirst
-from tensorspark.tuning.space import expand_space
-from tensorspark.tuning.trial import (
-    MAX_TRACEBACK_CHARS,
-    Trial,
-    TrialConfig,
-    TrialResult,
-    beats,
+from tensorspark.tuning.searchers import (
+    GridSearcher,
+    LongestFirstSearcher,
+    RandomSearcher,
+    Searcher,
 )
+from tensorspark.tuning.space import check_search
+from tensorspark.tuning.trial import TrialConfig, TrialResult
 from tensorspark.warmup import warm_up
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,34 +73,6 @@ def _as_arrays(name: str, value: Any, required: bool) -> tuple[np.ndarray, np.nd
     return x, y
 
 
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigurationError(
-            f"Argument `{name}` must be a positive integer. Received: {name}={value!r}"
-        )
-
-
-def _failed_job(trial: Trial, err: Exception) -> dict[str, Any]:
-    """The record of a trial whose Spark job failed (its task never returned a result).
-
-    A Spark failure is converted as training converts it (:func:`~tensorspark.jobs.spark_failure`):
-    ``error`` names the converted error and its first line, ``traceback`` holds the
-    worker's traceback when Spark's text carries one, else that text. Any other error
-    (raised on the driver, e.g. while pickling ``build``) is recorded as it is.
-    """
-    converted = spark_failure(err) if is_spark_failure(err) else err
-    first_line = next(iter(str(converted).splitlines()), "")
-    detail = worker_traceback(err) or str(err)
-    return {
-        "index": trial.index,
-        "params": dict(trial.params),
-        "error": f"{type(converted).__name__}: {first_line}",
-        "traceback": detail[-MAX_TRACEBACK_CHARS:],
-    }
-
-
 def _summarise_errors(trials: Sequence[TrialResult], limit: int = 5) -> str:
     counts: dict[str, list[int]] = {}
     for t in trials:
@@ -115,10 +86,53 @@ def _summarise_errors(trials: Sequence[TrialResult], limit: int = 5) -> str:
     return "\n".join(lines)
 
 
+def _searcher_for(
+    space: Any, search: Any, n_trials: Any, seed: int, cost: Any
+) -> tuple[Searcher, str, int | None]:
+    """The searcher ``tune``'s arguments ask for, the name :class:`TuneResult` keeps, and the
+    most trials to ask it for (``None``: until it has none left). Driver.
+
+    ``"grid"`` and ``"random"`` are ordered longest-expected first
+    (:class:`~tensorspark.tuning.searchers.LongestFirstSearcher`, by ``cost`` when given);
+    a searcher object is used as it is, asked at most ``n_trials`` times when that is set.
+
+    Raises:
+        ConfigurationError: the space, ``search``, ``n_trials`` or ``cost`` is invalid.
+    """
+    if not isinstance(search, str):
+        if not (callable(getattr(search, "ask", None)) and callable(getattr(search, "tell", None))):
+            raise ConfigurationError(
+                "Argument `search` must be 'grid', 'random' or a searcher (an object with "
+                f"ask() and tell(), see tensorspark.tuning.Searcher). Received: search={search!r}"
+            )
+        if space is not None:
+            raise ConfigurationError(
+                "Argument `space` must be None when `search` is a searcher: the searcher "
+                f"proposes the parameters. Received: space={space!r}"
+            )
+        if cost is not None:
+            raise ConfigurationError(
+                "Argument `cost` orders search='grid' or 'random' only; a searcher orders its "
+                f"own trials. Received: cost={cost!r}"
+            )
+        limit = None if n_trials is None else positive_int("n_trials", n_trials)
+        return search, type(search).__name__, limit
+    check_search(search, n_trials)
+    inner = GridSearcher(space) if search == "grid" else RandomSearcher(space, n_trials, seed)
+    if cost is not None and not callable(cost):
+        raise ConfigurationError(
+            f"Argument `cost` must be a function params -> number or None. Received: cost={cost!r}"
+        )
+    try:
+        return LongestFirstSearcher(inner, cost), search, None
+    except ValueError as err:
+        raise ConfigurationError(f"Argument `cost` failed: {err}") from err
+
+
 def tune(
     sc: SparkContext | Any,
     build: Callable[[dict[str, Any]], Any],
-    space: Mapping[str, Any],
+    space: Mapping[str, Any] | None,
     train: tuple[Any, Any] | Any,
     validation: tuple[Any, Any] | Any | None = None,
     *,
@@ -128,7 +142,7 @@ def tune(
     batch_size: int = 32,
     metric: str = "val_loss",
     mode: str = "auto",
-    search: str = "grid",
+    search: str | Searcher = "grid",
     n_trials: int | None = None,
     seed: int | None = None,
     early_stopping_patience: int | None = None,
@@ -148,11 +162,13 @@ def tune(
     epoch from the same seed), and reports the best value of ``metric`` over its epochs.
     Trials are submitted as one-task Spark jobs from ``max_parallel`` driver threads, so
     they run concurrently and progress is logged (INFO, one line per finished trial) as
-    each finishes. The next trial submitted is the one expected to take longest, so that
-    a long trial does not run alone at the end while other slots idle
+    each finishes. Trials are made when a slot frees, by a searcher
+    (:mod:`tensorspark.tuning.searchers`) that is told every finished trial's score. For a
+    grid or random search the next trial submitted is the one expected to take longest,
+    so that a long trial does not run alone at the end while other slots idle
     (:mod:`tensorspark.tuning.schedule`): by ``cost``, or else learned from the trials
-    finished so far. The order never changes a trial's result. Not thread-safe: run one search per
-    SparkContext at a time.
+    finished so far. The order never changes a trial's result. Not thread-safe: run one
+    search per SparkContext at a time.
 
     Args:
         sc: The SparkContext, a SparkSession, or a Spark Connect session.
@@ -160,7 +176,8 @@ def tune(
             Spark's closure serialisation; on the driver it is called only for
             ``return_best_model``.
         space: Parameter name to a list of values or a distribution (:class:`Uniform`,
-            :class:`LogUniform`, :class:`IntRange`, :class:`Choice`).
+            :class:`LogUniform`, :class:`IntRange`, :class:`Choice`); None with a searcher
+            object as ``search``.
         train: ``(x, y)`` training arrays, or a DataFrame with ``features_col`` (an
             ``array<number>`` or ``vector`` column, fed as flat float32 rows) and
             ``label_col`` (integer columns are class ids). A DataFrame is read by each
@@ -173,8 +190,12 @@ def tune(
         batch_size: Batch size per trial.
         metric: A key of Keras' history, e.g. ``"val_accuracy"``.
         mode: ``"max"``, ``"min"``, or ``"auto"`` (max for accuracy-like names).
-        search: ``"grid"`` (every combination) or ``"random"`` (``n_trials`` draws).
-        n_trials: Number of trials for random search.
+        search: ``"grid"`` (every combination) or ``"random"`` (``n_trials`` draws), or
+            a searcher of your own (:class:`~tensorspark.tuning.Searcher`: ``ask`` for the
+            next trial when a slot frees, ``tell`` each finished trial's score and
+            per-epoch values), which proposes the parameters: ``space`` is then None.
+        n_trials: Number of trials for random search; with a searcher object, the most
+            trials to ask it for (default: until its ``ask`` returns None with none running).
         seed: Seed for sampling and, plus the trial index, for each trial's Keras seed.
             ``None`` draws one; it is kept in :attr:`TuneResult.seed`.
         early_stopping_patience: Stop a trial after this many epochs without improvement
@@ -187,7 +208,8 @@ def tune(
         cost: ``cost(params) -> number``, a guess of a trial's relative duration, e.g.
             ``lambda p: p["units"] * p["layers"]``; trials start most costly first. Called
             on the driver once per trial before any starts. Default: durations are learned
-            from finished trials (the first trials start in the space's order).
+            from finished trials (the first trials start in the space's order). Grid and
+            random search only.
         return_best_model: Every trial sends the weights of its best epoch back as numpy
             arrays (costs driver memory per finished trial only until a better one
             arrives); the driver keeps the best trial's, rebuilds ``build(best_params)``
@@ -215,16 +237,18 @@ def tune(
         ConfigurationError: an argument is invalid, or ``cost`` raised or returned
             something other than a finite number, or GPUs per task were requested in
             local mode (nothing was run).
-        TuningError: every trial failed; the message summarises their errors.
+        TuningError: every trial failed (the message summarises their errors), a searcher
+            proposed no trial, or its ask() returned something that cannot run.
     """
     if not callable(build):
         raise ConfigurationError(
             f"Argument `build` must be a function params -> compiled keras.Model. Received: build={build!r}"
         )
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        _check_positive_int(name, value)
-    _check_positive_int("early_stopping_patience", early_stopping_patience, allow_none=True)
-    _check_positive_int("max_parallel", max_parallel, allow_none=True)
+    positive_int("epochs", epochs)
+    positive_int("batch_size", batch_size)
+    for name, value in (("early_stopping_patience", early_stopping_patience), ("max_parallel", max_parallel)):
+        if value is not None:
+            positive_int(name, value)
     if not isinstance(metric, str) or not metric:
         raise ConfigurationError(
             f"Argument `metric` must be a non-empty string such as 'val_accuracy'. Received: metric={metric!r}"
@@ -253,7 +277,7 @@ def tune(
     if seed is None:
         seed = secrets.randbelow(2**31 - 1)
     seed = int(seed)
-    param_sets = expand_space(space, search=search, n_trials=n_trials, seed=seed)
+    searcher, search_name, max_trials = _searcher_for(space, search, n_trials, seed, cost)
     resolved_mode = _resolve_mode(metric, mode)
     config = TrialConfig(
         epochs=int(epochs),
@@ -265,15 +289,6 @@ def tune(
         return_weights=bool(return_best_model),
         mixed_precision=policy,
     )
-    trials = [Trial(i, params) for i, params in enumerate(param_sets)]
-    if cost is not None and not callable(cost):
-        raise ConfigurationError(
-            f"Argument `cost` must be a function params -> number or None. Received: cost={cost!r}"
-        )
-    try:
-        order = LongestFirst(trials, cost)
-    except ValueError as err:
-        raise ConfigurationError(f"Argument `cost` failed: {err}") from err
     sc = connect.spark_handle(sc)
     gpus.plan(sc, "tensorspark tune")
     # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
@@ -283,11 +298,14 @@ def tune(
     # a race.)
     if frames:
         check_dataframes(train, validation, features_col, label_col)
-    parallel = min(len(trials), max_parallel or max(1, task_slots(sc)))
+    total = expected_total(searcher, max_trials)
+    parallel = max_parallel or max(1, task_slots(sc))
+    if total is not None:
+        parallel = max(1, min(total, parallel))
     logger.info(
-        "Tuning: %s search, %d trials, %d in flight, metric %s (%s), seed %d",
-        search,
-        len(trials),
+        "Tuning: %s search, %s trials, %d in flight, metric %s (%s), seed %d",
+        search_name,
+        "?" if total is None else total,
         parallel,
         metric,
         resolved_mode,
@@ -312,7 +330,9 @@ def tune(
     )
     start = time.monotonic()
     try:
-        results, best_weights = _run_all(launcher, config, trials, order, parallel, progress, timeout)
+        results, best_weights = run_search(
+            launcher, config, searcher, parallel, progress, timeout, max_trials
+        )
     finally:
         warming.close(timeout=0.0)
         launcher.close()
@@ -321,11 +341,16 @@ def tune(
         trials=results,
         metric=metric,
         mode=resolved_mode,
-        search=search,
+        search=search_name,
         seed=seed,
         elapsed_s=elapsed,
         best_weights=best_weights,
     )
+    if not results:
+        raise TuningError(
+            "The searcher proposed no trial: its ask() returned None with none running. "
+            f"Received: search={search!r}"
+        )
     if not result.succeeded:
         raise TuningError(
             f"All {len(results)} trials failed; fix `build`, the space or the data. "
@@ -344,115 +369,6 @@ def tune(
         with policy_scope(policy):
             result.best_model = _rebuild(build, result)
     return result
-
-
-def _run_all(
-    launcher: Launcher,
-    config: TrialConfig,
-    trials: list[Trial],
-    order: LongestFirst[Trial],
-    parallel: int,
-    progress: bool,
-    timeout: float,
-) -> tuple[list[TrialResult], list[np.ndarray] | None]:
-    """Submit one Spark job per trial from ``parallel`` threads and collect as they finish;
-    the next trial to submit is the one expected to take longest (:mod:`tensorspark.tuning.schedule`).
-
-    Only the best trial's weights are kept on the driver. On timeout or interrupt the
-    job group is cancelled and unfinished trials are recorded as failed.
-    """
-    def submit(trial: Trial) -> dict[str, Any]:
-        try:
-            return launcher.run(trial)
-        except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
-            return _failed_job(trial, err)
-
-    by_index: dict[int, TrialResult] = {}
-    best: TrialResult | None = None
-    best_weights: list[np.ndarray] | None = None
-    reporter = SearchProgress(len(trials), config.metric, progress)
-    # Trials start longest-expected first (tensorspark.tuning.schedule); the next one is chosen
-    # when one finishes, knowing every trial finished so far.
-    pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="tensorspark-tune")
-    # Each trial in flight, with the driver's time when it was submitted.
-    in_flight: dict[concurrent.futures.Future[dict[str, Any]], tuple[Trial, float]] = {}
-    overheads: list[float] = []  # per finished trial: driver wall time minus train_s
-
-    def start_more() -> None:
-        while len(in_flight) < parallel:
-            now = time.monotonic()
-            # The scheduler learns from train_s (the trial's own clock); a running trial's
-            # time on that clock is about the driver's time since submitting it, less the
-            # mean job launch and set-up overhead seen so far.
-            overhead = sum(overheads) / len(overheads) if overheads else 0.0
-            running = [
-                (t.params, max(0.0, now - submitted_at - overhead))
-                for f, (t, submitted_at) in in_flight.items()
-                if not f.done()
-            ]
-            trial = order.next(running)
-            if trial is None:
-                return
-            in_flight[pool.submit(submit, trial)] = (trial, now)
-
-    deadline = time.monotonic() + timeout
-    try:
-        start_more()
-        while in_flight:
-            done, _ = concurrent.futures.wait(
-                in_flight,
-                timeout=max(0.0, deadline - time.monotonic()),
-                return_when=concurrent.futures.FIRST_COMPLETED,
-            )
-            if not done:
-                raise concurrent.futures.TimeoutError
-            for future in sorted(done, key=lambda f: in_flight[f][0].index):
-                submitted, submitted_at = in_flight.pop(future)
-                raw = future.result()
-                weights = raw.pop("weights", None)
-                trial = TrialResult(
-                    index=raw["index"],
-                    params=raw["params"],
-                    score=raw.get("score"),
-                    epochs=raw.get("epochs", 0),
-                    elapsed_s=raw.get("elapsed_s", 0.0),
-                    error=raw.get("error"),
-                    traceback=raw.get("traceback"),
-                    history=raw.get("history", {}),
-                    started_at=raw.get("started_at"),
-                    worker=raw.get("worker"),
-                    gpus=list(raw.get("gpus") or []),
-                )
-                by_index[trial.index] = trial
-                if trial.ok:
-                    # The driver's params (a copy pickled back may not compare equal).
-                    train_s = raw.get("train_s", trial.elapsed_s)
-                    order.finished(submitted.params, train_s)
-                    overheads.append(time.monotonic() - submitted_at - train_s)
-                    if beats(trial, best, config.mode):  # same rule as best_trial
-                        best = trial
-                        best_weights = weights
-                reporter.update(trial, best)
-            start_more()
-    except concurrent.futures.TimeoutError:
-        logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
-    except BaseException:  # KeyboardInterrupt included: stop the cluster's work too
-        launcher.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        reporter.close()
-    if len(by_index) < len(trials):
-        launcher.cancel()
-        for t in trials:
-            if t.index not in by_index:
-                by_index[t.index] = TrialResult(
-                    index=t.index,
-                    params=dict(t.params),
-                    error=f"TimeoutError: cancelled, the search's timeout of {timeout:g}s was reached",
-                )
-    pool.shutdown(wait=False, cancel_futures=True)
-    return [by_index[t.index] for t in trials], best_weights
 
 
 def _rebuild(build: Callable[[dict[str, Any]], Any], result: TuneResult) -> Any:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
 
 __all__ = [
@@ -25,7 +26,11 @@ __all__ = [
     "IntRange",
     "LogUniform",
     "Uniform",
+    "check_search",
     "expand_space",
+    "grid_params",
+    "grid_size",
+    "random_params",
 ]
 
 _SEARCHES = ("grid", "random")
@@ -278,7 +283,9 @@ def expand_space(
 
     Grid search yields the Cartesian product in the order the parameters and values are
     given (the last parameter varies fastest). Random search draws ``n_trials`` sets with
-    ``numpy.random.default_rng(seed)``: the same seed gives the same sets.
+    ``numpy.random.default_rng(seed)``: the same seed gives the same sets. The searchers of
+    :mod:`tensorspark.tuning.searchers` make the same sets one at a time
+    (:func:`grid_params`, :func:`random_params`).
 
     Args:
         space: Parameter name to a list of values or a :class:`Distribution`.
@@ -293,33 +300,78 @@ def expand_space(
         ConfigurationError: the space or the arguments are invalid.
     """
     dists = _normalise_space(space)
+    check_search(search, n_trials)
+    if search == "grid":
+        return list(grid_params(dists))
+    return list(random_params(dists, n_trials, seed))
+
+
+def check_search(search: Any, n_trials: Any) -> None:
+    """``search`` is ``"grid"`` or ``"random"``, and ``n_trials`` is left out for a grid.
+    (``random_params`` checks ``n_trials`` of a random search.) Pure.
+
+    Raises:
+        ConfigurationError: either is wrong.
+    """
     if search not in _SEARCHES:
         raise ConfigurationError(
             f"Argument `search` must be one of {list(_SEARCHES)}. Received: search={search!r}"
         )
-    if search == "grid":
-        if n_trials is not None:
-            raise ConfigurationError(
-                "Argument `n_trials` applies to search='random' only; a grid tries every "
-                f"combination. Received: n_trials={n_trials!r} with search='grid'"
-            )
-        value_lists = []
-        for name, dist in dists.items():
-            try:
-                value_lists.append(dist.grid_values())
-            except ConfigurationError as err:
-                raise ConfigurationError(
-                    f"Argument `space[{name!r}]` cannot be expanded by a grid search: {err} "
-                    f"Received: {dist!r}"
-                ) from None
-        names = list(dists)
-        return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*value_lists)]
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+    if search == "grid" and n_trials is not None:
         raise ConfigurationError(
-            "Argument `n_trials` must be a positive integer for search='random'. "
-            f"Received: n_trials={n_trials!r}"
+            "Argument `n_trials` applies to search='random' only; a grid tries every "
+            f"combination. Received: n_trials={n_trials!r} with search='grid'"
         )
+
+
+def grid_params(space: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The grid's parameter sets, made one at a time, in :func:`expand_space`'s order.
+    The space is checked at once, before the first set is made (driver).
+
+    Raises:
+        ConfigurationError: the space is invalid or holds a continuous distribution.
+    """
+    names, value_lists = _grid_values(space)
+    return (dict(zip(names, combo, strict=True)) for combo in itertools.product(*value_lists))
+
+
+def grid_size(space: Mapping[str, Any]) -> int:
+    """How many parameter sets :func:`grid_params` makes (driver).
+
+    Raises:
+        ConfigurationError: as :func:`grid_params`.
+    """
+    return math.prod(len(values) for values in _grid_values(space)[1])
+
+
+def _grid_values(space: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The parameter names and, per name, the values a grid tries."""
+    dists = _normalise_space(space)
+    value_lists = []
+    for name, dist in dists.items():
+        try:
+            value_lists.append(dist.grid_values())
+        except ConfigurationError as err:
+            raise ConfigurationError(
+                f"Argument `space[{name!r}]` cannot be expanded by a grid search: {err} "
+                f"Received: {dist!r}"
+            ) from None
+    return list(dists), value_lists
+
+
+def random_params(
+    space: Mapping[str, Any], n_trials: Any, seed: int | None
+) -> Iterator[dict[str, Any]]:
+    """``n_trials`` random parameter sets drawn one at a time with
+    ``numpy.random.default_rng(seed)``: the same draws as :func:`expand_space`. The
+    arguments are checked at once (driver).
+
+    Raises:
+        ConfigurationError: the space is invalid or ``n_trials`` is not a positive integer.
+    """
+    dists = _normalise_space(space)
+    count = positive_int("n_trials", n_trials)
     rng = np.random.default_rng(seed)
-    return [
-        {name: _plain(dist.sample(rng)) for name, dist in dists.items()} for _ in range(n_trials)
-    ]
+    return (
+        {name: _plain(dist.sample(rng)) for name, dist in dists.items()} for _ in range(count)
+    )

@@ -57,11 +57,11 @@ The package: :mod:`~tensorspark.warmup.plan` decides what to warm from the Spark
 
 from tensorspark.warmup.plan import (
     POOLS,
-    Plan,
+    WarmUpPlan,
     check_worker_reuse,
     parse_pools,
-    plan,
     plan_for,
+    plan_warm_up,
     reuse_warning,
 )
 from tensorspark.warmup.runner import PoolReport, WarmUp, pool_of, warm_up
@@ -69,13 +69,13 @@ from tensorspark.warmup.tasks import trace_once, warm_worker
 
 __all__ = [
     "POOLS",
-    "Plan",
     "PoolReport",
     "WarmUp",
+    "WarmUpPlan",
     "check_worker_reuse",
     "parse_pools",
-    "plan",
     "plan_for",
+    "plan_warm_up",
     "pool_of",
     "reuse_warning",
     "trace_once",

@@ -22,8 +22,8 @@ POOLS = ("rdd", "dataframe")
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What a warm-up does, decided on the driver from the Spark conf (see :func:`plan`).
+class WarmUpPlan:
+    """What a warm-up does, decided on the driver from the Spark conf (see :func:`plan_warm_up`).
 
     ``pools`` is empty when nothing is warmed; ``notes`` say why something is left out
     (logged at INFO), ``warnings`` what the user should change (logged at WARNING).
@@ -64,7 +64,7 @@ def parse_pools(text: str, dataframes: bool) -> tuple[str, ...]:
     return names
 
 
-def plan(
+def plan_warm_up(
     *,
     requested: bool | None,
     pools: str | Sequence[str],
@@ -73,7 +73,7 @@ def plan(
     dynamic_allocation: bool,
     gpus: Mapping[str, str],
     dataframes: bool,
-) -> Plan:
+) -> WarmUpPlan:
     """Decide what to warm. Pure (driver).
 
     Args:
@@ -92,13 +92,13 @@ def plan(
     names = parse_pools(pools, dataframes) if isinstance(pools, str) else parse_pools(",".join(pools), dataframes)
     warnings = () if worker_reuse else (reuse_warning(),)
     if requested is False:
-        return Plan((), notes=("turned off (warm_up=False or spark.tensorspark.warmup.enabled=false)",), warnings=warnings)
+        return WarmUpPlan((), notes=("turned off (warm_up=False or spark.tensorspark.warmup.enabled=false)",), warnings=warnings)
     if not worker_reuse:
-        return Plan((), notes=("skipped: Python workers are not reused",), warnings=warnings)
+        return WarmUpPlan((), notes=("skipped: Python workers are not reused",), warnings=warnings)
     notes: list[str] = []
     if dynamic_allocation:
         if requested is None:
-            return Plan(
+            return WarmUpPlan(
                 (),
                 notes=(
                     "skipped: spark.dynamicAllocation.enabled=true (warm-up tasks would keep "
@@ -115,7 +115,7 @@ def plan(
             "started without importing TensorFlow, which each task imports after setting "
             "CUDA_VISIBLE_DEVICES from its GPUs"
         )
-    return Plan(names, import_tensorflow=import_tf, keep_alive_s=max(0.0, float(keep_alive_s)), notes=tuple(notes))
+    return WarmUpPlan(names, import_tensorflow=import_tf, keep_alive_s=max(0.0, float(keep_alive_s)), notes=tuple(notes))
 
 
 def plan_for(
@@ -125,8 +125,8 @@ def plan_for(
     keep_alive_s: float | None = None,
     *,
     dataframes: bool = False,
-) -> Plan:
-    """:func:`plan` for ``sc``'s conf, with explicit arguments (not None) over it (driver).
+) -> WarmUpPlan:
+    """:func:`plan_warm_up` for ``sc``'s conf, with explicit arguments (not None) over it (driver).
 
     Raises:
         ConfigurationError: a ``spark.tensorspark.warmup.*`` value is malformed.
@@ -134,9 +134,9 @@ def plan_for(
     if connect.is_connect(sc):
         # A warm-up only runs while the cluster is otherwise idle, which it learns from the
         # SparkContext's status tracker; a Spark Connect client has none.
-        return Plan((), notes=("skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",))
+        return WarmUpPlan((), notes=("skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",))
     conf_enabled, conf_pools, conf_keep = tsconf.warmup_settings(sc)
-    return plan(
+    return plan_warm_up(
         requested=conf_enabled if requested is None else requested,
         pools=conf_pools if pools is None else pools,
         keep_alive_s=conf_keep if keep_alive_s is None else keep_alive_s,

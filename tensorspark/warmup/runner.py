@@ -17,7 +17,7 @@ from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
-from tensorspark.warmup.plan import Plan, plan_for
+from tensorspark.warmup.plan import WarmUpPlan, plan_for
 from tensorspark.warmup.tasks import warm_batches, warm_rows
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class WarmUp:
     def __init__(
         self,
         sc: Any,
-        plan: Plan,
+        plan: WarmUpPlan,
         sql_session: Any = None,
         *,
         tick_s: float = TICK_S,
@@ -122,6 +122,10 @@ class WarmUp:
         self._stop = threading.Event()
         self._warmed = threading.Event()  # every planned pool warmed (or given up)
         self._thread: threading.Thread | None = None
+        # Whether a job of ours is submitted or running (set and cleared under _lock): only
+        # then has close() a job to cancel. Cancelling the group of a finished job makes
+        # Spark log "WARN DAGScheduler: Failed to cancel job group ...".
+        self._in_job = False
 
     # ------------------------------------------------------------------ public
 
@@ -190,16 +194,20 @@ class WarmUp:
             return {k: dataclasses.replace(v, task_starts=list(v.task_starts)) for k, v in self._state.reports.items()}
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the keep-alive and cancel a warm-up job still running, waiting up to
-        ``timeout`` seconds for the thread (0: not at all). Idempotent."""
-        self._stop.set()
+        """Stop the keep-alive and cancel a warm-up job still running (only then: a
+        finished one has nothing to cancel), waiting up to ``timeout`` seconds for the
+        thread (0: not at all). Idempotent."""
+        with self._lock:
+            self._stop.set()  # under the lock: no job of ours starts after this
+            if self._in_job:
+                logger.debug("Warm-up: cancelling the running job of %s", self.group)
+                try:
+                    self.sc.cancelJobGroup(self.group)
+                except Exception:  # noqa: BLE001 - a stopped context has nothing left to cancel
+                    logger.debug("cancelling %s failed", self.group, exc_info=True)
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
-        try:
-            self.sc.cancelJobGroup(self.group)
-        except Exception:  # noqa: BLE001 - a stopped context has nothing left to cancel
-            logger.debug("cancelling %s failed", self.group, exc_info=True)
         if timeout > 0 and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -262,6 +270,8 @@ class WarmUp:
         try:
             rows = self._job(pool, self._job_timeout_s, may_yield=self._yield)
         except _Cancelled as why:
+            if str(why) == "stopped":
+                return True  # closed before the job started: nothing to report
             if str(why) == "yield":
                 with self._lock:
                     report.yielded += 1
@@ -313,7 +323,8 @@ class WarmUp:
 
         Raises:
             _Cancelled: cancelled after ``timeout`` seconds, or, with ``may_yield``, when
-                another job arrived (see the class docstring).
+                another job arrived (see the class docstring); ``"stopped"``: not started,
+                :meth:`close` was called.
         """
         sc = self.sc
         n = max(1, tsconf.task_slots(sc))  # as many tasks as run at once: one per worker
@@ -330,12 +341,18 @@ class WarmUp:
                         why.append("yield")
                     else:
                         continue
-                    sc.cancelJobGroup(self.group)
+                    with self._lock:
+                        if self._in_job:  # the job has not ended meanwhile
+                            sc.cancelJobGroup(self.group)
                     return
             except Exception:  # noqa: BLE001 - e.g. the user stopped the SparkContext (shell exit)
                 # The job itself fails or ends with the context; the watch only stops watching.
                 logger.debug("warm-up watch of the %s pool ended", pool, exc_info=True)
 
+        with self._lock:
+            if self._stop.is_set():
+                raise _Cancelled("stopped")
+            self._in_job = True
         sc.setJobGroup(self.group, f"{DESCRIPTION} ({pool})", interruptOnCancel=True)
         watcher = threading.Thread(target=watch, name=f"{self.group}-watch", daemon=True)
         watcher.start()
@@ -353,6 +370,8 @@ class WarmUp:
                 raise _Cancelled(why[0]) from err
             raise
         finally:
+            with self._lock:
+                self._in_job = False
             done.set()
             watcher.join(1.0)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,16 @@ import pytest
 
 from tensorspark.datasets.mnist import load_mnist
 from tensorspark.errors import TensorSparkError
-from tensorspark.tuning import IntRange, LogUniform, TuneResult, TuningError, tune
+from tensorspark.tuning import (
+    IntRange,
+    LogUniform,
+    Running,
+    Searcher,
+    Trial,
+    TuneResult,
+    TuningError,
+    tune,
+)
 
 # The build functions below reach the Python workers by value: tests/conftest.py registers
 # the `tests` package with cloudpickle, as a notebook's __main__ would be.
@@ -48,6 +59,29 @@ def build_mlp(params: dict[str, Any]) -> Any:
     return model
 
 
+def build_meeting(meeting: str, params: dict[str, Any]) -> Any:
+    """:func:`build_mlp`, after the first two trials to start have met in the folder
+    ``meeting`` (each waits, at most 300 s, until two have started).
+
+    A trial that runs beside another thus never ends before the other starts, whatever
+    else delays that one: e.g. a fresh Python worker importing TensorFlow for the search's
+    warm-up, which can outlast all four short trials on a busy machine; they then run one
+    after another on the one warm worker (the search was as fast, but the test would have
+    seen one worker). A search that runs trials one at a time still fails the test.
+    """
+    import os
+    import time
+    import uuid
+
+    os.makedirs(meeting, exist_ok=True)
+    with open(os.path.join(meeting, uuid.uuid4().hex), "w"):
+        pass
+    deadline = time.monotonic() + 300
+    while len(os.listdir(meeting)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return build_mlp(params)
+
+
 def build_broken(params: dict[str, Any]) -> Any:
     raise RuntimeError(f"no model for {params}")
 
@@ -63,11 +97,12 @@ def data(fashion_mnist_dir: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def grid_result(spark_contexts, data: dict[str, np.ndarray]) -> TuneResult:  # type: ignore[no-untyped-def]
+def grid_result(spark_contexts, data: dict[str, np.ndarray], tmp_path_factory) -> TuneResult:  # type: ignore[no-untyped-def]
     sc = spark_contexts.get("local[2]")
+    meeting = str(tmp_path_factory.mktemp("meeting"))
     return tune(
         sc,
-        build_mlp,
+        functools.partial(build_meeting, meeting),
         space={"learning_rate": [1e-5, 1e-2], "units": [16, 64]},
         train=(data["x"], data["y"]),
         validation=(data["xv"], data["yv"]),
@@ -212,3 +247,47 @@ def test_all_trials_failing_raises_with_a_summary(sc, data) -> None:  # type: ig
     assert isinstance(info.value, TensorSparkError)
     assert "RuntimeError: no model for {'units': 1}" in str(info.value)
     assert "RuntimeError: no model for {'units': 2}" in str(info.value)
+
+
+class Halving(Searcher):
+    """A searcher of the driver: ``units=32`` first, then half the units of the trial it
+    was last told about, three trials in all, one at a time (``None`` while one runs)."""
+
+    def __init__(self) -> None:
+        self.next_units: int | None = 32
+        self.asked = 0
+        self.told: list[tuple[int, float | None, list[float], bool]] = []
+
+    def ask(self, running: Sequence[Running]) -> Trial | None:
+        if self.next_units is None or self.asked == 3:
+            return None
+        trial = Trial(self.asked, {"units": self.next_units})
+        self.asked += 1
+        self.next_units = None
+        return trial
+
+    def tell(
+        self, trial: Trial, score: float | None, values_per_epoch: Sequence[float], seconds: float, failed: bool
+    ) -> None:
+        self.told.append((trial.index, score, list(values_per_epoch), failed))
+        self.next_units = trial.params["units"] // 2
+
+
+def test_a_searcher_of_ones_own_is_asked_and_told(sc, data) -> None:  # type: ignore[no-untyped-def]
+    searcher = Halving()
+    result = tune(
+        sc,
+        build_mlp,
+        space=None,
+        train=(data["x"][:300], data["y"][:300]),
+        epochs=2,
+        metric="loss",
+        search=searcher,
+        seed=3,
+        progress=False,
+    )
+    assert [t.params for t in result.trials] == [{"units": 32}, {"units": 16}, {"units": 8}]
+    assert result.search == "Halving"
+    # Told each trial's score and its per-epoch values, as the trial recorded them.
+    assert searcher.told == [(t.index, t.score, t.history["loss"], False) for t in result.trials]
+    assert all(len(values) == 2 for _, _, values, _ in searcher.told)

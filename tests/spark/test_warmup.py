@@ -8,7 +8,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,11 +101,20 @@ def test_first_element_keeps_the_python_worker(sc: SparkContext) -> None:
     assert first_element(sc.parallelize([7], 3)) == [7]  # empty first partition: take(1)
 
 
-def _occupy_slots(sc: SparkContext) -> threading.Thread:
+def _occupy_slots(sc: SparkContext, release: Path | None = None) -> threading.Thread:
+    """A job with a task per slot that runs 4 s, or, given ``release``, until that file
+    exists (at most 120 s)."""
+
     def hold(_: int) -> int:
+        import os
         import time
 
-        time.sleep(4)
+        if release is None:
+            time.sleep(4)
+            return 0
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return 0
 
     thread = threading.Thread(target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True)
@@ -221,3 +233,82 @@ def test_stopping_the_context_mid_warm_up_raises_nothing_in_its_threads(spark_co
     finally:
         threading.excepthook = previous
     assert raised == [], [f"{r.thread.name}: {r.exc_type.__name__}: {r.exc_value}" for r in raised]
+
+
+@contextmanager
+def _driver_warnings(sc: SparkContext, name: str = "org.apache.spark.scheduler.DAGScheduler") -> Iterator[list[str]]:
+    """The WARN (and worse) lines the driver JVM's logger ``name`` logs meanwhile, read
+    through log4j2 (the tests' contexts log only errors otherwise); filled on exit, once
+    the DAGScheduler's event loop has handled everything posted before it."""
+    jvm = sc._jvm  # noqa: SLF001
+    log4j = jvm.org.apache.logging.log4j
+    core = log4j.core
+    writer = jvm.java.io.StringWriter()
+    layout = core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
+    appender = (
+        core.appender.WriterAppender.newBuilder()
+        .setTarget(writer)
+        .setName(f"tensorspark-test-{uuid.uuid4().hex[:8]}")
+        .setLayout(layout)
+        .build()
+    )
+    appender.start()
+    level = log4j.LogManager.getLogger(name).getLevel()
+    core.config.Configurator.setLevel(name, log4j.Level.WARN)
+    logger = log4j.LogManager.getLogger(name)
+    additive = logger.isAdditive()
+    logger.setAdditive(False)  # not on the console too
+    logger.addAppender(appender)
+    lines: list[str] = []
+    marker = f"tensorspark-test-marker-{uuid.uuid4().hex[:8]}"
+    try:
+        yield lines
+    finally:
+        # The event loop handles cancellations in order: once it has logged the marker's
+        # (a group with no jobs), it has logged whatever came before.
+        sc.cancelJobGroup(marker)
+        _until(lambda: marker in str(writer.toString()), 30)
+        logger.removeAppender(appender)
+        logger.setAdditive(additive)
+        core.config.Configurator.setLevel(name, level)
+        appender.stop()
+        lines.extend(line for line in str(writer.toString()).splitlines() if marker not in line)
+
+
+def test_closing_a_finished_warm_up_cancels_no_job(sc: SparkContext) -> None:
+    with _driver_warnings(sc) as seen:
+        sc.cancelJobGroup("tensorspark-test-nothing-to-cancel")  # what the capture would show
+    assert any("Failed to cancel job group tensorspark-test-nothing-to-cancel" in line for line in seen), seen
+
+    with _driver_warnings(sc) as warnings:
+        # In its keep-alive, between jobs (a session's at its close, e.g. a pyspark shell's exit).
+        kept = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=600.0)).start()
+        assert kept.wait(300) and kept.running
+        kept.close()
+        assert not kept.running
+        # Done warming, its thread about to end (tune closes its warm-up so, not waiting).
+        done = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)).start()
+        assert done.wait(300)
+        done.close(timeout=0.0)
+        assert _until(lambda: not done.running, 30)
+    assert kept.reports()["rdd"].error is None and done.reports()["rdd"].error is None
+    assert not [line for line in warnings if "tensorspark-warmup-" in line], warnings
+
+
+def test_closing_a_running_warm_up_cancels_its_job(sc: SparkContext, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    busy = _occupy_slots(sc, release)
+    try:
+        assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
+        planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
+        with _driver_warnings(sc) as warnings:
+            warm = WarmUp(sc, planned, yield_to_jobs=False).start()  # its job waits for slots
+            assert _until(lambda: bool(sc.statusTracker().getJobIdsForGroup(warm.group)), 60)
+            warm.close(timeout=30)
+            assert not warm.running
+    finally:
+        release.touch()
+        busy.join(60)
+    report = warm.reports()["rdd"]
+    assert report.error is not None and report.workers == 0, report  # cancelled, not run
+    assert not [line for line in warnings if "tensorspark-warmup-" in line], warnings

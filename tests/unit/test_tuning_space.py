@@ -306,7 +306,7 @@ class PythonException(Exception):
 
 
 def test_a_failed_spark_job_is_recorded_as_the_converted_error() -> None:
-    from tensorspark.tuning.search import _failed_job
+    from tensorspark.tuning.loop import _failed_job
     from tensorspark.tuning.trial import MAX_TRACEBACK_CHARS, Trial
 
     trial = Trial(4, {"units": 8})

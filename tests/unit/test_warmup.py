@@ -9,7 +9,7 @@ import pytest
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
-from tensorspark.warmup import WarmUp, plan, plan_for
+from tensorspark.warmup import WarmUp, plan_for, plan_warm_up
 from tests.unit.spark_conf import DictConf
 
 
@@ -24,7 +24,7 @@ def _plan(**overrides: Any) -> Any:
         "dataframes": False,
     }
     args.update(overrides)
-    return plan(**args)
+    return plan_warm_up(**args)
 
 
 class _Context:
