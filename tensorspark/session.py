@@ -401,7 +401,7 @@ class SparkSession:
 
         result = train_graph(
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
-            shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
+            shuffle=shuffle_within_partition, num_epoch=num_epoch, run_options=options, loss=loss,
             progress=progress, tensorboard_dir=tensorboard_dir,
         )
         self.last_run = result

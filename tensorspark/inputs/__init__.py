@@ -1,0 +1,70 @@
+"""The jobs' input seam: one protocol, one module per kind of input.
+
+:func:`input_for` is the one place that tells the kinds apart; training, evaluation and
+inference hold an :class:`~tensorspark.inputs.base.Input` and never branch on its kind.
+See :mod:`tensorspark.inputs.base` for the protocol and where a new kind goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tensorspark.errors import ConfigurationError
+from tensorspark.inputs.base import Input, JobThunk, ModelFeed, PartitionWork, Passes, Reader
+
+__all__ = ["Input", "JobThunk", "ModelFeed", "PartitionWork", "Passes", "Reader", "input_for"]
+
+#: What :func:`input_for` accepts, as messages name it.
+ACCEPTED = "a pyspark RDD, a DataFrame, or files (tensorspark.files(...))"
+
+
+def input_for(
+    sc: Any,
+    data: Any,
+    feed: ModelFeed,
+    *,
+    conf: Mapping[str, str],
+    argument: str = "data",
+    features_col: str = "features",
+    label_col: str = "label",
+) -> Input:
+    """``data`` planned as a job's input and checked against ``feed`` (driver).
+
+    An RDD or a DataFrame costs one tiny job (the first example is checked); files are
+    listed and their metadata checked, no row read.
+
+    Args:
+        sc: the SparkContext (or a Spark Connect session, for DataFrames).
+        data: an RDD of examples (tuples aligned with ``feed.names``), a DataFrame with
+            ``features_col`` and ``label_col``, or files (``tensorspark.files(...)``).
+        feed: what the model takes (its kind's :class:`ModelFeed`).
+        conf: the Spark conf snapshot (:func:`tensorspark.conf.spark_conf`).
+        argument: how messages name ``data``.
+        features_col: a DataFrame's feature column.
+        label_col: a DataFrame's label column.
+
+    Raises:
+        ConfigurationError: ``data`` is of none of these types (the message names the type
+            received and what is accepted), or it does not fit the model.
+    """
+    from tensorspark.fileio.source import FileSource
+
+    if isinstance(data, FileSource):
+        from tensorspark.inputs.files import plan_file_input
+
+        return plan_file_input(sc, data, feed, conf=conf, argument=argument)
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
+    if isinstance(data, RDD):
+        from tensorspark.inputs.rdd import plan_rdd
+
+        return plan_rdd(data, feed, argument=argument)
+    if isinstance(data, DataFrame):
+        from tensorspark.inputs.dataframe import plan_dataframe
+
+        return plan_dataframe(data, feed, argument=argument, features_col=features_col, label_col=label_col)
+    raise ConfigurationError(
+        f"Argument `{argument}` must be {ACCEPTED}. Received: {argument} of type {type(data).__name__}"
+    )

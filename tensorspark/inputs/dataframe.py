@@ -1,0 +1,98 @@
+"""DataFrame input: a feature and a label column, read through Arrow (``mapInArrow``).
+
+Driver side, :func:`plan_dataframe` selects the two columns as the model is fed them
+(:func:`~tensorspark.data.example_columns`: ``array<float>`` features, labels cast as the
+loss wants) and checks the first row (one small job); executor side,
+:class:`ArrowReader` turns Arrow record batches into numpy blocks without a Python object
+per row (:func:`~tensorspark.data.arrow_to_blocks`). Works under Spark Connect too, where
+the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tensorspark import connect
+from tensorspark.data import FEED_NAMES, arrow_to_blocks, as_dtypes, example_columns
+from tensorspark.errors import ConfigurationError
+from tensorspark.inputs.base import Input, JobThunk, ModelFeed, PartitionWork, Passes
+from tensorspark.jobs import task_context
+from tensorspark.partition import EpochSource, PartitionData
+
+
+@dataclass(frozen=True)
+class ArrowReader:
+    """Arrow record batches into blocks (executor half; plain values only)."""
+
+    columns: tuple[str, ...]
+    dtypes: tuple[str | None, ...]
+
+    def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
+        blocks = arrow_to_blocks(elements, self.columns, as_dtypes(self.dtypes))
+        return PartitionData(
+            blocks, passes.batch_size, passes.num_epoch, shuffle=passes.shuffle, seed=passes.seed,
+            partition=partition,
+        )
+
+
+def _arrow_task(reader: ArrowReader, work: PartitionWork, passes: Passes, batches: Iterator[Any]) -> Iterator[Any]:
+    """``DataFrame.mapInArrow`` body: the partition's batches read, then ``work``; one
+    record batch holding its line."""
+    import pyarrow as pa
+
+    partition, attempt = task_context()
+    index = partition if partition is not None else 0
+    line = work(index, attempt, reader.open(index, batches, passes))
+    yield pa.RecordBatch.from_pydict({"stats": [line]})
+
+
+class DataFrameInput(Input):
+    """A DataFrame of two columns named :data:`~tensorspark.data.FEED_NAMES`, first row
+    checked (driver)."""
+
+    reader: ArrowReader
+
+    def __init__(self, df: Any, reader: ArrowReader) -> None:
+        self.df = df
+        self.reader = reader
+        self.feed_dtypes = reader.dtypes
+
+    @property
+    def num_partitions(self) -> int | None:
+        if connect.is_connect(self.df):
+            return None
+        return int(self.df.rdd.getNumPartitions())
+
+    def count_partitions(self) -> int:
+        known = self.num_partitions
+        return known if known is not None else connect.count_partitions(self.df)
+
+    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
+        fn = functools.partial(_arrow_task, self.reader, work, passes)
+        selected = self.df.select(*self.reader.columns)
+        return lambda: [r.stats for r in selected.mapInArrow(fn, "stats string", barrier=barrier).collect()]
+
+
+def plan_dataframe(
+    df: Any, feed: ModelFeed, *, argument: str, features_col: str, label_col: str
+) -> DataFrameInput:
+    """``df``'s feature and label columns, the first row checked against ``feed`` (driver;
+    one small job).
+
+    Raises:
+        ConfigurationError: a missing column, a column of an unusable type, an empty
+            DataFrame, or what ``feed`` refuses.
+    """
+    selected = df.select(*example_columns(df, features_col, label_col, feed.integer_labels))
+    head = selected.head(1)
+    if not head:
+        raise ConfigurationError(
+            f"Argument `{argument}` is empty: there is nothing to use. Received: {argument} is empty"
+        )
+    dtypes = feed.check_row(
+        (head[0][0], head[0][1]), argument=argument, what=f"features_col={features_col!r}, label_col={label_col!r}"
+    )
+    return DataFrameInput(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))

@@ -1,0 +1,98 @@
+"""RDD input: elements that are tuples aligned with the model's feeds.
+
+Driver side, :func:`plan_rdd` checks the first element against the model (one small job,
+:func:`~tensorspark.data.first_element`, which keeps the Python worker alive); executor
+side, :class:`RddReader` groups the partition's elements into numpy blocks
+(:func:`~tensorspark.data.rows_to_blocks`), batched and spilled for later passes by
+:class:`~tensorspark.partition.PartitionData`. :func:`run_partitions` is the job over any
+RDD whose partitions a reader reads (the files input uses it too).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tensorspark.data import as_dtypes, first_element, rows_to_blocks
+from tensorspark.errors import ConfigurationError
+from tensorspark.inputs.base import Input, JobThunk, ModelFeed, PartitionWork, Passes, Reader
+from tensorspark.jobs import task_context
+from tensorspark.partition import EpochSource, PartitionData
+
+#: Fewest rows per block an RDD partition is grouped into (larger batches: one batch).
+MIN_BLOCK_ROWS = 256
+
+
+@dataclass(frozen=True)
+class RddReader:
+    """RDD elements into blocks (executor half; plain values only)."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[str | None, ...]
+
+    def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
+        blocks = rows_to_blocks(
+            elements, self.names, as_dtypes(self.dtypes), block_rows=max(passes.batch_size, MIN_BLOCK_ROWS)
+        )
+        return PartitionData(
+            blocks, passes.batch_size, passes.num_epoch, shuffle=passes.shuffle, seed=passes.seed,
+            partition=partition,
+        )
+
+
+def _task(
+    reader: Reader, work: PartitionWork, passes: Passes, index: int, elements: Iterator[Any]
+) -> Iterator[str]:
+    """``mapPartitionsWithIndex`` body: the partition read, then ``work``; one line."""
+    _, attempt = task_context()
+    yield work(index, attempt, reader.open(index, elements, passes))
+
+
+def _barrier_task(reader: Reader, work: PartitionWork, passes: Passes, elements: Iterator[Any]) -> Iterator[str]:
+    """``rdd.barrier().mapPartitions`` body (the index comes from the task's context)."""
+    index, _ = task_context()
+    assert index is not None
+    yield from _task(reader, work, passes, index, elements)
+
+
+def run_partitions(rdd: Any, reader: Reader, work: PartitionWork, passes: Passes, barrier: bool) -> JobThunk:
+    """A thunk running ``work`` over each partition of ``rdd`` as ``reader`` reads it
+    (a barrier stage with ``barrier``); the lines in partition order (driver)."""
+    if barrier:
+        fn = functools.partial(_barrier_task, reader, work, passes)
+        return lambda: rdd.barrier().mapPartitions(fn).collect()  # type: ignore[no-any-return]
+    task = functools.partial(_task, reader, work, passes)
+    return lambda: rdd.mapPartitionsWithIndex(task).collect()  # type: ignore[no-any-return]
+
+
+class RddInput(Input):
+    """An RDD of examples, its first element checked (driver)."""
+
+    def __init__(self, rdd: Any, reader: RddReader) -> None:
+        self.rdd = rdd
+        self.reader = reader
+        self.feed_dtypes = reader.dtypes
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.rdd.getNumPartitions())
+
+    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
+        return run_partitions(self.rdd, self.reader, work, passes, barrier)
+
+
+def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> RddInput:
+    """``rdd`` with its first element checked against ``feed`` (driver; one small job).
+
+    Raises:
+        ConfigurationError: the RDD is empty, or ``feed`` refuses its first element.
+    """
+    first = first_element(rdd)
+    if not first:
+        raise ConfigurationError(
+            f"Argument `{argument}` is empty: there is nothing to use. Received: {argument} is empty"
+        )
+    dtypes = feed.check_row(first[0], argument=argument, what=f"{argument}=RDD")
+    return RddInput(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
