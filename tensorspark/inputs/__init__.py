@@ -11,9 +11,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.inputs.base import Input, JobThunk, ModelFeed, PartitionWork, Passes, Reader
+from tensorspark.inputs.base import (
+    Input,
+    JobThunk,
+    ModelFeed,
+    PartitionWork,
+    Passes,
+    PredictArgs,
+    PredictInput,
+    Reader,
+    Scoring,
+)
 
-__all__ = ["Input", "JobThunk", "ModelFeed", "PartitionWork", "Passes", "Reader", "input_for"]
+__all__ = [
+    "Input",
+    "JobThunk",
+    "ModelFeed",
+    "PartitionWork",
+    "Passes",
+    "PredictArgs",
+    "PredictInput",
+    "Reader",
+    "Scoring",
+    "input_for",
+    "predict_input_for",
+    "require_input",
+]
 
 #: What :func:`input_for` accepts, as messages name it.
 ACCEPTED = "a pyspark RDD, a DataFrame, or files (tensorspark.files(...))"
@@ -48,23 +71,72 @@ def input_for(
         ConfigurationError: ``data`` is of none of these types (the message names the type
             received and what is accepted), or it does not fit the model.
     """
-    from tensorspark.fileio.source import FileSource
-
-    if isinstance(data, FileSource):
+    kind = _kind(data, argument)
+    if kind == "files":
         from tensorspark.inputs.files import plan_file_input
 
         return plan_file_input(sc, data, feed, conf=conf, argument=argument)
+    if kind == "rdd":
+        from tensorspark.inputs.rdd import plan_rdd
+
+        return plan_rdd(data, feed, argument=argument)
+    from tensorspark.inputs.dataframe import plan_dataframe
+
+    return plan_dataframe(data, feed, argument=argument, features_col=features_col, label_col=label_col)
+
+
+def predict_input_for(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> PredictInput:
+    """``data`` planned as inference's input for a model of ``input_shape`` (driver).
+
+    A DataFrame's feature column and first row are checked (one tiny job); an RDD's rows
+    are checked in the job as they stream past; files are listed and their metadata
+    checked.
+
+    Raises:
+        ConfigurationError: ``data`` of none of the accepted types, an argument of
+            ``args`` the kind cannot use, or data that does not fit.
+    """
+    kind = _kind(data, "data")
+    if kind == "files":
+        from tensorspark.inputs.files import plan_file_predict
+
+        return plan_file_predict(sc, data, input_shape, args, conf=conf)
+    if kind == "rdd":
+        from tensorspark.inputs.rdd import plan_rdd_predict
+
+        return plan_rdd_predict(data, args)
+    from tensorspark.inputs.dataframe import plan_dataframe_predict
+
+    return plan_dataframe_predict(data, input_shape, args)
+
+
+def require_input(data: Any, argument: str = "data") -> None:
+    """Refuse ``data`` early, before any model is loaded, unless it is an input kind this
+    package reads (driver; no job).
+
+    Raises:
+        ConfigurationError: ``data`` is of none of the accepted types; the message names
+            the type received and what is accepted.
+    """
+    _kind(data, argument)
+
+
+def _kind(data: Any, argument: str) -> str:
+    """The kind of input ``data`` is: the one place the kinds are told apart. A new kind
+    is one more ``isinstance`` here and one module of its own."""
+    from tensorspark.fileio.source import FileSource
+
+    if isinstance(data, FileSource):
+        return "files"
     from pyspark import RDD
     from pyspark.sql import DataFrame
 
     if isinstance(data, RDD):
-        from tensorspark.inputs.rdd import plan_rdd
-
-        return plan_rdd(data, feed, argument=argument)
+        return "rdd"
     if isinstance(data, DataFrame):
-        from tensorspark.inputs.dataframe import plan_dataframe
-
-        return plan_dataframe(data, feed, argument=argument, features_col=features_col, label_col=label_col)
+        return "dataframe"
     raise ConfigurationError(
         f"Argument `{argument}` must be {ACCEPTED}. Received: {argument} of type {type(data).__name__}"
     )

@@ -12,7 +12,10 @@ An input has two halves, like a model (:mod:`tensorspark.models.base`):
   (:data:`tensorspark.data.Block`).
 
 The jobs (training, evaluation) hand :meth:`Input.job` their per-partition work, a
-:data:`PartitionWork`, and never ask which kind of input they hold. A new kind of input
+:data:`PartitionWork`, and never ask which kind of input they hold. Inference, whose
+result keeps the input's form (an RDD in order, a DataFrame plus a column, files as an
+RDD or Parquet files), hands a :class:`PredictInput` its :class:`Scoring` (features in,
+outputs out, shipped) the same way. A new kind of input
 (a stream, say) is one module beside ``rdd.py``, ``dataframe.py`` and ``files.py`` and one
 line in :func:`tensorspark.inputs.input_for`.
 """
@@ -24,6 +27,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
+from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.partition import EpochSource
 
@@ -123,3 +129,82 @@ class Input(abc.ABC):
 
         ``barrier``: one barrier stage (every task starts together; sync training).
         """
+
+
+# ---------------------------------------------------------------------- inference
+
+
+class Scoring(Protocol):
+    """The inference job's model half, as the inputs use it: a frozen dataclass of plain
+    values and the broadcast model (shipped; :class:`tensorspark.inference.tasks.Scorer`).
+    """
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The model's input shape without the batch dimension."""
+        ...
+
+    @property
+    def num_features(self) -> int:
+        """Numbers per example (the product of :attr:`input_shape`)."""
+        ...
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per model call."""
+        ...
+
+    def predictor(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The worker's scoring function: a batch of flat features in, float32 outputs
+        (one row per input row) out; loads the model once per Python worker (executor)."""
+        ...
+
+    def elements(self, outputs: np.ndarray) -> Iterator[Any]:
+        """A batch's outputs as RDD elements (executor)."""
+        ...
+
+    def arrow(self, outputs: np.ndarray) -> Any:
+        """A batch's outputs as one Arrow column (executor)."""
+        ...
+
+    def spark_type(self) -> Any:
+        """The Spark SQL type of :meth:`arrow`'s column (driver)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PredictArgs:
+    """The inference call's input arguments, each meaningful for some kinds of input only
+    (driver; each kind refuses what it cannot use, naming the argument)."""
+
+    features_col: str = "features"
+    output_col: str = "prediction"
+    #: How a binary DataFrame column's bytes are read (numpy dtype), or ``None``.
+    feature_dtype: Any = None
+    #: Files only: a folder to write the predictions to as Parquet.
+    output: str | None = None
+    #: How messages name the model (e.g. ``"model='/models/a.keras'"``).
+    description: str = "the model"
+
+
+class PredictInput(abc.ABC):
+    """An input planned for inference (driver; never shipped)."""
+
+    @abc.abstractmethod
+    def predict(self, scoring: Scoring) -> Any:
+        """The model's outputs over this input, in its own form: lazy where Spark allows
+        (an RDD, a DataFrame), or a job run at once (files written to ``output``)."""
+
+
+def refuse_output(args: PredictArgs, data: Any) -> None:
+    """Refuse ``output=`` for an input whose predictions are not written as files (driver).
+
+    Raises:
+        ConfigurationError: ``args.output`` is set.
+    """
+    if args.output is not None:
+        raise ConfigurationError(
+            "Argument `output` writes the predictions of files; for a DataFrame write the "
+            "result yourself (result.write.parquet(...)). Received: output with data of type "
+            f"{type(data).__name__}"
+        )

@@ -6,6 +6,9 @@ loss wants) and checks the first row (one small job); executor side,
 :class:`ArrowReader` turns Arrow record batches into numpy blocks without a Python object
 per row (:func:`~tensorspark.data.arrow_to_blocks`). Works under Spark Connect too, where
 the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
+
+For inference (:class:`DataFramePredict`) the feature column is checked on the driver and
+the predictions are added as a column by an Arrow UDF (:mod:`tensorspark.inputs.columns`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,18 @@ from typing import Any
 from tensorspark import connect
 from tensorspark.data import FEED_NAMES, arrow_to_blocks, as_dtypes, example_columns
 from tensorspark.errors import ConfigurationError
-from tensorspark.inputs.base import Input, JobThunk, ModelFeed, PartitionWork, Passes
+from tensorspark.inputs.base import (
+    Input,
+    JobThunk,
+    ModelFeed,
+    PartitionWork,
+    Passes,
+    PredictArgs,
+    PredictInput,
+    Scoring,
+    refuse_output,
+)
+from tensorspark.inputs.columns import FeatureShape, check_dataframe, predict_dataframe
 from tensorspark.jobs import task_context
 from tensorspark.partition import EpochSource, PartitionData
 
@@ -96,3 +110,31 @@ def plan_dataframe(
         (head[0][0], head[0][1]), argument=argument, what=f"features_col={features_col!r}, label_col={label_col!r}"
     )
     return DataFrameInput(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))
+
+
+class DataFramePredict(PredictInput):
+    """A DataFrame whose feature column is checked, to add the prediction column (driver)."""
+
+    def __init__(self, df: Any, feature_expr: Any, output_col: str, binary: str | None) -> None:
+        self.df = df
+        self.feature_expr = feature_expr
+        self.output_col = output_col
+        self.binary = binary
+
+    def predict(self, scoring: Scoring) -> Any:
+        """The DataFrame's rows plus the prediction column (lazy)."""
+        return predict_dataframe(self.df, self.feature_expr, self.output_col, scoring, self.binary)
+
+
+def plan_dataframe_predict(df: Any, input_shape: tuple[int, ...], args: PredictArgs) -> DataFramePredict:
+    """``df``'s feature column checked for a model of ``input_shape`` (driver; one small
+    job reads the first row's size).
+
+    Raises:
+        ConfigurationError: ``output`` given, a missing or mistyped column, an
+            ``output_col`` the DataFrame has, or a first row that does not fit.
+    """
+    refuse_output(args, df)
+    shape = FeatureShape(input_shape, args.description)
+    expr, binary = check_dataframe(df, args.features_col, args.output_col, shape, args.feature_dtype)
+    return DataFramePredict(df, expr, args.output_col, binary)
