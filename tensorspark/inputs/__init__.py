@@ -34,6 +34,7 @@ __all__ = [
     "Reader",
     "Scoring",
     "input_for",
+    "is_dataframe",
     "predict_input_for",
     "require_input",
 ]
@@ -110,6 +111,12 @@ def predict_input_for(
     from tensorspark.inputs.dataframe import plan_dataframe_predict
 
     return plan_dataframe_predict(data, input_shape, args)
+
+
+def is_dataframe(value: Any) -> bool:
+    """Whether ``value`` is a pyspark DataFrame, classic or Spark Connect (driver; no
+    pyspark import: tuning asks before it knows it will need Spark SQL)."""
+    return hasattr(value, "mapInArrow") and hasattr(value, "schema")
 
 
 def require_input(data: Any, argument: str = "data") -> None:
