@@ -209,9 +209,9 @@ def predict(
     conf = spark_conf(sc)
     gpus.plan(sc, "tensorspark predict")
     check_worker_reuse(sc)
-    source = resolve_source(sc, model, custom_objects)
+    source = resolve_source(conf, model, custom_objects)
     if checkpoint is not None:
-        source = with_checkpoint(sc, source, checkpoint)
+        source = with_checkpoint(conf, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
     if policy is not None:

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TF1GraphSpec:
-    """What an executor needs to rebuild the graph (shipped by ``sc.broadcast``)."""
+    """What an executor needs to rebuild the graph (shipped as the run's broadcast)."""
 
     meta_graph: bytes
     variable_values: bytes
