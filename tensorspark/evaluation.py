@@ -117,7 +117,8 @@ class EvalWork:
     weights_bcast: Any
 
     def __call__(self, index: int, attempt: int, source: EpochSource) -> str:
-        return json.dumps(evaluate_blocks(self.plan, self.model_bcast, self.weights_bcast, source, index))
+        stats = evaluate_blocks(self.plan, self.model_bcast, self.weights_bcast, source, index)
+        return json.dumps(stats)
 
 
 # ---------------------------------------------------------------------- driver side
@@ -183,10 +184,8 @@ def evaluate(
     """
     gpus.plan(sc, description)
     payload, checked = model_payload(model, custom_objects)
-    prepared = input_for(
-        sc, data, KerasFeed(checked), conf=spark_conf(sc), argument="data", features_col=features_col,
-        label_col=label_col,
-    )
+    columns = {"features_col": features_col, "label_col": label_col}
+    prepared = input_for(sc, data, KerasFeed(checked), conf=spark_conf(sc), **columns)
     (values,) = run_evaluation(
         sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
         batch_size=batch_size, description=description,

@@ -222,7 +222,10 @@ def predict(
             )
         loader = dataclasses.replace(loader, mixed_precision=policy)
     args = PredictArgs(
-        features_col=features_col, output_col=output_col, feature_dtype=feature_dtype, output=output,
+        features_col=features_col,
+        output_col=output_col,
+        feature_dtype=feature_dtype,
+        output=output,
         description=source.description,
     )
     # The input is checked before the payload is made (an RDD's rows in the job: see

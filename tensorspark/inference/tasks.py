@@ -159,4 +159,5 @@ class Scorer:
         if not self.plan.top_k:
             return ArrayType(FloatType())
         label_type = StringType() if self.plan.labels is not None else LongType()
-        return ArrayType(StructType([StructField("label", label_type), StructField("score", FloatType())]))
+        pair = StructType([StructField("label", label_type), StructField("score", FloatType())])
+        return ArrayType(pair)

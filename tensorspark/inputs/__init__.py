@@ -83,7 +83,9 @@ def input_for(
         return plan_rdd(data, feed, argument=argument)
     from tensorspark.inputs.dataframe import plan_dataframe
 
-    return plan_dataframe(data, feed, argument=argument, features_col=features_col, label_col=label_col)
+    return plan_dataframe(
+        data, feed, argument=argument, features_col=features_col, label_col=label_col
+    )
 
 
 def predict_input_for(
@@ -145,5 +147,6 @@ def _kind(data: Any, argument: str) -> str:
     if isinstance(data, DataFrame):
         return "dataframe"
     raise ConfigurationError(
-        f"Argument `{argument}` must be {ACCEPTED}. Received: {argument} of type {type(data).__name__}"
+        f"Argument `{argument}` must be {ACCEPTED}. "
+        f"Received: {argument} of type {type(data).__name__}"
     )

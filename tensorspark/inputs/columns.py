@@ -158,9 +158,8 @@ def predict_column(scoring: Scoring, binary: str | None, features: Any) -> Any:
     else:
         rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
     size = scoring.batch_size
-    outputs = np.concatenate(
-        [score(chunk).reshape(len(chunk), -1) for chunk in (rows[i : i + size] for i in range(0, n, size))]
-    )
+    chunks = (rows[i : i + size] for i in range(0, n, size))
+    outputs = np.concatenate([score(chunk).reshape(len(chunk), -1) for chunk in chunks])
     return scoring.arrow(outputs)
 
 

@@ -47,12 +47,18 @@ class ArrowReader:
     def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
         blocks = arrow_to_blocks(elements, self.columns, as_dtypes(self.dtypes))
         return PartitionData(
-            blocks, passes.batch_size, passes.num_epoch, shuffle=passes.shuffle, seed=passes.seed,
+            blocks,
+            passes.batch_size,
+            passes.num_epoch,
+            shuffle=passes.shuffle,
+            seed=passes.seed,
             partition=partition,
         )
 
 
-def _arrow_task(reader: ArrowReader, work: PartitionWork, passes: Passes, batches: Iterator[Any]) -> Iterator[Any]:
+def _arrow_task(
+    reader: ArrowReader, work: PartitionWork, passes: Passes, batches: Iterator[Any]
+) -> Iterator[Any]:
     """``DataFrame.mapInArrow`` body: the partition's batches read, then ``work``; one
     record batch holding its line."""
     import pyarrow as pa
@@ -87,7 +93,9 @@ class DataFrameInput(Input):
     def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
         fn = functools.partial(_arrow_task, self.reader, work, passes)
         selected = self.df.select(*self.reader.columns)
-        return lambda: [r.stats for r in selected.mapInArrow(fn, "stats string", barrier=barrier).collect()]
+        return lambda: [
+            r.stats for r in selected.mapInArrow(fn, "stats string", barrier=barrier).collect()
+        ]
 
 
 def plan_dataframe(
@@ -104,10 +112,13 @@ def plan_dataframe(
     head = selected.head(1)
     if not head:
         raise ConfigurationError(
-            f"Argument `{argument}` is empty: there is nothing to use. Received: {argument} is empty"
+            f"Argument `{argument}` is empty: there is nothing to use. "
+            f"Received: {argument} is empty"
         )
     dtypes = feed.check_row(
-        (head[0][0], head[0][1]), argument=argument, what=f"features_col={features_col!r}, label_col={label_col!r}"
+        (head[0][0], head[0][1]),
+        argument=argument,
+        what=f"features_col={features_col!r}, label_col={label_col!r}",
     )
     return DataFrameInput(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))
 
@@ -126,7 +137,9 @@ class DataFramePredict(PredictInput):
         return predict_dataframe(self.df, self.feature_expr, self.output_col, scoring, self.binary)
 
 
-def plan_dataframe_predict(df: Any, input_shape: tuple[int, ...], args: PredictArgs) -> DataFramePredict:
+def plan_dataframe_predict(
+    df: Any, input_shape: tuple[int, ...], args: PredictArgs
+) -> DataFramePredict:
     """``df``'s feature column checked for a model of ``input_shape`` (driver; one small
     job reads the first row's size).
 
@@ -136,5 +149,7 @@ def plan_dataframe_predict(df: Any, input_shape: tuple[int, ...], args: PredictA
     """
     refuse_output(args, df)
     shape = FeatureShape(input_shape, args.description)
-    expr, binary = check_dataframe(df, args.features_col, args.output_col, shape, args.feature_dtype)
+    expr, binary = check_dataframe(
+        df, args.features_col, args.output_col, shape, args.feature_dtype
+    )
     return DataFramePredict(df, expr, args.output_col, binary)

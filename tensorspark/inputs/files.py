@@ -52,11 +52,18 @@ class FileReader:
 
     spec: ReadSpec
 
-    def open(self, partition: int, elements: Iterator[tuple[Shard, ...]], passes: Passes) -> EpochSource:
+    def open(
+        self, partition: int, elements: Iterator[tuple[Shard, ...]], passes: Passes
+    ) -> EpochSource:
         mine = [shard for element in elements for shard in element]
         return FileEpochs(
-            self.spec, mine, batch_size=passes.batch_size, num_epoch=passes.num_epoch,
-            shuffle=passes.shuffle, seed=passes.seed, partition=partition,
+            self.spec,
+            mine,
+            batch_size=passes.batch_size,
+            num_epoch=passes.num_epoch,
+            shuffle=passes.shuffle,
+            seed=passes.seed,
+            partition=partition,
         )
 
 
@@ -90,7 +97,9 @@ def plan_file_input(
     Raises:
         ConfigurationError: no files, or their metadata does not fit ``feed``.
     """
-    plan = plan_files(conf, source, feed.file_feed(), default_partitions=sc.defaultParallelism, argument=argument)
+    plan = plan_files(
+        conf, source, feed.file_feed(), default_partitions=sc.defaultParallelism, argument=argument
+    )
     return FileInput(sc, plan)
 
 
@@ -101,7 +110,9 @@ _ROW_GROUP_ROWS = 65536
 _ROW_GROUP_BYTES = 32 << 20
 
 
-def _features(reader: FileReader, scoring: Scoring, index: int, shards: Iterator[tuple[Shard, ...]]) -> Iterator[Any]:
+def _features(
+    reader: FileReader, scoring: Scoring, index: int, shards: Iterator[tuple[Shard, ...]]
+) -> Iterator[Any]:
     """The partition's feature batches, one pass in order (executor)."""
     data = reader.open(index, shards, Passes(scoring.batch_size))
     try:
@@ -122,7 +133,12 @@ def _predict_task(
 
 
 def _write_task(
-    index: int, shards: Iterator[tuple[Shard, ...]], *, reader: FileReader, scoring: Scoring, target: PartTarget
+    index: int,
+    shards: Iterator[tuple[Shard, ...]],
+    *,
+    reader: FileReader,
+    scoring: Scoring,
+    target: PartTarget,
 ) -> Iterator[str]:
     """``mapPartitionsWithIndex`` body: the partition's predictions as one Parquet file."""
     import pyarrow as pa
@@ -174,11 +190,19 @@ class FilePredict(PredictInput):
         per task and returns the :class:`~tensorspark.fileio.output.WrittenFiles`."""
         parts = self.sc.parallelize(list(self.plan.partitions), self.plan.num_partitions)
         if self.output is None:
-            return parts.mapPartitionsWithIndex(functools.partial(_predict_task, reader=self.reader, scoring=scoring))
+            return parts.mapPartitionsWithIndex(
+                functools.partial(_predict_task, reader=self.reader, scoring=scoring)
+            )
         folder = OutputDir(self.output, self.plan.spec.storage, ".parquet")
-        task = functools.partial(_write_task, reader=self.reader, scoring=scoring, target=folder.target)
+        task = functools.partial(
+            _write_task, reader=self.reader, scoring=scoring, target=folder.target
+        )
         try:
-            lines = jobs.run_job(self.sc, parts.mapPartitionsWithIndex(task).collect, description="tensorspark predict")
+            lines = jobs.run_job(
+                self.sc,
+                parts.mapPartitionsWithIndex(task).collect,
+                description="tensorspark predict",
+            )
             stats = [json.loads(r) for r in lines]
         except BaseException:
             folder.abort()
@@ -188,7 +212,12 @@ class FilePredict(PredictInput):
 
 
 def plan_file_predict(
-    sc: Any, source: FileSource, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+    sc: Any,
+    source: FileSource,
+    input_shape: tuple[int, ...],
+    args: PredictArgs,
+    *,
+    conf: Mapping[str, str],
 ) -> FilePredict:
     """``source`` listed and planned for a model of ``input_shape`` (driver; no job).
 
@@ -201,5 +230,11 @@ def plan_file_predict(
             "Argument `feature_dtype` of files goes to tensorspark.files(..., feature_dtype=). "
             f"Received: feature_dtype={args.feature_dtype!r} with files"
         )
-    plan = plan_files(conf, source, Feed(input_shape, "float32"), default_partitions=sc.defaultParallelism, argument="data")
+    plan = plan_files(
+        conf,
+        source,
+        Feed(input_shape, "float32"),
+        default_partitions=sc.defaultParallelism,
+        argument="data",
+    )
     return FilePredict(sc, plan, args.output)

@@ -52,10 +52,17 @@ class RddReader:
 
     def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
         blocks = rows_to_blocks(
-            elements, self.names, as_dtypes(self.dtypes), block_rows=max(passes.batch_size, MIN_BLOCK_ROWS)
+            elements,
+            self.names,
+            as_dtypes(self.dtypes),
+            block_rows=max(passes.batch_size, MIN_BLOCK_ROWS),
         )
         return PartitionData(
-            blocks, passes.batch_size, passes.num_epoch, shuffle=passes.shuffle, seed=passes.seed,
+            blocks,
+            passes.batch_size,
+            passes.num_epoch,
+            shuffle=passes.shuffle,
+            seed=passes.seed,
             partition=partition,
         )
 
@@ -68,14 +75,18 @@ def _task(
     yield work(index, attempt, reader.open(index, elements, passes))
 
 
-def _barrier_task(reader: Reader, work: PartitionWork, passes: Passes, elements: Iterator[Any]) -> Iterator[str]:
+def _barrier_task(
+    reader: Reader, work: PartitionWork, passes: Passes, elements: Iterator[Any]
+) -> Iterator[str]:
     """``rdd.barrier().mapPartitions`` body (the index comes from the task's context)."""
     index, _ = task_context()
     assert index is not None
     yield from _task(reader, work, passes, index, elements)
 
 
-def run_partitions(rdd: Any, reader: Reader, work: PartitionWork, passes: Passes, barrier: bool) -> JobThunk:
+def run_partitions(
+    rdd: Any, reader: Reader, work: PartitionWork, passes: Passes, barrier: bool
+) -> JobThunk:
     """A thunk running ``work`` over each partition of ``rdd`` as ``reader`` reads it
     (a barrier stage with ``barrier``); the lines in partition order (driver)."""
     if barrier:
@@ -110,7 +121,8 @@ def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> RddInput:
     first = first_element(rdd)
     if not first:
         raise ConfigurationError(
-            f"Argument `{argument}` is empty: there is nothing to use. Received: {argument} is empty"
+            f"Argument `{argument}` is empty: there is nothing to use. "
+            f"Received: {argument} is empty"
         )
     dtypes = feed.check_row(first[0], argument=argument, what=f"{argument}=RDD")
     return RddInput(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
@@ -174,7 +186,9 @@ class RddPredict(PredictInput):
 
     def predict(self, scoring: Scoring) -> Any:
         """A lazy RDD, one output element per input element, same partitioning."""
-        return self.rdd.mapPartitions(functools.partial(predict_elements, scoring), preservesPartitioning=True)
+        return self.rdd.mapPartitions(
+            functools.partial(predict_elements, scoring), preservesPartitioning=True
+        )
 
 
 def plan_rdd_predict(rdd: Any, args: PredictArgs) -> RddPredict:

@@ -65,7 +65,9 @@ class TrainWork:
         return json.dumps(stats)
 
 
-def training_job(data: Input, *, bcast: Any, loader: TrainerLoader, config: WorkerConfig) -> JobThunk:
+def training_job(
+    data: Input, *, bcast: Any, loader: TrainerLoader, config: WorkerConfig
+) -> JobThunk:
     """A thunk that runs the training job over ``data`` (barrier stage in sync mode)."""
     passes = Passes(config.batch_size, config.num_epoch, shuffle=config.shuffle, seed=config.seed)
     return data.job(TrainWork(bcast, loader, config), passes, barrier=config.mode == "sync")

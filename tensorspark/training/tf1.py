@@ -52,7 +52,9 @@ def train_graph(
     param_names = resolve_params(graph, param_list)
     feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes)
     data = input_for(sc, feed_rdd, feed, conf=spark_conf(sc), argument="feed_rdd")
-    spec = export_graph(session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options)
+    spec = export_graph(
+        session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options
+    )
     loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
     initial = loader.read(session, param_names)
     run = TrainingRun(sc, host)

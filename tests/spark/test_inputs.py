@@ -53,7 +53,9 @@ class _Sums:
                         "rows": sum(len(b[0]) for b in blocks),
                         "x": float(sum(b[0].sum() for b in blocks)),
                         "y": int(sum(b[1].sum() for b in blocks)),
-                        "dtypes": [str(blocks[0][0].dtype), str(blocks[0][1].dtype)] if blocks else [],
+                        "dtypes": [str(blocks[0][0].dtype), str(blocks[0][1].dtype)]
+                        if blocks
+                        else [],
                     }
                 )
         finally:
@@ -66,38 +68,57 @@ def _examples(n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, np.arange(n) % 7
 
 
-def test_rdd_dataframe_and_files_hand_the_work_the_same_rows(sc: SparkContext, tmp_path: Path) -> None:
+def test_rdd_dataframe_and_files_hand_the_work_the_same_rows(
+    sc: SparkContext, tmp_path: Path
+) -> None:
     from pyspark.sql import SparkSession as SQLSession
 
     spark = SQLSession(sc)
     x, y = _examples(60)
     path = tmp_path / "a.parquet"
-    pq.write_table(pa.table({"x": pa.array(list(x), pa.list_(pa.float32())), "y": y}), path, row_group_size=10)
+    pq.write_table(
+        pa.table({"x": pa.array(list(x), pa.list_(pa.float32())), "y": y}), path, row_group_size=10
+    )
     data = {
         "rdd": sc.parallelize([(xi.tolist(), int(yi)) for xi, yi in zip(x, y)], 3),
-        "dataframe": spark.createDataFrame([(xi.tolist(), int(yi)) for xi, yi in zip(x, y)], "px array<float>, y long")
-        .repartition(3),
+        "dataframe": spark.createDataFrame(
+            [(xi.tolist(), int(yi)) for xi, yi in zip(x, y)], "px array<float>, y long"
+        ).repartition(3),
         "files": files(str(path), "x", "y", num_partitions=3),
     }
 
     planned = {
-        kind: input_for(sc, d, _Feed(), conf={}, features_col="px", label_col="y") for kind, d in data.items()
+        kind: input_for(sc, d, _Feed(), conf={}, features_col="px", label_col="y")
+        for kind, d in data.items()
     }
-    results = {kind: [json.loads(r) for r in inp.job(_Sums(), Passes(8, num_epoch=2))()] for kind, inp in planned.items()}
+    results = {
+        kind: [json.loads(r) for r in inp.job(_Sums(), Passes(8, num_epoch=2))()]
+        for kind, inp in planned.items()
+    }
 
-    assert {kind: inp.count_partitions() for kind, inp in planned.items()} == {"rdd": 3, "dataframe": 3, "files": 3}
+    assert {kind: inp.count_partitions() for kind, inp in planned.items()} == {
+        "rdd": 3,
+        "dataframe": 3,
+        "files": 3,
+    }
     assert planned["files"].known_rows == 60 and planned["rdd"].known_rows is None
     for kind, parts in results.items():
         for epoch in range(2):
             assert sum(p["passes"][epoch]["rows"] for p in parts) == 60, kind
-            assert sum(p["passes"][epoch]["x"] for p in parts) == pytest.approx(float(x.sum())), kind
+            assert sum(p["passes"][epoch]["x"] for p in parts) == pytest.approx(float(x.sum())), (
+                kind
+            )
             assert sum(p["passes"][epoch]["y"] for p in parts) == int(y.sum()), kind
-        assert {tuple(p["passes"][0]["dtypes"]) for p in parts if p["passes"][0]["dtypes"]} == {("float32", "int64")}
+        assert {tuple(p["passes"][0]["dtypes"]) for p in parts if p["passes"][0]["dtypes"]} == {
+            ("float32", "int64")
+        }
 
 
 def test_a_barrier_job_runs_every_partition_together(sc: SparkContext) -> None:
     x, y = _examples(20)
-    inp = input_for(sc, sc.parallelize([(xi, int(yi)) for xi, yi in zip(x, y)], 2), _Feed(), conf={})
+    inp = input_for(
+        sc, sc.parallelize([(xi, int(yi)) for xi, yi in zip(x, y)], 2), _Feed(), conf={}
+    )
 
     parts = [json.loads(r) for r in inp.job(_Sums(), Passes(4), barrier=True)()]
 
@@ -106,5 +127,8 @@ def test_a_barrier_job_runs_every_partition_together(sc: SparkContext) -> None:
 
 
 def test_empty_data_is_refused_with_its_argument_name(sc: SparkContext) -> None:
-    with pytest.raises(ConfigurationError, match=r"Argument `validation_data` is empty.*Received: validation_data is empty"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Argument `validation_data` is empty.*Received: validation_data is empty",
+    ):
         input_for(sc, sc.parallelize([], 2), _Feed(), conf={}, argument="validation_data")

@@ -68,8 +68,12 @@ def _file_elements(path: Path, x: np.ndarray, y: np.ndarray) -> tuple[FileReader
     return FileReader(plan.spec), iter(plan.partitions)
 
 
-@pytest.mark.parametrize("passes", [Passes(8), Passes(5, num_epoch=2)], ids=["one-pass", "two-passes"])
-def test_each_kind_reads_the_same_examples_into_the_same_blocks(tmp_path: Path, passes: Passes) -> None:
+@pytest.mark.parametrize(
+    "passes", [Passes(8), Passes(5, num_epoch=2)], ids=["one-pass", "two-passes"]
+)
+def test_each_kind_reads_the_same_examples_into_the_same_blocks(
+    tmp_path: Path, passes: Passes
+) -> None:
     x, y = _examples(23)
     file_reader, shards = _file_elements(tmp_path / "a.parquet", x, y)
     readers: dict[str, tuple[Reader, Iterator[Any]]] = {
@@ -78,7 +82,10 @@ def test_each_kind_reads_the_same_examples_into_the_same_blocks(tmp_path: Path, 
         "files": (file_reader, shards),
     }
 
-    got = {kind: _read(reader.open(0, elements, passes)) for kind, (reader, elements) in readers.items()}
+    got = {
+        kind: _read(reader.open(0, elements, passes))
+        for kind, (reader, elements) in readers.items()
+    }
 
     want_x = np.concatenate([x] * passes.num_epoch)
     want_y = np.concatenate([y] * passes.num_epoch)
@@ -100,7 +107,9 @@ def test_shuffled_passes_are_the_same_again_for_a_retried_task() -> None:
 
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a[1], b[1])
-    assert sorted(np.concatenate([b[1] for b in first]).tolist()) == sorted(np.concatenate([y, y]).tolist())
+    assert sorted(np.concatenate([b[1] for b in first]).tolist()) == sorted(
+        np.concatenate([y, y]).tolist()
+    )
 
 
 def test_what_travels_to_executors_is_frozen_and_pickles(tmp_path: Path) -> None:
@@ -115,14 +124,18 @@ def test_what_travels_to_executors_is_frozen_and_pickles(tmp_path: Path) -> None
         TF1TrainerLoader(),
     ]
     for value in shipped:
-        assert dataclasses.is_dataclass(value) and type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
+        params = type(value).__dataclass_params__  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(value) and params.frozen
         assert pickle.loads(pickle.dumps(value)) == value
 
 
-@pytest.mark.parametrize("data", [42, [(np.zeros(6), 1)], np.zeros((2, 6))], ids=["int", "list", "ndarray"])
+@pytest.mark.parametrize(
+    "data", [42, [(np.zeros(6), 1)], np.zeros((2, 6))], ids=["int", "list", "ndarray"]
+)
 def test_the_dispatcher_names_the_type_received_and_what_it_accepts(data: Any) -> None:
     want = (
-        r"Argument `data` must be a pyspark RDD, a DataFrame, or files \(tensorspark.files\(...\)\). "
+        r"Argument `data` must be a pyspark RDD, a DataFrame, or files "
+        r"\(tensorspark.files\(...\)\). "
         rf"Received: data of type {type(data).__name__}"
     )
     with pytest.raises(ConfigurationError, match=want):
@@ -134,7 +147,10 @@ def test_the_dispatcher_names_the_type_received_and_what_it_accepts(data: Any) -
 
 
 def test_the_dispatcher_names_the_argument() -> None:
-    with pytest.raises(ConfigurationError, match=r"Argument `validation_data` must be .* Received: validation_data of type str"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Argument `validation_data` must be .* Received: validation_data of type str",
+    ):
         input_for(None, "train.csv", _NoFeed(), conf={}, argument="validation_data")
 
 
