@@ -1,17 +1,23 @@
 """The jobs' input seam: one protocol, one module per kind of input.
 
-:func:`input_for` is the one place that tells the kinds apart; training, evaluation and
-inference hold an :class:`~tensorspark.inputs.base.Input` and never branch on its kind.
-See :mod:`tensorspark.inputs.base` for the protocol and where a new kind goes.
+:func:`input_for` (jobs that read partitions: training, evaluation) and
+:func:`predict_input_for` (inference) are the one place that tells the kinds apart: they
+ask each module of :data:`KINDS` whether it ``accepts`` the data. The jobs hold an
+:class:`~tensorspark.inputs.base.Input` or :class:`~tensorspark.inputs.base.PredictInput`
+and never branch on its kind. See :mod:`tensorspark.inputs.base` for the protocol and
+where a new kind goes.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
+    Columns,
     Input,
     JobThunk,
     ModelFeed,
@@ -24,6 +30,7 @@ from tensorspark.inputs.base import (
 )
 
 __all__ = [
+    "Columns",
     "Input",
     "JobThunk",
     "ModelFeed",
@@ -38,6 +45,10 @@ __all__ = [
     "predict_input_for",
     "require_input",
 ]
+
+#: The kinds of input, one module each, tried in this order (imported when first asked).
+#: Each has ``accepts(data)``, ``plan(...) -> Input`` and ``plan_predict(...) -> PredictInput``.
+KINDS = ("tensorspark.inputs.files", "tensorspark.inputs.rdd", "tensorspark.inputs.dataframe")
 
 #: What :func:`input_for` accepts, as messages name it.
 ACCEPTED = "a pyspark RDD, a DataFrame, or files (tensorspark.files(...))"
@@ -73,19 +84,9 @@ def input_for(
             received and what is accepted), or it does not fit the model.
     """
     kind = _kind(data, argument)
-    if kind == "files":
-        from tensorspark.inputs.files import plan_file_input
-
-        return plan_file_input(sc, data, feed, conf=conf, argument=argument)
-    if kind == "rdd":
-        from tensorspark.inputs.rdd import plan_rdd
-
-        return plan_rdd(data, feed, argument=argument)
-    from tensorspark.inputs.dataframe import plan_dataframe
-
-    return plan_dataframe(
-        data, feed, argument=argument, features_col=features_col, label_col=label_col
-    )
+    columns = Columns(features_col, label_col)
+    planned: Input = kind.plan(sc, data, feed, conf=conf, argument=argument, columns=columns)
+    return planned
 
 
 def predict_input_for(
@@ -102,17 +103,8 @@ def predict_input_for(
             ``args`` the kind cannot use, or data that does not fit.
     """
     kind = _kind(data, "data")
-    if kind == "files":
-        from tensorspark.inputs.files import plan_file_predict
-
-        return plan_file_predict(sc, data, input_shape, args, conf=conf)
-    if kind == "rdd":
-        from tensorspark.inputs.rdd import plan_rdd_predict
-
-        return plan_rdd_predict(data, args)
-    from tensorspark.inputs.dataframe import plan_dataframe_predict
-
-    return plan_dataframe_predict(data, input_shape, args)
+    planned: PredictInput = kind.plan_predict(sc, data, input_shape, args, conf=conf)
+    return planned
 
 
 def is_dataframe(value: Any) -> bool:
@@ -132,20 +124,16 @@ def require_input(data: Any, argument: str = "data") -> None:
     _kind(data, argument)
 
 
-def _kind(data: Any, argument: str) -> str:
-    """The kind of input ``data`` is: the one place the kinds are told apart. A new kind
-    is one more ``isinstance`` here and one module of its own."""
-    from tensorspark.fileio.source import FileSource
+def _kind(data: Any, argument: str) -> ModuleType:
+    """The module of ``data``'s kind: the first of :data:`KINDS` that accepts it.
 
-    if isinstance(data, FileSource):
-        return "files"
-    from pyspark import RDD
-    from pyspark.sql import DataFrame
-
-    if isinstance(data, RDD):
-        return "rdd"
-    if isinstance(data, DataFrame):
-        return "dataframe"
+    Raises:
+        ConfigurationError: none does.
+    """
+    for name in KINDS:
+        module = importlib.import_module(name)
+        if module.accepts(data):
+            return module
     raise ConfigurationError(
         f"Argument `{argument}` must be {ACCEPTED}. "
         f"Received: {argument} of type {type(data).__name__}"

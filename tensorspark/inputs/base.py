@@ -15,9 +15,13 @@ The jobs (training, evaluation) hand :meth:`Input.job` their per-partition work,
 :data:`PartitionWork`, and never ask which kind of input they hold. Inference, whose
 result keeps the input's form (an RDD in order, a DataFrame plus a column, files as an
 RDD or Parquet files), hands a :class:`PredictInput` its :class:`Scoring` (features in,
-outputs out, shipped) the same way. A new kind of input
-(a stream, say) is one module beside ``rdd.py``, ``dataframe.py`` and ``files.py`` and one
-line in :func:`tensorspark.inputs.input_for`.
+outputs out, shipped) the same way.
+
+A new kind of input (a stream, say) is one module beside ``rdd.py``, ``dataframe.py`` and
+``files.py`` with the three entry points each of them has, ``accepts(data)``,
+``plan(sc, data, feed, *, conf, argument, columns) -> Input`` and
+``plan_predict(sc, data, input_shape, args, *, conf) -> PredictInput``, and its name in
+:data:`tensorspark.inputs.KINDS`.
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ PartitionWork = Callable[[int, int, EpochSource], str]
 
 #: A thunk that runs a job and returns its tasks' lines (driver).
 JobThunk = Callable[[], list[str]]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which columns of a DataFrame hold the features and the label (driver)."""
+
+    features: str = "features"
+    label: str = "label"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ the predictions are added as a column by an Arrow UDF (:mod:`tensorspark.inputs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from tensorspark import connect
 from tensorspark.data import FEED_NAMES, arrow_to_blocks, as_dtypes, example_columns
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
+    Columns,
     Input,
     JobThunk,
     ModelFeed,
@@ -153,3 +154,29 @@ def plan_dataframe_predict(
         df, args.features_col, args.output_col, shape, args.feature_dtype
     )
     return DataFramePredict(df, expr, args.output_col, binary)
+
+
+# ---------------------------------------------------------------------- the kind's entry points
+
+
+def accepts(data: Any) -> bool:
+    """Whether ``data`` is a pyspark DataFrame, classic or Spark Connect (driver)."""
+    from pyspark.sql import DataFrame
+
+    return isinstance(data, DataFrame)
+
+
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> DataFrameInput:
+    """:func:`plan_dataframe` (no storage to reach)."""
+    return plan_dataframe(
+        data, feed, argument=argument, features_col=columns.features, label_col=columns.label
+    )
+
+
+def plan_predict(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> DataFramePredict:
+    """:func:`plan_dataframe_predict`."""
+    return plan_dataframe_predict(data, input_shape, args)

@@ -33,6 +33,7 @@ from tensorspark.fileio.source import FileSource
 from tensorspark.fileio.spec import Feed, ReadSpec
 from tensorspark.fileio.stream import FileEpochs
 from tensorspark.inputs.base import (
+    Columns,
     Input,
     JobThunk,
     ModelFeed,
@@ -238,3 +239,21 @@ def plan_file_predict(
         argument="data",
     )
     return FilePredict(sc, plan, args.output)
+
+
+# ---------------------------------------------------------------------- the kind's entry points
+
+
+def accepts(data: Any) -> bool:
+    """Whether ``data`` is files (``tensorspark.files(...)``) (driver)."""
+    return isinstance(data, FileSource)
+
+
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> FileInput:
+    """:func:`plan_file_input` (the files' own columns were named in ``tensorspark.files``)."""
+    return plan_file_input(sc, data, feed, conf=conf, argument=argument)
+
+
+plan_predict = plan_file_predict

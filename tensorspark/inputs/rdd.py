@@ -16,7 +16,7 @@ cost a Python worker's TensorFlow import and model load per call (see
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 from tensorspark.data import as_dtypes, first_element, preview, rows_to_blocks
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
+    Columns,
     Input,
     JobThunk,
     ModelFeed,
@@ -206,3 +207,27 @@ def plan_rdd_predict(rdd: Any, args: PredictArgs) -> RddPredict:
             f"{args.feature_dtype!r} with an RDD"
         )
     return RddPredict(rdd)
+
+
+# ---------------------------------------------------------------------- the kind's entry points
+
+
+def accepts(data: Any) -> bool:
+    """Whether ``data`` is an RDD (driver)."""
+    from pyspark import RDD
+
+    return isinstance(data, RDD)
+
+
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> RddInput:
+    """:func:`plan_rdd` (an RDD has no columns to name, nor storage to reach)."""
+    return plan_rdd(data, feed, argument=argument)
+
+
+def plan_predict(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> RddPredict:
+    """:func:`plan_rdd_predict`."""
+    return plan_rdd_predict(data, args)
