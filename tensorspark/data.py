@@ -1,6 +1,6 @@
 """Input preparation, shared by fit, evaluate, predict and tune.
 
-Driver side: the checks of a DataFrame column and of the data's first example, and one
+Driver side: the checks of a DataFrame column, the first element of an RDD, and one
 converter from a Spark column of numbers (``array<number>`` or ``vector``) to float32
 arrays, with one set of error messages. Executor side: the conversions of an RDD's
 elements and of Arrow record batches into numpy *blocks* (a tuple of column arrays with
@@ -12,13 +12,11 @@ Pure functions; thread-safe. pyspark and pyarrow are imported where used.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 from tensorspark.jobs import collect
 
@@ -30,10 +28,6 @@ FEED_NAMES = ("features", "label")
 
 #: Seconds a first-row job keeps reading the rest of its partition (see :func:`first_element`).
 DRAIN_BUDGET_S = 2.0
-
-#: ``check(features, label, what) -> (feature dtype, label dtype)``: checks a first
-#: example against the model (raising ConfigurationError) and says how the data is fed.
-ExampleCheck = Callable[[Any, Any, str], tuple[np.dtype, np.dtype]]
 
 
 def preview(value: Any, limit: int = 60) -> str:
@@ -130,100 +124,6 @@ def first_element(rdd: Any) -> list[Any]:
             return list(got[:1])
     return list(collect(lambda: rdd.take(1)))
 
-
-
-@dataclass
-class TrainingData:
-    """An RDD, a DataFrame or files of ``(features, label)`` examples, checked and ready to feed.
-
-    ``rdd`` holds ``(features, label)`` tuples, or ``df`` two columns named
-    :data:`FEED_NAMES` (features as ``array<float>``, labels as numbers or ``array<float>``),
-    or ``files`` is a :class:`tensorspark.fileio.plan.FilePlan` the tasks read themselves.
-    """
-
-    rdd: Any = None
-    df: Any = None
-    feed_dtypes: tuple[str, str] = ("float32", "float32")
-    files: Any = None
-
-    @property
-    def num_partitions(self) -> int | None:
-        """The data's partitions; ``None`` for a Spark Connect DataFrame, which cannot say
-        without running a job (see :meth:`count_partitions`)."""
-        if self.files is not None:
-            return int(self.files.num_partitions)
-        if self.rdd is not None:
-            return int(self.rdd.getNumPartitions())
-        if connect.is_connect(self.df):
-            return None
-        return int(self.df.rdd.getNumPartitions())
-
-    def count_partitions(self) -> int:
-        """The data's partitions, by a small job where Spark Connect cannot say (driver)."""
-        known = self.num_partitions
-        return known if known is not None else connect.count_partitions(self.df)
-
-
-def prepare_examples(
-    data: Any,
-    check: ExampleCheck,
-    *,
-    integer_labels: bool,
-    features_col: str,
-    label_col: str,
-    argument: str = "data",
-) -> TrainingData:
-    """Check ``data``'s first example with ``check``; runs one tiny job (driver).
-
-    Args:
-        data: an RDD of ``(features, label)`` tuples, or a DataFrame with ``features_col``
-            (``array<number>`` or ``vector``) and ``label_col`` (a number, ``array<number>``
-            or ``vector``).
-        check: checks one example against the model (see :data:`ExampleCheck`).
-        integer_labels: number labels are class ids (cast to long), else floats.
-        features_col: the DataFrame's feature column.
-        label_col: the DataFrame's label column.
-        argument: how messages name ``data`` (``"data"``, ``"validation_data"``).
-
-    Raises:
-        ConfigurationError: not an RDD/DataFrame, empty, a missing column, a column of an
-            unusable type, or what ``check`` refuses.
-    """
-    from pyspark import RDD
-    from pyspark.sql import DataFrame
-
-    if isinstance(data, RDD):
-        first = first_element(data)
-        if not first:
-            raise ConfigurationError(f"Argument `{argument}` is empty: there is nothing to use.")
-        row = first[0]
-        if not isinstance(row, (tuple, list)) or len(row) != 2:
-            raise ConfigurationError(
-                f"Argument `{argument}` must be an RDD of (features, label) tuples. Received: "
-                f"first element {preview(row)}"
-            )
-        x, y = row
-        if hasattr(x, "toArray"):
-            raise ConfigurationError(
-                f"Argument `{argument}`: RDD features must be numpy arrays or lists, not "
-                "pyspark.ml vectors; call vector.toArray() in a map, or pass a DataFrame. "
-                f"Received: {type(x).__name__}"
-            )
-        in_dtype, label_dtype = check(x, y, f"{argument}=RDD")
-        return TrainingData(rdd=data, feed_dtypes=(in_dtype.name, label_dtype.name))
-    if isinstance(data, DataFrame):
-        selected = data.select(*example_columns(data, features_col, label_col, integer_labels))
-        head = selected.head(1)
-        if not head:
-            raise ConfigurationError(f"Argument `{argument}` is empty: there is nothing to use.")
-        in_dtype, label_dtype = check(
-            head[0][0], head[0][1], f"features_col={features_col!r}, label_col={label_col!r}"
-        )
-        return TrainingData(df=selected, feed_dtypes=(in_dtype.name, label_dtype.name))
-    raise ConfigurationError(
-        f"Argument `{argument}` must be a pyspark RDD of (features, label) tuples, a "
-        f"DataFrame, or files (tensorspark.files(...)). Received: {argument} of type {type(data).__name__}"
-    )
 
 
 def example_columns(df: Any, features_col: str, label_col: str, integer_labels: bool) -> tuple[Any, Any]:

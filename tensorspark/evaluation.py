@@ -1,6 +1,7 @@
 """The evaluation job: a Keras model's loss and metrics over an RDD, a DataFrame or files.
 
-Runs one Spark job (driver side: :func:`run_evaluation`). Each Python worker process loads
+Runs one Spark job over the input (:mod:`tensorspark.inputs`; driver side:
+:func:`run_evaluation`), whose kind it does not ask. Each Python worker process loads
 the model once (the keyed per-worker cache of :mod:`~tensorspark.models.keras_io`), reads
 its partition once and evaluates it under every weight set it was given, so ``fit``'s
 per-epoch validation costs one job over ``validation_data``, not one per epoch (files are
@@ -11,22 +12,20 @@ for mean-type metrics.
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tensorspark import connect, gpus, jobs, wire
-from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
-from tensorspark.fileio.shards import Shard
-from tensorspark.fileio.spec import ReadSpec
-from tensorspark.fileio.stream import FileEpochs
+from tensorspark.conf import spark_conf
+from tensorspark.data import Block
+from tensorspark.inputs import Input, Passes, input_for
 from tensorspark.models.keras import cached_core, model_payload, read_weights
-from tensorspark.models.keras_checks import prepare_data
+from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.partition import EpochSource, PartitionData
 
 # Batches one compiled evaluation call loops over.
@@ -40,8 +39,6 @@ class EvalPlan:
     key: str
     custom_objects: Mapping[str, Any] | None
     batch_size: int
-    feed_dtypes: tuple[str, str]
-    columns: tuple[str, str] = FEED_NAMES
     mixed_precision: str | None = None
 
 
@@ -65,15 +62,16 @@ def evaluate_blocks(
     plan: EvalPlan,
     model_bcast: Any,
     weights_bcast: Any,
-    blocks: Iterator[Block] | Callable[[int], EpochSource],
+    blocks: Iterator[Block] | EpochSource,
     partition: int,
 ) -> dict[str, Any]:
     """Evaluate one partition under each broadcast weight set (executor).
 
     Returns ``{"epochs": [{"epoch": i, "samples": n, "sums": {...}}]}``, one entry per weight
     set, the shape :func:`tensorspark.jobs.aggregate_epochs` weights across partitions.
-    Blocks are read once and replayed from a spill file for further weight sets; a source
-    factory (``weight sets -> EpochSource``, e.g. files) gives one pass per weight set.
+    ``blocks`` gives one pass per weight set (an input's reader: an RDD's or a DataFrame's
+    partition is read once and replayed from a spill file, files are read again), or is the
+    partition as blocks, then read once and replayed so.
     """
     from tensorspark.tfthreads import prepare_worker
 
@@ -83,10 +81,11 @@ def evaluate_blocks(
     )
     snapshots = decode_snapshots(weights_bcast.value)
     epochs = []
-    if callable(blocks):
-        source = blocks(len(snapshots))
-    else:
-        source = PartitionData(blocks, plan.batch_size, len(snapshots), partition=partition)
+    source = (
+        blocks
+        if isinstance(blocks, EpochSource)
+        else PartitionData(blocks, plan.batch_size, len(snapshots), partition=partition)
+    )
     try:
         for index, batches in source.epochs():
             core.set_weights(snapshots[index])
@@ -109,37 +108,17 @@ def evaluate_blocks(
     return {"partition": partition, "epochs": epochs}
 
 
-def _eval_rdd_task(
-    index: int, rows: Iterator[Any], *, plan: EvalPlan, model_bcast: Any, weights_bcast: Any
-) -> Iterator[str]:
-    dtypes = [np.dtype(d) for d in plan.feed_dtypes]
-    blocks = rows_to_blocks(rows, plan.columns, dtypes, block_rows=max(plan.batch_size, 256))
-    yield json.dumps(evaluate_blocks(plan, model_bcast, weights_bcast, blocks, index))
+@dataclass(frozen=True)
+class EvalWork:
+    """One partition's evaluation (executor; shipped: the plan and two broadcast handles)."""
 
+    plan: EvalPlan
+    model_bcast: Any
+    weights_bcast: Any
 
-def _eval_files_task(
-    index: int, shards: Iterator[tuple[Shard, ...]], *, plan: EvalPlan, model_bcast: Any, weights_bcast: Any,
-    spec: ReadSpec,
-) -> Iterator[str]:
-    mine = [shard for element in shards for shard in element]
-
-    def source(passes: int) -> EpochSource:
-        return FileEpochs(spec, mine, batch_size=plan.batch_size, num_epoch=passes, partition=index)
-
-    yield json.dumps(evaluate_blocks(plan, model_bcast, weights_bcast, source, index))
-
-
-def _eval_arrow_task(
-    batches: Iterator[Any], *, plan: EvalPlan, model_bcast: Any, weights_bcast: Any
-) -> Iterator[Any]:
-    import pyarrow as pa
-
-    partition, _ = jobs.task_context()
-    index = partition if partition is not None else 0
-    dtypes = [np.dtype(d) for d in plan.feed_dtypes]
-    blocks = arrow_to_blocks(batches, plan.columns, dtypes)
-    stats = evaluate_blocks(plan, model_bcast, weights_bcast, blocks, index)
-    yield pa.RecordBatch.from_pydict({"stats": [json.dumps(stats)]})
+    def __call__(self, index: int, attempt: int, source: EpochSource) -> str:
+        stats = evaluate_blocks(self.plan, self.model_bcast, self.weights_bcast, source, index)
+        return json.dumps(stats)
 
 
 # ---------------------------------------------------------------------- driver side
@@ -149,7 +128,7 @@ def run_evaluation(
     sc: Any,
     payload: bytes,
     snapshots: Sequence[Mapping[str, np.ndarray]],
-    data: TrainingData,
+    data: Input,
     *,
     custom_objects: Mapping[str, Any] | None,
     batch_size: int,
@@ -170,24 +149,14 @@ def run_evaluation(
         key=uuid.uuid4().hex,
         custom_objects=dict(custom_objects) if custom_objects else None,
         batch_size=int(batch_size),
-        feed_dtypes=data.feed_dtypes,
         mixed_precision=mixed_precision,
     )
     model_bcast = connect.share(sc, payload)
     weights_bcast = connect.share(sc, encode_snapshots(snapshots), "the weights to evaluate")
     try:
-        kwargs = {"plan": plan, "model_bcast": model_bcast, "weights_bcast": weights_bcast}
+        work = EvalWork(plan, model_bcast, weights_bcast)
         with jobs.job_description(sc, description):
-            if data.files is not None:
-                parts = sc.parallelize(list(data.files.partitions), data.files.num_partitions)
-                task = functools.partial(_eval_files_task, spec=data.files.spec, **kwargs)
-                rows = jobs.collect(parts.mapPartitionsWithIndex(task).collect)
-            elif data.rdd is not None:
-                rdd = data.rdd.mapPartitionsWithIndex(functools.partial(_eval_rdd_task, **kwargs))
-                rows = jobs.collect(rdd.collect)
-            else:
-                df = data.df.mapInArrow(functools.partial(_eval_arrow_task, **kwargs), "stats string")
-                rows = [r.stats for r in jobs.collect(df.collect)]
+            rows = jobs.collect(data.job(work, Passes(plan.batch_size, len(snapshots))))
     finally:
         model_bcast.destroy()
         weights_bcast.destroy()
@@ -215,7 +184,8 @@ def evaluate(
     """
     gpus.plan(sc, description)
     payload, checked = model_payload(model, custom_objects)
-    prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
+    columns = {"features_col": features_col, "label_col": label_col}
+    prepared = input_for(sc, data, KerasFeed(checked), conf=spark_conf(sc), **columns)
     (values,) = run_evaluation(
         sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
         batch_size=batch_size, description=description,

@@ -407,7 +407,7 @@ class SparkSession:
 
         result = train_graph(
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
-            shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
+            shuffle=shuffle_within_partition, num_epoch=num_epoch, run_options=options, loss=loss,
             listeners=run_listeners(progress, tensorboard_dir, listeners),
         )
         self.last_run = result

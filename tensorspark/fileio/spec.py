@@ -44,7 +44,8 @@ class Feed:
 
     @property
     def dtypes(self) -> tuple[str, str]:
-        """The ``(features, label)`` dtype names, as :class:`~tensorspark.data.TrainingData` keeps them."""
+        """The ``(features, label)`` dtype names, as an input keeps them
+        (:attr:`tensorspark.inputs.base.Input.feed_dtypes`)."""
         return self.feature_dtype, self.label_dtype or "float32"
 
 

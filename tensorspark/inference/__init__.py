@@ -22,8 +22,10 @@ How it works (the seed's "large scale deployment", made robust):
 
 RDD in, RDD out: one result per element, in the input's order and partitioning (so
 ``rdd.zip(result)`` pairs them). DataFrame in: the same rows plus one prediction column.
-Files in (``sps.files(...)``, :mod:`tensorspark.inference.files`): an RDD of the outputs in
-the files' order, or with ``output=`` one Parquet file per task in that folder.
+Files in (``sps.files(...)``, :mod:`tensorspark.inputs.files`): an RDD of the outputs in
+the files' order, or with ``output=`` one Parquet file per task in that folder. Which of
+these the result is, is the input's business (:class:`tensorspark.inputs.PredictInput`);
+this module only makes the :class:`~tensorspark.inference.tasks.Scorer` they all use.
 
 Adding a kind of model means one more :class:`~tensorspark.models.base.ModelSource`
 subclass and its executor-side :class:`~tensorspark.models.base.ModelLoader` under
@@ -33,7 +35,6 @@ subclass and its executor-side :class:`~tensorspark.models.base.ModelLoader` und
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import uuid
@@ -44,12 +45,8 @@ from tensorspark import connect, gpus
 from tensorspark.arguments import positive_int
 from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.plan import plan_files
-from tensorspark.fileio.source import FileSource
-from tensorspark.fileio.spec import Feed
-from tensorspark.inference.columns import check_dataframe, predict_dataframe
-from tensorspark.inference.files import predict_files
-from tensorspark.inference.tasks import Plan, predict_partition
+from tensorspark.inference.tasks import PredictPlan, Scorer
+from tensorspark.inputs import PredictArgs, predict_input_for, require_input
 from tensorspark.models.base import ModelLoader, ModelSource, sha256
 from tensorspark.models.keras import KerasLoader, KerasModelSource
 from tensorspark.models.precision import check_policy
@@ -62,6 +59,8 @@ if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
     from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame
+
+    from tensorspark.fileio.source import FileSource
 
 logger = logging.getLogger(__name__)
 
@@ -201,28 +200,16 @@ def predict(
     model's input fails the action that computes it (``collect``, ``count``, a write...),
     with the same message naming the expected and received sizes.
     """
-    from pyspark import RDD
-    from pyspark.sql import DataFrame
-
     sc = connect.spark_handle(sc)
     connect.require_dataframe(sc, data, "data")
-    if not isinstance(data, (RDD, DataFrame, FileSource)):
-        raise ConfigurationError(
-            "Argument `data` must be a pyspark RDD or DataFrame, or files (tensorspark.files(...)). "
-            f"Received: data of type {type(data).__name__}"
-        )
+    require_input(data, "data")
     policy = check_policy(mixed_precision)
+    conf = spark_conf(sc)
     gpus.plan(sc, "tensorspark predict")
-    if output is not None and not isinstance(data, FileSource):
-        raise ConfigurationError(
-            "Argument `output` writes the predictions of files; for a DataFrame write the "
-            "result yourself (result.write.parquet(...)). Received: output with data of type "
-            f"{type(data).__name__}"
-        )
     check_worker_reuse(sc)
-    source = resolve_source(sc, model, custom_objects)
+    source = resolve_source(conf, model, custom_objects)
     if checkpoint is not None:
-        source = with_checkpoint(sc, source, checkpoint)
+        source = with_checkpoint(conf, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
     if policy is not None:
@@ -232,8 +219,19 @@ def predict(
                 f"loaded by {type(loader).__name__}. Received: mixed_precision={policy!r}"
             )
         loader = dataclasses.replace(loader, mixed_precision=policy)
-    plan = Plan(
-        key="",  # set below, once the input is checked and the payload made
+    args = PredictArgs(
+        features_col=features_col,
+        output_col=output_col,
+        feature_dtype=feature_dtype,
+        output=output,
+        description=source.description,
+    )
+    # The input is checked before the payload is made (an RDD's rows in the job: see
+    # :func:`tensorspark.inputs.rdd.predict_elements`).
+    planned = predict_input_for(sc, data, in_shape, args, conf=conf)
+    payload_bytes = source.payload()
+    plan = PredictPlan(
+        key=_cache_key(source, loader, payload_bytes),
         loader=loader,
         input_shape=in_shape,
         num_features=math.prod(in_shape),
@@ -241,44 +239,9 @@ def predict(
         top_k=k or None,
         labels=label_names,
     )
-    feature_expr = None
-    file_plan = None
-    if isinstance(data, FileSource):
-        if feature_dtype is not None:
-            raise ConfigurationError(
-                "Argument `feature_dtype` of files goes to tensorspark.files(..., feature_dtype=). "
-                f"Received: feature_dtype={feature_dtype!r} with files"
-            )
-        file_plan = plan_files(
-            spark_conf(sc), data, Feed(in_shape, "float32"), default_partitions=sc.defaultParallelism, argument="data"
-        )
-    elif isinstance(data, DataFrame):
-        feature_expr, binary_dtype = check_dataframe(
-            data, features_col, output_col, plan, source, feature_dtype
-        )
-        plan = dataclasses.replace(plan, binary_dtype=binary_dtype)
-    elif feature_dtype is not None:
-        raise ConfigurationError(
-            "Argument `feature_dtype` says how the bytes of a binary DataFrame column are "
-            "read; RDD rows carry their own dtype. Received: feature_dtype="
-            f"{feature_dtype!r} with an RDD"
-        )
-    # RDD rows are checked as they stream past, in the job (see :func:`~tensorspark.inference.tasks.predict_partition`), not by
-    # a take(1) here: take stops reading its partition early, and PySpark then closes that
-    # Python worker instead of reusing it, so the next job paid a fresh worker's
-    # TensorFlow import and model load (about 4 s a call on this machine).
-    payload_bytes = source.payload()
-    plan = dataclasses.replace(plan, key=_cache_key(source, loader, payload_bytes))
     payload = connect.share(sc, payload_bytes)
     _log_broadcast(source, plan, payload)
-    if file_plan is not None:
-        return predict_files(sc, file_plan, plan, payload, output)
-    if isinstance(data, DataFrame):
-        return predict_dataframe(data, feature_expr, output_col, plan, payload)
-    assert isinstance(data, RDD)
-    return data.mapPartitions(
-        functools.partial(predict_partition, plan, payload), preservesPartitioning=True
-    )
+    return planned.predict(Scorer(plan, payload))
 
 
 def _cache_key(source: ModelSource, loader: ModelLoader, payload: bytes) -> str:
@@ -296,7 +259,7 @@ def _cache_key(source: ModelSource, loader: ModelLoader, payload: bytes) -> str:
     return f"{type(source).__name__}-{sha256(content.encode('utf-8'))[:32]}"
 
 
-def _log_broadcast(source: ModelSource, plan: Plan, payload: Broadcast[bytes]) -> None:
+def _log_broadcast(source: ModelSource, plan: PredictPlan, payload: Broadcast[bytes]) -> None:
     logger.info(
         "Broadcast %s for inference as %s (%d bytes, batch_size=%d)",
         source.description,

@@ -1,20 +1,22 @@
-"""Inference on the executors: the Arrow UDF's body and the RDD partition's (executor).
+"""Inference's model half on the executors: :class:`Scorer`, what every kind of input's
+tasks score their feature batches with (:class:`tensorspark.inputs.base.Scoring`).
 
 Each Python worker process is prepared for TensorFlow (the task's GPUs only, threads
 limited to ``spark.task.cpus``: :func:`~tensorspark.tfthreads.prepare_worker`), loads the
 model once through the bounded per-process cache of :mod:`tensorspark.models.keras_io`
 (keyed by an id minted on the driver) and runs ``batch_size`` rows at a time through it.
+The outputs become RDD elements (:meth:`Scorer.elements`) or an Arrow column
+(:meth:`Scorer.arrow`); the input decides which.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.data import arrow_column_to_numpy, binary_rows, preview
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.base import ModelLoader, PredictFn
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What each task needs, all plain values (shipped to executors)."""
+class PredictPlan:
+    """What each inference task needs, all plain values (shipped to executors)."""
 
     key: str
     loader: ModelLoader
@@ -34,31 +36,9 @@ class Plan:
     batch_size: int
     top_k: int | None
     labels: tuple[str, ...] | None
-    #: For a binary feature column: the numpy dtype string (byte order included) its
-    #: bytes are read as; ``None`` for number columns and RDDs.
-    binary_dtype: str | None = None
 
 
-def predict_arrow_array(plan: Plan, payload: Broadcast[bytes], features: Any) -> Any:
-    """Arrow UDF body: one Arrow array of feature rows in, one of predictions out (executor)."""
-    n = len(features)
-    outputs = np.zeros((0, 0), np.float32)
-    if n:
-        predict_fn = _load(plan, payload)
-        if plan.binary_dtype is not None:
-            rows = binary_rows(features, np.dtype(plan.binary_dtype), plan.num_features)
-        else:
-            rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
-        outputs = np.concatenate(
-            [
-                _run(predict_fn, chunk, plan).reshape(len(chunk), -1)
-                for chunk in (rows[i : i + plan.batch_size] for i in range(0, n, plan.batch_size))
-            ]
-        )
-    return _to_arrow(outputs, n, plan)
-
-
-def _to_arrow(outputs: np.ndarray, n: int, plan: Plan) -> Any:
+def _to_arrow(outputs: np.ndarray, n: int, plan: PredictPlan) -> Any:
     """Predictions as an Arrow list column, built from flat buffers (no per-row objects)."""
     import pyarrow as pa
 
@@ -82,7 +62,7 @@ def _to_arrow(outputs: np.ndarray, n: int, plan: Plan) -> Any:
     return pa.ListArray.from_arrays(offsets, pairs)
 
 
-def _load(plan: Plan, payload: Broadcast[bytes]) -> PredictFn:
+def _load(plan: PredictPlan, payload: Broadcast[bytes]) -> PredictFn:
     """The cached predict function of this Python worker process (executor)."""
     from tensorspark.tfthreads import prepare_worker
 
@@ -91,7 +71,7 @@ def _load(plan: Plan, payload: Broadcast[bytes]) -> PredictFn:
     return keras_io.cached(plan.key, lambda: loader.load(payload.value))
 
 
-def _run(predict_fn: PredictFn, batch: np.ndarray, plan: Plan) -> np.ndarray:
+def _run(predict_fn: PredictFn, batch: np.ndarray, plan: PredictPlan) -> np.ndarray:
     outputs = np.asarray(predict_fn(batch.reshape((len(batch), *plan.input_shape))))
     if outputs.shape[:1] != (len(batch),):
         raise ConfigurationError(
@@ -108,7 +88,7 @@ def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.take_along_axis(scores, order, axis=1)
 
 
-def output_rows(outputs: np.ndarray, plan: Plan) -> Iterator[Any]:
+def output_rows(outputs: np.ndarray, plan: PredictPlan) -> Iterator[Any]:
     """A batch's outputs as RDD elements: float32 arrays, or with ``top_k`` lists of
     ``(label, score)`` pairs, best first (executor)."""
     if not plan.top_k:
@@ -124,58 +104,60 @@ def output_rows(outputs: np.ndarray, plan: Plan) -> Iterator[Any]:
         yield list(zip(names, (float(s) for s in row_scores), strict=True))
 
 
-def predictor(plan: Plan, payload: Broadcast[bytes]) -> Callable[[np.ndarray], np.ndarray]:
+def predictor(plan: PredictPlan, payload: Broadcast[bytes]) -> Callable[[np.ndarray], np.ndarray]:
     """This task's scoring function: a batch of features through the worker's cached
     model, float32 outputs (executor; the worker is prepared once, here)."""
     predict_fn = _load(plan, payload)
     return lambda batch: _run(predict_fn, batch, plan)
 
 
-def arrow_outputs(outputs: np.ndarray, plan: Plan) -> Any:
+def arrow_outputs(outputs: np.ndarray, plan: PredictPlan) -> Any:
     """A batch's outputs as the Arrow column a DataFrame (or Parquet file) gets."""
     return _to_arrow(outputs, len(outputs), plan)
 
 
-def _row_features(element: Any) -> np.ndarray:
-    if isinstance(element, tuple):
-        element = element[0]
-    if hasattr(element, "toArray"):  # pyspark.ml / mllib vectors
-        element = element.toArray()
-    return np.asarray(element, dtype=np.float32)
+@dataclass(frozen=True)
+class Scorer:
+    """The :class:`~tensorspark.inputs.base.Scoring` of one ``predict`` call: the plan and
+    the broadcast model (shipped to executors; plain values and a broadcast handle)."""
 
+    plan: PredictPlan
+    payload: Broadcast[bytes]
 
-def predict_partition(
-    plan: Plan, payload: Broadcast[bytes], rows: Iterable[Any]
-) -> Iterator[Any]:
-    """Runs one RDD partition through the model, ``batch_size`` rows at a time (executor)."""
-    predict_fn: PredictFn | None = None
-    batch: list[np.ndarray] = []
-    index = 0
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.plan.input_shape
 
-    def flush() -> Iterator[Any]:
-        nonlocal predict_fn
-        if predict_fn is None:
-            predict_fn = _load(plan, payload)
-        yield from output_rows(_run(predict_fn, np.stack(batch), plan), plan)
+    @property
+    def num_features(self) -> int:
+        return self.plan.num_features
 
-    for row in rows:
-        try:
-            features = _row_features(row)
-        except (TypeError, ValueError) as err:
-            raise ConfigurationError(
-                "RDD elements must be numeric arrays, lists or vectors, or tuples whose first "
-                f"item is one. Received: row {index} of this partition: {preview(row)} ({err})"
-            ) from None
-        if features.size != plan.num_features:
-            raise ConfigurationError(
-                f"Each RDD row must hold {plan.num_features} numbers, the model's input "
-                f"shape {plan.input_shape}. Received: row {index} of this partition with "
-                f"shape {features.shape}"
-            )
-        batch.append(features.reshape(-1))
-        index += 1
-        if len(batch) == plan.batch_size:
-            yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
+    @property
+    def batch_size(self) -> int:
+        return self.plan.batch_size
+
+    def predictor(self) -> Callable[[np.ndarray], np.ndarray]:
+        return predictor(self.plan, self.payload)
+
+    def elements(self, outputs: np.ndarray) -> Iterator[Any]:
+        return output_rows(outputs, self.plan)
+
+    def arrow(self, outputs: np.ndarray) -> Any:
+        return arrow_outputs(outputs, self.plan)
+
+    def spark_type(self) -> Any:
+        """``array<float>``, or with ``top_k`` ``array<struct<label, score>>`` (driver)."""
+        from pyspark.sql.types import (
+            ArrayType,
+            FloatType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+        )
+
+        if not self.plan.top_k:
+            return ArrayType(FloatType())
+        label_type = StringType() if self.plan.labels is not None else LongType()
+        pair = StructType([StructField("label", label_type), StructField("score", FloatType())])
+        return ArrayType(pair)

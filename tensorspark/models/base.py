@@ -2,9 +2,11 @@
 
 Two halves per model kind (``models/keras.py``, ``models/tf1.py``, ``models/savedmodel.py``):
 
-* for training, a :class:`TrainableModel` adapter built on the executor, which the one
-  partition loop (:mod:`tensorspark.worker`) drives: weights in and out, one chunk of
-  mini-batches trained per call;
+* for training, a picklable :class:`TrainerLoader` (plain values, shipped with the job)
+  that builds on the executor the :class:`TrainableModel` adapter which the one partition
+  loop (:mod:`tensorspark.worker`) drives: weights in and out, one chunk of mini-batches
+  trained per call; and the driver-side feed its inputs are checked against
+  (:class:`tensorspark.inputs.base.ModelFeed`);
 * for inference, a :class:`ModelSource` on the driver (shapes to check the input against,
   the bytes to broadcast) and its picklable :class:`ModelLoader`, which rebuilds a predict
   function on the executor.
@@ -42,6 +44,20 @@ class TrainableModel(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class TrainerLoader(Protocol):
+    """The executor half of training a model kind: plain values only, pickled into the job
+    (e.g. :class:`~tensorspark.models.keras.KerasTrainerLoader`)."""
+
+    def load(self, payload: object, threads: int) -> TrainableModel:
+        """Builds the training adapter from the broadcast payload.
+
+        Runs on an executor, once per task, after the worker is prepared
+        (:func:`~tensorspark.tfthreads.prepare_worker`, which gave ``threads``: the TF
+        threads the task may use).
+        """
+        ...
 
 
 class ModelLoader(Protocol):

@@ -6,7 +6,7 @@ How a Keras model trains (see :meth:`tensorspark.SparkSession.fit`):
   (:func:`~tensorspark.models.keras_io.serialize_model`: architecture config, weights and the
   compile configuration: optimizer, loss, metrics) and broadcasts those bytes; never a pickled
   Keras object. Custom layers/losses are rebuilt on executors from ``custom_objects``.
-* On an executor, :class:`KerasModel` (the :class:`~tensorspark.models.base.TrainableModel`
+* On an executor, :class:`KerasTrainer` (the :class:`~tensorspark.models.base.TrainableModel`
   adapter) rebuilds the compiled model once per Python worker process (the bounded cache of
   :mod:`~tensorspark.models.keras_io`, keyed by an id minted on the driver for the run) and
   trains a chunk of ``sync_interval`` mini-batches in ONE call of a compiled ``tf.function``
@@ -286,11 +286,11 @@ def cached_core(
     return keras_io.cached(key, load)
 
 
-class KerasModel:
+class KerasTrainer:
     """The :class:`~tensorspark.models.base.TrainableModel` adapter for a compiled Keras model.
 
-    Runs on executors. Built by :func:`tensorspark.training.tasks.build_adapter` from the
-    broadcast ``.keras`` bytes. The compiled model (and its traced training function) is
+    Runs on executors. Built by :class:`KerasTrainerLoader` from the broadcast ``.keras``
+    bytes. The compiled model (and its traced training function) is
     cached per Python worker process under ``key`` (minted on the driver for one ``fit``), so
     a process that trains several partitions of the run rebuilds nothing; the optimizer state
     then carries over between those partitions, as it would within one worker. Not
@@ -341,6 +341,32 @@ class KerasModel:
     def close(self) -> None:
         """Nothing to free: the model stays cached for the run's next task in this process."""
 
+
+@dataclass(frozen=True)
+class KerasTrainerLoader:
+    """Builds a :class:`KerasTrainer` on an executor: the
+    :class:`~tensorspark.models.base.TrainerLoader` of Keras (plain values only, shipped).
+
+    Args:
+        key: the run's cache key (minted on the driver for one ``fit``).
+        custom_objects: custom Keras classes needed to rebuild the model.
+        sync_interval: mini-batches per chunk.
+        mixed_precision: the Keras dtype policy to train under, or ``None``.
+    """
+
+    key: str
+    custom_objects: Mapping[str, Any] | None = None
+    sync_interval: int = 100
+    mixed_precision: str | None = None
+
+    def load(self, payload: object, threads: int) -> KerasTrainer:
+        """The adapter over the broadcast ``.keras`` bytes (``threads``: Keras reads the
+        worker's TF settings itself)."""
+        assert isinstance(payload, (bytes, bytearray)), type(payload)
+        return KerasTrainer(
+            bytes(payload), key=self.key, custom_objects=self.custom_objects,
+            sync_interval=self.sync_interval, mixed_precision=self.mixed_precision,
+        )
 
 
 # ---------------------------------------------------------------------- inference

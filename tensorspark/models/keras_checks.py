@@ -2,21 +2,20 @@
 
 Run on the driver before any Spark job, so that a model that cannot train on Spark, or
 data that does not fit it, is refused with a message naming the argument, what is allowed
-and what was received. Pure functions of the model and one example.
+and what was received. Pure functions of the model and one example; :class:`KerasFeed`
+gathers them for the inputs (:mod:`tensorspark.inputs`), which run the jobs that read it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.conf import spark_conf
-from tensorspark.data import TrainingData, prepare_examples, preview
+from tensorspark.data import FEED_NAMES, preview
 from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.plan import plan_files
-from tensorspark.fileio.source import FileSource
 from tensorspark.fileio.spec import Feed
 
 if TYPE_CHECKING:
@@ -229,35 +228,43 @@ def feed_of(model: keras.Model, *, labels: bool = True) -> Feed:
     return Feed(in_shape, in_dtype, None, "float32")
 
 
-def prepare_data(
-    data: Any,
-    model: keras.Model,
-    *,
-    features_col: str,
-    label_col: str,
-    argument: str = "data",
-    sc: Any = None,
-) -> TrainingData:
-    """``data`` checked against the (compiled, checked-copy) model (driver).
+@dataclass(frozen=True)
+class KerasFeed:
+    """What a compiled Keras model takes per example: the
+    :class:`~tensorspark.inputs.base.ModelFeed` the inputs check data against (driver).
 
-    An RDD or DataFrame costs one tiny job (its first example is checked); files
-    (``sps.files(...)``) are listed and their metadata checked, no row read (``sc`` gives
-    the Spark conf and the default number of partitions).
-
-    Raises:
-        ConfigurationError: not an RDD/DataFrame/files, empty, a missing column, a column of an
-            unusable type, features that do not fit the input, labels that do not fit the loss.
+    Args:
+        model: the compiled, checked copy of the model (from ``model_payload``).
     """
-    if isinstance(data, FileSource):
-        plan = plan_files(
-            spark_conf(sc), data, feed_of(model), default_partitions=sc.defaultParallelism, argument=argument
-        )
-        return TrainingData(files=plan, feed_dtypes=plan.spec.feed.dtypes)
-    return prepare_examples(
-        data,
-        lambda x, y, what: check_example(model, x, y, what=what),
-        integer_labels=integer_labels(model),
-        features_col=features_col,
-        label_col=label_col,
-        argument=argument,
-    )
+
+    model: Any
+    names: tuple[str, ...] = FEED_NAMES
+
+    @property
+    def integer_labels(self) -> bool:
+        return integer_labels(self.model)
+
+    def file_feed(self) -> Feed:
+        return feed_of(self.model)
+
+    def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
+        """Check one ``(features, label)`` example; the dtype names it is fed with.
+
+        Raises:
+            ConfigurationError: not a ``(features, label)`` pair, features that are
+                pyspark.ml vectors, or an example that does not fit (:func:`check_example`).
+        """
+        if not isinstance(row, (tuple, list)) or len(row) != 2:
+            raise ConfigurationError(
+                f"Argument `{argument}` must be an RDD of (features, label) tuples. Received: "
+                f"first element {preview(row)}"
+            )
+        x, y = row
+        if hasattr(x, "toArray"):
+            raise ConfigurationError(
+                f"Argument `{argument}`: RDD features must be numpy arrays or lists, not "
+                "pyspark.ml vectors; call vector.toArray() in a map, or pass a DataFrame. "
+                f"Received: {type(x).__name__}"
+            )
+        in_dtype, label_dtype = check_example(self.model, x, y, what=what)
+        return in_dtype.name, label_dtype.name

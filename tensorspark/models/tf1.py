@@ -19,6 +19,7 @@ import numpy as np
 from tensorspark import wire
 from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource
 from tensorspark.tfthreads import import_tensorflow_quietly
 
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TF1GraphSpec:
-    """What an executor needs to rebuild the graph (shipped by ``sc.broadcast``)."""
+    """What an executor needs to rebuild the graph (shipped as the run's broadcast)."""
 
     meta_graph: bytes
     variable_values: bytes
@@ -139,15 +140,62 @@ def check_row(feeds: Sequence[Any], row: Any, feed_name_list: Sequence[str]) -> 
             )
 
 
+def _known_shape(tensor: Any) -> tuple[int, ...] | None:
+    """A placeholder's shape without the batch dimension, or ``None`` unless fully known."""
+    shape = tensor.shape
+    if shape.rank is None or any(d is None for d in shape.as_list()[1:]):
+        return None
+    return tuple(int(d) for d in shape.as_list()[1:])
+
+
+@dataclass(frozen=True)
+class TF1Feed:
+    """What a graph's placeholders take per example: the
+    :class:`~tensorspark.inputs.base.ModelFeed` the inputs check data against (driver;
+    holds graph tensors, never shipped).
+
+    Args:
+        feeds: the placeholders (:func:`resolve_feeds`), in feed order.
+        names: the feed names as the user gave them.
+        dtypes: the placeholders' dtype names.
+    """
+
+    feeds: tuple[Any, ...]
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    integer_labels: bool = False
+
+    def file_feed(self) -> Feed:
+        """Features, then the label when there are two placeholders.
+
+        Raises:
+            ConfigurationError: not one or two placeholders.
+        """
+        if len(self.feeds) not in (1, 2):
+            raise ConfigurationError(
+                "files feed one or two placeholders (features, then the label). "
+                f"Received: feed_name_list={list(self.names)!r}"
+            )
+        shapes = [_known_shape(t) for t in self.feeds]
+        label = (shapes[1], self.dtypes[1]) if len(self.feeds) == 2 else ()
+        return Feed(shapes[0], self.dtypes[0], *label)
+
+    def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
+        """Check one element against the placeholders (:func:`check_row`); their dtypes."""
+        check_row(self.feeds, row, self.names)
+        return self.dtypes
+
+
 def export_graph(
     sess: Any,
     fetches: Any,
     feed_name_list: Sequence[str],
     param_names: Sequence[str],
     loss: Any = None,
-    options: Any = None,
+    run_options: Any = None,
 ) -> TF1GraphSpec:
-    """Serialize the session's graph and current variable values (driver side)."""
+    """Serialize the session's graph and current variable values (driver side);
+    ``run_options``: the ``tf.compat.v1.RunOptions`` every training step runs with."""
     tf1 = _tf1()
     graph = sess.graph
     fetch_list = fetches if isinstance(fetches, (list, tuple)) else [fetches]
@@ -171,7 +219,7 @@ def export_graph(
         feed_dtypes=dtypes,
         fetch_names=fetch_names,
         loss_name=None if loss is None else element_name(loss),
-        run_options=None if options is None else options.SerializeToString(),
+        run_options=None if run_options is None else run_options.SerializeToString(),
     )
 
 
@@ -192,6 +240,16 @@ class VariableLoader:
     def read(self, sess: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
         values = sess.run([self._vars[n] for n in names])
         return {n: np.asarray(v) for n, v in zip(names, values)}
+
+
+@dataclass(frozen=True)
+class TF1TrainerLoader:
+    """Builds a :class:`TF1Model` on an executor from the broadcast
+    :class:`TF1GraphSpec`: the :class:`~tensorspark.models.base.TrainerLoader` of TF1 graphs."""
+
+    def load(self, payload: object, threads: int) -> TF1Model:
+        assert isinstance(payload, TF1GraphSpec), type(payload)
+        return TF1Model(payload, threads=threads)
 
 
 class TF1Model:

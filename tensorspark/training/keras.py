@@ -13,13 +13,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tensorspark.conf import spark_conf
 from tensorspark.evaluation import run_evaluation
+from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
-from tensorspark.models.keras import assign_weights, model_payload, read_weights
-from tensorspark.models.keras_checks import prepare_data
+from tensorspark.models.keras import KerasTrainerLoader, assign_weights, model_payload, read_weights
+from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import Server, ServerHost, TrainingRun
-from tensorspark.training.tasks import dataframe_job, files_job, rdd_job
+from tensorspark.training.tasks import training_job
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +48,13 @@ def fit(
     """
     settings = host.settings
     payload, checked = model_payload(model, custom_objects)
-    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
+    conf = spark_conf(sc)
+    feed = KerasFeed(checked)
+    columns = {"features_col": features_col, "label_col": label_col}
+    train = input_for(sc, data, feed, conf=conf, argument="data", **columns)
     val = None
     if validation_data is not None:
-        val = prepare_data(
-            validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data",
-            sc=sc,
-        )
+        val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **columns)
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
@@ -61,24 +63,19 @@ def fit(
         lambda: host.server.params() if host.server is not None else {},
         status=lambda: host.server.status() if host.server is not None else {},
     )
-    options = {
-        "key": uuid.uuid4().hex,
-        "custom_objects": custom_objects,
-        "sync_interval": settings.sync_interval,
-        "mixed_precision": mixed_precision,
-    }
+    loader = KerasTrainerLoader(
+        key=uuid.uuid4().hex,
+        custom_objects=custom_objects,
+        sync_interval=settings.sync_interval,
+        mixed_precision=mixed_precision,
+    )
     run = TrainingRun(sc, host)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), epochs, shuffle)
-        common = dict(bcast=bcast, kind="keras", options=options, config=config, feed_dtypes=train.feed_dtypes)
-        if train.files is not None:
-            return files_job(sc, train.files, **{k: v for k, v in common.items() if k != "feed_dtypes"})
-        if train.rdd is not None:
-            return rdd_job(train.rdd, feed_names=("features", "label"), **common)
-        return dataframe_job(train.df, columns=("features", "label"), **common)
+        return training_job(train, bcast=bcast, loader=loader, config=config)
 
-    known_rows = train.files.rows if train.files is not None else None
+    known_rows = train.known_rows
     result = run.execute(
         initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
         listeners=listeners, num_epoch=epochs,

@@ -1,8 +1,9 @@
 """The seed's distributed ``run``: a TF1 graph trained over an RDD or files (driver).
 
-The feeds and parameters are resolved in the session's graph and the first element is
-checked against the feeds before any server starts (files, ``sps.files(...)``: their
-metadata against the placeholders' shapes, the rest as the tasks read); the graph and the variables' values
+The feeds and parameters are resolved in the session's graph and the input is planned
+(:func:`tensorspark.inputs.input_for`): an RDD's first element is checked against the
+feeds before any server starts (files, ``sps.files(...)``: their metadata against the
+placeholders' shapes, the rest as the tasks read); the graph and the variables' values
 travel as a :class:`~tensorspark.models.tf1.TF1GraphSpec`. At the end the session's
 variables hold the global values.
 """
@@ -13,15 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tensorspark.conf import spark_conf
-from tensorspark.data import first_element
-from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.plan import plan_files
-from tensorspark.fileio.source import FileSource
-from tensorspark.fileio.spec import Feed
+from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.tf1 import (
+    TF1Feed,
+    TF1TrainerLoader,
     VariableLoader,
-    check_row,
     export_graph,
     resolve_feeds,
     resolve_params,
@@ -29,15 +27,7 @@ from tensorspark.models.tf1 import (
 )
 from tensorspark.training.result import TrainResult
 from tensorspark.training.run import Server, ServerHost, TrainingRun
-from tensorspark.training.tasks import files_job, rdd_job
-
-
-def _known_shape(tensor: Any) -> tuple[int, ...] | None:
-    """A placeholder's shape without the batch dimension, or ``None`` unless fully known."""
-    shape = tensor.shape
-    if shape.rank is None or any(d is None for d in shape.as_list()[1:]):
-        return None
-    return tuple(int(d) for d in shape.as_list()[1:])
+from tensorspark.training.tasks import training_job
 
 
 def train_graph(
@@ -51,7 +41,7 @@ def train_graph(
     *,
     shuffle: bool,
     num_epoch: int,
-    options: Any,
+    run_options: Any,
     loss: Any,
     listeners: Sequence[RunListener],
 ) -> TrainResult:
@@ -60,45 +50,24 @@ def train_graph(
     graph = session.graph
     feeds, dtypes = resolve_feeds(graph, feed_name_list)
     param_names = resolve_params(graph, param_list)
-    plan = None
-    if isinstance(feed_rdd, FileSource):
-        if len(feeds) not in (1, 2):
-            raise ConfigurationError(
-                "files feed one or two placeholders (features, then the label). "
-                f"Received: feed_name_list={list(feed_name_list)!r}"
-            )
-        shapes = [_known_shape(t) for t in feeds]
-        feed = Feed(shapes[0], dtypes[0], *((shapes[1], dtypes[1]) if len(feeds) == 2 else ()))
-        plan = plan_files(spark_conf(sc), feed_rdd, feed, default_partitions=sc.defaultParallelism, argument="feed_rdd")
-    else:
-        first = first_element(feed_rdd)
-        if not first:
-            raise ConfigurationError("feed_rdd is empty: there is nothing to train on")
-        check_row(feeds, first[0], feed_name_list)
-    spec = export_graph(session, fetches, feed_name_list, param_names, loss=loss, options=options)
+    feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes)
+    data = input_for(sc, feed_rdd, feed, conf=spark_conf(sc), argument="feed_rdd")
+    spec = export_graph(
+        session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options
+    )
     loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
     initial = loader.read(session, param_names)
     run = TrainingRun(sc, host)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), num_epoch, shuffle)
-        if plan is not None:
-            return files_job(sc, plan, bcast=bcast, kind="tf1", options={}, config=config)
-        return rdd_job(
-            feed_rdd,
-            bcast=bcast,
-            kind="tf1",
-            options={},
-            config=config,
-            feed_names=spec.feed_names,
-            feed_dtypes=spec.feed_dtypes,
-        )
+        return training_job(data, bcast=bcast, loader=TF1TrainerLoader(), config=config)
 
-    partitions = plan.num_partitions if plan is not None else feed_rdd.getNumPartitions()
+    rows = data.known_rows
     result = run.execute(
-        initial, partitions, make_job, spec,
+        initial, data.count_partitions(), make_job, spec,
         listeners=listeners, num_epoch=num_epoch,
-        total_samples=None if plan is None or plan.rows is None else plan.rows * num_epoch,
+        total_samples=None if rows is None else rows * num_epoch,
     )
     loader.load(session, result.params)
     return result

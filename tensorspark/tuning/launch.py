@@ -15,6 +15,8 @@ Two launchers, one interface (:class:`Launcher`), chosen by :func:`launcher_for`
 
 Each trial's job runs under the search's job group (Connect: tag), so :meth:`Launcher.cancel`
 stops every trial in flight. Driver side, except the ``*_task`` functions (executors).
+Whether the data is a DataFrame is asked of :func:`tensorspark.inputs.is_dataframe`, the
+input seam's one place for telling kinds apart.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from tensorspark import connect, jobs, wire
 from tensorspark.data import FEED_NAMES, arrow_to_blocks, column_type, example_columns
 from tensorspark.errors import ConfigurationError
+from tensorspark.inputs import is_dataframe
 from tensorspark.tuning.trial import Trial, TrialConfig, run_trial, run_trial_from_broadcast
 
 #: The column that tells training rows (0) from validation rows (1) in a trial's input.
@@ -45,11 +48,6 @@ class Launcher(Protocol):
 
     def close(self) -> None:
         """Free what the trials shared (a broadcast)."""
-
-
-def is_dataframe(value: Any) -> bool:
-    """Whether ``value`` is a pyspark DataFrame (classic or Spark Connect)."""
-    return hasattr(value, "mapInArrow") and hasattr(value, "schema")
 
 
 def check_dataframes(train: Any, validation: Any, features_col: str, label_col: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 from tensorspark.errors import ConfigurationError
 from tensorspark.evaluation import EvalPlan, decode_snapshots, encode_snapshots, evaluate_blocks
 from tensorspark.models import keras_io
-from tensorspark.models.keras import KerasModel, model_payload, read_weights, weight_names
+from tensorspark.models.keras import KerasTrainer, model_payload, read_weights, weight_names
 from tensorspark.models.keras_checks import check_example, validate_model
 from tensorspark.training.result import EpochSnapshots
 
@@ -48,7 +48,7 @@ class Scale(keras.layers.Layer):  # deliberately not registered
 
 def test_chunk_equals_keras_train_on_batch_step_by_step() -> None:
     payload = keras_io.serialize_model(mlp())
-    adapter = KerasModel(payload, key="equal", sync_interval=5)
+    adapter = KerasTrainer(payload, key="equal", sync_interval=5)
     reference = keras_io.deserialize_model(payload, compile=True)
     x, y = data(5 * 16 + 7)  # five full batches and a partial one
     chunk = batches(x, y, 16)
@@ -68,7 +68,7 @@ def test_chunk_equals_keras_train_on_batch_step_by_step() -> None:
 
 def test_sums_are_sample_weighted_keras_means() -> None:
     payload = keras_io.serialize_model(mlp())
-    adapter = KerasModel(payload, key="sums", sync_interval=4)
+    adapter = KerasTrainer(payload, key="sums", sync_interval=4)
     probe = keras_io.deserialize_model(payload, compile=True)
     x, y = data(40)
     before = probe.evaluate(x, y, batch_size=40, verbose=0, return_dict=True)
@@ -83,7 +83,7 @@ def test_sums_are_sample_weighted_keras_means() -> None:
 
 
 def test_one_trace_for_full_short_and_partial_chunks() -> None:
-    adapter = KerasModel(keras_io.serialize_model(mlp()), key="trace", sync_interval=4)
+    adapter = KerasTrainer(keras_io.serialize_model(mlp()), key="trace", sync_interval=4)
     x, y = data(4 * 8 * 2 + 2 * 8 + 3)
     all_batches = batches(x, y, 8)
     adapter.train_chunk(all_batches[:4])
@@ -95,7 +95,7 @@ def test_one_trace_for_full_short_and_partial_chunks() -> None:
 
 def test_weights_round_trip_and_names_match_the_driver_model() -> None:
     driver = mlp()
-    adapter = KerasModel(keras_io.serialize_model(driver), key="names")
+    adapter = KerasTrainer(keras_io.serialize_model(driver), key="names")
     assert list(adapter.get_weights()) == weight_names(driver)
     layers = [layer.name for layer in driver.layers]
     assert weight_names(driver) == [f"{layers[0]}/kernel", f"{layers[0]}/bias", f"{layers[1]}/kernel", f"{layers[1]}/bias"]
@@ -108,9 +108,9 @@ def test_weights_round_trip_and_names_match_the_driver_model() -> None:
 
 def test_adapters_of_one_run_share_the_cached_model() -> None:
     payload = keras_io.serialize_model(mlp())
-    first = KerasModel(payload, key="shared")
-    second = KerasModel(payload, key="shared")
-    third = KerasModel(payload, key="other")
+    first = KerasTrainer(payload, key="shared")
+    second = KerasTrainer(payload, key="shared")
+    third = KerasTrainer(payload, key="other")
     assert first.model is second.model
     assert third.model is not first.model
 
@@ -186,7 +186,7 @@ def test_evaluate_blocks_matches_model_evaluate_for_each_weight_set() -> None:
     x, y = data(100, seed=3)
     first = read_weights(model)
     second = {k: v * 0.5 for k, v in first.items()}
-    plan = EvalPlan(key="eval-test", custom_objects=None, batch_size=16, feed_dtypes=("float32", "int64"))
+    plan = EvalPlan(key="eval-test", custom_objects=None, batch_size=16)
     blocks = iter([(x[:60], y[:60]), (x[60:], y[60:])])
 
     stats = evaluate_blocks(plan, _Value(payload), _Value(encode_snapshots([first, second])), blocks, 0)

@@ -9,7 +9,7 @@ import pytest
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.keras import KerasLoader, KerasModel, weight_names
+from tensorspark.models.keras import KerasLoader, KerasTrainer, weight_names
 from tensorspark.models.precision import check_policy, mixed_config, policy_scope
 
 
@@ -92,7 +92,7 @@ def test_float16_rebuild_scales_the_loss() -> None:
 def test_the_training_adapter_trains_in_bfloat16_on_the_cpu_and_moves_float32() -> None:
     source = _sequential()
     data = keras_io.serialize_model(source)
-    adapter = KerasModel(data, key="bf16-test", sync_interval=4, mixed_precision="mixed_bfloat16")
+    adapter = KerasTrainer(data, key="bf16-test", sync_interval=4, mixed_precision="mixed_bfloat16")
     assert adapter.model.get_layer("hidden").compute_dtype == "bfloat16"
     rng = np.random.default_rng(0)
     x = rng.normal(size=(128, 6)).astype(np.float32)

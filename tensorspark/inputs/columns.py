@@ -1,5 +1,5 @@
-"""DataFrame input of :func:`tensorspark.predict`: the feature column's checks, and the
-Arrow UDF that adds the prediction column (driver).
+"""DataFrame input of :func:`tensorspark.predict`: the feature column's checks (driver),
+and the Arrow UDF that adds the prediction column (its body runs on executors).
 
 The column, its type and its first row are checked here, before any job; later rows are
 checked in the JVM as they stream past (a Spark expression), with the same message.
@@ -8,24 +8,42 @@ checked in the JVM as they stream past (a Spark expression), with the same messa
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.data import binary_dtype, column_type, float_array
+from tensorspark.data import (
+    arrow_column_to_numpy,
+    binary_dtype,
+    binary_rows,
+    column_type,
+    float_array,
+)
 from tensorspark.errors import ConfigurationError
-from tensorspark.inference.tasks import Plan, predict_arrow_array
-from tensorspark.models.base import ModelSource
+from tensorspark.inputs.base import Scoring
 
 if TYPE_CHECKING:
-    from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame
 
 
-def _shape_error(plan: Plan, source_description: str, received: str) -> ConfigurationError:
+@dataclass(frozen=True)
+class FeatureShape:
+    """What each row must hold, for the checks' messages (driver)."""
+
+    input_shape: tuple[int, ...]
+    description: str
+
+    @property
+    def num_features(self) -> int:
+        return math.prod(self.input_shape)
+
+
+def _shape_error(plan: FeatureShape, received: str) -> ConfigurationError:
     return ConfigurationError(
         f"Each row must hold {plan.num_features} numbers, the input shape "
-        f"{plan.input_shape} of {source_description}. Received: {received}"
+        f"{plan.input_shape} of {plan.description}. Received: {received}"
     )
 
 
@@ -33,8 +51,7 @@ def check_dataframe(
     df: DataFrame,
     features_col: str,
     output_col: str,
-    plan: Plan,
-    source: ModelSource,
+    plan: FeatureShape,
     feature_dtype: Any = None,
 ) -> tuple[Any, str | None]:
     """Checks the column, its type and its first row (driver).
@@ -57,7 +74,7 @@ def check_dataframe(
         )
     if isinstance(dtype, BinaryType):
         binary = binary_dtype(feature_dtype)
-        return _checked_binary(df, features_col, binary, plan, source), binary.str
+        return _checked_binary(df, features_col, binary, plan), binary.str
     if feature_dtype is not None:
         raise ConfigurationError(
             "Argument `feature_dtype` says how the bytes of a binary column are read; "
@@ -75,7 +92,6 @@ def check_dataframe(
     if first and first[0]["n"] != plan.num_features:
         raise _shape_error(
             plan,
-            source.description,
             f"features_col={features_col!r} whose first row holds {first[0]['n']} numbers",
         )
     # Later rows are checked as they stream past (in the JVM, before Arrow), with the same
@@ -84,14 +100,14 @@ def check_dataframe(
         values,
         F.size(values) == plan.num_features,
         f"Each row of features_col={features_col!r} must hold {plan.num_features} numbers, "
-        f"the input shape {plan.input_shape} of {source.description}. Received: a row with ",
+        f"the input shape {plan.input_shape} of {plan.description}. Received: a row with ",
         F.size(values),
         " numbers (-1: null)",
     ), None
 
 
 def _checked_binary(
-    df: DataFrame, features_col: str, dtype: np.dtype[Any], plan: Plan, source: ModelSource
+    df: DataFrame, features_col: str, dtype: np.dtype[Any], plan: FeatureShape
 ) -> Any:
     """The binary column, checked to hold ``num_features`` numbers of ``dtype`` per row:
     the first row here, later rows in the JVM as they stream past (driver)."""
@@ -104,7 +120,6 @@ def _checked_binary(
         got = first[0]["n"]
         raise _shape_error(
             plan,
-            source.description,
             f"features_col={features_col!r} whose first row holds "
             + ("null" if got is None else f"{got} bytes")
             + f", not {size} ({plan.num_features} x {dtype.name}; set `feature_dtype` "
@@ -115,7 +130,7 @@ def _checked_binary(
         F.length(column) == size,
         f"Each row of features_col={features_col!r} must hold {size} bytes, "
         f"{plan.num_features} x {dtype.name} for the input shape {plan.input_shape} of "
-        f"{source.description}. Received: a row with ",
+        f"{plan.description}. Received: a row with ",
         F.coalesce(F.length(column), F.lit(-1)),
         " bytes (-1: null)",
     )
@@ -131,8 +146,25 @@ def _checked(values: Any, fits: Any, message: str, got: Any, unit: str) -> Any:
     )
 
 
+def predict_column(scoring: Scoring, binary: str | None, features: Any) -> Any:
+    """Arrow UDF body: one Arrow array of feature rows in, one of predictions out
+    (executor). ``binary``: the numpy dtype string a binary column's bytes are read as."""
+    n = len(features)
+    if not n:
+        return scoring.arrow(np.zeros((0, 0), np.float32))
+    score = scoring.predictor()
+    if binary is not None:
+        rows = binary_rows(features, np.dtype(binary), scoring.num_features)
+    else:
+        rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
+    size = scoring.batch_size
+    chunks = (rows[i : i + size] for i in range(0, n, size))
+    outputs = np.concatenate([score(chunk).reshape(len(chunk), -1) for chunk in chunks])
+    return scoring.arrow(outputs)
+
+
 def predict_dataframe(
-    df: DataFrame, feature_expr: Any, output_col: str, plan: Plan, payload: Broadcast[bytes]
+    df: DataFrame, feature_expr: Any, output_col: str, scoring: Scoring, binary: str | None
 ) -> DataFrame:
     """Adds ``output_col`` with an Arrow UDF over the feature column (driver).
 
@@ -145,22 +177,7 @@ def predict_dataframe(
     there and back). The numbers are in README (``bench/inference.py``).
     """
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
-    from pyspark.sql.types import (
-        ArrayType,
-        FloatType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
 
-    if plan.top_k:
-        label_type = StringType() if plan.labels is not None else LongType()
-        out_type: Any = ArrayType(
-            StructType([StructField("label", label_type), StructField("score", FloatType())])
-        )
-    else:
-        out_type = ArrayType(FloatType())
-    fn = functools.partial(predict_arrow_array, plan, payload)
-    udf = arrow_udf(fn, returnType=out_type, functionType=ArrowUDFType.SCALAR)
+    fn = functools.partial(predict_column, scoring, binary)
+    udf = arrow_udf(fn, returnType=scoring.spark_type(), functionType=ArrowUDFType.SCALAR)
     return df.withColumn(output_col, udf(feature_expr))

@@ -1,0 +1,222 @@
+"""The input seam: what every kind of input (RDD, DataFrame, files) provides to the jobs.
+
+An input has two halves, like a model (:mod:`tensorspark.models.base`):
+
+* driver side, an :class:`Input`: planned once per job from the user's data and what the
+  model takes (:class:`ModelFeed`): its partitions, the first example checked (or the
+  files' metadata), the dtypes blocks are fed with; it runs a job of one task per
+  partition (:meth:`Input.job`);
+* executor side, its :class:`Reader`: a frozen dataclass of plain values, shipped with the
+  job, that turns the task's partition into an
+  :class:`~tensorspark.partition.EpochSource` of numpy blocks
+  (:data:`tensorspark.data.Block`).
+
+The jobs (training, evaluation) hand :meth:`Input.job` their per-partition work, a
+:data:`PartitionWork`, and never ask which kind of input they hold. Inference, whose
+result keeps the input's form (an RDD in order, a DataFrame plus a column, files as an
+RDD or Parquet files), hands a :class:`PredictInput` its :class:`Scoring` (features in,
+outputs out, shipped) the same way.
+
+A new kind of input (a stream, say) is one module beside ``rdd.py``, ``dataframe.py`` and
+``files.py`` with the three entry points each of them has, ``accepts(data)``,
+``plan(sc, data, feed, *, conf, argument, columns) -> Input`` and
+``plan_predict(sc, data, input_shape, args, *, conf) -> PredictInput``, and its name in
+:data:`tensorspark.inputs.KINDS`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.spec import Feed
+from tensorspark.partition import EpochSource
+
+#: A job's work on one partition (executor): ``(partition, attempt, source) -> one line``
+#: (JSON statistics). A frozen dataclass or a partial of plain values: it is shipped.
+PartitionWork = Callable[[int, int, EpochSource], str]
+
+#: A thunk that runs a job and returns its tasks' lines (driver).
+JobThunk = Callable[[], list[str]]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which columns of a DataFrame hold the features and the label (driver)."""
+
+    features: str = "features"
+    label: str = "label"
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How a task reads its partition: batches of ``batch_size`` rows, ``num_epoch``
+    passes, shuffled per epoch with ``seed`` (combined with the partition) or in order."""
+
+    batch_size: int
+    num_epoch: int = 1
+    shuffle: bool = False
+    seed: int = 0
+
+
+class Reader(Protocol):
+    """The executor half of an input: a frozen dataclass of plain values (shipped)."""
+
+    def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
+        """The task's partition as batches of numpy blocks, one iteration per pass.
+
+        ``elements`` is what Spark hands the task (RDD elements, Arrow record batches, the
+        plan's shards). Runs on an executor, once per task; the source is the caller's to
+        close.
+        """
+        ...
+
+
+class ModelFeed(Protocol):
+    """What a model takes per example, as the driver's model checks know it (driver).
+
+    Each model kind provides one (:class:`tensorspark.models.keras_checks.KerasFeed`,
+    :class:`tensorspark.models.tf1.TF1Feed`); the inputs check their data against it.
+    """
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The block's columns, in order (the model's feeds)."""
+        ...
+
+    @property
+    def integer_labels(self) -> bool:
+        """Number labels of a DataFrame are class ids (cast to long), else floats."""
+        ...
+
+    def file_feed(self) -> Feed:
+        """Shapes and dtypes files are read with (``sps.files(...)``)."""
+        ...
+
+    def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
+        """Check one example (a tuple aligned with :attr:`names`, as an RDD element) and
+        return the dtype names its columns are fed with (``None``: as the data has it).
+
+        Raises:
+            ConfigurationError: the example does not fit the model; the message names
+                ``argument``/``what`` and what was received.
+        """
+        ...
+
+
+class Input(abc.ABC):
+    """A planned input, seen from the driver (never shipped: :attr:`reader` is).
+
+    Attributes:
+        reader: the executor half.
+        feed_dtypes: the dtype names of the block's columns (``None``: as the data has it).
+        known_rows: the number of examples when known without a job (files' metadata),
+            else ``None``.
+    """
+
+    reader: Reader
+    feed_dtypes: tuple[str | None, ...]
+    known_rows: int | None = None
+
+    @property
+    @abc.abstractmethod
+    def num_partitions(self) -> int | None:
+        """The input's partitions; ``None`` when only a job can tell (Spark Connect)."""
+
+    def count_partitions(self) -> int:
+        """The input's partitions, by a small job where only that can tell (driver)."""
+        known = self.num_partitions
+        assert known is not None, f"{type(self).__name__} must count its own partitions"
+        return known
+
+    @abc.abstractmethod
+    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
+        """A thunk that runs ``work`` on every partition, read as ``passes`` say, and
+        returns the tasks' lines in partition order (driver; the thunk runs the job).
+
+        ``barrier``: one barrier stage (every task starts together; sync training).
+        """
+
+
+# ---------------------------------------------------------------------- inference
+
+
+class Scoring(Protocol):
+    """The inference job's model half, as the inputs use it: a frozen dataclass of plain
+    values and the broadcast model (shipped; :class:`tensorspark.inference.tasks.Scorer`).
+    """
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The model's input shape without the batch dimension."""
+        ...
+
+    @property
+    def num_features(self) -> int:
+        """Numbers per example (the product of :attr:`input_shape`)."""
+        ...
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per model call."""
+        ...
+
+    def predictor(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The worker's scoring function: a batch of flat features in, float32 outputs
+        (one row per input row) out; loads the model once per Python worker (executor)."""
+        ...
+
+    def elements(self, outputs: np.ndarray) -> Iterator[Any]:
+        """A batch's outputs as RDD elements (executor)."""
+        ...
+
+    def arrow(self, outputs: np.ndarray) -> Any:
+        """A batch's outputs as one Arrow column (executor)."""
+        ...
+
+    def spark_type(self) -> Any:
+        """The Spark SQL type of :meth:`arrow`'s column (driver)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PredictArgs:
+    """The inference call's input arguments, each meaningful for some kinds of input only
+    (driver; each kind refuses what it cannot use, naming the argument)."""
+
+    features_col: str = "features"
+    output_col: str = "prediction"
+    #: How a binary DataFrame column's bytes are read (numpy dtype), or ``None``.
+    feature_dtype: Any = None
+    #: Files only: a folder to write the predictions to as Parquet.
+    output: str | None = None
+    #: How messages name the model (e.g. ``"model='/models/a.keras'"``).
+    description: str = "the model"
+
+
+class PredictInput(abc.ABC):
+    """An input planned for inference (driver; never shipped)."""
+
+    @abc.abstractmethod
+    def predict(self, scoring: Scoring) -> Any:
+        """The model's outputs over this input, in its own form: lazy where Spark allows
+        (an RDD, a DataFrame), or a job run at once (files written to ``output``)."""
+
+
+def refuse_output(args: PredictArgs, data: Any) -> None:
+    """Refuse ``output=`` for an input whose predictions are not written as files (driver).
+
+    Raises:
+        ConfigurationError: ``args.output`` is set.
+    """
+    if args.output is not None:
+        raise ConfigurationError(
+            "Argument `output` writes the predictions of files; for a DataFrame write the "
+            "result yourself (result.write.parquet(...)). Received: output with data of type "
+            f"{type(data).__name__}"
+        )

@@ -1,0 +1,182 @@
+"""DataFrame input: a feature and a label column, read through Arrow (``mapInArrow``).
+
+Driver side, :func:`plan_dataframe` selects the two columns as the model is fed them
+(:func:`~tensorspark.data.example_columns`: ``array<float>`` features, labels cast as the
+loss wants) and checks the first row (one small job); executor side,
+:class:`ArrowReader` turns Arrow record batches into numpy blocks without a Python object
+per row (:func:`~tensorspark.data.arrow_to_blocks`). Works under Spark Connect too, where
+the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
+
+For inference (:class:`DataFramePredict`) the feature column is checked on the driver and
+the predictions are added as a column by an Arrow UDF (:mod:`tensorspark.inputs.columns`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tensorspark import connect
+from tensorspark.data import FEED_NAMES, arrow_to_blocks, as_dtypes, example_columns
+from tensorspark.errors import ConfigurationError
+from tensorspark.inputs.base import (
+    Columns,
+    Input,
+    JobThunk,
+    ModelFeed,
+    PartitionWork,
+    Passes,
+    PredictArgs,
+    PredictInput,
+    Scoring,
+    refuse_output,
+)
+from tensorspark.inputs.columns import FeatureShape, check_dataframe, predict_dataframe
+from tensorspark.jobs import task_context
+from tensorspark.partition import EpochSource, PartitionData
+
+
+@dataclass(frozen=True)
+class ArrowReader:
+    """Arrow record batches into blocks (executor half; plain values only)."""
+
+    columns: tuple[str, ...]
+    dtypes: tuple[str | None, ...]
+
+    def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
+        blocks = arrow_to_blocks(elements, self.columns, as_dtypes(self.dtypes))
+        return PartitionData(
+            blocks,
+            passes.batch_size,
+            passes.num_epoch,
+            shuffle=passes.shuffle,
+            seed=passes.seed,
+            partition=partition,
+        )
+
+
+def _arrow_task(
+    reader: ArrowReader, work: PartitionWork, passes: Passes, batches: Iterator[Any]
+) -> Iterator[Any]:
+    """``DataFrame.mapInArrow`` body: the partition's batches read, then ``work``; one
+    record batch holding its line."""
+    import pyarrow as pa
+
+    partition, attempt = task_context()
+    index = partition if partition is not None else 0
+    line = work(index, attempt, reader.open(index, batches, passes))
+    yield pa.RecordBatch.from_pydict({"stats": [line]})
+
+
+class DataFrameInput(Input):
+    """A DataFrame of two columns named :data:`~tensorspark.data.FEED_NAMES`, first row
+    checked (driver)."""
+
+    reader: ArrowReader
+
+    def __init__(self, df: Any, reader: ArrowReader) -> None:
+        self.df = df
+        self.reader = reader
+        self.feed_dtypes = reader.dtypes
+
+    @property
+    def num_partitions(self) -> int | None:
+        if connect.is_connect(self.df):
+            return None
+        return int(self.df.rdd.getNumPartitions())
+
+    def count_partitions(self) -> int:
+        known = self.num_partitions
+        return known if known is not None else connect.count_partitions(self.df)
+
+    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
+        fn = functools.partial(_arrow_task, self.reader, work, passes)
+        selected = self.df.select(*self.reader.columns)
+        return lambda: [
+            r.stats for r in selected.mapInArrow(fn, "stats string", barrier=barrier).collect()
+        ]
+
+
+def plan_dataframe(
+    df: Any, feed: ModelFeed, *, argument: str, features_col: str, label_col: str
+) -> DataFrameInput:
+    """``df``'s feature and label columns, the first row checked against ``feed`` (driver;
+    one small job).
+
+    Raises:
+        ConfigurationError: a missing column, a column of an unusable type, an empty
+            DataFrame, or what ``feed`` refuses.
+    """
+    selected = df.select(*example_columns(df, features_col, label_col, feed.integer_labels))
+    head = selected.head(1)
+    if not head:
+        raise ConfigurationError(
+            f"Argument `{argument}` is empty: there is nothing to use. "
+            f"Received: {argument} is empty"
+        )
+    dtypes = feed.check_row(
+        (head[0][0], head[0][1]),
+        argument=argument,
+        what=f"features_col={features_col!r}, label_col={label_col!r}",
+    )
+    return DataFrameInput(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))
+
+
+class DataFramePredict(PredictInput):
+    """A DataFrame whose feature column is checked, to add the prediction column (driver)."""
+
+    def __init__(self, df: Any, feature_expr: Any, output_col: str, binary: str | None) -> None:
+        self.df = df
+        self.feature_expr = feature_expr
+        self.output_col = output_col
+        self.binary = binary
+
+    def predict(self, scoring: Scoring) -> Any:
+        """The DataFrame's rows plus the prediction column (lazy)."""
+        return predict_dataframe(self.df, self.feature_expr, self.output_col, scoring, self.binary)
+
+
+def plan_dataframe_predict(
+    df: Any, input_shape: tuple[int, ...], args: PredictArgs
+) -> DataFramePredict:
+    """``df``'s feature column checked for a model of ``input_shape`` (driver; one small
+    job reads the first row's size).
+
+    Raises:
+        ConfigurationError: ``output`` given, a missing or mistyped column, an
+            ``output_col`` the DataFrame has, or a first row that does not fit.
+    """
+    refuse_output(args, df)
+    shape = FeatureShape(input_shape, args.description)
+    expr, binary = check_dataframe(
+        df, args.features_col, args.output_col, shape, args.feature_dtype
+    )
+    return DataFramePredict(df, expr, args.output_col, binary)
+
+
+# ---------------------------------------------------------------------- the kind's entry points
+
+
+def accepts(data: Any) -> bool:
+    """Whether ``data`` is a pyspark DataFrame, classic or Spark Connect (driver)."""
+    from pyspark.sql import DataFrame
+
+    return isinstance(data, DataFrame)
+
+
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> DataFrameInput:
+    """:func:`plan_dataframe` (no storage to reach)."""
+    return plan_dataframe(
+        data, feed, argument=argument, features_col=columns.features, label_col=columns.label
+    )
+
+
+def plan_predict(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> DataFramePredict:
+    """:func:`plan_dataframe_predict`."""
+    return plan_dataframe_predict(data, input_shape, args)

@@ -1,0 +1,233 @@
+"""RDD input: elements that are tuples aligned with the model's feeds.
+
+Driver side, :func:`plan_rdd` checks the first element against the model (one small job,
+:func:`~tensorspark.data.first_element`, which keeps the Python worker alive); executor
+side, :class:`RddReader` groups the partition's elements into numpy blocks
+(:func:`~tensorspark.data.rows_to_blocks`), batched and spilled for later passes by
+:class:`~tensorspark.partition.PartitionData`. :func:`run_partitions` is the job over any
+RDD whose partitions a reader reads (the files input uses it too).
+
+For inference (:class:`RddPredict`) each element is the features of one row; rows are
+checked as they stream past, in the job, not by a first-row job on the driver: that would
+cost a Python worker's TensorFlow import and model load per call (see
+:func:`predict_elements`). The result is an RDD in the input's order and partitioning.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tensorspark.data import as_dtypes, first_element, preview, rows_to_blocks
+from tensorspark.errors import ConfigurationError
+from tensorspark.inputs.base import (
+    Columns,
+    Input,
+    JobThunk,
+    ModelFeed,
+    PartitionWork,
+    Passes,
+    PredictArgs,
+    PredictInput,
+    Reader,
+    Scoring,
+    refuse_output,
+)
+from tensorspark.jobs import task_context
+from tensorspark.partition import EpochSource, PartitionData
+
+#: Fewest rows per block an RDD partition is grouped into (larger batches: one batch).
+MIN_BLOCK_ROWS = 256
+
+
+@dataclass(frozen=True)
+class RddReader:
+    """RDD elements into blocks (executor half; plain values only)."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[str | None, ...]
+
+    def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
+        blocks = rows_to_blocks(
+            elements,
+            self.names,
+            as_dtypes(self.dtypes),
+            block_rows=max(passes.batch_size, MIN_BLOCK_ROWS),
+        )
+        return PartitionData(
+            blocks,
+            passes.batch_size,
+            passes.num_epoch,
+            shuffle=passes.shuffle,
+            seed=passes.seed,
+            partition=partition,
+        )
+
+
+def _task(
+    reader: Reader, work: PartitionWork, passes: Passes, index: int, elements: Iterator[Any]
+) -> Iterator[str]:
+    """``mapPartitionsWithIndex`` body: the partition read, then ``work``; one line."""
+    _, attempt = task_context()
+    yield work(index, attempt, reader.open(index, elements, passes))
+
+
+def _barrier_task(
+    reader: Reader, work: PartitionWork, passes: Passes, elements: Iterator[Any]
+) -> Iterator[str]:
+    """``rdd.barrier().mapPartitions`` body (the index comes from the task's context)."""
+    index, _ = task_context()
+    assert index is not None
+    yield from _task(reader, work, passes, index, elements)
+
+
+def run_partitions(
+    rdd: Any, reader: Reader, work: PartitionWork, passes: Passes, barrier: bool
+) -> JobThunk:
+    """A thunk running ``work`` over each partition of ``rdd`` as ``reader`` reads it
+    (a barrier stage with ``barrier``); the lines in partition order (driver)."""
+    if barrier:
+        fn = functools.partial(_barrier_task, reader, work, passes)
+        return lambda: rdd.barrier().mapPartitions(fn).collect()  # type: ignore[no-any-return]
+    task = functools.partial(_task, reader, work, passes)
+    return lambda: rdd.mapPartitionsWithIndex(task).collect()  # type: ignore[no-any-return]
+
+
+class RddInput(Input):
+    """An RDD of examples, its first element checked (driver)."""
+
+    def __init__(self, rdd: Any, reader: RddReader) -> None:
+        self.rdd = rdd
+        self.reader = reader
+        self.feed_dtypes = reader.dtypes
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.rdd.getNumPartitions())
+
+    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
+        return run_partitions(self.rdd, self.reader, work, passes, barrier)
+
+
+def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> RddInput:
+    """``rdd`` with its first element checked against ``feed`` (driver; one small job).
+
+    Raises:
+        ConfigurationError: the RDD is empty, or ``feed`` refuses its first element.
+    """
+    first = first_element(rdd)
+    if not first:
+        raise ConfigurationError(
+            f"Argument `{argument}` is empty: there is nothing to use. "
+            f"Received: {argument} is empty"
+        )
+    dtypes = feed.check_row(first[0], argument=argument, what=f"{argument}=RDD")
+    return RddInput(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
+
+
+# ---------------------------------------------------------------------- inference
+
+
+def _row_features(element: Any) -> np.ndarray:
+    if isinstance(element, tuple):
+        element = element[0]
+    if hasattr(element, "toArray"):  # pyspark.ml / mllib vectors
+        element = element.toArray()
+    return np.asarray(element, dtype=np.float32)
+
+
+def predict_elements(scoring: Scoring, rows: Iterable[Any]) -> Iterator[Any]:
+    """Runs one RDD partition through the model, ``batch_size`` rows at a time (executor).
+
+    Each element is checked as it streams past: a later row that does not fit fails the
+    action that computes it, with the expected and received sizes.
+    """
+    score: Callable[[np.ndarray], np.ndarray] | None = None
+    batch: list[np.ndarray] = []
+    index = 0
+
+    def flush() -> Iterator[Any]:
+        nonlocal score
+        if score is None:
+            score = scoring.predictor()
+        yield from scoring.elements(score(np.stack(batch)))
+
+    for row in rows:
+        try:
+            features = _row_features(row)
+        except (TypeError, ValueError) as err:
+            raise ConfigurationError(
+                "RDD elements must be numeric arrays, lists or vectors, or tuples whose first "
+                f"item is one. Received: row {index} of this partition: {preview(row)} ({err})"
+            ) from None
+        if features.size != scoring.num_features:
+            raise ConfigurationError(
+                f"Each RDD row must hold {scoring.num_features} numbers, the model's input "
+                f"shape {scoring.input_shape}. Received: row {index} of this partition with "
+                f"shape {features.shape}"
+            )
+        batch.append(features.reshape(-1))
+        index += 1
+        if len(batch) == scoring.batch_size:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
+
+
+class RddPredict(PredictInput):
+    """An RDD of feature rows to score (driver)."""
+
+    def __init__(self, rdd: Any) -> None:
+        self.rdd = rdd
+
+    def predict(self, scoring: Scoring) -> Any:
+        """A lazy RDD, one output element per input element, same partitioning."""
+        return self.rdd.mapPartitions(
+            functools.partial(predict_elements, scoring), preservesPartitioning=True
+        )
+
+
+def plan_rdd_predict(rdd: Any, args: PredictArgs) -> RddPredict:
+    """``rdd`` as inference's input (driver; no job: rows are checked in the job).
+
+    Raises:
+        ConfigurationError: ``feature_dtype`` or ``output`` given (RDD rows carry their own
+            dtype; predictions of an RDD are an RDD).
+    """
+    refuse_output(args, rdd)
+    if args.feature_dtype is not None:
+        raise ConfigurationError(
+            "Argument `feature_dtype` says how the bytes of a binary DataFrame column are "
+            "read; RDD rows carry their own dtype. Received: feature_dtype="
+            f"{args.feature_dtype!r} with an RDD"
+        )
+    return RddPredict(rdd)
+
+
+# ---------------------------------------------------------------------- the kind's entry points
+
+
+def accepts(data: Any) -> bool:
+    """Whether ``data`` is an RDD (driver)."""
+    from pyspark import RDD
+
+    return isinstance(data, RDD)
+
+
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> RddInput:
+    """:func:`plan_rdd` (an RDD has no columns to name, nor storage to reach)."""
+    return plan_rdd(data, feed, argument=argument)
+
+
+def plan_predict(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> RddPredict:
+    """:func:`plan_rdd_predict`."""
+    return plan_rdd_predict(data, args)
