@@ -33,10 +33,9 @@ from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.compression import Compression
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
-from tensorspark.ps.settings import check_compression
+from tensorspark.ps.settings import ServerSettings
 from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
 from tensorspark.worker import WorkerConfig
@@ -53,41 +52,34 @@ JobFactory = Callable[[Server, Any], Callable[[], list[Any]]]
 
 @dataclass(frozen=True)
 class RunSettings:
-    """A session's settings for its runs and their server, validated by the session.
+    """A session's settings for its runs, validated by the session; ``server`` holds those
+    of their parameter server.
 
-    ``advertised_host`` is the address executors are told; ``bind_host`` the one the server
-    binds (they differ behind NAT). ``secret`` is never logged (left out of ``repr``).
+    ``advertised_host`` is the address executors are told; ``server.host`` the one the
+    server binds (they differ behind NAT). The server's secret is never logged (left out
+    of ``repr``).
     """
 
     name: str
-    mode: str
     sync_interval: int
     batch_size: int
     seed: int
     on_divergence: str
-    combiner: WeightCombiner
-    max_staleness: int | None
     reusable: bool
     advertised_host: str
-    bind_host: str
-    port: int | tuple[int, int]
     ps_timeout: float
-    ssl_certfile: str | None
-    ssl_keyfile: str | None
     ssl_cafile: str | None
-    public_status: bool
-    max_body_bytes: int | None
     checkpoint_interval: float
     resume: bool
-    secret: bytes | None = None
-    compression: Compression | None = None
-    shards: int = 1
+    server: ServerSettings
 
-    def __post_init__(self) -> None:
-        check_compression(self.compression, self.combiner, self.mode)
+    @property
+    def mode(self) -> str:
+        """The server's mode (``"async"`` or ``"sync"``)."""
+        return self.server.mode
 
     def __repr__(self) -> str:
-        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.port})"
+        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.server.port})"
 
 
 class ServerHost:
@@ -147,36 +139,23 @@ class ServerHost:
         version, progress, applied_before, saved_version = 0, None, 0, None
         combiner_state = None
         if self.checkpoints is not None and s.resume:
-            checkpoint = resume_state(self.checkpoints, params, s.mode)
+            checkpoint = resume_state(self.checkpoints, params, s.server.mode)
             if checkpoint is not None:
                 params = checkpoint.params
                 version, progress = checkpoint.version, checkpoint.progress
                 saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
-                combiner_state = combiner_state_of(checkpoint, s.combiner)
-        kind: Any = ParameterServer
-        shards: dict[str, Any] = {}
-        if s.shards > 1:
-            kind, shards = ShardedServer, {"shards": s.shards}
+                combiner_state = combiner_state_of(checkpoint, s.server.combiner)
+        kind: Any = ParameterServer  # the checkpointer takes either (it types the single one)
+        if s.server.shards > 1:
+            kind = ShardedServer
         server = kind(
             params,
-            **shards,
+            settings=s.server,
+            num_workers=num_workers,
             version=version,
             progress=progress,
-            combiner=s.combiner,
-            host=s.bind_host,
-            port=s.port,
-            mode=s.mode,
-            num_workers=num_workers,
-            max_staleness=s.max_staleness,
-            round_timeout=max(60.0, s.ps_timeout * 10),
-            secret=s.secret,  # None: a fresh random secret for this server
-            ssl_certfile=s.ssl_certfile,
-            ssl_keyfile=s.ssl_keyfile,
-            public_status=s.public_status,
-            max_body_bytes=s.max_body_bytes,
             on_push=self._on_push,
-            compression=s.compression,
             combiner_state=combiner_state,
         )
         self.server = server
@@ -186,7 +165,7 @@ class ServerHost:
                 server,
                 self.checkpoints,
                 s.checkpoint_interval,
-                extra_meta={"name": s.name, "combiner": s.combiner.name},
+                extra_meta={"name": s.name, "combiner": s.server.combiner.name},
                 applied_before=applied_before,
                 saved_version=saved_version,
             ).start()

@@ -11,6 +11,8 @@ import pytest
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.session import SparkSession
+from tensorspark.training import Server, TrainingRun
+from tensorspark.worker import WorkerConfig
 from tests.unit.spark_conf import DictConf
 
 DEFAULTS = {s.argument: s.default for s in tsconf.SETTINGS}
@@ -28,6 +30,21 @@ class _Context:
 
     def parallelize(self, *args: Any) -> None:
         raise AssertionError("the unit tests never start a Spark job")
+
+
+def _worker_config(sess: SparkSession, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+    """What the tasks of a run of ``sess`` would be told."""
+    return TrainingRun(sess.sc, sess._host).worker_config(url, num_epoch, shuffle)
+
+
+def _server_for(sess: SparkSession, params: dict[str, np.ndarray], num_workers: int) -> Server:
+    """A started server of ``sess``, as a run takes it."""
+    return sess._host.acquire(params, num_workers)
+
+
+def _server_url(sess: SparkSession, server: Server) -> str:
+    """The URL executors are told for ``server``."""
+    return sess._host.url_for(server)
 
 
 class _TF1Session:
@@ -175,7 +192,7 @@ def test_spark_session_reads_the_conf() -> None:
     assert sess.server_bind_host == "driver.example"
     assert sess.server_port == (41000, 41010)
     assert sess.ps_timeout == 9.0
-    assert sess._worker_config("http://driver.example:41000", 1, False).ps_timeout == 9.0
+    assert _worker_config(sess, "http://driver.example:41000", 1, False).ps_timeout == 9.0
 
 
 def test_spark_session_arguments_win() -> None:
@@ -213,10 +230,10 @@ def test_spark_session_needs_a_host() -> None:
 def test_server_binds_one_host_and_advertises_another() -> None:
     sc = _Context({"spark.driver.host": "127.0.0.1", "spark.tensorspark.server.bind": "127.0.0.1"})
     sess = SparkSession(sc, _TF1Session(), server_host="ts-driver.example")
-    server = sess._server_for({"w": np.zeros(3, np.float32)}, 1)
+    server = _server_for(sess, {"w": np.zeros(3, np.float32)}, 1)
     try:
         assert server.url == f"http://127.0.0.1:{server.port}"
-        assert sess.server_url(server) == f"http://ts-driver.example:{server.port}"
+        assert _server_url(sess, server) == f"http://ts-driver.example:{server.port}"
     finally:
         server.stop()
     assert not server.running
