@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import connect, gpus, jobs, wire
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import FEED_NAMES, Block, TrainingData, arrow_to_blocks, rows_to_blocks
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import ReadSpec
@@ -207,15 +208,17 @@ def evaluate(
     batch_size: int,
     custom_objects: Mapping[str, Any] | None,
     description: str,
+    conf: ConfSnapshot | None = None,
 ) -> dict[str, float]:
     """Loss and compiled metrics of the driver's Keras ``model`` over ``data`` (driver).
 
     The model's bytes and the data's first example are checked here, before the job; see
     :meth:`tensorspark.SparkSession.evaluate`.
     """
-    gpus.plan(sc, description)
+    conf = snapshot(sc, conf)
+    gpus.plan(sc, description, conf)
     payload, checked = model_payload(model, custom_objects)
-    prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
+    prepared = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc, conf=conf)
     (values,) = run_evaluation(
         sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
         batch_size=batch_size, description=description,

@@ -160,6 +160,7 @@ class SparkSession:
         combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
         check_training_mode(mode, MODES, max_staleness, on_divergence)
         self.custom_objects = custom_objects
+        conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
         self.options = tsconf.resolve(
             {
                 "server_host": server_host,
@@ -175,10 +176,10 @@ class SparkSession:
                 "keep_checkpoints": keep_checkpoints,
                 "compression": compression, "ps_shards": ps_shards,
             },
-            tsconf.spark_conf(sc),
+            conf,
             name or "tensorspark",
         )
-        server_host_value = self.options["server_host"] or tsconf.driver_host(sc)
+        server_host_value = self.options["server_host"] or tsconf.driver_host(sc, conf)
         if not server_host_value:
             raise ConfigurationError(
                 "cannot tell which address executors should use for the parameter server: set "
@@ -191,7 +192,7 @@ class SparkSession:
             checkpoints = CheckpointManager(
                 self.options["checkpoint_dir"],
                 user=user,
-                conf=tsconf.spark_conf(sc),
+                conf=conf,
                 keep=int(self.options["keep_checkpoints"]),
                 auth=hdfs_auth,
                 token=hdfs_token,
@@ -242,7 +243,7 @@ class SparkSession:
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         if warm_up is not None and not isinstance(warm_up, bool):
             raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
-        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
@@ -388,7 +389,7 @@ class SparkSession:
         result = train_graph(
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
             shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
-            progress=progress, tensorboard_dir=tensorboard_dir,
+            progress=progress, tensorboard_dir=tensorboard_dir, conf=tsconf.ConfSnapshot.take(self.sc),
         )
         self.last_run = result
         return result
@@ -462,7 +463,7 @@ class SparkSession:
             self.sc, self._host, self.session, data, positive_int("epochs", epochs), validation_data,
             features_col=features_col, label_col=label_col, shuffle=shuffle, progress=progress,
             tensorboard_dir=tensorboard_dir, custom_objects=self.custom_objects,
-            mixed_precision=check_policy(mixed_precision),
+            mixed_precision=check_policy(mixed_precision), conf=tsconf.ConfSnapshot.take(self.sc),
         )
         self.last_run = result
         return history
@@ -504,6 +505,7 @@ class SparkSession:
         return evaluate(
             self.sc, self.session, data, features_col=features_col, label_col=label_col,
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )
 
     @keeps_workers_warm("data")
@@ -557,4 +559,5 @@ class SparkSession:
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
             feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorspark import connect, gpus
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
 from tensorspark.fileio.source import FileSource
@@ -136,6 +136,7 @@ def predict(
     feature_dtype: Any = None,
     mixed_precision: str | None = None,
     output: str | None = None,
+    conf: ConfSnapshot | None = None,
 ) -> Any:
     """Runs a model over an RDD, a DataFrame or files, batch by batch, on the executors.
 
@@ -181,6 +182,8 @@ def predict(
             the input's order, with one ``prediction`` column; ``spark.read.parquet`` reads
             it. The folder must be new or empty; the files appear only when the whole job
             has succeeded. Runs the job at once.
+        conf: the Spark conf as the caller read it for this call
+            (:class:`~tensorspark.conf.ConfSnapshot`); None: read here, once.
 
     Returns:
         For an RDD: an RDD in the input's order and partitioning, one element per input
@@ -207,6 +210,7 @@ def predict(
     from pyspark.sql import DataFrame
 
     sc = connect.spark_handle(sc)
+    conf = snapshot(sc, conf)
     connect.require_dataframe(sc, data, "data")
     if not isinstance(data, (RDD, DataFrame, FileSource)):
         raise ConfigurationError(
@@ -214,17 +218,17 @@ def predict(
             f"Received: data of type {type(data).__name__}"
         )
     policy = check_policy(mixed_precision)
-    gpus.plan(sc, "tensorspark predict")
+    gpus.plan(sc, "tensorspark predict", conf)
     if output is not None and not isinstance(data, FileSource):
         raise ConfigurationError(
             "Argument `output` writes the predictions of files; for a DataFrame write the "
             "result yourself (result.write.parquet(...)). Received: output with data of type "
             f"{type(data).__name__}"
         )
-    check_worker_reuse(sc)
-    source = resolve_source(sc, model, custom_objects)
+    check_worker_reuse(sc, conf)
+    source = resolve_source(conf, model, custom_objects)
     if checkpoint is not None:
-        source = with_checkpoint(sc, source, checkpoint)
+        source = with_checkpoint(conf, source, checkpoint)
     in_shape, k, label_names = _check_options(source, batch_size, top_k, labels)
     loader = source.loader()
     if policy is not None:
@@ -252,7 +256,7 @@ def predict(
                 f"Received: feature_dtype={feature_dtype!r} with files"
             )
         file_plan = plan_files(
-            spark_conf(sc), data, Feed(in_shape, "float32"), default_partitions=sc.defaultParallelism, argument="data"
+            conf, data, Feed(in_shape, "float32"), default_partitions=sc.defaultParallelism, argument="data"
         )
     elif isinstance(data, DataFrame):
         feature_expr, binary_dtype = check_dataframe(

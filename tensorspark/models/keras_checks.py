@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import TrainingData, prepare_examples, preview
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
@@ -237,6 +237,7 @@ def prepare_data(
     label_col: str,
     argument: str = "data",
     sc: Any = None,
+    conf: ConfSnapshot | None = None,
 ) -> TrainingData:
     """``data`` checked against the (compiled, checked-copy) model (driver).
 
@@ -250,7 +251,7 @@ def prepare_data(
     """
     if isinstance(data, FileSource):
         plan = plan_files(
-            spark_conf(sc), data, feed_of(model), default_partitions=sc.defaultParallelism, argument=argument
+            snapshot(sc, conf), data, feed_of(model), default_partitions=sc.defaultParallelism, argument=argument
         )
         return TrainingData(files=plan, feed_dtypes=plan.spec.feed.dtypes)
     return prepare_examples(

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.conf import spark_conf
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.base import ModelSource, sha256
@@ -40,12 +39,13 @@ def _local_path(location: str) -> str:
     return location[len("file://") :] if location.startswith("file://") else location
 
 
-def _read_remote_file(sc: Any, location: str, what: str) -> bytes:
-    """The bytes of one remote file, through :mod:`tensorspark.storage` (driver)."""
+def _read_remote_file(conf: Mapping[str, str], location: str, what: str) -> bytes:
+    """The bytes of one remote file, through :mod:`tensorspark.storage` (driver); ``conf``:
+    the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`)."""
     from tensorspark.errors import StorageError
     from tensorspark.storage import open_storage
 
-    storage, path = open_storage(location, conf=spark_conf(sc))
+    storage, path = open_storage(location, conf=conf)
     try:
         return bytes(storage.read_bytes(path))
     except StorageError as err:
@@ -54,8 +54,9 @@ def _read_remote_file(sc: Any, location: str, what: str) -> bytes:
         ) from err
 
 
-def with_checkpoint(sc: Any, source: ModelSource, location: str) -> ModelSource:
-    """A copy of a Keras source's model with a tensorspark checkpoint's weights (driver).
+def with_checkpoint(conf: Mapping[str, str], source: ModelSource, location: str) -> ModelSource:
+    """A copy of a Keras source's model with a tensorspark checkpoint's weights (driver);
+    ``conf``: the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`).
 
     Weights are matched by Keras variable path (``"dense/kernel"``), then by name; when
     neither names all of them, by order, if every shape matches in order.
@@ -67,7 +68,7 @@ def with_checkpoint(sc: Any, source: ModelSource, location: str) -> ModelSource:
             "Argument `checkpoint` needs a Keras model (in memory or a file) to put the "
             f"weights into. Received: checkpoint={location!r} with {source.description}"
         )
-    ckpt = load_checkpoint(location, conf=spark_conf(sc))
+    ckpt = load_checkpoint(location, conf=conf)
     model = keras_io.deserialize_model(
         keras_io.serialize_model(source.model), source.loader().custom_objects, compile=False
     )
@@ -84,11 +85,12 @@ def with_checkpoint(sc: Any, source: ModelSource, location: str) -> ModelSource:
 
 
 def resolve_source(
-    sc: Any,
+    conf: Mapping[str, str],
     model: Any,
     custom_objects: Mapping[str, Any] | None,
 ) -> ModelSource:
-    """Turns the ``model`` argument into a :class:`ModelSource` (driver)."""
+    """Turns the ``model`` argument into a :class:`ModelSource` (driver); ``conf``: the
+    call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`), for a remote file."""
     import keras
 
     if isinstance(model, ModelSource):
@@ -108,7 +110,7 @@ def resolve_source(
                 f"{what}: remote models must be .keras files for now (copy a SavedModel "
                 f"folder to local disk first). Received: model={location!r}"
             )
-        data = _read_remote_file(sc, location, what)
+        data = _read_remote_file(conf, location, what)
     else:
         path = _local_path(location)
         if os.path.isdir(path):

@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import Any
 
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.evaluation import run_evaluation
 from tensorspark.models.keras import assign_weights, model_payload, read_weights
 from tensorspark.models.keras_checks import prepare_data
@@ -37,6 +38,7 @@ def fit(
     tensorboard_dir: str | None,
     custom_objects: dict[str, Any] | None,
     mixed_precision: str | None = None,
+    conf: ConfSnapshot | None = None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
@@ -44,13 +46,14 @@ def fit(
     See :meth:`tensorspark.SparkSession.fit` for the arguments and errors.
     """
     settings = host.settings
+    conf = snapshot(sc, conf)
     payload, checked = model_payload(model, custom_objects)
-    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc)
+    train = prepare_data(data, checked, features_col=features_col, label_col=label_col, argument="data", sc=sc, conf=conf)
     val = None
     if validation_data is not None:
         val = prepare_data(
             validation_data, checked, features_col=features_col, label_col=label_col, argument="validation_data",
-            sc=sc,
+            sc=sc, conf=conf,
         )
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
@@ -66,7 +69,7 @@ def fit(
         "sync_interval": settings.sync_interval,
         "mixed_precision": mixed_precision,
     }
-    run = TrainingRun(sc, host)
+    run = TrainingRun(sc, host, conf)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), epochs, shuffle)

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import conf, connect, gpus, jobs
+from tensorspark import conf as tsconf
+from tensorspark import connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.progress import RunMonitor
@@ -266,7 +267,7 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
     )
 
 
-def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
+def check_partitions(sc: Any, mode: str, num_partitions: int | None, conf: tsconf.ConfSnapshot) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
     Raises:
@@ -275,7 +276,7 @@ def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
     """
     if mode != "sync" or num_partitions is None:
         return
-    if conf.dynamic_allocation(sc):
+    if tsconf.dynamic_allocation(sc, conf):
         # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
         # stack trace; say it here, before a server starts, with the setting to change.
         raise ConfigurationError(
@@ -285,23 +286,22 @@ def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
             "mode='async' (workers may come and go). "
             "Received: spark.dynamicAllocation.enabled=true"
         )
-    slots = conf.task_slots(sc)
+    slots = tsconf.task_slots(sc, conf)
     if num_partitions > slots:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots (defaultParallelism={connect.default_parallelism(sc)}, "
-            f"spark.task.cpus={conf.cpus_per_task(sc)}{_gpu_settings(sc)}). Repartition the data to at most {slots} partitions, add "
+            f"spark.task.cpus={tsconf.cpus_per_task(sc, conf)}{_gpu_settings(conf)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
 
 
-def _gpu_settings(sc: Any) -> str:
+def _gpu_settings(conf: tsconf.ConfSnapshot) -> str:
     """The GPU settings that bound the task slots, for messages ("" without GPUs)."""
-    settings = conf.spark_conf(sc)
-    if conf.gpu_amount(settings, conf.TASK_GPU_KEY) <= 0:
+    if tsconf.gpu_amount(conf, tsconf.TASK_GPU_KEY) <= 0:
         return ""
-    keys = (conf.TASK_GPU_KEY, conf.EXECUTOR_GPU_KEY, "spark.executor.cores")
-    return "".join(f", {key}={settings.get(key)}" for key in keys)
+    keys = (tsconf.TASK_GPU_KEY, tsconf.EXECUTOR_GPU_KEY, "spark.executor.cores")
+    return "".join(f", {key}={conf.get(key)}" for key in keys)
 
 
 class TrainingRun:
@@ -310,10 +310,12 @@ class TrainingRun:
     Args:
         sc: the SparkContext.
         host: the session's :class:`ServerHost`.
+        conf: the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`); None: read it.
     """
 
-    def __init__(self, sc: Any, host: ServerHost) -> None:
+    def __init__(self, sc: Any, host: ServerHost, conf: tsconf.ConfSnapshot | None = None) -> None:
         self.sc = sc
+        self.conf = tsconf.snapshot(sc, conf)
         self.host = host
         self.settings = host.settings
 
@@ -375,8 +377,8 @@ class TrainingRun:
                 DivergenceError); the message has the worker's traceback.
         """
         name = self.settings.name
-        gpus.plan(self.sc, f"tensorspark {name}")
-        check_partitions(self.sc, self.settings.mode, num_partitions)
+        gpus.plan(self.sc, f"tensorspark {name}", self.conf)
+        check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
         started = time.time()
         server = self.host.acquire(initial, num_partitions)
         self.host.listen(on_push)

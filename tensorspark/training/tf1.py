@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import first_element
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.plan import plan_files
@@ -54,6 +54,7 @@ def train_graph(
     loss: Any,
     progress: bool,
     tensorboard_dir: str | None,
+    conf: ConfSnapshot | None = None,
 ) -> TrainResult:
     """Train ``fetches`` over ``feed_rdd``, synchronising ``param_list``; see
     :meth:`tensorspark.SparkSession.run` for the arguments and errors."""
@@ -69,7 +70,7 @@ def train_graph(
             )
         shapes = [_known_shape(t) for t in feeds]
         feed = Feed(shapes[0], dtypes[0], *((shapes[1], dtypes[1]) if len(feeds) == 2 else ()))
-        plan = plan_files(spark_conf(sc), feed_rdd, feed, default_partitions=sc.defaultParallelism, argument="feed_rdd")
+        plan = plan_files(snapshot(sc, conf), feed_rdd, feed, default_partitions=sc.defaultParallelism, argument="feed_rdd")
     else:
         first = first_element(feed_rdd)
         if not first:
@@ -78,7 +79,7 @@ def train_graph(
     spec = export_graph(session, fetches, feed_name_list, param_names, loss=loss, options=options)
     loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
     initial = loader.read(session, param_names)
-    run = TrainingRun(sc, host)
+    run = TrainingRun(sc, host, conf)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), num_epoch, shuffle)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorspark import connect, gpus
-from tensorspark.conf import task_slots
+from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
 from tensorspark.models.precision import check_policy, policy_scope
@@ -275,7 +275,8 @@ def tune(
     except ValueError as err:
         raise ConfigurationError(f"Argument `cost` failed: {err}") from err
     sc = connect.spark_handle(sc)
-    gpus.plan(sc, "tensorspark tune")
+    conf = ConfSnapshot.take(sc)
+    gpus.plan(sc, "tensorspark tune", conf)
     # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
     # starts at once and the order chosen is the order run. (One more, queued in Spark,
     # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
@@ -283,7 +284,7 @@ def tune(
     # a race.)
     if frames:
         check_dataframes(train, validation, features_col, label_col)
-    parallel = min(len(trials), max_parallel or max(1, task_slots(sc)))
+    parallel = min(len(trials), max_parallel or max(1, task_slots(sc, conf)))
     logger.info(
         "Tuning: %s search, %d trials, %d in flight, metric %s (%s), seed %d",
         search,
@@ -304,7 +305,7 @@ def tune(
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
     pool = "dataframe" if frames or connect.is_connect(sc) else "rdd"
-    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False)
+    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False, conf=conf)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     launcher = launcher_for(
         sc, build, config, group, arrays=arrays, train_df=train if frames else None,
