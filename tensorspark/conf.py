@@ -179,7 +179,9 @@ class ConfSnapshot(Mapping[str, str]):
 
     __slots__ = ("_values", "_master", "_handle", "_site", "_lock")
 
-    def __init__(self, values: Mapping[str, str], master: str | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, values: Mapping[str, str], master: str | None = None, handle: Any = None
+    ) -> None:
         self._values: dict[str, str] = {str(k): str(v) for k, v in values.items()}
         self._master = master
         self._handle = handle
@@ -359,7 +361,8 @@ def python_worker_reuse(sc: Any, conf: ConfSnapshot | None = None) -> bool:
     """Whether Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
     default true; driver). When it does not, every task starts a Python worker that imports
     TensorFlow again."""
-    return str(snapshot(sc, conf).get("spark.python.worker.reuse", "true")).strip().lower() != "false"
+    value = snapshot(sc, conf).get("spark.python.worker.reuse", "true")
+    return str(value).strip().lower() != "false"
 
 
 def gpu_amounts(sc: Any, conf: ConfSnapshot | None = None) -> dict[str, str]:

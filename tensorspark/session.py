@@ -389,7 +389,8 @@ class SparkSession:
         result = train_graph(
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
             shuffle=shuffle_within_partition, num_epoch=num_epoch, options=options, loss=loss,
-            progress=progress, tensorboard_dir=tensorboard_dir, conf=tsconf.ConfSnapshot.take(self.sc),
+            progress=progress, tensorboard_dir=tensorboard_dir,
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )
         self.last_run = result
         return result

@@ -93,7 +93,8 @@ class ParameterServer(LoopServer):
         s = self.settings = server_settings(settings, combiner, options)
         if s.shards != 1:
             raise ConfigurationError(
-                f"a ParameterServer is one server; use ShardedServer for shards. Received: shards={s.shards}"
+                "a ParameterServer is one server; use ShardedServer for shards. "
+                f"Received: shards={s.shards}"
             )
         self._store = Store(
             params,

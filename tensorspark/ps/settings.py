@@ -116,7 +116,9 @@ class ServerSettings:
             resolve(self, "secret", auth.as_secret(self.secret))
         shards = self.shards
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ConfigurationError(f"shards must be a positive integer. Received: shards={shards!r}")
+            raise ConfigurationError(
+                f"shards must be a positive integer. Received: shards={shards!r}"
+            )
         if shards > 1 and builtin_name(self.combiner) is None:
             raise ConfigurationError(
                 "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it "
@@ -160,7 +162,9 @@ class ServerSettings:
 
 
 def server_settings(
-    settings: ServerSettings | None, combiner: WeightCombiner | str | None, keywords: Mapping[str, Any]
+    settings: ServerSettings | None,
+    combiner: WeightCombiner | str | None,
+    keywords: Mapping[str, Any],
 ) -> ServerSettings:
     """The settings of a server made either with ``settings=`` or with the keyword form
     (``combiner`` and the names of :class:`ServerSettings`'s fields), not both.

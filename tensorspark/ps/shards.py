@@ -136,16 +136,24 @@ class ShardedServer:
         self.public_status = s.public_status
         self.cut_timeout = float(s.cut_timeout)
         self._num_workers = num_workers
-        self._secret = (auth.new_secret() if s.secret is None else s.secret) if s.authenticate else None
-        self._verifier = None if self._secret is None else auth.Verifier(self._secret, window=s.auth_window)
+        self._secret = None
+        self._verifier = None
+        if s.authenticate:
+            self._secret = auth.new_secret() if s.secret is None else s.secret
+            self._verifier = auth.Verifier(self._secret, window=s.auth_window)
         self._on_push = on_push
         state_arrays, state_meta = combiner_state if combiner_state is not None else ({}, {})
         states = split_state(self.layout, state_arrays)
         self._init: list[tuple[dict[str, Any], list[Any]]] = []
         for index, part in enumerate(self.layout.split(arrays)):
             state = states[index]
-            body_bytes = s.max_body_bytes or 2 * sum(np.asarray(v).nbytes for v in part.values()) + _HEADROOM
-            mine = s.replace(port=_shard_port(s.port, index), max_body_bytes=body_bytes, secret=self._secret, shards=1)
+            part_bytes = sum(np.asarray(v).nbytes for v in part.values())
+            mine = s.replace(
+                port=_shard_port(s.port, index),
+                max_body_bytes=s.max_body_bytes or 2 * part_bytes + _HEADROOM,
+                secret=self._secret,
+                shards=1,
+            )
             init = {
                 "index": index, "settings": mine.to_json(), "num_workers": num_workers,
                 "version": int(version),
@@ -159,8 +167,8 @@ class ShardedServer:
             self._init.append((init, wire.encode(tensors)))
         self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
         self._front = StatusFront(
-            s.host, s.port, status=self.status, verifier=self._verifier, public_status=self.public_status,
-            ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile,
+            s.host, s.port, status=self.status, verifier=self._verifier,
+            public_status=self.public_status, ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile,
         )
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._dispatcher: threading.Thread | None = None

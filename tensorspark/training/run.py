@@ -80,7 +80,8 @@ class RunSettings:
         return self.server.mode
 
     def __repr__(self) -> str:
-        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.server.port})"
+        where = f"{self.advertised_host}:{self.server.port}"
+        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={where})"
 
 
 class ServerHost:
@@ -267,7 +268,9 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
     )
 
 
-def check_partitions(sc: Any, mode: str, num_partitions: int | None, conf: tsconf.ConfSnapshot) -> None:
+def check_partitions(
+    sc: Any, mode: str, num_partitions: int | None, conf: tsconf.ConfSnapshot
+) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
     Raises:
