@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "Compression": "tensorspark.ps.compression",
     "WeightCombiner": "tensorspark.ps.combiners",
     "ParameterServer": "tensorspark.ps.server",
+    "ServerSettings": "tensorspark.ps.settings",
     "SparkSession": "tensorspark.session",
     "History": "tensorspark.training.result",
     "TrainResult": "tensorspark.training.result",
@@ -101,6 +102,7 @@ __all__ = [
     "ParameterServerError",
     "Progress",
     "PushResult",
+    "ServerSettings",
     "SparkSession",
     "StorageError",
     "TF1SessionSource",
@@ -175,6 +177,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     )
     from tensorspark.ps.compression import Compression
     from tensorspark.ps.server import ParameterServer
+    from tensorspark.ps.settings import ServerSettings
     from tensorspark.session import SparkSession
     from tensorspark.training.result import History, TrainResult
     from tensorspark.tuning import (

@@ -175,10 +175,11 @@ def server_settings(
     """
     if settings is None:
         return ServerSettings(combiner=combiner, **keywords)  # type: ignore[arg-type]
-    if combiner is not None or keywords:
+    given = sorted([*keywords, *(["combiner"] if combiner is not None else [])])
+    if given:
         raise ConfigurationError(
             "pass the server's settings either as settings= or as keyword arguments, not both. "
-            f"Received: settings= and {sorted(keywords) or ['combiner']}"
+            f"Received: settings= and {given}"
         )
     return settings
 
