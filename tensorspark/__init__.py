@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "Compression": "tensorspark.ps.compression",
     "WeightCombiner": "tensorspark.ps.combiners",
     "ParameterServer": "tensorspark.ps.server",
+    "ServerSettings": "tensorspark.ps.settings",
     "SparkSession": "tensorspark.session",
     "History": "tensorspark.training.result",
     "TrainResult": "tensorspark.training.result",
@@ -103,6 +104,7 @@ __all__ = [
     "Progress",
     "PushResult",
     "RunListener",
+    "ServerSettings",
     "SparkSession",
     "StorageError",
     "TF1SessionSource",
@@ -178,6 +180,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     )
     from tensorspark.ps.compression import Compression
     from tensorspark.ps.server import ParameterServer
+    from tensorspark.ps.settings import ServerSettings
     from tensorspark.session import SparkSession
     from tensorspark.training.result import History, TrainResult
     from tensorspark.tuning import (

@@ -33,7 +33,8 @@ The ``warmup`` keys are read by :mod:`tensorspark.warmup` (README, "Cold starts"
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,29 +161,101 @@ DEFAULT_KEEP_ALIVE_S = 600.0
 HADOOP_SITE_KEYS = {"dfs.namenode.http-address": "hdfs-site.xml"}
 
 
-def spark_conf(sc: Any) -> dict[str, str]:
-    """All of the SparkContext's conf as a plain dict, plus :data:`HADOOP_SITE_KEYS` from
-    the Hadoop site files when the Spark conf lacks them (driver side). For a Spark Connect
-    session: its session conf (see :mod:`tensorspark.connect`), without site files (the
-    client has no JVM)."""
-    out = connect.conf_all(sc)
-    if connect.is_connect(sc):
-        return out
-    for key, resource in HADOOP_SITE_KEYS.items():
-        if key not in out and f"spark.hadoop.{key}" not in out:
-            value = hadoop_site_setting(sc, key, resource)
-            if value:
-                out[key] = value
-    return out
+class ConfSnapshot(Mapping[str, str]):
+    """The Spark conf as one public call reads it: taken once, where the call begins
+    (:meth:`take`), and passed down to everything the call does on the driver.
+
+    A read-only mapping of the SparkContext's conf (a Spark Connect session's: its session
+    conf), plus :data:`HADOOP_SITE_KEYS` from the Hadoop site files on the driver's JVM
+    classpath when the Spark conf sets neither ``KEY`` nor ``spark.hadoop.KEY``. The site
+    files are read lazily, at most once, the first time such a key is asked for (only
+    storage opening asks), so a call that opens no HDFS path never reaches them.
+    ``master`` is the cluster's master URL.
+
+    Frozen in what it answers; thread-safe (the lazy site read is under a lock). Meant for
+    the driver: it holds the SparkContext. Pickling (a plan shipped with it) reads the
+    site files first and leaves the SparkContext behind.
+    """
+
+    __slots__ = ("_values", "_master", "_handle", "_site", "_lock")
+
+    def __init__(
+        self, values: Mapping[str, str], master: str | None = None, handle: Any = None
+    ) -> None:
+        self._values: dict[str, str] = {str(k): str(v) for k, v in values.items()}
+        self._master = master
+        self._handle = handle
+        self._site: dict[str, str] | None = None if handle is not None else {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def take(cls, sc: Any) -> ConfSnapshot:
+        """Read ``sc``'s conf once (driver): the one place tensorspark reads Spark conf.
+
+        Args:
+            sc: a handle (:func:`tensorspark.connect.spark_handle`): a SparkContext or a
+                Spark Connect session (no site files: the client has no JVM).
+        """
+        values = connect.conf_all(sc)
+        if connect.is_connect(sc):
+            return cls(values, str(values.get("spark.master", "") or ""))
+        return cls(values, None, sc)
+
+    @property
+    def master(self) -> str:
+        """The cluster's master URL (``local[2]``, ``yarn``, ...; Connect: the server's)."""
+        if self._master is None:
+            self._master = connect.master(self._handle)
+        return self._master
+
+    def _site_values(self) -> dict[str, str]:
+        """The :data:`HADOOP_SITE_KEYS` the Spark conf lacks, from the site files (once)."""
+        with self._lock:
+            if self._site is None:
+                jvm = getattr(self._handle, "_jvm", None)
+                site = {}
+                for key, resource in HADOOP_SITE_KEYS.items():
+                    if key not in self._values and f"spark.hadoop.{key}" not in self._values:
+                        value = hadoop_site_setting(jvm, key, resource)
+                        if value:
+                            site[key] = value
+                self._site = site
+            return self._site
+
+    def __getitem__(self, key: str) -> str:
+        if key in self._values:
+            return self._values[key]
+        if key in HADOOP_SITE_KEYS:
+            return self._site_values()[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._values
+        yield from (k for k in self._site_values() if k not in self._values)
+
+    def __len__(self) -> int:
+        return len(self._values) + len([k for k in self._site_values() if k not in self._values])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ConfSnapshot, ({**self._values, **self._site_values()}, self.master))
+
+    def __repr__(self) -> str:
+        return f"ConfSnapshot(master={self.master!r}, {len(self._values)} keys)"
 
 
-def hadoop_site_setting(sc: Any, key: str, resource: str) -> str | None:
-    """``key`` as the Hadoop site file ``resource`` on the driver JVM's classpath sets it.
+def snapshot(sc: Any, conf: ConfSnapshot | None = None) -> ConfSnapshot:
+    """``conf`` when the caller has the call's snapshot, else a new one of ``sc`` (a
+    helper called on its own). Driver."""
+    return ConfSnapshot.take(sc) if conf is None else conf
+
+
+def hadoop_site_setting(jvm: Any, key: str, resource: str) -> str | None:
+    """``key`` as the Hadoop site file ``resource`` on the driver JVM's classpath sets it
+    (``jvm``: a SparkContext's ``_jvm``).
 
     Only the site file is read, never Hadoop's built-in defaults (``hdfs-default.xml`` says
     ``0.0.0.0:9870``, which is no address of a real NameNode). None without a JVM, file or key.
     """
-    jvm = getattr(sc, "_jvm", None)
     if jvm is None:
         return None
     site = jvm.org.apache.hadoop.conf.Configuration(False)
@@ -210,19 +283,22 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
 
 
 # ---------------------------------------------------------------------- plain Spark settings
-# Every other module asks these functions rather than reading ``sc.getConf()`` itself. ``sc``
-# is a handle (:func:`tensorspark.connect.spark_handle`): a SparkContext or a Connect session.
+# Every other module asks these functions rather than reading ``sc.getConf()`` itself. Each
+# takes the call's :class:`ConfSnapshot` as ``conf``; without one (a helper called on its
+# own) it takes a snapshot of ``sc``, a handle (:func:`tensorspark.connect.spark_handle`).
 
 
-def cpus_per_task(sc: Any) -> int:
+def cpus_per_task(sc: Any, conf: ConfSnapshot | None = None) -> int:
     """``spark.task.cpus`` as the driver reads it (1 when unset or blank); on an executor,
     :func:`tensorspark.tfthreads.task_cpus` asks the running task instead."""
-    return max(1, int(connect.conf_get(sc, "spark.task.cpus", "1") or 1))
+    return max(1, int(snapshot(sc, conf).get("spark.task.cpus", "1") or 1))
 
 
 #: Spark's GPU scheduling settings (Spark 3+): GPUs per task and per executor.
 TASK_GPU_KEY = "spark.task.resource.gpu.amount"
 EXECUTOR_GPU_KEY = "spark.executor.resource.gpu.amount"
+#: The Spark settings that give tasks GPUs.
+GPU_AMOUNT_KEYS = (TASK_GPU_KEY, EXECUTOR_GPU_KEY)
 
 
 def gpu_amount(conf: Mapping[str, str], key: str) -> float:
@@ -242,15 +318,16 @@ def gpu_amount(conf: Mapping[str, str], key: str) -> float:
     return max(0.0, value)
 
 
-def task_slots(sc: Any) -> int:
+def task_slots(sc: Any, conf: ConfSnapshot | None = None) -> int:
     """Tasks the cluster runs at once (driver): default parallelism over ``spark.task.cpus``,
     and with GPU scheduling at most the GPUs' share: per executor
     ``floor(spark.executor.resource.gpu.amount / spark.task.resource.gpu.amount)`` tasks
     (one per GPU when each task takes one), executors counted as default parallelism over
     ``spark.executor.cores`` (when that is not set Spark's own limit applies unseen here)."""
+    settings = snapshot(sc, conf)
     parallelism = connect.default_parallelism(sc)
-    slots = max(0, parallelism // cpus_per_task(sc))
-    settings = spark_conf(sc)
+    per_cpu = cpus_per_task(sc, settings)
+    slots = max(0, parallelism // per_cpu)
     per_task = gpu_amount(settings, TASK_GPU_KEY)
     cores_text = str(settings.get("spark.executor.cores", "") or "").strip()
     if per_task > 0 and cores_text.isdigit() and int(cores_text) > 0:
@@ -258,11 +335,11 @@ def task_slots(sc: Any) -> int:
         per_executor = gpu_amount(settings, EXECUTOR_GPU_KEY)
         gpu_tasks = int(per_executor / per_task + 1e-9)
         executors = parallelism // cores
-        slots = min(slots, executors * min(cores // cpus_per_task(sc), gpu_tasks))
+        slots = min(slots, executors * min(cores // per_cpu, gpu_tasks))
     return slots
 
 
-def driver_host(sc: Any) -> str | None:
+def driver_host(sc: Any, conf: ConfSnapshot | None = None) -> str | None:
     """``spark.driver.host``: the driver's address as Spark advertises it (driver).
 
     Under Spark Connect the driver is the Connect server, and the parameter server runs in
@@ -270,45 +347,40 @@ def driver_host(sc: Any) -> str | None:
     """
     if connect.is_connect(sc):
         return connect.client_address(sc)
-    host = sc.getConf().get("spark.driver.host", None)
+    host = snapshot(sc, conf).get("spark.driver.host")
     return str(host) if host else None
 
 
-def dynamic_allocation(sc: Any) -> bool:
+def dynamic_allocation(sc: Any, conf: ConfSnapshot | None = None) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
-    return str(connect.conf_get(sc, "spark.dynamicAllocation.enabled", "false")).strip().lower() == "true"
+    value = snapshot(sc, conf).get("spark.dynamicAllocation.enabled", "false")
+    return str(value).strip().lower() == "true"
 
 
-def python_worker_reuse(sc: Any) -> bool:
+def python_worker_reuse(sc: Any, conf: ConfSnapshot | None = None) -> bool:
     """Whether Spark reuses its Python workers between tasks (``spark.python.worker.reuse``,
     default true; driver). When it does not, every task starts a Python worker that imports
     TensorFlow again."""
-    return str(connect.conf_get(sc, "spark.python.worker.reuse", "true")).strip().lower() != "false"
+    value = snapshot(sc, conf).get("spark.python.worker.reuse", "true")
+    return str(value).strip().lower() != "false"
 
 
-#: The Spark settings that give tasks GPUs.
-GPU_AMOUNT_KEYS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
-
-
-def gpu_amounts(sc: Any) -> dict[str, str]:
-    """The GPU settings of :data:`GPU_AMOUNT_KEYS` that ask for GPUs (a number > 0; driver).
+def gpu_amounts(sc: Any, conf: ConfSnapshot | None = None) -> dict[str, str]:
+    """The GPU settings of :data:`GPU_AMOUNT_KEYS` that ask for GPUs (a number > 0; driver),
+    as the conf writes them.
 
     With GPUs, a task's ``CUDA_VISIBLE_DEVICES`` must be set from its assigned GPUs before
     TensorFlow is imported in its Python worker, so nothing may import TensorFlow ahead of
     the task (see :mod:`tensorspark.warmup`).
+
+    Raises:
+        ConfigurationError: a value that is not a number (:func:`gpu_amount`).
     """
-    out = {}
-    for key in GPU_AMOUNT_KEYS:
-        value = connect.conf_get(sc, key, None)
-        try:
-            if value is not None and float(value) > 0:
-                out[key] = str(value)
-        except ValueError:
-            out[key] = str(value)  # Spark itself refuses it; not ours to judge
-    return out
+    settings = snapshot(sc, conf)
+    return {key: str(settings[key]) for key in GPU_AMOUNT_KEYS if gpu_amount(settings, key) > 0}
 
 
-def warmup_settings(sc: Any) -> tuple[bool | None, str, float]:
+def warmup_settings(sc: Any, conf: ConfSnapshot | None = None) -> tuple[bool | None, str, float]:
     """``(enabled, pools, keep-alive seconds)`` of the warm-up from Spark conf (driver).
 
     ``enabled`` is ``spark.tensorspark.warmup.enabled`` (None when unset: on unless dynamic
@@ -320,8 +392,9 @@ def warmup_settings(sc: Any) -> tuple[bool | None, str, float]:
         ConfigurationError: ``enabled`` is not true/false, or the keep-alive is not a
             number of seconds >= 0.
     """
-    enabled = connect.conf_get(sc, WARMUP_ENABLED_KEY, None)
-    pools = str(connect.conf_get(sc, WARMUP_POOLS_KEY, "auto") or "auto")
-    keep = connect.conf_get(sc, WARMUP_KEEP_ALIVE_KEY, None)
+    settings = snapshot(sc, conf)
+    enabled = settings.get(WARMUP_ENABLED_KEY)
+    pools = str(settings.get(WARMUP_POOLS_KEY, "auto") or "auto")
+    keep = settings.get(WARMUP_KEEP_ALIVE_KEY)
     seconds = DEFAULT_KEEP_ALIVE_S if keep is None else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
     return (None if enabled is None else _flag(WARMUP_ENABLED_KEY)(str(enabled))), pools, seconds

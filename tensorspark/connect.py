@@ -169,15 +169,6 @@ def share(handle: Any, value: T, what: str = "the model") -> Any:
 # ---------------------------------------------------------------------- conf and slots
 
 
-def conf_get(handle: Any, key: str, default: str | None = None) -> str | None:
-    """One Spark conf value as the driver sees it (Connect: the session's conf)."""
-    if is_connect(handle):
-        value = handle.conf.get(key, None)
-    else:
-        value = handle.getConf().get(key, None)
-    return default if value is None else str(value)
-
-
 def conf_all(handle: Any) -> dict[str, str]:
     """The whole Spark conf as a plain dict (Connect: the session's conf)."""
     if is_connect(handle):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import connect, gpus, jobs, wire
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import Block
 from tensorspark.inputs import Input, Passes, input_for
 from tensorspark.models.keras import cached_core, model_payload, read_weights
@@ -176,16 +176,18 @@ def evaluate(
     batch_size: int,
     custom_objects: Mapping[str, Any] | None,
     description: str,
+    conf: ConfSnapshot | None = None,
 ) -> dict[str, float]:
     """Loss and compiled metrics of the driver's Keras ``model`` over ``data`` (driver).
 
     The model's bytes and the data's first example are checked here, before the job; see
     :meth:`tensorspark.SparkSession.evaluate`.
     """
-    gpus.plan(sc, description)
+    conf = snapshot(sc, conf)
+    gpus.plan(sc, description, conf)
     payload, checked = model_payload(model, custom_objects)
     columns = {"features_col": features_col, "label_col": label_col}
-    prepared = input_for(sc, data, KerasFeed(checked), conf=spark_conf(sc), **columns)
+    prepared = input_for(sc, data, KerasFeed(checked), conf=conf, **columns)
     (values,) = run_evaluation(
         sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
         batch_size=batch_size, description=description,

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
-from tensorspark import connect
 from tensorspark.errors import ConfigurationError, DeviceError, WorkerPlacementError
 
 logger = logging.getLogger(__name__)
@@ -98,13 +97,14 @@ def check_settings(master: str, conf: Mapping[str, str]) -> float:
     return per_task
 
 
-def plan(sc: Any, job: str) -> float:
+def plan(sc: Any, job: str, conf: tsconf.ConfSnapshot | None = None) -> float:
     """Check the application's GPU settings before ``job`` starts and log where TensorFlow
     runs, one INFO line. Runs on the driver.
 
     Args:
         sc: the SparkContext.
         job: how the log line names the job (e.g. ``"tensorspark mnist: fit"``).
+        conf: the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`); None: read it.
 
     Returns:
         GPUs per task (0.0 without GPU scheduling).
@@ -112,7 +112,8 @@ def plan(sc: Any, job: str) -> float:
     Raises:
         ConfigurationError: see :func:`check_settings`.
     """
-    per_task = check_settings(connect.master(sc), tsconf.spark_conf(sc))
+    settings = tsconf.snapshot(sc, conf)
+    per_task = check_settings(settings.master, settings)
     if per_task <= 0:
         logger.info(
             "%s: no GPU resources requested (%s is not set): TensorFlow runs on the CPU",

@@ -15,8 +15,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from tensorspark import conf as tsconf
 from tensorspark import connect
 from tensorspark.arguments import check_training_mode, positive_int
@@ -26,12 +24,11 @@ from tensorspark.listeners import RunListener
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
-from tensorspark.ps.server import MODES
-from tensorspark.training import RunSettings, Server, ServerHost, TrainingRun, TrainResult
+from tensorspark.ps.settings import MODES, ServerSettings
+from tensorspark.training import RunSettings, Server, ServerHost, TrainResult
 from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.warmup.calls import keeps_workers_warm
-from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +161,7 @@ class SparkSession:
         combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
         check_training_mode(mode, MODES, max_staleness, on_divergence)
         self.custom_objects = custom_objects
+        conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
         self.options = tsconf.resolve(
             {
                 "server_host": server_host,
@@ -179,10 +177,10 @@ class SparkSession:
                 "keep_checkpoints": keep_checkpoints,
                 "compression": compression, "ps_shards": ps_shards,
             },
-            tsconf.spark_conf(sc),
+            conf,
             name or "tensorspark",
         )
-        server_host_value = self.options["server_host"] or tsconf.driver_host(sc)
+        server_host_value = self.options["server_host"] or tsconf.driver_host(sc, conf)
         if not server_host_value:
             raise ConfigurationError(
                 "cannot tell which address executors should use for the parameter server: set "
@@ -195,7 +193,7 @@ class SparkSession:
             checkpoints = CheckpointManager(
                 self.options["checkpoint_dir"],
                 user=user,
-                conf=tsconf.spark_conf(sc),
+                conf=conf,
                 keep=int(self.options["keep_checkpoints"]),
                 auth=hdfs_auth,
                 token=hdfs_token,
@@ -207,31 +205,35 @@ class SparkSession:
             )
         self.checkpoints: CheckpointManager | None = checkpoints
         self.last_run: TrainResult | None = None
+        ps_timeout_s = float(self.options["ps_timeout"])
         self._host = ServerHost(
             RunSettings(
                 name=name or "tensorspark",
-                mode=mode,
                 sync_interval=sync_interval,
                 batch_size=batch_size,
                 seed=int(seed),
                 on_divergence=on_divergence,
-                combiner=combiner,
-                max_staleness=max_staleness,
                 reusable=bool(server_reusable),
                 advertised_host=server_host_value,
-                bind_host=self.options["server_bind_host"] or server_host_value,
-                port=self.options["server_port"],
-                ps_timeout=float(self.options["ps_timeout"]),
-                ssl_certfile=self.options["ssl_certfile"],
-                ssl_keyfile=self.options["ssl_keyfile"],
+                ps_timeout=ps_timeout_s,
                 ssl_cafile=self.options["ssl_cafile"],
-                public_status=bool(public_status),
-                max_body_bytes=max_body,
                 checkpoint_interval=float(self.options["checkpoint_interval"]),
                 resume=bool(resume),
-                secret=secret_bytes,
-                compression=get_compression(self.options["compression"]),
-                shards=positive_int("ps_shards", self.options["ps_shards"]),
+                server=ServerSettings(
+                    combiner=combiner,
+                    host=self.options["server_bind_host"] or server_host_value,
+                    port=self.options["server_port"],
+                    mode=mode,
+                    max_staleness=max_staleness,
+                    max_body_bytes=max_body,
+                    round_timeout=max(60.0, ps_timeout_s * 10),
+                    secret=secret_bytes,  # None: a fresh random secret for each server
+                    ssl_certfile=self.options["ssl_certfile"],
+                    ssl_keyfile=self.options["ssl_keyfile"],
+                    public_status=bool(public_status),
+                    compression=get_compression(self.options["compression"]),
+                    shards=positive_int("ps_shards", self.options["ps_shards"]),
+                ),
             ),
             checkpoints,
         )
@@ -242,7 +244,7 @@ class SparkSession:
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         if warm_up is not None and not isinstance(warm_up, bool):
             raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
-        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up)
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
     # ------------------------------------------------------------------ settings
@@ -253,7 +255,7 @@ class SparkSession:
 
     @property
     def mode(self) -> str:
-        return self._host.settings.mode
+        return self._host.settings.server.mode
 
     @property
     def sync_interval(self) -> int:
@@ -273,11 +275,11 @@ class SparkSession:
 
     @property
     def combiner(self) -> WeightCombiner:
-        return self._host.settings.combiner
+        return self._host.settings.server.combiner
 
     @property
     def max_staleness(self) -> int | None:
-        return self._host.settings.max_staleness
+        return self._host.settings.server.max_staleness
 
     @property
     def server_reusable(self) -> bool:
@@ -290,11 +292,11 @@ class SparkSession:
 
     @property
     def server_bind_host(self) -> str:
-        return self._host.settings.bind_host
+        return self._host.settings.server.host
 
     @property
     def server_port(self) -> int | tuple[int, int]:
-        return self._host.settings.port
+        return self._host.settings.server.port
 
     @property
     def ps_timeout(self) -> float:
@@ -302,11 +304,11 @@ class SparkSession:
 
     @property
     def public_status(self) -> bool:
-        return self._host.settings.public_status
+        return self._host.settings.server.public_status
 
     @property
     def max_body_bytes(self) -> int | None:
-        return self._host.settings.max_body_bytes
+        return self._host.settings.server.max_body_bytes
 
     @property
     def resume(self) -> bool:
@@ -318,21 +320,6 @@ class SparkSession:
     def server(self) -> Server | None:
         """The parameter server of the current (or last) run."""
         return self._host.server
-
-    def server_url(self, server: Server) -> str:
-        """The URL executors are told for ``server``: ``server_host`` and the bound port.
-
-        Differs from ``server.url`` (the bound address) only when ``server_bind_host`` is set.
-        """
-        return self._host.url_for(server)
-
-    def _server_for(self, params: dict[str, np.ndarray], num_workers: int) -> Server:
-        """A started (or reused) server for ``params``; see :meth:`ServerHost.acquire`."""
-        return self._host.acquire(params, num_workers)
-
-    def _worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
-        """What the tasks of a run would be told; see :meth:`TrainingRun.worker_config`."""
-        return TrainingRun(self.sc, self._host).worker_config(url, num_epoch, shuffle)
 
     def close(self) -> None:
         """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
@@ -409,6 +396,7 @@ class SparkSession:
             self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
             shuffle=shuffle_within_partition, num_epoch=num_epoch, run_options=options, loss=loss,
             listeners=run_listeners(progress, tensorboard_dir, listeners),
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )
         self.last_run = result
         return result
@@ -491,6 +479,7 @@ class SparkSession:
             listeners=run_listeners(progress, tensorboard_dir, listeners),
             custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )
         self.last_run = result
         return history
@@ -532,6 +521,7 @@ class SparkSession:
         return evaluate(
             self.sc, self.session, data, features_col=features_col, label_col=label_col,
             batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )
 
     @keeps_workers_warm("data")
@@ -585,4 +575,5 @@ class SparkSession:
             self.sc, model, data, features_col=features_col, output_col=output_col,
             batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
             feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
+            conf=tsconf.ConfSnapshot.take(self.sc),
         )

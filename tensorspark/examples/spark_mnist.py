@@ -228,10 +228,10 @@ def write_result(sc: Any, args: argparse.Namespace, accuracy: float, seconds: fl
     """
     import json
 
-    from tensorspark.conf import spark_conf
+    from tensorspark.conf import ConfSnapshot
     from tensorspark.storage import open_storage
 
-    storage, path = open_storage(args.result, user=args.user, conf=spark_conf(sc))
+    storage, path = open_storage(args.result, user=args.user, conf=ConfSnapshot.take(sc))
     result = {
         "accuracy": accuracy,
         "name": args.name,

@@ -33,7 +33,7 @@ import numpy as np
 
 from tensorspark import jobs
 from tensorspark.arguments import positive_int
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio import example
 from tensorspark.fileio.output import OutputDir, PartTarget, WrittenFiles
@@ -185,7 +185,7 @@ def write_tfrecord(
     kinds = _kinds(df)
     sc = df.sparkSession.sparkContext
     gzip = compression == "GZIP"
-    folder = OutputDir(path, StorageOptions.from_conf(spark_conf(sc), user, auth, token), ".tfrecord.gz" if gzip else ".tfrecord", "path")
+    folder = OutputDir(path, StorageOptions.from_conf(ConfSnapshot.take(sc), user, auth, token), ".tfrecord.gz" if gzip else ".tfrecord", "path")
     shards = num_shards or df.rdd.getNumPartitions()
     ordered = (
         df.select(*(c for _, _, c in kinds))

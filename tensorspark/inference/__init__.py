@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorspark import connect, gpus
 from tensorspark.arguments import positive_int
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.errors import ConfigurationError
 from tensorspark.inference.tasks import PredictPlan, Scorer
 from tensorspark.inputs import PredictArgs, predict_input_for, require_input
@@ -133,6 +133,7 @@ def predict(
     feature_dtype: Any = None,
     mixed_precision: str | None = None,
     output: str | None = None,
+    conf: ConfSnapshot | None = None,
 ) -> Any:
     """Runs a model over an RDD, a DataFrame or files, batch by batch, on the executors.
 
@@ -178,6 +179,8 @@ def predict(
             the input's order, with one ``prediction`` column; ``spark.read.parquet`` reads
             it. The folder must be new or empty; the files appear only when the whole job
             has succeeded. Runs the job at once.
+        conf: the Spark conf as the caller read it for this call
+            (:class:`~tensorspark.conf.ConfSnapshot`); None: read here, once.
 
     Returns:
         For an RDD: an RDD in the input's order and partitioning, one element per input
@@ -201,12 +204,12 @@ def predict(
     with the same message naming the expected and received sizes.
     """
     sc = connect.spark_handle(sc)
+    conf = snapshot(sc, conf)
     connect.require_dataframe(sc, data, "data")
     require_input(data, "data")
     policy = check_policy(mixed_precision)
-    conf = spark_conf(sc)
-    gpus.plan(sc, "tensorspark predict")
-    check_worker_reuse(sc)
+    gpus.plan(sc, "tensorspark predict", conf)
+    check_worker_reuse(sc, conf)
     source = resolve_source(conf, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(conf, source, checkpoint)

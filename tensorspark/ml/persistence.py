@@ -30,6 +30,7 @@ from typing import Any
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 from tensorspark import connect
+from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage import Storage, open_storage
 
@@ -42,7 +43,7 @@ _KEY = "tensorspark"
 def _storage(spark: Any, path: str) -> tuple[Storage, str]:
     """The storage of ``path``; on HDFS acting as the user Spark's own writes run as."""
     handle = connect.spark_handle(spark, "spark")
-    return open_storage(path, user=connect.spark_user(handle), conf=connect.conf_all(handle))
+    return open_storage(path, user=connect.spark_user(handle), conf=ConfSnapshot.take(handle))
 
 
 class KerasWriter(MLWriter):

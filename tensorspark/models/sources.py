@@ -41,7 +41,8 @@ def _local_path(location: str) -> str:
 
 
 def _read_remote_file(conf: Mapping[str, str], location: str, what: str) -> bytes:
-    """The bytes of one remote file, through :mod:`tensorspark.storage` (driver)."""
+    """The bytes of one remote file, through :mod:`tensorspark.storage` (driver); ``conf``:
+    the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`)."""
     from tensorspark.errors import StorageError
     from tensorspark.storage import open_storage
 
@@ -55,9 +56,8 @@ def _read_remote_file(conf: Mapping[str, str], location: str, what: str) -> byte
 
 
 def with_checkpoint(conf: Mapping[str, str], source: ModelSource, location: str) -> ModelSource:
-    """A copy of a Keras source's model with a tensorspark checkpoint's weights (driver;
-    ``conf``: the Spark conf snapshot, :func:`tensorspark.conf.spark_conf`, which says how
-    storage is reached).
+    """A copy of a Keras source's model with a tensorspark checkpoint's weights (driver);
+    ``conf``: the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`).
 
     Weights are matched by Keras variable path (``"dense/kernel"``), then by name; when
     neither names all of them, by order, if every shape matches in order.
@@ -90,8 +90,8 @@ def resolve_source(
     model: Any,
     custom_objects: Mapping[str, Any] | None,
 ) -> ModelSource:
-    """Turns the ``model`` argument into a :class:`ModelSource` (driver; ``conf``: the
-    Spark conf snapshot, which says how a remote file is reached)."""
+    """Turns the ``model`` argument into a :class:`ModelSource` (driver); ``conf``: the
+    call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`), for a remote file."""
     import_tensorflow_quietly()
     import keras
 

@@ -144,13 +144,6 @@ class Layout:
             out[name] = full
         return out
 
-    def shard_params(self, params: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """Each shard's own copy of its part of ``params`` (e.g. to start it with)."""
-        return [
-            {k: np.array(v, copy=True) for k, v in part.items()}  # type: ignore[arg-type]
-            for part in self.split(params)
-        ]
-
     # ------------------------------------------------------------------ travelling
 
     def to_json(self) -> dict[str, Any]:

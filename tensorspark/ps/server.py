@@ -33,20 +33,14 @@ from tornado.ioloop import IOLoop
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
-from tensorspark.ps.admission import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_INFLIGHT_BODIES,
-    Admission,
-    Limits,
-)
+from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.compression import Compression
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
-from tensorspark.ps.settings import MODES
+from tensorspark.ps.settings import MODES, ServerSettings, server_settings
 from tensorspark.ps.store import Snapshot, Store
 
-__all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "Snapshot"]
+__all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "ServerSettings", "Snapshot"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,130 +53,90 @@ class ParameterServer(LoopServer):
     Thread-safe as the module docstring describes: every public method may be called
     from any thread; those that touch the parameters run on the loop thread.
 
+    Made either with ``settings=`` (a :class:`~tensorspark.ps.settings.ServerSettings`) or
+    with its fields as keyword arguments (``combiner`` may come second, by position):
+    ``ParameterServer(params, "delta", mode="sync", num_workers=2)``; see
+    :class:`~tensorspark.ps.settings.ServerSettings` for each setting. ``settings.shards``
+    must be 1 (:class:`~tensorspark.ps.shards.ShardedServer` runs several).
+
     Args:
         params: initial global parameters, name -> array (copied).
-        combiner: a :class:`~tensorspark.ps.combiners.WeightCombiner`, a name
-            (``"delta"``, ``"mean"``, ``"dynsgd"``) or None for the default (DynSGD).
-        host: address to bind and to advertise (executors must be able to reach it).
-        port: a port, 0 for a free one, or a ``(first, last)`` range to try in order.
-        mode: ``"async"`` or ``"sync"`` (bulk-synchronous rounds, see README).
+        combiner: the keyword form's ``combiner`` (a name, an instance or None).
+        settings: the server's settings (then no other setting may be given).
         num_workers: in sync mode, how many partitions take part in each round.
-        max_staleness: async only: a push whose base version is more than this many
-            versions behind is not applied; the worker gets the current weights and must
-            re-push (stale-synchronous parallel).
-        max_body_bytes: largest request body accepted (default: twice the model's size
-            plus 4 MiB).
         version: initial version (to resume from a checkpoint).
         progress: initial per-partition progress ``{partition: {"epoch", "seq"}}``.
-        round_timeout: sync mode: how long a round waits for missing workers.
         on_push: optional callback ``(meta, status)`` called on the loop thread after
             each push (for progress display); must be quick.
-        secret: the run's shared secret (bytes or str, >= 16 bytes); None makes a fresh
-            random 256-bit one. Every request must be signed with it
-            (:mod:`tensorspark.ps.auth`); others get 401 and change nothing. Never logged
-            and never shown in ``/status``; :meth:`client_options` hands it to in-process
-            clients.
-        authenticate: False serves unsigned requests (benchmarks, trusted loopback use);
-            then ``secret`` must be None.
-        ssl_certfile: PEM certificate (chain) to serve HTTPS with; needs ``ssl_keyfile``.
-        ssl_keyfile: the certificate's PEM private key.
-        public_status: serve ``GET /status`` (and the dashboard at ``/``) without
-            authentication. Otherwise they need a signed request or the read-only
-            ``?token=`` (:func:`tensorspark.ps.auth.status_token`).
-        auth_window: seconds a signed request's timestamp may differ from this clock.
-        body_timeout: seconds a request body may take to arrive after its head (default
-            600); a slower one is answered 408 and its connection closed.
-        max_inflight_bodies: most request bodies received at once (default 256); beyond,
-            a request is answered 503 with ``Retry-After`` before its body is read, and
-            :class:`~tensorspark.ps.client.ParameterClient` retries it.
-        max_inflight_bytes: most declared bytes of the bodies received at once (default
-            four times ``max_body_bytes``, at least 256 MiB); beyond, 503 likewise.
-        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
-            :class:`~tensorspark.ps.compression.Compression`: the format workers push
-            deltas in (told at ``/join``) and the one answers carry the weights in. The
-            server's weights stay float32.
         combiner_state: the combiner's state ``(arrays, meta)`` from a checkpoint.
+        **options: the keyword form: :class:`~tensorspark.ps.settings.ServerSettings`'s
+            fields. The secret is never logged and never shown in ``/status``;
+            :meth:`client_options` hands it to in-process clients.
+
+    Raises:
+        ConfigurationError: a bad setting, no parameters, or settings with ``shards > 1``.
     """
 
     def __init__(
         self,
         params: Mapping[str, np.ndarray],
         combiner: WeightCombiner | str | None = None,
-        host: str = "127.0.0.1",
-        port: int | tuple[int, int] = 0,
         *,
-        mode: str = "async",
+        settings: ServerSettings | None = None,
         num_workers: int | None = None,
-        max_staleness: int | None = None,
-        max_body_bytes: int | None = None,
         version: int = 0,
         progress: Mapping[int, Mapping[str, int]] | None = None,
-        round_timeout: float = 600.0,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
-        secret: bytes | str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        public_status: bool = False,
-        auth_window: float = auth.DEFAULT_WINDOW,
-        authenticate: bool = True,
-        compression: Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
-        body_timeout: float = DEFAULT_BODY_TIMEOUT,
-        max_inflight_bodies: int = DEFAULT_INFLIGHT_BODIES,
-        max_inflight_bytes: int | None = None,
+        **options: Any,
     ) -> None:
+        s = self.settings = server_settings(settings, combiner, options)
+        if s.shards != 1:
+            raise ConfigurationError(
+                "a ParameterServer is one server; use ShardedServer for shards. "
+                f"Received: shards={s.shards}"
+            )
         self._store = Store(
             params,
-            combiner,
-            mode=mode,
+            s.combiner,
+            mode=s.mode,
             num_workers=num_workers,
-            max_staleness=max_staleness,
+            max_staleness=s.max_staleness,
             version=version,
             progress=progress,
-            round_timeout=round_timeout,
+            round_timeout=s.round_timeout,
             on_push=on_push,
-            compression=compression,
+            compression=s.compression,
             combiner_state=combiner_state,
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression
-        self.mode = mode
-        self.max_staleness = max_staleness
-        self.round_timeout = round_timeout
-        if max_body_bytes is not None and (
-            isinstance(max_body_bytes, bool) or int(max_body_bytes) < 1
-        ):
-            raise ConfigurationError(
-                f"max_body_bytes must be a positive number of bytes. Received: max_body_bytes={max_body_bytes!r}"
-            )
-        if not authenticate and secret is not None:
-            raise ConfigurationError(
-                "secret= needs authenticate=True (a secret that is not checked protects nothing). "
-                "Received: authenticate=False with a secret"
-            )
-        body_bytes = int(max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
+        self.mode = s.mode
+        self.max_staleness = s.max_staleness
+        self.round_timeout = s.round_timeout
+        body_bytes = int(s.max_body_bytes or 2 * self._store.model_bytes + _HEADROOM)
         self.limits = Limits.make(
             body_bytes,
-            body_timeout=body_timeout,
-            max_inflight_bodies=max_inflight_bodies,
-            max_inflight_bytes=max_inflight_bytes,
+            body_timeout=s.body_timeout,
+            max_inflight_bodies=s.max_inflight_bodies,
+            max_inflight_bytes=s.max_inflight_bytes,
         )
         self._admission = Admission(self.limits)  # the loop thread's, like the store
         super().__init__(
-            host,
-            port,
+            s.host,
+            s.port,
             max_body_bytes=body_bytes,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
+            ssl_certfile=s.ssl_certfile,
+            ssl_keyfile=s.ssl_keyfile,
             # The body timeout is the request handler's own (a 408, counted); Tornado's only backs it up.
             body_timeout=self.limits.body_timeout + 60,
         )
         self._secret: bytes | None = None
         self._verifier: auth.Verifier | None = None
-        if authenticate:
-            self._secret = auth.new_secret() if secret is None else auth.as_secret(secret)
-            self._verifier = auth.Verifier(self._secret, window=auth_window)
-        self.public_status = bool(public_status)
+        if s.authenticate:
+            self._secret = auth.new_secret() if s.secret is None else s.secret
+            self._verifier = auth.Verifier(self._secret, window=s.auth_window)
+        self.public_status = s.public_status
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,23 +1,206 @@
 """A parameter server's settings, checked before it holds anything (driver).
 
+:class:`ServerSettings` is the one definition of what a parameter server is made with, apart
+from its parameters and the state a run gives it (version, progress, sync workers, a push
+callback): :class:`~tensorspark.ps.server.ParameterServer`,
+:class:`~tensorspark.ps.shards.ShardedServer` (and each of its shard processes, through
+:meth:`ServerSettings.to_json`), the session's runs (:class:`~tensorspark.training.RunSettings`)
+and :class:`~tensorspark.SparkSession` all take it. :func:`server_settings` builds it from the
+keyword form of the servers' constructors.
+
 :func:`check_settings` is what :class:`~tensorspark.ps.store.Store` and
 :class:`~tensorspark.ps.shards.ShardedServer` check before they take the parameters;
 :func:`check_compression` is also what a :class:`~tensorspark.SparkSession` checks when it
-is made, so a bad combination fails before any job. Pure functions; thread-safe.
+is made, so a bad combination fails before any job. Pure functions and frozen values;
+thread-safe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError
-from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.compression import Compression
+from tensorspark.ps import auth
+from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
+from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
+from tensorspark.ps.compression import Compression, get_compression
 
 MODES = ("async", "sync")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How a parameter server runs: fixed when it is made, the same for every run it serves.
+
+    Checked when made (:class:`~tensorspark.errors.ConfigurationError` naming the argument);
+    ``combiner`` and ``compression`` may be given by name and ``secret`` as text: they are
+    resolved here. The secret is never shown (left out of ``repr``).
+
+    Attributes:
+        combiner: a :class:`~tensorspark.ps.combiners.WeightCombiner` (a name, or None for
+            the default, DynSGD).
+        host: address to bind (executors must be able to reach it).
+        port: a port, 0 for a free one, or a ``(first, last)`` range to try in order. With
+            shards, a fixed port P gives the status page P and the shards P+1..P+N.
+        mode: ``"async"`` or ``"sync"`` (bulk-synchronous rounds, see README).
+        max_staleness: async only: a push whose base version is more than this many versions
+            behind is not applied; the worker gets the current weights and must re-push.
+        max_body_bytes: largest request body accepted (default: twice the model's size, or
+            with shards its slice's, plus 4 MiB).
+        round_timeout: sync mode: how long a round waits for missing workers.
+        secret: the run's shared secret (>= 16 bytes); None: a fresh random 256-bit one per
+            server. Every request must be signed with it (:mod:`tensorspark.ps.auth`).
+        authenticate: False serves unsigned requests (benchmarks, trusted loopback use);
+            then ``secret`` must be None.
+        ssl_certfile: PEM certificate (chain) to serve HTTPS with; needs ``ssl_keyfile``.
+        ssl_keyfile: the certificate's PEM private key.
+        public_status: serve ``GET /status`` (and the dashboard at ``/``) without
+            authentication.
+        auth_window: seconds a signed request's timestamp may differ from this clock.
+        compression: None or a :class:`~tensorspark.ps.compression.Compression` (or a codec
+            name): the format workers push deltas in and answers carry the weights in.
+        body_timeout: seconds a request body may take to arrive after its head.
+        max_inflight_bodies: most request bodies received at once (503 beyond).
+        max_inflight_bytes: most declared bytes of the bodies received at once (default four
+            times ``max_body_bytes``, at least 256 MiB).
+        shards: server processes (1: one server, a thread of the driver; see
+            :mod:`tensorspark.ps.shards`).
+        cut_timeout: with shards, seconds a consistent snapshot waits for them to line up.
+    """
+
+    combiner: WeightCombiner = field(default_factory=lambda: get_combiner(None))
+    host: str = "127.0.0.1"
+    port: int | tuple[int, int] = 0
+    mode: str = "async"
+    max_staleness: int | None = None
+    max_body_bytes: int | None = None
+    round_timeout: float = 600.0
+    secret: bytes | None = field(default=None, repr=False)
+    authenticate: bool = True
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    public_status: bool = False
+    auth_window: float = auth.DEFAULT_WINDOW
+    compression: Compression | None = None
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_inflight_bodies: int = DEFAULT_INFLIGHT_BODIES
+    max_inflight_bytes: int | None = None
+    shards: int = 1
+    cut_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        resolve = object.__setattr__  # frozen: resolving names is part of making it
+        resolve(self, "combiner", get_combiner(self.combiner))
+        resolve(self, "compression", get_compression(self.compression))
+        resolve(self, "public_status", bool(self.public_status))
+        check_mode(self.mode, self.max_staleness, self.combiner, self.compression)
+        if self.max_body_bytes is not None and (
+            isinstance(self.max_body_bytes, bool) or int(self.max_body_bytes) < 1
+        ):
+            raise ConfigurationError(
+                "max_body_bytes must be a positive number of bytes. "
+                f"Received: max_body_bytes={self.max_body_bytes!r}"
+            )
+        if not self.authenticate and self.secret is not None:
+            raise ConfigurationError(
+                "secret= needs authenticate=True (a secret that is not checked protects nothing). "
+                "Received: authenticate=False with a secret"
+            )
+        if self.secret is not None:
+            resolve(self, "secret", auth.as_secret(self.secret))
+        shards = self.shards
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ConfigurationError(
+                f"shards must be a positive integer. Received: shards={shards!r}"
+            )
+        if shards > 1 and builtin_name(self.combiner) is None:
+            raise ConfigurationError(
+                "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it "
+                "must be one of the built-in combiners; use ps_shards=1 for a custom one. "
+                f"Received: {type(self.combiner).__name__}"
+            )
+
+    def replace(self, **changes: Any) -> ServerSettings:
+        """A copy with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """These settings as JSON values, for a shard process (:meth:`from_json`). Holds
+        the secret (hex): never log it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out.update(
+            combiner=self.combiner.get_config(),
+            compression=None if self.compression is None else self.compression.to_json(),
+            secret=None if self.secret is None else self.secret.hex(),
+            port=list(self.port) if isinstance(self.port, tuple) else self.port,
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ServerSettings:
+        """Rebuild from :meth:`to_json` (in a shard process; built-in combiners only)."""
+        values = dict(obj)
+        combiner = dict(values["combiner"])
+        name = combiner.pop("name")
+        combiner.pop("payload", None)
+        port = values["port"]
+        secret = values.get("secret")
+        compression = values.get("compression")
+        values.update(
+            combiner=get_combiner(name, **combiner),
+            compression=None if compression is None else Compression.from_json(compression),
+            secret=None if secret is None else bytes.fromhex(secret),
+            port=tuple(port) if isinstance(port, list) else int(port),
+        )
+        return cls(**values)
+
+
+def server_settings(
+    settings: ServerSettings | None,
+    combiner: WeightCombiner | str | None,
+    keywords: Mapping[str, Any],
+) -> ServerSettings:
+    """The settings of a server made either with ``settings=`` or with the keyword form
+    (``combiner`` and the names of :class:`ServerSettings`'s fields), not both.
+
+    Raises:
+        ConfigurationError: both forms given, or a bad setting.
+        TypeError: a keyword that is no setting.
+    """
+    if settings is None:
+        return ServerSettings(combiner=combiner, **keywords)  # type: ignore[arg-type]
+    given = sorted([*keywords, *(["combiner"] if combiner is not None else [])])
+    if given:
+        raise ConfigurationError(
+            "pass the server's settings either as settings= or as keyword arguments, not both. "
+            f"Received: settings= and {given}"
+        )
+    return settings
+
+
+def check_mode(
+    mode: str, max_staleness: int | None, combiner: WeightCombiner, compression: Compression | None
+) -> None:
+    """Check a server's mode and what depends on it.
+
+    Raises:
+        ConfigurationError: an unknown mode, max_staleness outside async mode, or
+            compression with a combiner of weights.
+    """
+    if mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
+    if max_staleness is not None and (mode != "async" or max_staleness < 0):
+        raise ConfigurationError(
+            "max_staleness applies to mode='async' and must be >= 0. "
+            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
+        )
+    check_compression(compression, combiner, mode)
 
 
 def check_settings(
@@ -35,14 +218,7 @@ def check_settings(
     """
     if not params:
         raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
-    if mode not in MODES:
-        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-    if max_staleness is not None and (mode != "async" or max_staleness < 0):
-        raise ConfigurationError(
-            "max_staleness applies to mode='async' and must be >= 0. "
-            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
-        )
-    check_compression(compression, combiner, mode)
+    check_mode(mode, max_staleness, combiner, compression)
     arrays: dict[str, np.ndarray] = {}
     for name, value in params.items():
         arr = np.array(value, copy=True)

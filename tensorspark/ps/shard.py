@@ -301,9 +301,8 @@ class _Shard:
         raise ParameterServerError(f"unknown command {cmd!r}")
 
     def init(self, args: Mapping[str, Any], data: bytearray) -> dict[str, Any]:
-        from tensorspark.ps.combiners import get_combiner
-        from tensorspark.ps.compression import Compression
         from tensorspark.ps.server import ParameterServer
+        from tensorspark.ps.settings import ServerSettings
 
         level = args.get("log_level")
         if isinstance(level, int):
@@ -311,32 +310,14 @@ class _Shard:
         tensors, _ = wire.decode(data)
         params = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")}
         state = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")}
-        combiner = dict(args["combiner"])
-        name = combiner.pop("name")
-        combiner.pop("payload", None)
-        port = args["port"]
         events = bool(args.get("events"))
-        secret = args.get("secret")
         server = ParameterServer(
             params,
-            get_combiner(name, **combiner),
-            host=str(args["host"]),
-            port=tuple(port) if isinstance(port, list) else int(port),
-            mode=str(args["mode"]),
+            settings=ServerSettings.from_json(args["settings"]),
             num_workers=args.get("num_workers"),
-            max_staleness=args.get("max_staleness"),
-            max_body_bytes=args.get("max_body_bytes"),
             version=int(args["version"]),
             progress={int(p): {"epoch": v[0], "seq": v[1]} for p, v in args.get("progress", {}).items()},
-            round_timeout=float(args["round_timeout"]),
             on_push=(lambda meta, status: self.send({"event": "push", "meta": meta, "status": status})) if events else None,
-            secret=None if secret is None else bytes.fromhex(secret),
-            authenticate=bool(args["authenticate"]),
-            ssl_certfile=args.get("ssl_certfile"),
-            ssl_keyfile=args.get("ssl_keyfile"),
-            public_status=bool(args.get("public_status")),
-            auth_window=float(args["auth_window"]),
-            compression=None if args.get("compression") is None else Compression.from_json(args["compression"]),
             combiner_state=(state, args["state_meta"]) if args.get("state_meta") else None,
         )
         server.start()

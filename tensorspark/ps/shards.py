@@ -45,13 +45,12 @@ from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
-from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
-from tensorspark.ps.compression import Compression, get_compression
+from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.http import Router
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.loop import LoopServer
 from tensorspark.ps.routes import StatusBooks
-from tensorspark.ps.settings import check_settings
+from tensorspark.ps.settings import ServerSettings, check_settings, server_settings
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.store import Snapshot
 
@@ -87,17 +86,18 @@ class ShardedServer:
     """The parameter server as N processes (see the module docstring); the same public
     API as :class:`~tensorspark.ps.server.ParameterServer`, plus :attr:`urls`.
 
+    Made like :class:`~tensorspark.ps.server.ParameterServer`: with ``settings=`` (a
+    :class:`~tensorspark.ps.settings.ServerSettings` with ``shards >= 2``) or with its
+    fields as keyword arguments (``combiner`` may come second, by position). A fixed
+    ``port`` P gives the status page P and the shards P+1..P+N; a range is shared by all.
+    ``max_body_bytes`` is per shard (default: twice its slice plus 4 MiB);
+    ``cut_timeout``: seconds a consistent snapshot waits for the shards to line up.
+
     Args:
-        params, combiner, host, port, mode, num_workers, max_staleness, version, progress,
-        round_timeout, secret, ssl_certfile, ssl_keyfile, public_status, auth_window,
-        authenticate, compression, combiner_state: as for
-            :class:`~tensorspark.ps.server.ParameterServer`. A fixed ``port`` P gives the
-            status page P and the shards P+1..P+N; a range is shared by all.
-        shards: how many processes (>= 2).
-        max_body_bytes: per shard (default: twice its slice plus 4 MiB).
+        params, combiner, settings, num_workers, version, progress, combiner_state,
+        **options: as for :class:`~tensorspark.ps.server.ParameterServer`.
         on_push: ``(meta, status)`` after each push shard 0 handled, called on a thread
             of this object (not a server loop); it may call :meth:`params`.
-        cut_timeout: seconds a consistent snapshot waits for the shards to line up.
 
     Raises:
         ConfigurationError: bad settings, a model too small for ``shards``, or a custom
@@ -108,82 +108,68 @@ class ShardedServer:
         self,
         params: Mapping[str, np.ndarray],
         combiner: WeightCombiner | str | None = None,
-        host: str = "127.0.0.1",
-        port: int | tuple[int, int] = 0,
         *,
-        shards: int,
-        mode: str = "async",
+        settings: ServerSettings | None = None,
         num_workers: int | None = None,
-        max_staleness: int | None = None,
-        max_body_bytes: int | None = None,
         version: int = 0,
         progress: Mapping[int, Mapping[str, int]] | None = None,
-        round_timeout: float = 600.0,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
-        secret: bytes | str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        public_status: bool = False,
-        auth_window: float = auth.DEFAULT_WINDOW,
-        authenticate: bool = True,
-        compression: Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
-        cut_timeout: float = 30.0,
+        **options: Any,
     ) -> None:
+        shards = options.get("shards") if settings is None else settings.shards
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 2:
             raise ConfigurationError(f"a sharded server needs shards >= 2. Received: shards={shards!r}")
-        self.combiner = get_combiner(combiner)
-        if builtin_name(self.combiner) is None:
-            raise ConfigurationError(
-                "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it must be "
-                f"one of the built-in combiners; use ps_shards=1 for a custom one. Received: {type(self.combiner).__name__}"
-            )
-        self.compression = get_compression(compression)
-        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression)
-        if mode == "sync" and (num_workers is None or num_workers < 1):
+        s = self.settings = server_settings(settings, combiner, options)
+        self.combiner = s.combiner
+        self.compression = s.compression
+        arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
+        if s.mode == "sync" and (num_workers is None or num_workers < 1):
             raise ConfigurationError(
                 f"mode='sync' needs num_workers >= 1 (the partitions in each round). Received: num_workers={num_workers!r}"
             )
-        if not authenticate and secret is not None:
-            raise ConfigurationError("secret= needs authenticate=True. Received: authenticate=False with a secret")
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         self.layout = Layout.plan(arrays, shards, align)
-        self.mode = mode
-        self.host = host
-        self.max_staleness = max_staleness
-        self.round_timeout = round_timeout
-        self.public_status = bool(public_status)
-        self.cut_timeout = float(cut_timeout)
+        self.mode = s.mode
+        self.host = s.host
+        self.max_staleness = s.max_staleness
+        self.round_timeout = s.round_timeout
+        self.public_status = s.public_status
+        self.cut_timeout = float(s.cut_timeout)
         self._num_workers = num_workers
-        self._secret = (auth.new_secret() if secret is None else auth.as_secret(secret)) if authenticate else None
-        self._verifier = None if self._secret is None else auth.Verifier(self._secret, window=auth_window)
+        self._secret = None
+        self._verifier = None
+        if s.authenticate:
+            self._secret = auth.new_secret() if s.secret is None else s.secret
+            self._verifier = auth.Verifier(self._secret, window=s.auth_window)
         self._on_push = on_push
         state_arrays, state_meta = combiner_state if combiner_state is not None else ({}, {})
         states = split_state(self.layout, state_arrays)
         self._init: list[tuple[dict[str, Any], list[Any]]] = []
         for index, part in enumerate(self.layout.split(arrays)):
             state = states[index]
-            settings = {
-                "index": index, "host": host, "port": _shard_port(port, index), "mode": mode,
-                "num_workers": num_workers, "max_staleness": max_staleness,
-                "max_body_bytes": max_body_bytes or 2 * sum(np.asarray(v).nbytes for v in part.values()) + _HEADROOM,
+            part_bytes = sum(np.asarray(v).nbytes for v in part.values())
+            mine = s.replace(
+                port=_shard_port(s.port, index),
+                max_body_bytes=s.max_body_bytes or 2 * part_bytes + _HEADROOM,
+                secret=self._secret,
+                shards=1,
+            )
+            init = {
+                "index": index, "settings": mine.to_json(), "num_workers": num_workers,
                 "version": int(version),
                 "progress": {str(p): [int(v["epoch"]), int(v["seq"])] for p, v in (progress or {}).items()},
-                "round_timeout": round_timeout, "secret": None if self._secret is None else self._secret.hex(),
-                "authenticate": authenticate, "ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile,
-                "public_status": public_status, "auth_window": auth_window,
-                "compression": None if self.compression is None else self.compression.to_json(),
-                "combiner": self.combiner.get_config(), "state_meta": dict(state_meta) if state_meta else None,
+                "state_meta": dict(state_meta) if state_meta else None,
                 "events": index == 0 and on_push is not None,
                 "log_level": logging.getLogger("tensorspark").getEffectiveLevel(),
             }
             tensors = {f"p/{k}": v for k, v in part.items()}
             tensors.update({f"s/{k}": np.asarray(v) for k, v in state.items()})
-            self._init.append((settings, wire.encode(tensors)))
+            self._init.append((init, wire.encode(tensors)))
         self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
         self._front = StatusFront(
-            host, port, status=self.status, verifier=self._verifier, public_status=self.public_status,
-            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+            s.host, s.port, status=self.status, verifier=self._verifier,
+            public_status=self.public_status, ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile,
         )
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._dispatcher: threading.Thread | None = None

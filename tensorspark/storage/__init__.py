@@ -15,7 +15,7 @@ a bare path under                 HDFS, as ``hdfs://`` above (``spark.hdfs.dir``
 
 The WebHDFS address for ``hdfs://`` locations is, in this order: ``spark.tensorspark.webhdfs.url``,
 ``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``
-(:func:`tensorspark.conf.spark_conf` fills in ``dfs.namenode.http-address`` from the driver's
+(:class:`tensorspark.conf.ConfSnapshot` fills in ``dfs.namenode.http-address`` from the driver's
 ``hdfs-site.xml``, e.g. ``HADOOP_CONF_DIR``'s, when the Spark conf has neither).
 """
 

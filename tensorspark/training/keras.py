@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
@@ -40,6 +40,7 @@ def fit(
     listeners: Sequence[RunListener],
     custom_objects: dict[str, Any] | None,
     mixed_precision: str | None = None,
+    conf: ConfSnapshot | None = None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
@@ -47,8 +48,8 @@ def fit(
     See :meth:`tensorspark.SparkSession.fit` for the arguments and errors.
     """
     settings = host.settings
+    conf = snapshot(sc, conf)
     payload, checked = model_payload(model, custom_objects)
-    conf = spark_conf(sc)
     feed = KerasFeed(checked)
     columns = {"features_col": features_col, "label_col": label_col}
     train = input_for(sc, data, feed, conf=conf, argument="data", **columns)
@@ -69,7 +70,7 @@ def fit(
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
     )
-    run = TrainingRun(sc, host)
+    run = TrainingRun(sc, host, conf)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), epochs, shuffle)

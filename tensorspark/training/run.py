@@ -29,16 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import conf, connect, gpus, jobs
+from tensorspark import conf as tsconf
+from tensorspark import connect, gpus, jobs
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.compression import Compression
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
-from tensorspark.ps.settings import check_compression
+from tensorspark.ps.settings import ServerSettings
 from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
 from tensorspark.training.watch import RunWatch
@@ -56,41 +56,35 @@ JobFactory = Callable[[Server, Any], Callable[[], list[Any]]]
 
 @dataclass(frozen=True)
 class RunSettings:
-    """A session's settings for its runs and their server, validated by the session.
+    """A session's settings for its runs, validated by the session; ``server`` holds those
+    of their parameter server.
 
-    ``advertised_host`` is the address executors are told; ``bind_host`` the one the server
-    binds (they differ behind NAT). ``secret`` is never logged (left out of ``repr``).
+    ``advertised_host`` is the address executors are told; ``server.host`` the one the
+    server binds (they differ behind NAT). The server's secret is never logged (left out
+    of ``repr``).
     """
 
     name: str
-    mode: str
     sync_interval: int
     batch_size: int
     seed: int
     on_divergence: str
-    combiner: WeightCombiner
-    max_staleness: int | None
     reusable: bool
     advertised_host: str
-    bind_host: str
-    port: int | tuple[int, int]
     ps_timeout: float
-    ssl_certfile: str | None
-    ssl_keyfile: str | None
     ssl_cafile: str | None
-    public_status: bool
-    max_body_bytes: int | None
     checkpoint_interval: float
     resume: bool
-    secret: bytes | None = None
-    compression: Compression | None = None
-    shards: int = 1
+    server: ServerSettings
 
-    def __post_init__(self) -> None:
-        check_compression(self.compression, self.combiner, self.mode)
+    @property
+    def mode(self) -> str:
+        """The server's mode (``"async"`` or ``"sync"``)."""
+        return self.server.mode
 
     def __repr__(self) -> str:
-        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={self.advertised_host}:{self.port})"
+        where = f"{self.advertised_host}:{self.server.port}"
+        return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={where})"
 
 
 class ServerHost:
@@ -150,36 +144,23 @@ class ServerHost:
         version, progress, applied_before, saved_version = 0, None, 0, None
         combiner_state = None
         if self.checkpoints is not None and s.resume:
-            checkpoint = resume_state(self.checkpoints, params, s.mode)
+            checkpoint = resume_state(self.checkpoints, params, s.server.mode)
             if checkpoint is not None:
                 params = checkpoint.params
                 version, progress = checkpoint.version, checkpoint.progress
                 saved_version = checkpoint.version
                 applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
-                combiner_state = combiner_state_of(checkpoint, s.combiner)
-        kind: Any = ParameterServer
-        shards: dict[str, Any] = {}
-        if s.shards > 1:
-            kind, shards = ShardedServer, {"shards": s.shards}
+                combiner_state = combiner_state_of(checkpoint, s.server.combiner)
+        kind: Any = ParameterServer  # the checkpointer takes either (it types the single one)
+        if s.server.shards > 1:
+            kind = ShardedServer
         server = kind(
             params,
-            **shards,
+            settings=s.server,
+            num_workers=num_workers,
             version=version,
             progress=progress,
-            combiner=s.combiner,
-            host=s.bind_host,
-            port=s.port,
-            mode=s.mode,
-            num_workers=num_workers,
-            max_staleness=s.max_staleness,
-            round_timeout=max(60.0, s.ps_timeout * 10),
-            secret=s.secret,  # None: a fresh random secret for this server
-            ssl_certfile=s.ssl_certfile,
-            ssl_keyfile=s.ssl_keyfile,
-            public_status=s.public_status,
-            max_body_bytes=s.max_body_bytes,
             on_push=self._on_push,
-            compression=s.compression,
             combiner_state=combiner_state,
         )
         self.server = server
@@ -189,7 +170,7 @@ class ServerHost:
                 server,
                 self.checkpoints,
                 s.checkpoint_interval,
-                extra_meta={"name": s.name, "combiner": s.combiner.name},
+                extra_meta={"name": s.name, "combiner": s.server.combiner.name},
                 applied_before=applied_before,
                 saved_version=saved_version,
             ).start()
@@ -295,7 +276,9 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
     )
 
 
-def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
+def check_partitions(
+    sc: Any, mode: str, num_partitions: int | None, conf: tsconf.ConfSnapshot
+) -> None:
     """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
 
     Raises:
@@ -304,7 +287,7 @@ def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
     """
     if mode != "sync" or num_partitions is None:
         return
-    if conf.dynamic_allocation(sc):
+    if tsconf.dynamic_allocation(sc, conf):
         # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
         # stack trace; say it here, before a server starts, with the setting to change.
         raise ConfigurationError(
@@ -314,23 +297,22 @@ def check_partitions(sc: Any, mode: str, num_partitions: int | None) -> None:
             "mode='async' (workers may come and go). "
             "Received: spark.dynamicAllocation.enabled=true"
         )
-    slots = conf.task_slots(sc)
+    slots = tsconf.task_slots(sc, conf)
     if num_partitions > slots:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots (defaultParallelism={connect.default_parallelism(sc)}, "
-            f"spark.task.cpus={conf.cpus_per_task(sc)}{_gpu_settings(sc)}). Repartition the data to at most {slots} partitions, add "
+            f"spark.task.cpus={tsconf.cpus_per_task(sc, conf)}{_gpu_settings(conf)}). Repartition the data to at most {slots} partitions, add "
             "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
         )
 
 
-def _gpu_settings(sc: Any) -> str:
+def _gpu_settings(conf: tsconf.ConfSnapshot) -> str:
     """The GPU settings that bound the task slots, for messages ("" without GPUs)."""
-    settings = conf.spark_conf(sc)
-    if conf.gpu_amount(settings, conf.TASK_GPU_KEY) <= 0:
+    if tsconf.gpu_amount(conf, tsconf.TASK_GPU_KEY) <= 0:
         return ""
-    keys = (conf.TASK_GPU_KEY, conf.EXECUTOR_GPU_KEY, "spark.executor.cores")
-    return "".join(f", {key}={settings.get(key)}" for key in keys)
+    keys = (tsconf.TASK_GPU_KEY, tsconf.EXECUTOR_GPU_KEY, "spark.executor.cores")
+    return "".join(f", {key}={conf.get(key)}" for key in keys)
 
 
 class TrainingRun:
@@ -339,10 +321,12 @@ class TrainingRun:
     Args:
         sc: the SparkContext.
         host: the session's :class:`ServerHost`.
+        conf: the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`); None: read it.
     """
 
-    def __init__(self, sc: Any, host: ServerHost) -> None:
+    def __init__(self, sc: Any, host: ServerHost, conf: tsconf.ConfSnapshot | None = None) -> None:
         self.sc = sc
+        self.conf = tsconf.snapshot(sc, conf)
         self.host = host
         self.settings = host.settings
 
@@ -404,8 +388,8 @@ class TrainingRun:
                 DivergenceError); the message has the worker's traceback.
         """
         name = self.settings.name
-        gpus.plan(self.sc, f"tensorspark {name}")
-        check_partitions(self.sc, self.settings.mode, num_partitions)
+        gpus.plan(self.sc, f"tensorspark {name}", self.conf)
+        check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark.conf import spark_conf
+from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.tf1 import (
@@ -44,6 +44,7 @@ def train_graph(
     run_options: Any,
     loss: Any,
     listeners: Sequence[RunListener],
+    conf: ConfSnapshot | None = None,
 ) -> TrainResult:
     """Train ``fetches`` over ``feed_rdd``, synchronising ``param_list``; see
     :meth:`tensorspark.SparkSession.run` for the arguments and errors."""
@@ -51,13 +52,14 @@ def train_graph(
     feeds, dtypes = resolve_feeds(graph, feed_name_list)
     param_names = resolve_params(graph, param_list)
     feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes)
-    data = input_for(sc, feed_rdd, feed, conf=spark_conf(sc), argument="feed_rdd")
+    conf = snapshot(sc, conf)
+    data = input_for(sc, feed_rdd, feed, conf=conf, argument="feed_rdd")
     spec = export_graph(
         session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options
     )
     loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
     initial = loader.read(session, param_names)
-    run = TrainingRun(sc, host)
+    run = TrainingRun(sc, host, conf)
 
     def make_job(server: Server, bcast: Any) -> Any:
         config = run.worker_config(host.url_for(server), num_epoch, shuffle)

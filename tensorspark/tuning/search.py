@@ -24,7 +24,7 @@ import numpy as np
 
 from tensorspark import connect, gpus
 from tensorspark.arguments import positive_int
-from tensorspark.conf import task_slots
+from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.models.precision import check_policy, policy_scope
 from tensorspark.tuning.launch import check_dataframes, is_dataframe, launcher_for
@@ -290,7 +290,8 @@ def tune(
         mixed_precision=policy,
     )
     sc = connect.spark_handle(sc)
-    gpus.plan(sc, "tensorspark tune")
+    conf = ConfSnapshot.take(sc)
+    gpus.plan(sc, "tensorspark tune", conf)
     # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
     # starts at once and the order chosen is the order run. (One more, queued in Spark,
     # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
@@ -299,7 +300,7 @@ def tune(
     if frames:
         check_dataframes(train, validation, features_col, label_col)
     total = expected_total(searcher, max_trials)
-    parallel = max_parallel or max(1, task_slots(sc))
+    parallel = max_parallel or max(1, task_slots(sc, conf))
     if total is not None:
         parallel = max(1, min(total, parallel))
     logger.info(
@@ -322,7 +323,7 @@ def tune(
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
     pool = "dataframe" if frames or connect.is_connect(sc) else "rdd"
-    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False)
+    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False, conf=conf)
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     launcher = launcher_for(
         sc, build, config, group, arrays=arrays, train_df=train if frames else None,

@@ -125,8 +125,10 @@ def plan_for(
     keep_alive_s: float | None = None,
     *,
     dataframes: bool = False,
+    conf: tsconf.ConfSnapshot | None = None,
 ) -> WarmUpPlan:
-    """:func:`plan_warm_up` for ``sc``'s conf, with explicit arguments (not None) over it (driver).
+    """:func:`plan_warm_up` for ``sc``'s conf (``conf``, the call's snapshot; None: read
+    it), with explicit arguments (not None) over it (driver).
 
     Raises:
         ConfigurationError: a ``spark.tensorspark.warmup.*`` value is malformed.
@@ -135,21 +137,22 @@ def plan_for(
         # A warm-up only runs while the cluster is otherwise idle, which it learns from the
         # SparkContext's status tracker; a Spark Connect client has none.
         return WarmUpPlan((), notes=("skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",))
-    conf_enabled, conf_pools, conf_keep = tsconf.warmup_settings(sc)
+    conf = tsconf.snapshot(sc, conf)
+    conf_enabled, conf_pools, conf_keep = tsconf.warmup_settings(sc, conf)
     return plan_warm_up(
         requested=conf_enabled if requested is None else requested,
         pools=conf_pools if pools is None else pools,
         keep_alive_s=conf_keep if keep_alive_s is None else keep_alive_s,
-        worker_reuse=tsconf.python_worker_reuse(sc),
-        dynamic_allocation=tsconf.dynamic_allocation(sc),
-        gpus=tsconf.gpu_amounts(sc),
+        worker_reuse=tsconf.python_worker_reuse(sc, conf),
+        dynamic_allocation=tsconf.dynamic_allocation(sc, conf),
+        gpus=tsconf.gpu_amounts(sc, conf),
         dataframes=dataframes,
     )
 
 
-def check_worker_reuse(sc: Any) -> None:
+def check_worker_reuse(sc: Any, conf: tsconf.ConfSnapshot | None = None) -> None:
     """Log :func:`reuse_warning` when ``sc`` does not reuse Python workers (driver)."""
-    if not tsconf.python_worker_reuse(sc):
+    if not tsconf.python_worker_reuse(sc, conf):
         logger.warning(reuse_warning())
 
 

@@ -97,6 +97,8 @@ class WarmUp:
         job_timeout_s: seconds a warm-up job may take (waiting for slots included), and
             how long pools that stepped aside are retried.
         yield_to_jobs: step aside for other jobs (see above).
+        conf: the Spark conf of the call that starts it (:class:`~tensorspark.conf.ConfSnapshot`),
+            kept for its jobs; None: read it here.
     """
 
     def __init__(
@@ -108,8 +110,10 @@ class WarmUp:
         tick_s: float = TICK_S,
         job_timeout_s: float = JOB_TIMEOUT_S,
         yield_to_jobs: bool = True,
+        conf: tsconf.ConfSnapshot | None = None,
     ) -> None:
         self.sc = sc
+        self.conf = tsconf.snapshot(sc, conf)
         self.plan = plan
         self.group = f"tensorspark-warmup-{uuid.uuid4().hex[:12]}"
         self._sql = sql_session
@@ -327,7 +331,7 @@ class WarmUp:
                 :meth:`close` was called.
         """
         sc = self.sc
-        n = max(1, tsconf.task_slots(sc))  # as many tasks as run at once: one per worker
+        n = max(1, tsconf.task_slots(sc, self.conf))  # as many tasks as run at once: one per worker
         done = threading.Event()
         why: list[str] = []
 
@@ -393,6 +397,7 @@ def warm_up(
     keep_alive: float | None = None,
     enabled: bool | None = True,
     yield_to_jobs: bool = True,
+    conf: tsconf.ConfSnapshot | None = None,
 ) -> WarmUp:
     """Start warming ``sc``'s Python workers in the background; returns at once (driver).
 
@@ -413,6 +418,8 @@ def warm_up(
             follows ``spark.tensorspark.warmup.enabled``.
         yield_to_jobs: cancel a warm-up job when another job arrives (:class:`WarmUp`);
             False when the caller's own next jobs need the warm workers (``tune``).
+        conf: the caller's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`); None: read
+            it here, once.
 
     Returns:
         The running :class:`WarmUp`; :meth:`WarmUp.wait` waits for it.
@@ -421,5 +428,6 @@ def warm_up(
         ConfigurationError: a malformed ``spark.tensorspark.warmup.*`` value or ``pools``.
     """
     sql = _sql_session()
-    planned = plan_for(sc, enabled, pools, keep_alive, dataframes=sql is not None)
-    return WarmUp(sc, planned, sql, yield_to_jobs=yield_to_jobs).start()
+    conf = tsconf.snapshot(sc, conf)
+    planned = plan_for(sc, enabled, pools, keep_alive, dataframes=sql is not None, conf=conf)
+    return WarmUp(sc, planned, sql, yield_to_jobs=yield_to_jobs, conf=conf).start()

@@ -11,6 +11,8 @@ import pytest
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.session import SparkSession
+from tensorspark.training import Server, TrainingRun
+from tensorspark.worker import WorkerConfig
 from tests.unit.spark_conf import DictConf
 
 DEFAULTS = {s.argument: s.default for s in tsconf.SETTINGS}
@@ -28,6 +30,21 @@ class _Context:
 
     def parallelize(self, *args: Any) -> None:
         raise AssertionError("the unit tests never start a Spark job")
+
+
+def _worker_config(sess: SparkSession, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+    """What the tasks of a run of ``sess`` would be told."""
+    return TrainingRun(sess.sc, sess._host).worker_config(url, num_epoch, shuffle)
+
+
+def _server_for(sess: SparkSession, params: dict[str, np.ndarray], num_workers: int) -> Server:
+    """A started server of ``sess``, as a run takes it."""
+    return sess._host.acquire(params, num_workers)
+
+
+def _server_url(sess: SparkSession, server: Server) -> str:
+    """The URL executors are told for ``server``."""
+    return sess._host.url_for(server)
 
 
 class _TF1Session:
@@ -175,7 +192,7 @@ def test_spark_session_reads_the_conf() -> None:
     assert sess.server_bind_host == "driver.example"
     assert sess.server_port == (41000, 41010)
     assert sess.ps_timeout == 9.0
-    assert sess._worker_config("http://driver.example:41000", 1, False).ps_timeout == 9.0
+    assert _worker_config(sess, "http://driver.example:41000", 1, False).ps_timeout == 9.0
 
 
 def test_spark_session_arguments_win() -> None:
@@ -213,10 +230,10 @@ def test_spark_session_needs_a_host() -> None:
 def test_server_binds_one_host_and_advertises_another() -> None:
     sc = _Context({"spark.driver.host": "127.0.0.1", "spark.tensorspark.server.bind": "127.0.0.1"})
     sess = SparkSession(sc, _TF1Session(), server_host="ts-driver.example")
-    server = sess._server_for({"w": np.zeros(3, np.float32)}, 1)
+    server = _server_for(sess, {"w": np.zeros(3, np.float32)}, 1)
     try:
         assert server.url == f"http://127.0.0.1:{server.port}"
-        assert sess.server_url(server) == f"http://ts-driver.example:{server.port}"
+        assert _server_url(sess, server) == f"http://ts-driver.example:{server.port}"
     finally:
         server.stop()
     assert not server.running
@@ -230,3 +247,62 @@ def test_spark_session_checkpoints_under_the_seeds_hdfs_dir(tmp_path: Path) -> N
     mine = tmp_path / "mine"
     explicit = SparkSession(sc, _TF1Session(), name="mnist", checkpoint_dir=str(mine))
     assert explicit.options["checkpoint_dir"] == str(mine)
+
+
+class _SiteJVM:
+    """Stands in for a driver JVM whose ``hdfs-site.xml`` sets the NameNode's address."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.org = self  # jvm.org.apache.hadoop.conf.Configuration(False)
+        self.apache = self.hadoop = self.conf = self
+
+    def Configuration(self, load_defaults: bool) -> _SiteJVM:  # noqa: N802 - Hadoop's name
+        return self
+
+    def addResource(self, resource: str) -> None:  # noqa: N802 - Hadoop's name
+        assert resource == "hdfs-site.xml"
+
+    def get(self, key: str) -> str | None:
+        self.reads += 1
+        return "namenode.example:9870" if key == "dfs.namenode.http-address" else None
+
+
+def test_a_conf_snapshot_reads_the_site_files_lazily_and_once() -> None:
+    sc = _Context({"spark.driver.host": "driver.example"})
+    sc._jvm = _SiteJVM()  # type: ignore[attr-defined]
+    conf = tsconf.ConfSnapshot.take(sc)
+    assert conf["spark.driver.host"] == "driver.example"
+    assert sc._jvm.reads == 0  # type: ignore[attr-defined]
+    assert conf.get("dfs.namenode.http-address") == "namenode.example:9870"
+    assert dict(conf)["dfs.namenode.http-address"] == "namenode.example:9870"
+    assert sc._jvm.reads == 1  # type: ignore[attr-defined]
+    with pytest.raises(KeyError):
+        conf["spark.not.set"]
+
+
+def test_a_conf_snapshot_keeps_the_spark_setting_over_the_site_file() -> None:
+    sc = _Context({"spark.hadoop.dfs.namenode.http-address": "nn.example:50070"})
+    sc._jvm = _SiteJVM()  # type: ignore[attr-defined]
+    conf = tsconf.ConfSnapshot.take(sc)
+    assert "dfs.namenode.http-address" not in conf
+    assert sc._jvm.reads == 0  # type: ignore[attr-defined]
+
+
+def test_a_pickled_conf_snapshot_carries_the_values_not_the_context() -> None:
+    import pickle
+
+    sc = _Context({"spark.master": "local[2]"})
+    sc._jvm = _SiteJVM()  # type: ignore[attr-defined]
+    sc.master = "local[2]"  # type: ignore[attr-defined]
+    conf = pickle.loads(pickle.dumps(tsconf.ConfSnapshot.take(sc)))
+    assert conf.master == "local[2]"
+    assert conf["dfs.namenode.http-address"] == "namenode.example:9870"
+
+
+def test_gpu_amounts_refuse_a_value_that_is_not_a_number() -> None:
+    sc = _Context({"spark.executor.resource.gpu.amount": "two"})
+    message = r"spark.executor.resource.gpu.amount must be a number of GPUs. Received: 'two'"
+    with pytest.raises(ConfigurationError, match=message):
+        tsconf.gpu_amounts(sc)
+    assert tsconf.GPU_AMOUNT_KEYS == (tsconf.TASK_GPU_KEY, tsconf.EXECUTOR_GPU_KEY)
