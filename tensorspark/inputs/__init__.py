@@ -74,7 +74,7 @@ def input_for(
         data: an RDD of examples (tuples aligned with ``feed.names``), a DataFrame with
             ``features_col`` and ``label_col``, or files (``tensorspark.files(...)``).
         feed: what the model takes (its kind's :class:`ModelFeed`).
-        conf: the Spark conf snapshot (:func:`tensorspark.conf.spark_conf`).
+        conf: the Spark conf snapshot (:class:`~tensorspark.conf.ConfSnapshot`).
         argument: how messages name ``data``.
         features_col: a DataFrame's feature column.
         label_col: a DataFrame's label column.

@@ -92,7 +92,7 @@ def plan_file_input(
 ) -> FileInput:
     """``source`` listed and planned for ``feed`` (driver; no Spark job).
 
-    ``conf`` is the Spark conf snapshot (:func:`tensorspark.conf.spark_conf`), which says
+    ``conf`` is the Spark conf snapshot (:class:`~tensorspark.conf.ConfSnapshot`), which says
     how storage is reached; the default number of partitions is Spark's parallelism.
 
     Raises:
