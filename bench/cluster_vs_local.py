@@ -122,7 +122,10 @@ def cluster(args: argparse.Namespace) -> dict[str, Any]:
 def yarn(args: argparse.Namespace) -> dict[str, Any]:
     from tests.yarn.conftest import running_yarn, upload_fashion_mnist
 
-    with running_yarn() as cluster, tempfile.TemporaryDirectory(prefix="tensorspark-bench-yarn-") as tmp:
+    with (
+        running_yarn() as cluster,
+        tempfile.TemporaryDirectory(prefix="tensorspark-bench-yarn-") as tmp,
+    ):
         data_dir = upload_fashion_mnist(cluster, Path(args.data_dir))
         run = cluster.submit(
             ROOT / "bench" / "yarn_mnist_app.py",
@@ -136,7 +139,10 @@ def yarn(args: argparse.Namespace) -> dict[str, Any]:
         line = next(x for x in run.output.splitlines() if x.startswith("yarn-bench: "))
         timings = json.loads(line.removeprefix("yarn-bench: "))
         for r in timings["runs"]:
-            print(f"{'yarn':>8} {r['run']}: {r['seconds']:6.1f}s  accuracy {r['accuracy']:.4f}", file=sys.stderr)  # noqa: T201
+            print(
+                f"{'yarn':>8} {r['run']}: {r['seconds']:6.1f}s  accuracy {r['accuracy']:.4f}",
+                file=sys.stderr,
+            )  # noqa: T201
         return {
             "master": "yarn (client mode): MiniYARNCluster, 2 NodeManagers, 2 executors x 1 core, HDFS input",
             "cluster_startup_seconds": round(cluster.startup_s, 2),
@@ -147,7 +153,9 @@ def yarn(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", default=FASHION_MNIST, help="folder of MNIST-format idx files")
+    parser.add_argument(
+        "--data-dir", default=FASHION_MNIST, help="folder of MNIST-format idx files"
+    )
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--output", default=None, help="also write the JSON here")

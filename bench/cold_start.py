@@ -84,7 +84,9 @@ def _model_pieces(bcast: Any, _: Any) -> dict[str, float]:
     t2 = time.perf_counter()
     core = CompiledModel(model)
     rng = np.random.default_rng(0)
-    batches = [(rng.random((64, 784), dtype=np.float32), rng.integers(0, 10, 64)) for _ in range(20)]
+    batches = [
+        (rng.random((64, 784), dtype=np.float32), rng.integers(0, 10, 64)) for _ in range(20)
+    ]
     core._build(*batches[0])  # noqa: SLF001 - the build fit does before its first step
     t3 = time.perf_counter()
     core.run_steps(True, batches, 20)
@@ -135,7 +137,11 @@ def _mlp(params: dict[str, Any]) -> Any:
     import keras
 
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(int(params["units"]), activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(int(params["units"]), activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
@@ -197,9 +203,14 @@ def one_context(args: argparse.Namespace) -> dict[str, Any]:
         out["rdd_one_task_job_s"] = statistics.median(
             [_timed(lambda: sc.parallelize([0], 1).map(_noop).collect())[0] for _ in range(5)]
         )
-        out["dataframe_first_job_s"], _ = _timed(lambda: frame.mapInArrow(_noop_batches, "pid long").collect())
+        out["dataframe_first_job_s"], _ = _timed(
+            lambda: frame.mapInArrow(_noop_batches, "pid long").collect()
+        )
         out["dataframe_job_s"] = statistics.median(
-            [_timed(lambda: frame.mapInArrow(_noop_batches, "pid long").collect())[0] for _ in range(5)]
+            [
+                _timed(lambda: frame.mapInArrow(_noop_batches, "pid long").collect())[0]
+                for _ in range(5)
+            ]
         )
         out["tf_job_s"], tf_rows = _timed(lambda: two.map(_import_tf).collect())
         out.update(_slowest(tf_rows))
@@ -218,7 +229,14 @@ def one_context(args: argparse.Namespace) -> dict[str, Any]:
         out.update(_slowest(two.map(functools.partial(_predict_pieces, cnn_bc)).collect()))
 
         xf = (x[:10_000].reshape(-1, 784)).astype("float32")
-        data_bc = sc.broadcast({"x": xf, "y": y[:10_000].astype("int64"), "x_val": xf[:2000], "y_val": y[:2000].astype("int64")})
+        data_bc = sc.broadcast(
+            {
+                "x": xf,
+                "y": y[:10_000].astype("int64"),
+                "x_val": xf[:2000],
+                "y_val": y[:2000].astype("int64"),
+            }
+        )
         out.update(_slowest(two.map(functools.partial(_tune_pieces, data_bc)).collect()))
     finally:
         sc.stop()
@@ -240,13 +258,22 @@ def main() -> None:
     runs = []
     for _ in range(args.repeats):
         done = subprocess.run(
-            [sys.executable, __file__, *argv, "--child"], capture_output=True, text=True, timeout=1800
+            [sys.executable, __file__, *argv, "--child"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         if done.returncode:
             sys.exit(f"a measurement failed:\n{done.stderr[-4000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    report = {"master": args.master, "repeats": args.repeats, "cpus": os.cpu_count(), "median": median, "runs": runs}
+    report = {
+        "master": args.master,
+        "repeats": args.repeats,
+        "cpus": os.cpu_count(),
+        "median": median,
+        "runs": runs,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

@@ -69,7 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--mode", default="async", help="for configurations that do not set one")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of every configuration (seeds 0..N-1), interleaved")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of every configuration (seeds 0..N-1), interleaved",
+    )
     parser.add_argument("--outer-lr", type=float, default=None)
     parser.add_argument("--outer-momentum", type=float, default=None)
     parser.add_argument("--rows", type=int, default=None, help="use the first N training rows")
@@ -83,7 +88,11 @@ def make_model(seed: int = 0) -> Any:
 
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
@@ -98,7 +107,9 @@ def _import_tensorflow(_: int) -> int:
     return os.getpid()
 
 
-def run_config(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace, seed: int = 0) -> dict[str, Any]:
+def run_config(
+    sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace, seed: int = 0
+) -> dict[str, Any]:
     import tensorspark as sps
 
     spec = dict(CONFIGS[name])
@@ -175,7 +186,9 @@ def ratios(rows: dict[str, dict[str, Any]], base: dict[str, Any]) -> None:
     for row in rows.values():
         b, r = base.get("bytes_per_sample_to_target"), row.get("bytes_per_sample_to_target")
         row["fewer_bytes_per_sample_x"] = (b / r) if b and r else None
-        row["fewer_bytes_per_sample_run_x"] = base["bytes_per_sample_run"] / row["bytes_per_sample_run"]
+        row["fewer_bytes_per_sample_run_x"] = (
+            base["bytes_per_sample_run"] / row["bytes_per_sample_run"]
+        )
         row["accuracy_minus_default"] = row["final_test_accuracy"] - base["final_test_accuracy"]
         bt, rt = base.get("seconds_to_target"), row.get("seconds_to_target")
         row["time_to_target_vs_default"] = (rt / bt) if bt and rt else None
@@ -231,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     if "default" in rows:
         ratios(rows, rows["default"])
     print(f"medians over {args.repeats} run(s) of each:")
-    print(f"{'config':>24} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} {'t target':>9} {'t ratio':>8}")
+    print(
+        f"{'config':>24} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} {'t target':>9} {'t ratio':>8}"
+    )
     for name, row in rows.items():
         bps = row["bytes_per_sample_to_target"]
         few = row.get("fewer_bytes_per_sample_x")
@@ -244,9 +259,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     result = {
         "setup": {
-            "rows": len(x), "epochs": args.epochs, "batch_size": 64, "partitions": 2, "master": "local[2]",
-            "mode": args.mode, "target": args.target, "repeats": args.repeats, "outer_lr": args.outer_lr,
-            "outer_momentum": args.outer_momentum, "cpus": os.cpu_count(),
+            "rows": len(x),
+            "epochs": args.epochs,
+            "batch_size": 64,
+            "partitions": 2,
+            "master": "local[2]",
+            "mode": args.mode,
+            "target": args.target,
+            "repeats": args.repeats,
+            "outer_lr": args.outer_lr,
+            "outer_momentum": args.outer_momentum,
+            "cpus": os.cpu_count(),
         },
         "configs": rows,
     }

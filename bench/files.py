@@ -55,7 +55,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--sync-interval", type=int, default=20)
-    parser.add_argument("--copies", type=int, default=8, help="the larger data set for memory: this many copies")
+    parser.add_argument(
+        "--copies", type=int, default=8, help="the larger data set for memory: this many copies"
+    )
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/files.json")
     return parser.parse_args()
@@ -66,7 +68,11 @@ def make_model() -> Any:
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
@@ -92,7 +98,9 @@ def context(webhdfs_url: str) -> Any:
     return sc
 
 
-def prepare(sc: Any, hdfs: str, x: Any, y: Any, partitions: int, copies: int, client: Any, base: str) -> None:
+def prepare(
+    sc: Any, hdfs: str, x: Any, y: Any, partitions: int, copies: int, client: Any, base: str
+) -> None:
     """Parquet (by Spark), TFRecord (by write_tfrecord) and the copies for memory, on HDFS."""
     import pandas as pd
     from pyspark.sql import SparkSession as SQLSession
@@ -102,7 +110,9 @@ def prepare(sc: Any, hdfs: str, x: Any, y: Any, partitions: int, copies: int, cl
     spark = SQLSession.builder.getOrCreate()
     frame = spark.createDataFrame(pd.DataFrame({"pixels": list(x), "label": y}))
     frame.repartition(partitions).write.parquet(f"{hdfs}/parquet")
-    sps.write_tfrecord(spark.read.parquet(f"{hdfs}/parquet"), f"{hdfs}/tfrecord", num_shards=partitions)
+    sps.write_tfrecord(
+        spark.read.parquet(f"{hdfs}/parquet"), f"{hdfs}/tfrecord", num_shards=partitions
+    )
     parts = [n for n in client.list(f"{base}/parquet") if n.endswith(".parquet")]
     client.makedirs(f"{base}/parquet_x{copies}")
     for copy in range(copies):
@@ -111,7 +121,9 @@ def prepare(sc: Any, hdfs: str, x: Any, y: Any, partitions: int, copies: int, cl
                 client.write(f"{base}/parquet_x{copies}/c{copy}-{name}", data=reader.read())
 
 
-def data_for(name: str, sc: Any, hdfs: str, x: Any, y: Any, partitions: int) -> tuple[Any, dict[str, str]]:
+def data_for(
+    name: str, sc: Any, hdfs: str, x: Any, y: Any, partitions: int
+) -> tuple[Any, dict[str, str]]:
     import tensorspark as sps
 
     if name == "parquet_files":
@@ -128,7 +140,9 @@ def data_for(name: str, sc: Any, hdfs: str, x: Any, y: Any, partitions: int) -> 
     return rdd, {}
 
 
-def fit_once(sc: Any, data: Any, columns: dict[str, str], args: argparse.Namespace, epochs: int) -> dict[str, Any]:
+def fit_once(
+    sc: Any, data: Any, columns: dict[str, str], args: argparse.Namespace, epochs: int
+) -> dict[str, Any]:
     import tensorspark as sps
 
     model = make_model()
@@ -143,7 +157,9 @@ def fit_once(sc: Any, data: Any, columns: dict[str, str], args: argparse.Namespa
         "job_seconds": history.result.seconds,
         "loss": history.history["loss"],
         "model": model,
-        "peak_rss_bytes": sorted(int(p.get("peak_rss_bytes", 0)) for p in history.result.partitions),
+        "peak_rss_bytes": sorted(
+            int(p.get("peak_rss_bytes", 0)) for p in history.result.partitions
+        ),
     }
 
 
@@ -160,9 +176,14 @@ def main() -> None:
     cluster = start_cluster(Path(tempfile.mkdtemp(prefix="bench-files-hdfs-")), resolve_classpath())
     result: dict[str, Any] = {
         "setup": {
-            "rows": len(x), "epochs": args.epochs, "batch_size": args.batch_size,
-            "sync_interval": args.sync_interval, "partitions": args.partitions, "master": "local[2]",
-            "cpus": os.cpu_count(), "storage": "HDFS mini cluster on 127.0.0.1 (files over WebHDFS)",
+            "rows": len(x),
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "sync_interval": args.sync_interval,
+            "partitions": args.partitions,
+            "master": "local[2]",
+            "cpus": os.cpu_count(),
+            "storage": "HDFS mini cluster on 127.0.0.1 (files over WebHDFS)",
         },
         "runs": {name: [] for name in INPUTS},
     }
@@ -176,7 +197,10 @@ def main() -> None:
             prepare(sc, hdfs, x, y, args.partitions, copies, client, base)
             result["setup"]["prepare_seconds"] = time.perf_counter() - started
             result["setup"]["bytes"] = {
-                kind: sum(client.status(f"{base}/{kind}/{n}")["length"] for n in client.list(f"{base}/{kind}"))
+                kind: sum(
+                    client.status(f"{base}/{kind}/{n}")["length"]
+                    for n in client.list(f"{base}/{kind}")
+                )
                 for kind in ("parquet", "tfrecord")
             }
         finally:
@@ -192,16 +216,24 @@ def main() -> None:
                 sc.stop()
             accuracy = warm.pop("model").evaluate(xt, yt, verbose=0, return_dict=True)["accuracy"]
             cold.pop("model")
-            result["runs"][name].append({"cold": cold, "warm": warm, "test_accuracy_warm": accuracy})
-            print(f"{name}: cold {cold['samples_per_s']:.0f} samples/s, warm {warm['samples_per_s']:.0f}, accuracy {accuracy:.4f}", flush=True)
+            result["runs"][name].append(
+                {"cold": cold, "warm": warm, "test_accuracy_warm": accuracy}
+            )
+            print(
+                f"{name}: cold {cold['samples_per_s']:.0f} samples/s, warm {warm['samples_per_s']:.0f}, accuracy {accuracy:.4f}",
+                flush=True,
+            )
         summary = {}
         for name, runs in result["runs"].items():
             summary[name] = {
-                kind: sum(r[kind]["samples_per_s"] for r in runs) / len(runs) for kind in ("cold", "warm")
+                kind: sum(r[kind]["samples_per_s"] for r in runs) / len(runs)
+                for kind in ("cold", "warm")
             }
         for kind in ("cold", "warm"):
             for name in INPUTS:
-                summary[name][f"{kind}_vs_dataframe"] = summary[name][kind] / summary["dataframe"][kind]
+                summary[name][f"{kind}_vs_dataframe"] = (
+                    summary[name][kind] / summary["dataframe"][kind]
+                )
         result["summary"] = summary
         memory = {}
         for label, folder in (("1x", "parquet"), (f"{copies}x", f"parquet_x{copies}")):
@@ -209,7 +241,15 @@ def main() -> None:
             try:
                 import tensorspark as sps
 
-                run = fit_once(sc, sps.files(f"{hdfs}/{folder}", "pixels", "label", num_partitions=args.partitions), {}, args, 1)
+                run = fit_once(
+                    sc,
+                    sps.files(
+                        f"{hdfs}/{folder}", "pixels", "label", num_partitions=args.partitions
+                    ),
+                    {},
+                    args,
+                    1,
+                )
             finally:
                 sc.stop()
             run.pop("model")
@@ -218,7 +258,10 @@ def main() -> None:
                 "seconds": run["seconds"],
                 "peak_rss_bytes": run["peak_rss_bytes"],
             }
-            print(f"memory {label}: task peak RSS {[b / 2**20 for b in run['peak_rss_bytes']]} MiB", flush=True)
+            print(
+                f"memory {label}: task peak RSS {[b / 2**20 for b in run['peak_rss_bytes']]} MiB",
+                flush=True,
+            )
         small, large = (max(m["peak_rss_bytes"]) for m in memory.values())
         result["memory"] = {"runs": memory, "ratio_largest_task": large / small}
     finally:

@@ -57,13 +57,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=0, help="default: cores")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--out", default=None, help="default bench/results/inference[_first_call].json")
-    parser.add_argument("--first-call", action="store_true", help="the first call of a fresh context")
+    parser.add_argument(
+        "--out", default=None, help="default bench/results/inference[_first_call].json"
+    )
+    parser.add_argument(
+        "--first-call", action="store_true", help="the first call of a fresh context"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="--first-call: processes per variant")
     parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.out is None:
-        args.out = "bench/results/inference_first_call.json" if args.first_call else "bench/results/inference.json"
+        args.out = (
+            "bench/results/inference_first_call.json"
+            if args.first_call
+            else "bench/results/inference.json"
+        )
     return args
 
 
@@ -106,13 +114,17 @@ def first_call(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     spark = SparkSession.builder.getOrCreate()
     try:
         frame = spark.createDataFrame(
-            pd.DataFrame({"id": np.arange(len(images)), "pixels": [row.tobytes() for row in images]})
+            pd.DataFrame(
+                {"id": np.arange(len(images)), "pixels": [row.tobytes() for row in images]}
+            )
         ).repartition(args.partitions or sc.defaultParallelism)
         frame.cache().count()  # JVM jobs only: no Python worker has started
 
         def call() -> float:
             started = time.perf_counter()
-            scored: Any = sps.predict(sc, path, frame, features_col="pixels", batch_size=args.batch_size)
+            scored: Any = sps.predict(
+                sc, path, frame, features_col="pixels", batch_size=args.batch_size
+            )
             scored.write.format("noop").mode("overwrite").save()
             return time.perf_counter() - started
 
@@ -129,7 +141,13 @@ def first_call(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         warm = [call() for _ in range(2)]
     finally:
         sc.stop()
-    return {"variant": variant, "first_s": first, "warm_up_s": warm_up_s, "warm_s": warm, "ratio": first / min(warm)}
+    return {
+        "variant": variant,
+        "first_s": first,
+        "warm_up_s": warm_up_s,
+        "warm_s": warm,
+        "ratio": first / min(warm),
+    }
 
 
 def run_first_calls(args: argparse.Namespace) -> None:
@@ -141,7 +159,10 @@ def run_first_calls(args: argparse.Namespace) -> None:
     for _ in range(args.rounds):
         for variant in FIRST_CALL_VARIANTS:
             out = subprocess.run(
-                [sys.executable, __file__, *argv, "--variant", variant], capture_output=True, text=True, timeout=1800
+                [sys.executable, __file__, *argv, "--variant", variant],
+                capture_output=True,
+                text=True,
+                timeout=1800,
             )
             if out.returncode:
                 sys.exit(f"the {variant} measurement failed:\n{out.stderr[-4000:]}")
@@ -154,13 +175,23 @@ def run_first_calls(args: argparse.Namespace) -> None:
         }
         for v, rs in runs.items()
     }
-    report = {"model": args.model, "master": args.master, "rounds": args.rounds, "quick": args.quick, "summary": summary, "runs": runs}
+    report = {
+        "model": args.model,
+        "master": args.master,
+        "rounds": args.rounds,
+        "quick": args.quick,
+        "summary": summary,
+        "runs": runs,
+    }
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     for v, row in summary.items():
-        print(f"first call, {v:8s}: {row['first_s']:5.1f} s against {row['warm_s']:.1f} s warm = {row['ratio']:.2f}x", file=sys.stderr)
+        print(
+            f"first call, {v:8s}: {row['first_s']:5.1f} s against {row['warm_s']:.1f} s warm = {row['ratio']:.2f}x",
+            file=sys.stderr,
+        )
 
 
 def build_model(kind: str) -> Any:
@@ -182,7 +213,10 @@ def build_model(kind: str) -> Any:
             keras.layers.Flatten(),
             keras.layers.Dense(128, activation="relu"),
         ]
-    return keras.Sequential([keras.Input((784,)), rescale, *layers, keras.layers.Dense(10, activation="softmax")], name=kind)
+    return keras.Sequential(
+        [keras.Input((784,)), rescale, *layers, keras.layers.Dense(10, activation="softmax")],
+        name=kind,
+    )
 
 
 def _max_abs_diff(scored: Any, expected: Any) -> float:

@@ -61,11 +61,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--sync-interval", type=int, default=20)
     parser.add_argument("--target", type=float, default=0.84)
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every measurement")
-    parser.add_argument("--combiner", default=None, help="weight_combiner (default: the library's default)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="interleaved rounds of every measurement"
+    )
+    parser.add_argument(
+        "--combiner", default=None, help="weight_combiner (default: the library's default)"
+    )
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/keras_fit.json")
-    parser.add_argument("--child", choices=["single", *VARIANTS], default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=["single", *VARIANTS], default=None, help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.epochs, args.rounds = 1, 1
@@ -98,7 +104,9 @@ def make_model(seed: int = 0) -> Any:
 
 
 def _reached(accuracies: list[float], seconds: list[float | None], target: float) -> float | None:
-    return next((s for a, s in zip(accuracies, seconds, strict=True) if a >= target and s is not None), None)
+    return next(
+        (s for a, s in zip(accuracies, seconds, strict=True) if a >= target and s is not None), None
+    )
 
 
 def single_process(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,8 +129,14 @@ def single_process(args: argparse.Namespace) -> dict[str, Any]:
     ends = EpochEnds()
     started = time.perf_counter()
     history = model.fit(
-        x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True,
-        validation_data=(xt, yt), verbose=0, callbacks=[ends],
+        x,
+        y,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        shuffle=True,
+        validation_data=(xt, yt),
+        verbose=0,
+        callbacks=[ends],
     )
     fit_s = time.perf_counter() - started
     accs = [float(a) for a in history.history["val_accuracy"]]
@@ -186,7 +200,13 @@ class _EpochClock:
 
 
 def _fit(
-    sc: Any, args: argparse.Namespace, train: Any, test: Any, warm_up: bool, wait: bool, clock: _EpochClock
+    sc: Any,
+    args: argparse.Namespace,
+    train: Any,
+    test: Any,
+    warm_up: bool,
+    wait: bool,
+    clock: _EpochClock,
 ) -> dict[str, Any]:
     import tensorspark as sps
 
@@ -194,8 +214,12 @@ def _fit(
     started = time.perf_counter()
     wall_started = time.time()
     ks = sps.SparkSession(
-        sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size,
-        weight_combiner=args.combiner, warm_up=warm_up,
+        sc,
+        model,
+        sync_interval=args.sync_interval,
+        batch_size=args.batch_size,
+        weight_combiner=args.combiner,
+        warm_up=warm_up,
     )
     warm_up_s = None
     if wait:
@@ -241,7 +265,13 @@ def on_spark(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         train = _cached(sc, list(zip(x, y, strict=True)), args.partitions)
         test = _cached(sc, list(zip(xt, yt, strict=True)), args.partitions)
         cold = _fit(
-            sc, args, train, test, warm_up=variant != "cold_without_warm_up", wait=variant == "cold_after_warm_up", clock=clock
+            sc,
+            args,
+            train,
+            test,
+            warm_up=variant != "cold_without_warm_up",
+            wait=variant == "cold_after_warm_up",
+            clock=clock,
         )
         warm = _fit(sc, args, train, test, warm_up=True, wait=False, clock=clock)
     finally:
@@ -252,7 +282,10 @@ def on_spark(args: argparse.Namespace, variant: str) -> dict[str, Any]:
 def _child(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     argv = [a for a in sys.argv[1:] if not a.startswith("--child")]
     out = subprocess.run(
-        [sys.executable, __file__, *argv, "--child", kind], capture_output=True, text=True, timeout=1800
+        [sys.executable, __file__, *argv, "--child", kind],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     if out.returncode:
         sys.exit(f"the {kind} measurement failed:\n{out.stderr[-4000:]}")
@@ -280,7 +313,9 @@ def main() -> None:
     singles.append(_child(args, "single"))
     single_s = _mean([s["fit_s"] for s in singles])
     single_target = [s["seconds_to_target"] for s in singles]
-    single_to_target = _mean([t for t in single_target if t is not None]) if all(single_target) else None
+    single_to_target = (
+        _mean([t for t in single_target if t is not None]) if all(single_target) else None
+    )
     import_s = _mean([s["import_s"] for s in singles])
     summary: dict[str, Any] = {}
     for variant, runs in sparks.items():
@@ -290,13 +325,19 @@ def main() -> None:
             key = variant if phase == "cold" else "warm"
             seconds = _mean([r[phase]["seconds"] for r in runs])
             targets = [r[phase]["seconds_to_target"] for r in runs]
-            to_target = _mean([t for t in targets if t is not None]) if all(t is not None for t in targets) else None
+            to_target = (
+                _mean([t for t in targets if t is not None])
+                if all(t is not None for t in targets)
+                else None
+            )
             summary[key] = {
                 "seconds": seconds,
                 "ratio_vs_single": single_s / seconds,
                 "ratio_vs_single_with_import": (single_s + import_s) / seconds,
                 "seconds_to_target": to_target,
-                "time_to_target_vs_single": None if to_target is None or single_to_target is None else to_target / single_to_target,
+                "time_to_target_vs_single": None
+                if to_target is None or single_to_target is None
+                else to_target / single_to_target,
                 "time_to_target_vs_single_with_import": None
                 if to_target is None or single_to_target is None
                 else to_target / (single_to_target + import_s),
@@ -316,7 +357,12 @@ def main() -> None:
             "rounds": args.rounds,
             "target": args.target,
         },
-        "single_process": {"fit_s": single_s, "import_s": import_s, "seconds_to_target": single_to_target, "runs": singles},
+        "single_process": {
+            "fit_s": single_s,
+            "import_s": import_s,
+            "seconds_to_target": single_to_target,
+            "runs": singles,
+        },
         "spark": summary,
         "runs": sparks,
     }

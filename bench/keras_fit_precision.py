@@ -57,11 +57,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--sync-interval", type=int, default=20)
     parser.add_argument("--target", type=float, default=0.84)
-    parser.add_argument("--combiner", default=None, help="weight_combiner (default: the library's default)")
+    parser.add_argument(
+        "--combiner", default=None, help="weight_combiner (default: the library's default)"
+    )
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/keras_fit_precision.json")
     parser.add_argument(
-        "--mixed-precision", default=None, choices=["mixed_float16", "mixed_bfloat16"],
+        "--mixed-precision",
+        default=None,
+        choices=["mixed_float16", "mixed_bfloat16"],
         help="also run both sides under this Keras policy and report its speed-up",
     )
     return parser.parse_args()
@@ -99,13 +103,27 @@ def single_process(x, y, xt, yt, args: argparse.Namespace, policy: str | None = 
 
         def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
             self.train_seconds += time.perf_counter() - self.began
-            acc = self.model.evaluate(xt, yt, batch_size=1024, verbose=0, return_dict=True)["accuracy"]
-            self.rows.append({"epoch": epoch, "train_seconds": self.train_seconds, "test_accuracy": acc})
+            acc = self.model.evaluate(xt, yt, batch_size=1024, verbose=0, return_dict=True)[
+                "accuracy"
+            ]
+            self.rows.append(
+                {"epoch": epoch, "train_seconds": self.train_seconds, "test_accuracy": acc}
+            )
 
     model = make_model(policy=policy)
     clock = Clock()
-    model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[clock])
-    reached = next((r["train_seconds"] for r in clock.rows if r["test_accuracy"] >= args.target), None)
+    model.fit(
+        x,
+        y,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        shuffle=True,
+        verbose=0,
+        callbacks=[clock],
+    )
+    reached = next(
+        (r["train_seconds"] for r in clock.rows if r["test_accuracy"] >= args.target), None
+    )
     return {
         "samples_per_s": args.epochs * len(x) / clock.train_seconds,
         "train_seconds": clock.train_seconds,
@@ -153,7 +171,11 @@ def on_spark(x, y, xt, yt, args: argparse.Namespace, policy: str | None = None) 
         sc.parallelize(range(args.partitions), args.partitions).map(_import_tensorflow).collect()
         model = make_model()
         ks = sps.SparkSession(
-            sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size, weight_combiner=args.combiner
+            sc,
+            model,
+            sync_interval=args.sync_interval,
+            batch_size=args.batch_size,
+            weight_combiner=args.combiner,
         )
         started = time.perf_counter()
         history = ks.fit(train, epochs=args.epochs, validation_data=test, mixed_precision=policy)
@@ -196,8 +218,12 @@ def main() -> None:
             single = single_process(x, y, xt, yt, args, policy)
             result[policy or "float32"] = {"single_process": single, "spark": spark}
         fp32, mixed = result["float32"], result[args.mixed_precision]
-        result["speedup_single"] = mixed["single_process"]["samples_per_s"] / fp32["single_process"]["samples_per_s"]
-        result["speedup_spark_job"] = mixed["spark"]["samples_per_s_job"] / fp32["spark"]["samples_per_s_job"]
+        result["speedup_single"] = (
+            mixed["single_process"]["samples_per_s"] / fp32["single_process"]["samples_per_s"]
+        )
+        result["speedup_spark_job"] = (
+            mixed["spark"]["samples_per_s_job"] / fp32["spark"]["samples_per_s_job"]
+        )
         write(result, args.out)
         return
     spark = on_spark(x, y, xt, yt, args)

@@ -51,8 +51,11 @@ def main() -> int:
     tf1 = tf.compat.v1
     data = load_mnist(args.data_dir)
     conf = (
-        SparkConf().setMaster("local[2]").setAppName("bench-modes")
-        .set("spark.driver.host", "127.0.0.1").set("spark.ui.enabled", "false")
+        SparkConf()
+        .setMaster("local[2]")
+        .setAppName("bench-modes")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
         .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
     )
     sc = SparkContext(conf=conf)
@@ -69,26 +72,49 @@ def main() -> int:
                 sess = tf1.Session(graph=graph)
                 sess.run(tf1.global_variables_initializer())
             spark_sess = sps.SparkSession(
-                sc, sess, sync_interval=args.sync_interval, batch_size=100, server_host="127.0.0.1", **options
+                sc,
+                sess,
+                sync_interval=args.sync_interval,
+                batch_size=100,
+                server_host="127.0.0.1",
+                **options,
             )
             t0 = time.perf_counter()
             result = spark_sess.run(
-                g["train_step"], feed_rdd=rdd, feed_name_list=[g["x"].name, g["y_"].name],
-                param_list=[g["W"], g["b"]], shuffle_within_partition=True, num_epoch=args.epochs,
-                loss=g["loss"], progress=False,
+                g["train_step"],
+                feed_rdd=rdd,
+                feed_name_list=[g["x"].name, g["y_"].name],
+                param_list=[g["W"], g["b"]],
+                shuffle_within_partition=True,
+                num_epoch=args.epochs,
+                loss=g["loss"],
+                progress=False,
             )
             seconds = time.perf_counter() - t0
-            accuracy = float(sess.run(g["accuracy"], feed_dict={g["x"]: data.test_images, g["y_"]: test_y}))
+            accuracy = float(
+                sess.run(g["accuracy"], feed_dict={g["x"]: data.test_images, g["y_"]: test_y})
+            )
             row = {
-                "config": label, **options, "seconds_per_epoch": seconds / args.epochs,
-                "test_accuracy": accuracy, "applied_pushes": result.status["applied_pushes"],
+                "config": label,
+                **options,
+                "seconds_per_epoch": seconds / args.epochs,
+                "test_accuracy": accuracy,
+                "applied_pushes": result.status["applied_pushes"],
             }
             rows.append(row)
-            print(f"{label:26s} {row['seconds_per_epoch']:6.2f} s/epoch  accuracy {accuracy:.4f}", flush=True)
+            print(
+                f"{label:26s} {row['seconds_per_epoch']:6.2f} s/epoch  accuracy {accuracy:.4f}",
+                flush=True,
+            )
             sess.close()
     finally:
         sc.stop()
-    out = {"dataset": data.name, "epochs": args.epochs, "sync_interval": args.sync_interval, "results": rows}
+    out = {
+        "dataset": data.name,
+        "epochs": args.epochs,
+        "sync_interval": args.sync_interval,
+        "results": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"written {args.out}")

@@ -43,7 +43,9 @@ def timed(sc: Any, rdd: Any, test: Any, sync_interval: int, label: str) -> dict[
     from tests.netns.training import train_tf1
 
     started = time.perf_counter()
-    run = train_tf1(sc, rdd, test, name=f"bench_{label}", epochs=EPOCHS, sync_interval=sync_interval)
+    run = train_tf1(
+        sc, rdd, test, name=f"bench_{label}", epochs=EPOCHS, sync_interval=sync_interval
+    )
     run.session.close()
     wall = time.perf_counter() - started
     samples = int(run.result.status["samples"])
@@ -75,7 +77,11 @@ def main() -> None:
     load_before = os.getloadavg()
     runs: list[dict[str, Any]] = []
     with network() as net, tempfile.TemporaryDirectory(prefix="tensorspark-bench-netns-") as tmp:
-        spark = new_cluster(Path(tmp), host=net.driver, worker_hosts=tuple(WorkerHost(h.address, h.prefix) for h in net.hosts))
+        spark = new_cluster(
+            Path(tmp),
+            host=net.driver,
+            worker_hosts=tuple(WorkerHost(h.address, h.prefix) for h in net.hosts),
+        )
         try:
             start_cluster(spark)
             sc = spark.context("bench-netns-latency", **{"spark.locality.wait": "0"})
@@ -106,8 +112,16 @@ def main() -> None:
 
     summary = {}
     for sync_interval in (100, 10):
-        clean = [r["samples_per_sec"] for r in runs if r["sync_interval"] == sync_interval and r["link"] == "clean"]
-        delayed = [r["samples_per_sec"] for r in runs if r["sync_interval"] == sync_interval and r["link"] != "clean"]
+        clean = [
+            r["samples_per_sec"]
+            for r in runs
+            if r["sync_interval"] == sync_interval and r["link"] == "clean"
+        ]
+        delayed = [
+            r["samples_per_sec"]
+            for r in runs
+            if r["sync_interval"] == sync_interval and r["link"] != "clean"
+        ]
         summary[f"sync_interval_{sync_interval}"] = {
             "clean_samples_per_sec_median": statistics.median(clean),
             "delayed_samples_per_sec_median": statistics.median(delayed),

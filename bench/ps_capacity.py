@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_capacity.json"))
     args = parser.parse_args(argv)
     bandwidth = memory_bandwidth()
-    print(f"memory bandwidth (one core, copy, read + write): {bandwidth / 1e9:.1f} GB/s; cores: {os.cpu_count()}")
+    print(
+        f"memory bandwidth (one core, copy, read + write): {bandwidth / 1e9:.1f} GB/s; cores: {os.cpu_count()}"
+    )
     header = (
         f"{'params':>6} {'shards':>6} {'codec':>5} {'upd/s':>7} {'CPU ms/upd':>10} {'busiest ms':>10} "
         f"{'in KB/upd':>10} {'out KB/upd':>10} {'CPU cap':>8} {'mem cap':>8} {'net cap':>8} {'workers':>7}  limited by"
@@ -108,7 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
             for shards in [int(x) for x in args.shards.split(",")]:
-                row = measure_ps(SIZES[size], args.clients, args.seconds, True, shards, None if codec == "none" else codec)
+                row = measure_ps(
+                    SIZES[size],
+                    args.clients,
+                    args.seconds,
+                    True,
+                    shards,
+                    None if codec == "none" else codec,
+                )
                 row["size"] = size
                 row.update(capacity(row, bandwidth))
                 rows.append(row)
@@ -122,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     best = {
-        size: max((r for r in rows if r["size"] == size), key=lambda r: r["workers_at_1_sync_per_s"])
+        size: max(
+            (r for r in rows if r["size"] == size), key=lambda r: r["workers_at_1_sync_per_s"]
+        )
         for size in {r["size"] for r in rows}
     }
     for size, row in sorted(best.items()):
@@ -130,10 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{size}: most workers {row['workers_at_1_sync_per_s']} (shards {row['shards']}, "
             f"{row['compression'] or 'float32'}, limited by {row['limited_by']})"
-            + (f"; target {target}: {'met' if row['workers_at_1_sync_per_s'] >= target else 'NOT met'}" if target else "")
+            + (
+                f"; target {target}: {'met' if row['workers_at_1_sync_per_s'] >= target else 'NOT met'}"
+                if target
+                else ""
+            )
         )
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "seconds": args.seconds,
         "clients": args.clients,
         "memory_bandwidth_bytes_per_s": bandwidth,

@@ -135,10 +135,18 @@ def measure_steps(n: int, repeats: int = 20) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", type=int, default=25_000_000)
-    parser.add_argument("--seconds", type=float, default=4.0, help="per TCP or push+pull measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="TCP and step measurements, medians over rounds")
-    parser.add_argument("--shards", default="1,4", help="shard counts of the real push+pull rows ('' skips them)")
-    parser.add_argument("--targets", default="1:0.6,4:1.0", help="shards:ratio targets to check against the floor")
+    parser.add_argument(
+        "--seconds", type=float, default=4.0, help="per TCP or push+pull measurement"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="TCP and step measurements, medians over rounds"
+    )
+    parser.add_argument(
+        "--shards", default="1,4", help="shard counts of the real push+pull rows ('' skips them)"
+    )
+    parser.add_argument(
+        "--targets", default="1:0.6,4:1.0", help="shards:ratio targets to check against the floor"
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_floor.json"))
     args = parser.parse_args(argv)
     n, nbytes = args.params, args.params * 4
@@ -170,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU floor per update: {floor * 1e3:.1f} ms signed ({floor_unsigned * 1e3:.1f} ms unsigned); "
         f"at 1.0x TCP an update has {2 * one_way * 1e3:.1f} ms, {cores * 2 * one_way * 1e3:.1f} ms of CPU on {cores} cores"
     )
-    print(f"best possible push+pull vs TCP on this machine: {r_max:.2f}x signed, {r_max_unsigned:.2f}x unsigned")
+    print(
+        f"best possible push+pull vs TCP on this machine: {r_max:.2f}x signed, {r_max_unsigned:.2f}x unsigned"
+    )
     rows = []
     for shards in [int(s) for s in args.shards.split(",") if s.strip()]:
         row = measure_ps(n, 1, args.seconds, True, shards=shards)
@@ -201,10 +211,18 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"target {ratio:.2f}x TCP with {shards} shard(s): {available * 1e3:.1f} ms of CPU per update on {cores} cores; "
             f"the floor alone fills {floor / available:.0%} of it"
-            + ("" if measured is None else f", the measured implementation {measured / available:.0%}")
+            + (
+                ""
+                if measured is None
+                else f", the measured implementation {measured / available:.0%}"
+            )
         )
     result = {
-        "machine": {"cpus": cores, "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {
+            "cpus": cores,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "params": n,
         "tcp": tcp,
         "tcp_rounds": tcp_rounds,

@@ -57,17 +57,36 @@ def _honest(url: str, secret: bytes, partition: int, stop_at: float, out: Any) -
     sent = applied = 0
     with ParameterClient(url, secret=secret, ps_timeout=60) as client:
         while time.time() < stop_at:
-            delta = {k: rng.integers(-4, 5, v.shape).astype(np.float32) / np.float32(8) for k, v in total.items()}
-            meta = {"partition": partition, "epoch": 0, "seq": sent, "attempt": 0, "samples": 1, "base_version": 0}
+            delta = {
+                k: rng.integers(-4, 5, v.shape).astype(np.float32) / np.float32(8)
+                for k, v in total.items()
+            }
+            meta = {
+                "partition": partition,
+                "epoch": 0,
+                "seq": sent,
+                "attempt": 0,
+                "samples": 1,
+                "base_version": 0,
+            }
             sent += 1
             if client.push(delta, meta).status == "applied":
                 applied += 1
                 for k in total:
                     total[k] += delta[k]
-    out.put({"partition": partition, "sent": sent, "applied": applied, "total": {k: v.tolist() for k, v in total.items()}})
+    out.put(
+        {
+            "partition": partition,
+            "sent": sent,
+            "applied": applied,
+            "total": {k: v.tolist() for k, v in total.items()},
+        }
+    )
 
 
-def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesis_share: float) -> dict[str, Any]:
+def run_fuzz(
+    requests: int, threads: int, honest: int, rss_bound: int, hypothesis_share: float
+) -> dict[str, Any]:
     from hypothesis import HealthCheck, given, settings
 
     from tensorspark.ps.client import ParameterClient
@@ -123,7 +142,10 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
         t0 = time.time()
         estimate = requests / 600  # seconds, at about 600 probes/s on 2 shared cores
         honest_procs = [
-            ctx.Process(target=_honest, args=(server.url, SECRET, _HONEST_BASE + i, t0 + estimate, out)) for i in range(honest)
+            ctx.Process(
+                target=_honest, args=(server.url, SECRET, _HONEST_BASE + i, t0 + estimate, out)
+            )
+            for i in range(honest)
         ]
         for proc in honest_procs:
             proc.start()
@@ -132,7 +154,12 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
         for t in [sampler, *workers]:
             t.start()
 
-        @settings(max_examples=drawn_target, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=drawn_target,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(draws=DRAWS)
         def drawn(draws: dict) -> None:
             probe = drawn_probe(drawn_corpus, **draws)
@@ -170,7 +197,8 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
     checks = {
         "no_5xx": sum(c for s, c in statuses.items() if s >= 500) == 0,
         "no_timeouts_or_failed_valid_pushes": not problems,
-        "no_error_records": records["levels"].get("ERROR", 0) + records["levels"].get("CRITICAL", 0) == 0,
+        "no_error_records": records["levels"].get("ERROR", 0) + records["levels"].get("CRITICAL", 0)
+        == 0,
         "parameters_equal_the_valid_pushes": params_equal,
         "honest_pushes_all_applied": honest_ok,
         "signed_pull_answered": version > 0,
@@ -187,7 +215,19 @@ def run_fuzz(requests: int, threads: int, honest: int, rss_bound: int, hypothesi
         "log_records": records,
         "valid_pushes": sum(c.applied for c in corpora),
         "honest": [{k: r[k] for k in ("partition", "sent", "applied")} for r in honest_rows],
-        "server_status": {k: status[k] for k in ("applied_pushes", "rejected_requests", "unauthorized_requests", "client_hangups", "body_timeouts", "busy_refusals", "inflight_bodies", "inflight_bytes")},
+        "server_status": {
+            k: status[k]
+            for k in (
+                "applied_pushes",
+                "rejected_requests",
+                "unauthorized_requests",
+                "client_hangups",
+                "body_timeouts",
+                "busy_refusals",
+                "inflight_bodies",
+                "inflight_bytes",
+            )
+        },
         "parameters_minus_expected": difference,
         "rss_baseline_bytes": baseline,
         "rss_growth_max_bytes": growth_max,
@@ -220,7 +260,14 @@ def run_half_open(tree: Path, params: int, connections: int, hold: float) -> dic
     connections that declare its largest body."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH.
-    proc = subprocess.Popen([sys.executable, "-c", _HOST % params], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=tree)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOST % params],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+        cwd=tree,
+    )
     socks: list[socket.socket] = []
     try:
         assert proc.stdout is not None and proc.stdin is not None
@@ -267,35 +314,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=100_000, help="probes to send (fuzz)")
     parser.add_argument("--threads", type=int, default=8, help="threads sending the corpus (fuzz)")
     parser.add_argument("--honest", type=int, default=8, help="honest client processes (fuzz)")
-    parser.add_argument("--hypothesis-share", type=float, default=0.1, help="share of hypothesis-drawn probes (fuzz)")
+    parser.add_argument(
+        "--hypothesis-share",
+        type=float,
+        default=0.1,
+        help="share of hypothesis-drawn probes (fuzz)",
+    )
     # The nonce cache alone takes about 16 MiB when full (100,000 nonces, the default).
     parser.add_argument("--rss-bound", type=int, default=48 * 1024 * 1024, help="bytes (fuzz)")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose server to measure (half-open)")
+    parser.add_argument(
+        "--tree", type=Path, default=ROOT, help="checkout whose server to measure (half-open)"
+    )
     parser.add_argument("--params", type=int, default=1_000_000, help="model size (half-open)")
     parser.add_argument("--connections", type=int, default=64, help="half-open connections")
-    parser.add_argument("--hold", type=float, default=2.0, help="seconds before measuring (half-open)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "hardening" / "ps_fuzz.json"))
+    parser.add_argument(
+        "--hold", type=float, default=2.0, help="seconds before measuring (half-open)"
+    )
+    parser.add_argument(
+        "--out", default=str(ROOT / "bench" / "results" / "hardening" / "ps_fuzz.json")
+    )
     args = parser.parse_args(argv)
     result: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
     }
     ok = True
     if args.part in ("half-open", "both"):
         half = run_half_open(args.tree, args.params, args.connections, args.hold)
         result["half_open"] = half
-        print(f"half-open: {half['connections']} connections declaring {half['max_body_bytes']} bytes each: "
-              f"RSS {half['rss_before_bytes'] / 2**20:.1f} -> {half['rss_after_bytes'] / 2**20:.1f} MiB "
-              f"(+{half['rss_growth_bytes'] / 2**20:.2f} MiB) [{half['tree']}]", flush=True)
+        print(
+            f"half-open: {half['connections']} connections declaring {half['max_body_bytes']} bytes each: "
+            f"RSS {half['rss_before_bytes'] / 2**20:.1f} -> {half['rss_after_bytes'] / 2**20:.1f} MiB "
+            f"(+{half['rss_growth_bytes'] / 2**20:.2f} MiB) [{half['tree']}]",
+            flush=True,
+        )
     if args.part in ("fuzz", "both"):
-        fuzz = run_fuzz(args.requests, args.threads, args.honest, args.rss_bound, args.hypothesis_share)
+        fuzz = run_fuzz(
+            args.requests, args.threads, args.honest, args.rss_bound, args.hypothesis_share
+        )
         result["fuzz"] = fuzz
         ok = all(fuzz["checks"].values())
-        print(f"fuzz: {fuzz['probes']} probes in {fuzz['seconds']:.0f} s ({fuzz['corpus_probes']} corpus, "
-              f"{fuzz['drawn_probes']} drawn, {fuzz['hang_ups']} hang-ups); statuses {fuzz['statuses']}")
+        print(
+            f"fuzz: {fuzz['probes']} probes in {fuzz['seconds']:.0f} s ({fuzz['corpus_probes']} corpus, "
+            f"{fuzz['drawn_probes']} drawn, {fuzz['hang_ups']} hang-ups); statuses {fuzz['statuses']}"
+        )
         print(f"  honest clients: {fuzz['honest']}")
-        print(f"  RSS growth: max {fuzz['rss_growth_max_bytes'] / 2**20:.1f} MiB, final "
-              f"{fuzz['rss_growth_final_bytes'] / 2**20:.1f} MiB (bound {args.rss_bound / 2**20:.0f} MiB); "
-              f"log records {fuzz['log_records']['levels']}")
+        print(
+            f"  RSS growth: max {fuzz['rss_growth_max_bytes'] / 2**20:.1f} MiB, final "
+            f"{fuzz['rss_growth_final_bytes'] / 2**20:.1f} MiB (bound {args.rss_bound / 2**20:.0f} MiB); "
+            f"log records {fuzz['log_records']['levels']}"
+        )
         print(f"  checks: {fuzz['checks']}")
         for line in fuzz["problems"]:
             print("  problem:", line)

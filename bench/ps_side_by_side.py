@@ -61,17 +61,27 @@ for line in sys.stdin:
 """
 
 
-def _start(tree: Path, params: int, clients: int) -> tuple[subprocess.Popen[str], list[subprocess.Popen[str]]]:
+def _start(
+    tree: Path, params: int, clients: int
+) -> tuple[subprocess.Popen[str], list[subprocess.Popen[str]]]:
     env = dict(os.environ, PYTHONPATH=str(tree.resolve()), OMP_NUM_THREADS="1")
     # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH.
-    kw: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True, "env": env, "cwd": tree}
+    kw: dict[str, Any] = {
+        "stdin": subprocess.PIPE,
+        "stdout": subprocess.PIPE,
+        "text": True,
+        "env": env,
+        "cwd": tree,
+    }
     server = subprocess.Popen([sys.executable, "-c", _SERVER, str(params)], **kw)
     assert server.stdout is not None
     info = json.loads(server.stdout.readline())
     if not info["module"].startswith(str(tree.resolve())):
         raise RuntimeError(f"the server for {tree} imported {info['module']}")
     procs = [
-        subprocess.Popen([sys.executable, "-c", _CLIENT, info["url"], info["secret"], str(params), str(i)], **kw)
+        subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, info["url"], info["secret"], str(params), str(i)], **kw
+        )
         for i in range(clients)
     ]
     for proc in procs:
@@ -100,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                     assert proc.stdin is not None
                     proc.stdin.write(f"{args.seconds}\n")
                     proc.stdin.flush()
-                rows = [json.loads(proc.stdout.readline()) for proc in procs if proc.stdout is not None]
+                rows = [
+                    json.loads(proc.stdout.readline()) for proc in procs if proc.stdout is not None
+                ]
                 rates[which].append(sum(r[0] for r in rows) / max(r[1] for r in rows))
     finally:
         for server, procs in running.values():
@@ -114,16 +126,29 @@ def main(argv: list[str] | None = None) -> int:
             server.wait(60)
     ratios = [a / b for a, b in zip(rates["after"], rates["before"], strict=True)]
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "before": str(args.before), "after": str(args.after),
-        "params": args.params, "clients": args.clients, "pairs": args.pairs, "seconds": args.seconds,
-        "before_updates_per_s": rates["before"], "after_updates_per_s": rates["after"],
-        "before_median": statistics.median(rates["before"]), "after_median": statistics.median(rates["after"]),
-        "pair_ratios_after_over_before": ratios, "median_pair_ratio": statistics.median(ratios),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "before": str(args.before),
+        "after": str(args.after),
+        "params": args.params,
+        "clients": args.clients,
+        "pairs": args.pairs,
+        "seconds": args.seconds,
+        "before_updates_per_s": rates["before"],
+        "after_updates_per_s": rates["after"],
+        "before_median": statistics.median(rates["before"]),
+        "after_median": statistics.median(rates["after"]),
+        "pair_ratios_after_over_before": ratios,
+        "median_pair_ratio": statistics.median(ratios),
     }
-    print(f"{args.params} params, {args.clients} clients: before {result['before_median']:.2f} updates/s, after "
-          f"{result['after_median']:.2f}; median pair ratio {result['median_pair_ratio']:.3f} "
-          f"(pairs {min(ratios):.2f} to {max(ratios):.2f})")
+    print(
+        f"{args.params} params, {args.clients} clients: before {result['before_median']:.2f} updates/s, after "
+        f"{result['after_median']:.2f}; median pair ratio {result['median_pair_ratio']:.3f} "
+        f"(pairs {min(ratios):.2f} to {max(ratios):.2f})"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"written {args.out}")

@@ -81,7 +81,14 @@ def _meta(partition: int, seq: int, base_version: int = 0) -> dict[str, Any]:
     (:mod:`tensorspark.worker`): the staleness the server sees, and so the scale DynSGD
     applies, are those of real workers (0 for one client, about ``clients - 1`` for more).
     """
-    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": base_version}
+    return {
+        "partition": partition,
+        "epoch": 0,
+        "seq": seq,
+        "attempt": 0,
+        "samples": 1,
+        "base_version": base_version,
+    }
 
 
 def _collect(out: Any, procs: list[Any], count: int, deadline: float) -> list[Any]:
@@ -93,27 +100,43 @@ def _collect(out: Any, procs: list[Any], count: int, deadline: float) -> list[An
         except queue.Empty:
             dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"client processes failed (exit codes {dead}) or timed out") from None
+                raise RuntimeError(
+                    f"client processes failed (exit codes {dead}) or timed out"
+                ) from None
     return rows
 
 
 def _client(
-    urls: list[str], layout: dict[str, Any] | None, n: int, partition: int, seconds: float, secret: bytes | None,
-    codec: str | None, start: Any, out: Any,
+    urls: list[str],
+    layout: dict[str, Any] | None,
+    n: int,
+    partition: int,
+    seconds: float,
+    secret: bytes | None,
+    codec: str | None,
+    start: Any,
+    out: Any,
 ) -> None:
     """One client process: push+pull in a loop until ``seconds`` pass. With a codec, each
     push compresses the delta afresh (error feedback), as a worker does."""
     delta = {"w": np.full(n, 1e-6, np.float32)}
     feedback = None if codec is None else ErrorFeedback(codec)
-    options: dict[str, Any] = dict(secret=secret, timeout=120, ps_timeout=30, recycle_responses=True)
+    options: dict[str, Any] = dict(
+        secret=secret, timeout=120, ps_timeout=30, recycle_responses=True
+    )
     client: Any = (
-        ParameterClient(urls[0], **options) if layout is None else ShardedClient(urls, Layout.from_json(layout), **options)
+        ParameterClient(urls[0], **options)
+        if layout is None
+        else ShardedClient(urls, Layout.from_json(layout), **options)
     )
     with client:
         client.join(partition, 0)
         seq = version = 0
         for _ in range(_WARMUP_PUSHES):  # steady state: buffers allocated, pages mapped
-            version = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq, version)).version
+            version = client.push(
+                delta if feedback is None else feedback.encode(delta),
+                _meta(partition, seq, version),
+            ).version
             seq += 1
         out.put({"ready": partition})
         if not start.wait(300):
@@ -123,13 +146,24 @@ def _client(
         lat = []
         while time.perf_counter() - t0 < seconds:
             t = time.perf_counter()
-            result = client.push(delta if feedback is None else feedback.encode(delta), _meta(partition, seq, version))
+            result = client.push(
+                delta if feedback is None else feedback.encode(delta),
+                _meta(partition, seq, version),
+            )
             lat.append(time.perf_counter() - t)
             if result.status != "applied":
                 raise RuntimeError(f"push answered {result.status}")
             seq, version = seq + 1, result.version
         cpu = _cpu_seconds([])[0] - cpu0
-        out.put({"partition": partition, "updates": seq - warm, "seconds": time.perf_counter() - t0, "lat": lat, "cpu_s": cpu})
+        out.put(
+            {
+                "partition": partition,
+                "updates": seq - warm,
+                "seconds": time.perf_counter() - t0,
+                "lat": lat,
+                "cpu_s": cpu,
+            }
+        )
 
 
 def _cpu_seconds(pids: list[int]) -> list[float]:
@@ -145,7 +179,12 @@ def _cpu_seconds(pids: list[int]) -> list[float]:
 
 
 def measure_ps(
-    n: int, clients: int, seconds: float, authenticate: bool, shards: int = 1, compression: str | None = None
+    n: int,
+    clients: int,
+    seconds: float,
+    authenticate: bool,
+    shards: int = 1,
+    compression: str | None = None,
 ) -> dict[str, Any]:
     """Push+pull of an ``n``-parameter model by ``clients`` processes for ``seconds``.
 
@@ -158,7 +197,9 @@ def measure_ps(
     server: Any = (
         ParameterServer(_model(n), authenticate=authenticate, compression=compression)
         if shards == 1
-        else ShardedServer(_model(n), shards=shards, authenticate=authenticate, compression=compression)
+        else ShardedServer(
+            _model(n), shards=shards, authenticate=authenticate, compression=compression
+        )
     )
     with server:
         urls = [server.url] if shards == 1 else server.urls
@@ -168,7 +209,9 @@ def measure_ps(
         start = ctx.Event()
         out = ctx.Queue()
         procs = [
-            ctx.Process(target=_client, args=(urls, layout, n, p, seconds, secret, compression, start, out))
+            ctx.Process(
+                target=_client, args=(urls, layout, n, p, seconds, secret, compression, start, out)
+            )
             for p in range(clients)
         ]
         for p in procs:
@@ -208,13 +251,25 @@ def measure_ps(
 
 
 def _paired_client(
-    urls: list[str], secret: bytes, n: int, partition: int, windows: list[tuple[int, float]], sync: Any, out: Any
+    urls: list[str],
+    secret: bytes,
+    n: int,
+    partition: int,
+    windows: list[tuple[int, float]],
+    sync: Any,
+    out: Any,
 ) -> None:
     """One client process of the interleaved auth comparison: for each ``(server, seconds)``
     window, wait for every client at the barrier, then push+pull against that server."""
     delta = {"w": np.full(n, 1e-6, np.float32)}
     clients = [
-        ParameterClient(url, secret=secret if i == 1 else None, timeout=120, ps_timeout=30, recycle_responses=True)
+        ParameterClient(
+            url,
+            secret=secret if i == 1 else None,
+            timeout=120,
+            ps_timeout=30,
+            recycle_responses=True,
+        )
         for i, url in enumerate(urls)
     ]
     seqs = [0, 0]
@@ -238,7 +293,9 @@ def _paired_client(
             client.close()
 
 
-def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -> list[dict[str, float]]:
+def measure_auth_interleaved(
+    n: int, clients: int, seconds: float, pairs: int
+) -> list[dict[str, float]]:
     """Authentication cost with the drift of a shared machine cancelled out.
 
     Two servers run side by side, one unsigned and one signed, and the same warm client
@@ -249,13 +306,17 @@ def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -
     ctx = mp.get_context("spawn")
     order = [w for i in range(pairs) for w in ((0, 1) if i % 2 == 0 else (1, 0))]
     windows = [(which, seconds) for which in order]
-    with ParameterServer(_model(n), authenticate=False) as plain, ParameterServer(_model(n)) as signed:
+    with (
+        ParameterServer(_model(n), authenticate=False) as plain,
+        ParameterServer(_model(n)) as signed,
+    ):
         secret = signed.client_options()["secret"]
         sync = ctx.Barrier(clients)
         out = ctx.Queue()
         procs = [
             ctx.Process(
-                target=_paired_client, args=([plain.url, signed.url], secret, n, p, windows, sync, out)
+                target=_paired_client,
+                args=([plain.url, signed.url], secret, n, p, windows, sync, out),
             )
             for p in range(clients)
         ]
@@ -263,7 +324,12 @@ def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -
             proc.start()
         rows: list[Any] = []
         try:
-            rows = _collect(out, procs, clients * len(windows), time.monotonic() + len(windows) * (seconds + 30) + 120)
+            rows = _collect(
+                out,
+                procs,
+                clients * len(windows),
+                time.monotonic() + len(windows) * (seconds + 30) + 120,
+            )
         finally:  # after a failure the other clients would wait at the barrier: stop them
             complete = bool(rows)
             for proc in procs:
@@ -274,7 +340,10 @@ def measure_auth_interleaved(n: int, clients: int, seconds: float, pairs: int) -
         got: dict[int, list[tuple[int, float]]] = {}
         for window, _, done, elapsed in rows:
             got.setdefault(window, []).append((done, elapsed))
-        sent = [sum(d for w, per in got.items() if order[w] == which for d, _ in per) for which in (0, 1)]
+        sent = [
+            sum(d for w, per in got.items() if order[w] == which for d, _ in per)
+            for which in (0, 1)
+        ]
         applied = [plain.status()["applied_pushes"], signed.status()["applied_pushes"]]
         if applied != [s + clients * _WARMUP_PUSHES for s in sent]:
             raise RuntimeError(f"servers applied {applied} pushes, clients sent {sent} (+ warm-up)")
@@ -313,7 +382,9 @@ def measure_tcp(nbytes: int, seconds: float) -> float:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         listener.settimeout(60)
-        proc = mp.get_context("spawn").Process(target=_tcp_sender, args=(listener.getsockname()[1], nbytes, seconds))
+        proc = mp.get_context("spawn").Process(
+            target=_tcp_sender, args=(listener.getsockname()[1], nbytes, seconds)
+        )
         proc.start()
         conn, _ = listener.accept()
         with conn:
@@ -339,7 +410,10 @@ def measure_hashes(nbytes: int = 100 * 1024 * 1024) -> dict[str, float]:
     data = np.ones(nbytes, np.uint8)
     view = memoryview(data)
     out = {}
-    makers: dict[str, Any] = {"sha256": lambda: hashlib.sha256(), "blake2b": lambda: hashlib.blake2b()}
+    makers: dict[str, Any] = {
+        "sha256": lambda: hashlib.sha256(),
+        "blake2b": lambda: hashlib.blake2b(),
+    }
     try:
         import blake3
 
@@ -363,7 +437,9 @@ def measure_hashes(nbytes: int = 100 * 1024 * 1024) -> dict[str, float]:
     return out
 
 
-def _run_row(size: str, c: int, seconds: float, authenticate: bool, baselines: dict[str, Any]) -> dict[str, Any]:
+def _run_row(
+    size: str, c: int, seconds: float, authenticate: bool, baselines: dict[str, Any]
+) -> dict[str, Any]:
     row = measure_ps(SIZES[size], c, seconds, authenticate)
     row["size"] = size
     row["vs_tcp"] = row["mb_per_s"] / baselines[size]["tcp_mb_per_s"]
@@ -378,13 +454,23 @@ def _run_row(size: str, c: int, seconds: float, authenticate: bool, baselines: d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10k,1M,25M", help="comma-separated of " + ",".join(SIZES))
+    parser.add_argument(
+        "--sizes", default="10k,1M,25M", help="comma-separated of " + ",".join(SIZES)
+    )
     parser.add_argument("--clients", default="1,2,4,8")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    parser.add_argument("--auth-size", default="1M", help="model size for the auth on/off comparison")
-    parser.add_argument("--auth-pairs", type=int, default=10, help="unsigned/signed window pairs per client count")
-    parser.add_argument("--auth-seconds", type=float, default=1.0, help="length of one auth comparison window")
-    parser.add_argument("--shards", default="1,2,4", help="shard counts for the sharded rows (1 client)")
+    parser.add_argument(
+        "--auth-size", default="1M", help="model size for the auth on/off comparison"
+    )
+    parser.add_argument(
+        "--auth-pairs", type=int, default=10, help="unsigned/signed window pairs per client count"
+    )
+    parser.add_argument(
+        "--auth-seconds", type=float, default=1.0, help="length of one auth comparison window"
+    )
+    parser.add_argument(
+        "--shards", default="1,2,4", help="shard counts for the sharded rows (1 client)"
+    )
     parser.add_argument("--shard-sizes", default="25M", help="model sizes of the sharded rows")
     parser.add_argument("--compressions", default="none,int8", help="codecs of the sharded rows")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
@@ -395,31 +481,54 @@ def main(argv: list[str] | None = None) -> int:
     sizes += [s for s in shard_sizes if s not in sizes and args.shards]
 
     hashes = measure_hashes()
-    print("body digest over 100 MB: " + ", ".join(f"{k} {v:.0f} MB/s" + (" (used)" if k == "gmac" else "") for k, v in hashes.items()))
+    print(
+        "body digest over 100 MB: "
+        + ", ".join(
+            f"{k} {v:.0f} MB/s" + (" (used)" if k == "gmac" else "") for k, v in hashes.items()
+        )
+    )
     baselines = {}
     for size in sizes:
         nbytes = SIZES[size] * 4
-        baselines[size] = {"memcpy_mb_per_s": measure_memcpy(nbytes), "tcp_mb_per_s": measure_tcp(nbytes, args.seconds)}
-        print(f"{size:>4}: memcpy {baselines[size]['memcpy_mb_per_s']:.0f} MB/s, loopback TCP {baselines[size]['tcp_mb_per_s']:.0f} MB/s")
+        baselines[size] = {
+            "memcpy_mb_per_s": measure_memcpy(nbytes),
+            "tcp_mb_per_s": measure_tcp(nbytes, args.seconds),
+        }
+        print(
+            f"{size:>4}: memcpy {baselines[size]['memcpy_mb_per_s']:.0f} MB/s, loopback TCP {baselines[size]['tcp_mb_per_s']:.0f} MB/s"
+        )
 
     runs = []
-    print(f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    )
     plan = [(s, c, True) for s in sizes for c in clients if s in args.sizes.split(",")]
     for size, c, authenticate in plan:
         runs.append(_run_row(size, c, args.seconds, authenticate, baselines))
     shard_runs = []
     if args.shards:
-        print("one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes both ways "
-              "(float32: what crosses the wire; compressed: what the client gets done) over loopback TCP "
-              "measured just before the row (the machine drifts); each row twice, in ABBA order")
-        print(f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'TCP MB/s':>8} {'vs TCP':>7} "
-              f"{'wire MB/s':>9} {'srv CPU ms/upd':>14} {'p50 ms':>8}")
+        print(
+            "one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes both ways "
+            "(float32: what crosses the wire; compressed: what the client gets done) over loopback TCP "
+            "measured just before the row (the machine drifts); each row twice, in ABBA order"
+        )
+        print(
+            f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'TCP MB/s':>8} {'vs TCP':>7} "
+            f"{'wire MB/s':>9} {'srv CPU ms/upd':>14} {'p50 ms':>8}"
+        )
         counts = [int(x) for x in args.shards.split(",")]
         for size in shard_sizes:
             for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
                 for n_shards in counts + counts[::-1]:
                     tcp = measure_tcp(SIZES[size] * 4, 2.0)
-                    row = measure_ps(SIZES[size], 1, args.seconds, True, n_shards, None if codec == "none" else codec)
+                    row = measure_ps(
+                        SIZES[size],
+                        1,
+                        args.seconds,
+                        True,
+                        n_shards,
+                        None if codec == "none" else codec,
+                    )
                     row["size"] = size
                     row["tcp_mb_per_s"] = tcp
                     row["vs_tcp"] = row["mb_per_s"] / tcp
@@ -435,13 +544,22 @@ def main(argv: list[str] | None = None) -> int:
         for size in shard_sizes:
             for codec in [c.strip() for c in args.compressions.split(",") if c.strip()]:
                 for n_shards in counts:
-                    mine = [r["vs_tcp"] for r in shard_runs if (r["size"], r["shards"], r["compression"] or "none") == (size, n_shards, codec)]
-                    print(f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP (runs {', '.join(f'{v:.2f}' for v in mine)})")
+                    mine = [
+                        r["vs_tcp"]
+                        for r in shard_runs
+                        if (r["size"], r["shards"], r["compression"] or "none")
+                        == (size, n_shards, codec)
+                    ]
+                    print(
+                        f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP (runs {', '.join(f'{v:.2f}' for v in mine)})"
+                    )
     auth_cost: dict[int, float] = {}
     auth_pairs: dict[int, list[dict[str, float]]] = {}
     if args.auth_size in sizes:
         for c in clients:
-            pairs = measure_auth_interleaved(SIZES[args.auth_size], c, args.auth_seconds, args.auth_pairs)
+            pairs = measure_auth_interleaved(
+                SIZES[args.auth_size], c, args.auth_seconds, args.auth_pairs
+            )
             auth_pairs[c] = pairs
             auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
             costs = sorted(1 - p["signed"] / p["unsigned"] for p in pairs)
@@ -457,7 +575,11 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items())
         )
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "seconds": args.seconds,
         "hash_mb_per_s": hashes,
         "baselines": baselines,

@@ -148,7 +148,9 @@ def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
     }
 
 
-def _keras_trial(build: Any, data: dict[str, np.ndarray], config: Any, trial: Any) -> dict[str, Any]:
+def _keras_trial(
+    build: Any, data: dict[str, np.ndarray], config: Any, trial: Any
+) -> dict[str, Any]:
     """One trial as a user writes it in a plain loop: seed, build, ``fit`` on the arrays
     (Keras's own tf.data feeding, shuffled), best validation accuracy over the epochs."""
     import keras
@@ -172,9 +174,19 @@ def _keras_trial(build: Any, data: dict[str, np.ndarray], config: Any, trial: An
     }
 
 
-def run_sequential_child(args: argparse.Namespace, runner: str, threads: int, cold: bool = False) -> dict[str, Any]:
+def run_sequential_child(
+    args: argparse.Namespace, runner: str, threads: int, cold: bool = False
+) -> dict[str, Any]:
     """Start a fresh Python for one sequential baseline and read its JSON line."""
-    cmd = [sys.executable, __file__, *sys.argv[1:], "--sequential", str(threads), "--runner", runner]
+    cmd = [
+        sys.executable,
+        __file__,
+        *sys.argv[1:],
+        "--sequential",
+        str(threads),
+        "--runner",
+        runner,
+    ]
     if cold:
         cmd.append("--cold")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -225,7 +237,10 @@ def run_plain_parallel(args: argparse.Namespace, processes: int) -> dict[str, An
             assert child.stdin is not None
             child.stdin.write("go\n")
             child.stdin.flush()
-        outs = [json.loads(child.communicate(timeout=args.timeout)[0].strip().splitlines()[-1]) for child in children]
+        outs = [
+            json.loads(child.communicate(timeout=args.timeout)[0].strip().splitlines()[-1])
+            for child in children
+        ]
         waited = time.monotonic() - start
     finally:
         for child in children:
@@ -240,9 +255,10 @@ def run_plain_parallel(args: argparse.Namespace, processes: int) -> dict[str, An
         "waited_s": waited,
         "process_s": [o["elapsed_s"] for o in outs],
         "trial_s": [t for o in outs for t in o["trial_s"]],
-        "scores_by_trial": {i: sc for o in outs for i, sc in zip(o["trial_index"], o["scores"], strict=True)},
+        "scores_by_trial": {
+            i: sc for o in outs for i, sc in zip(o["trial_index"], o["scores"], strict=True)
+        },
     }
-
 
 
 def _warm_up(threads: int) -> None:
@@ -295,7 +311,12 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         data = load(args.data_dir, args.rows, args.val_rows)
 
         def search(
-            space: dict[str, Any], rows: int, val_rows: int, epochs: int, progress: bool, cost: Any = None
+            space: dict[str, Any],
+            rows: int,
+            val_rows: int,
+            epochs: int,
+            progress: bool,
+            cost: Any = None,
         ) -> Any:
             return tune(
                 sc,
@@ -325,7 +346,11 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
         for variant in ("default", "cost", "cost", "default"):
             started = time.monotonic()
             found = search(
-                space, args.rows, args.val_rows, args.epochs, False,
+                space,
+                args.rows,
+                args.val_rows,
+                args.epochs,
+                False,
                 cost=_units if variant == "cost" else None,
             )
             runs[variant].append((time.monotonic() - started, found))
@@ -340,8 +365,12 @@ def on_spark(args: argparse.Namespace) -> dict[str, Any]:
             "search_s": cold.elapsed_s,
             "scores": [t.score for t in cold.trials],
             "trial_s": [round(t.elapsed_s, 3) for t in cold.trials],
-            "start_order": [t.index for t in sorted(cold.trials, key=lambda t: t.started_at or 0.0)],
-            "max_score_diff_vs_warm": _max_score_diff([t.score for t in cold.trials], [t.score for t in result.trials]),
+            "start_order": [
+                t.index for t in sorted(cold.trials, key=lambda t: t.started_at or 0.0)
+            ],
+            "max_score_diff_vs_warm": _max_score_diff(
+                [t.score for t in cold.trials], [t.score for t in result.trials]
+            ),
         },
         **_summary(runs["default"]),
         "table": json.loads(result.table.to_json(orient="records")),
@@ -384,7 +413,9 @@ def _summary(runs: list[tuple[float, Any]]) -> dict[str, Any]:
         "scores": [t.score for t in first.trials],
         "errors": [t.error for t in first.trials],
         "trial_s": [round(t.elapsed_s, 3) for t in first.trials],
-        "start_order": [[t.index for t in sorted(r.trials, key=lambda t: t.started_at or 0.0)] for r in results],
+        "start_order": [
+            [t.index for t in sorted(r.trials, key=lambda t: t.started_at or 0.0)] for r in results
+        ],
         "best_params": first.best_params,
         "best_score": first.best_score,
         # The same seeded search again: the scores must not move (the order never
@@ -441,7 +472,9 @@ def main() -> None:
     for spec in args.seq.split(","):
         runner, _, threads = spec.partition(":")
         if runner not in ("keras", "tensorspark") or not threads.isdigit():
-            parser.error(f"--seq wants RUNNER:THREADS items (keras:1,tensorspark:1). Received: {spec!r}")
+            parser.error(
+                f"--seq wants RUNNER:THREADS items (keras:1,tensorspark:1). Received: {spec!r}"
+            )
         baselines.append(run_sequential_child(args, runner, int(threads)))
     cores = os.cpu_count() or 1
     ceiling = run_plain_parallel(args, cores)
@@ -485,7 +518,9 @@ def main() -> None:
         "sequential_import_mean_s": sum(r["import_s"] for r in cold_runs) / 2,
         "tune_s": spark["cold"]["elapsed_s"],
         "speedup": cold_sequential_s / spark["cold"]["elapsed_s"],
-        "max_score_diff_vs_sequential": _max_score_diff(cold_before["scores"], spark["cold"]["scores"])
+        "max_score_diff_vs_sequential": _max_score_diff(
+            cold_before["scores"], spark["cold"]["scores"]
+        )
         if fastest["runner"] == "tensorspark"
         else None,
     }

@@ -61,14 +61,20 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         images = rng.integers(0, 255, (2000, 784), dtype=np.uint8)
         rdd = sc.parallelize(list(images), 2).cache()
         rdd._jrdd.count()  # noqa: SLF001 - cached by a JVM job: no Python worker yet
-        frame = spark.createDataFrame([(i, row.tobytes()) for i, row in enumerate(images)], "id long, pixels binary")
+        frame = spark.createDataFrame(
+            [(i, row.tobytes()) for i, row in enumerate(images)], "id long, pixels binary"
+        )
         frame = frame.repartition(2).cache()
         frame.count()
         numbers = spark.range(0, 20_000_000, 1, 2)
         numbers.selectExpr("sum(id)").collect()  # the JVM's first aggregation, before timing
         keras.utils.set_random_seed(0)
         model = keras.Sequential(
-            [keras.Input((784,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+            [
+                keras.Input((784,)),
+                keras.layers.Dense(32, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
         )
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         ks = sps.SparkSession(sc, model, warm_up=args.warm_up == "on")
@@ -86,12 +92,20 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         ks.close()
     finally:
         sc.stop()
-    return {"job": args.job, "offset": args.offset, "warm_up": args.warm_up, "latency_s": latency, "reports": reports}
+    return {
+        "job": args.job,
+        "offset": args.offset,
+        "warm_up": args.warm_up,
+        "latency_s": latency,
+        "reports": reports,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--offsets", default="0,1,3", help="seconds between the session and the job")
+    parser.add_argument(
+        "--offsets", default="0,1,3", help="seconds between the session and the job"
+    )
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--out", default="bench/results/warmup_interference.json")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
@@ -106,10 +120,21 @@ def main() -> None:
         for offset in (float(o) for o in args.offsets.split(",")):
             pair = {}
             for warm_up in ("off", "on"):
-                cmd = [sys.executable, __file__, "--job", job, "--offset", str(offset), "--warm-up", warm_up]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--job",
+                    job,
+                    "--offset",
+                    str(offset),
+                    "--warm-up",
+                    warm_up,
+                ]
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
                 if done.returncode:
-                    sys.exit(f"{job} at {offset}s, warm-up {warm_up} failed:\n{done.stderr[-4000:]}")
+                    sys.exit(
+                        f"{job} at {offset}s, warm-up {warm_up} failed:\n{done.stderr[-4000:]}"
+                    )
                 pair[warm_up] = json.loads(done.stdout.strip().splitlines()[-1])
             row = {
                 "job": job,

@@ -35,9 +35,19 @@ def main(argv: list[str]) -> int:
         for attempt in ("cold", "warm"):
             began = time.perf_counter()
             accuracy = spark_mnist.train(
-                sc, name=f"bench_yarn_{attempt}", num_partition=partitions, num_epoch=epochs, data_dir=data_dir
+                sc,
+                name=f"bench_yarn_{attempt}",
+                num_partition=partitions,
+                num_epoch=epochs,
+                data_dir=data_dir,
             )
-            runs.append({"run": attempt, "seconds": round(time.perf_counter() - began, 2), "accuracy": round(accuracy, 4)})
+            runs.append(
+                {
+                    "run": attempt,
+                    "seconds": round(time.perf_counter() - began, 2),
+                    "accuracy": round(accuracy, 4),
+                }
+            )
     finally:
         sc.stop()
     print("yarn-bench: " + json.dumps({"context_seconds": round(context_s, 2), "runs": runs}))  # noqa: T201

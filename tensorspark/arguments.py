@@ -21,9 +21,7 @@ def positive_int(
     name: str, value: Any, *, allow_none: Literal[False] = False, minimum: int = 1
 ) -> int: ...
 @overload
-def positive_int(
-    name: str, value: Any, *, allow_none: bool, minimum: int = 1
-) -> int | None: ...
+def positive_int(name: str, value: Any, *, allow_none: bool, minimum: int = 1) -> int | None: ...
 def positive_int(
     name: str, value: Any, *, allow_none: bool = False, minimum: int = 1
 ) -> int | None:
@@ -83,7 +81,9 @@ def positive_number(
     return float(value)
 
 
-def check_training_mode(mode: str, modes: tuple[str, ...], max_staleness: Any, on_divergence: str) -> None:
+def check_training_mode(
+    mode: str, modes: tuple[str, ...], max_staleness: Any, on_divergence: str
+) -> None:
     """The training mode, its staleness bound and the divergence policy fit together."""
     if mode not in modes:
         raise ConfigurationError(f"mode must be one of {modes}. Received: mode={mode!r}")
@@ -92,4 +92,6 @@ def check_training_mode(mode: str, modes: tuple[str, ...], max_staleness: Any, o
             f"max_staleness needs mode='async' and a value >= 0. Received: max_staleness={max_staleness!r}, mode={mode!r}"
         )
     if on_divergence not in DIVERGENCE:
-        raise ConfigurationError(f"on_divergence must be one of {DIVERGENCE}. Received: on_divergence={on_divergence!r}")
+        raise ConfigurationError(
+            f"on_divergence must be one of {DIVERGENCE}. Received: on_divergence={on_divergence!r}"
+        )

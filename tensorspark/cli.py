@@ -90,7 +90,9 @@ def fetch_status(url: str, token: str | None = None, timeout: float = 10.0) -> d
     try:
         status = json.loads(body)
     except ValueError:
-        raise CommandError(f"{shown} did not answer JSON: is this a tensorspark parameter server?") from None
+        raise CommandError(
+            f"{shown} did not answer JSON: is this a tensorspark parameter server?"
+        ) from None
     if not isinstance(status, dict) or "workers" not in status:
         raise CommandError(f"{shown} did not answer a tensorspark status")
     return status
@@ -124,7 +126,9 @@ def format_status(status: Mapping[str, Any]) -> str:
     averager.add(status.get("history") or [])
     if averager.latest is not None:
         metrics = "".join(f"  {k} {v:.4g}" for k, v in averager.latest.metrics.items())
-        lines.append(f"global loss {averager.latest.loss:.4g}{metrics} (moving average of the last {DEFAULT_LOSS_WINDOW} pushes)")
+        lines.append(
+            f"global loss {averager.latest.loss:.4g}{metrics} (moving average of the last {DEFAULT_LOSS_WINDOW} pushes)"
+        )
     workers = status.get("workers") or []
     if not workers:
         lines.append("no workers have joined yet")
@@ -134,7 +138,10 @@ def format_status(status: Mapping[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
     lines.append("")
     for r in rows:
-        cells = (c.ljust(w) if i in (0, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        cells = (
+            c.ljust(w) if i in (0, 2) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
@@ -173,7 +180,9 @@ def _mnist(extra: Sequence[str], out: IO[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (the ``mnist`` command's options are parsed by the example)."""
-    parser = argparse.ArgumentParser(prog="tensorspark", description="TensorFlow and Keras on Apache Spark.")
+    parser = argparse.ArgumentParser(
+        prog="tensorspark", description="TensorFlow and Keras on Apache Spark."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser(
         "mnist",
@@ -183,11 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     status = commands.add_parser("status", help="print a running parameter server's status table")
-    status.add_argument("url", help="the parameter server's URL, or the dashboard URL the driver logged")
+    status.add_argument(
+        "url", help="the parameter server's URL, or the dashboard URL the driver logged"
+    )
     status.add_argument("--secret", default=None, help=f"the run's secret (default: ${SECRET_ENV})")
     status.add_argument("--token", default=None, help="the run's read-only status token")
     status.add_argument("--json", action="store_true", help="print the raw status JSON")
-    status.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)")
+    status.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)"
+    )
     return parser
 
 

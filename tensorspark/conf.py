@@ -77,7 +77,9 @@ def _positive_float(key: str) -> Callable[[str], float]:
         except ValueError:
             value = -1.0
         if value <= 0:
-            raise ConfigurationError(f"{key} must be a positive number of seconds. Received: {text!r}")
+            raise ConfigurationError(
+                f"{key} must be a positive number of seconds. Received: {text!r}"
+            )
         return value
 
     return parse
@@ -125,7 +127,9 @@ def _read_file(key: str) -> Callable[[str], str]:
             with open(path, encoding="utf-8") as f:
                 return f.read().strip()
         except OSError as err:
-            raise ConfigurationError(f"{key}: cannot read the secret file {path!r}: {err.strerror}") from None
+            raise ConfigurationError(
+                f"{key}: cannot read the secret file {path!r}: {err.strerror}"
+            ) from None
 
     return parse
 
@@ -136,8 +140,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(PREFIX + "server.port", "server_port", _port, 0),
     Setting(PREFIX + "ps.timeout", "ps_timeout", _positive_float(PREFIX + "ps.timeout"), 60.0),
     Setting(PREFIX + "checkpoint.dir", "checkpoint_dir", str, None),
-    Setting(PREFIX + "checkpoint.interval", "checkpoint_interval", _positive_float(PREFIX + "checkpoint.interval"), 600.0),
-    Setting(PREFIX + "checkpoint.keep", "keep_checkpoints", _positive_int(PREFIX + "checkpoint.keep"), 3),
+    Setting(
+        PREFIX + "checkpoint.interval",
+        "checkpoint_interval",
+        _positive_float(PREFIX + "checkpoint.interval"),
+        600.0,
+    ),
+    Setting(
+        PREFIX + "checkpoint.keep", "keep_checkpoints", _positive_int(PREFIX + "checkpoint.keep"), 3
+    ),
     Setting(PREFIX + "secret.file", "secret", _read_file(PREFIX + "secret.file"), None),
     Setting(PREFIX + "ssl.certfile", "ssl_certfile", str, None),
     Setting(PREFIX + "ssl.keyfile", "ssl_keyfile", str, None),
@@ -264,7 +275,9 @@ def hadoop_site_setting(jvm: Any, key: str, resource: str) -> str | None:
     return str(value).strip() if value else None
 
 
-def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | None = None) -> dict[str, Any]:
+def resolve(
+    explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | None = None
+) -> dict[str, Any]:
     """Merge explicit arguments (None = not given) over Spark conf over defaults.
 
     The seed's ``spark.hdfs.dir`` supplies ``checkpoint_dir`` (as ``<dir>/tensorspark/<name>``)
@@ -276,7 +289,11 @@ def resolve(explicit: Mapping[str, Any], conf: Mapping[str, str], name: str | No
         if value is None and s.key in conf:
             value = s.parse(conf[s.key])
         out[s.argument] = s.default if value is None else value
-    if out["checkpoint_dir"] is None and explicit.get("checkpoint_dir") is None and conf.get("spark.hdfs.dir"):
+    if (
+        out["checkpoint_dir"] is None
+        and explicit.get("checkpoint_dir") is None
+        and conf.get("spark.hdfs.dir")
+    ):
         base = conf["spark.hdfs.dir"].rstrip("/")
         out["checkpoint_dir"] = f"{base}/tensorspark/{name or 'default'}"
     return out
@@ -396,5 +413,9 @@ def warmup_settings(sc: Any, conf: ConfSnapshot | None = None) -> tuple[bool | N
     enabled = settings.get(WARMUP_ENABLED_KEY)
     pools = str(settings.get(WARMUP_POOLS_KEY, "auto") or "auto")
     keep = settings.get(WARMUP_KEEP_ALIVE_KEY)
-    seconds = DEFAULT_KEEP_ALIVE_S if keep is None else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
+    seconds = (
+        DEFAULT_KEEP_ALIVE_S
+        if keep is None
+        else _non_negative_float(WARMUP_KEEP_ALIVE_KEY)(str(keep))
+    )
     return (None if enabled is None else _flag(WARMUP_ENABLED_KEY)(str(enabled))), pools, seconds

@@ -94,10 +94,14 @@ def require_classic(handle: Any, what: str, alternative: str) -> None:
 
 
 #: What to do instead of an RDD, said when Spark Connect refuses one.
-DATAFRAME_HINT = "Make one with spark.createDataFrame(...): the features in an array or vector column."
+DATAFRAME_HINT = (
+    "Make one with spark.createDataFrame(...): the features in an array or vector column."
+)
 
 
-def require_dataframe(handle: Any, data: Any, argument: str, alternative: str = DATAFRAME_HINT) -> None:
+def require_dataframe(
+    handle: Any, data: Any, argument: str, alternative: str = DATAFRAME_HINT
+) -> None:
     """Under Spark Connect, refuse data that is not a DataFrame (the RDD API is missing).
 
     Raises:
@@ -214,7 +218,9 @@ def client_address(handle: Any) -> str | None:
     host, _, port = endpoint.rpartition(":")
     host = host.strip("[]")
     try:
-        family, _, _, _, address = socket.getaddrinfo(host, int(port or 15002), type=socket.SOCK_DGRAM)[0]
+        family, _, _, _, address = socket.getaddrinfo(
+            host, int(port or 15002), type=socket.SOCK_DGRAM
+        )[0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(address)
             return str(probe.getsockname()[0])

@@ -125,8 +125,9 @@ def first_element(rdd: Any) -> list[Any]:
     return list(collect(lambda: rdd.take(1)))
 
 
-
-def example_columns(df: Any, features_col: str, label_col: str, integer_labels: bool) -> tuple[Any, Any]:
+def example_columns(
+    df: Any, features_col: str, label_col: str, integer_labels: bool
+) -> tuple[Any, Any]:
     """The feature and label columns of ``df`` as a model is fed them, named
     :data:`FEED_NAMES` (driver; Spark expressions, no job).
 
@@ -137,7 +138,9 @@ def example_columns(df: Any, features_col: str, label_col: str, integer_labels: 
         ConfigurationError: a column is missing or of an unusable type.
     """
     return (
-        _example_column(df, features_col, "features_col", "features", integer_labels).alias(FEED_NAMES[0]),
+        _example_column(df, features_col, "features_col", "features", integer_labels).alias(
+            FEED_NAMES[0]
+        ),
         _example_column(df, label_col, "label_col", "label", integer_labels).alias(FEED_NAMES[1]),
     )
 
@@ -203,16 +206,23 @@ def _stack(rows: list[Any], names: Sequence[str], dtypes: Sequence[np.dtype | No
         try:
             cols.append(np.asarray([r[i] for r in rows], dtype=dtypes[i]))
         except ValueError as err:
-            raise ConfigurationError(f"the rows for {name!r} do not have one common shape: {err}") from None
+            raise ConfigurationError(
+                f"the rows for {name!r} do not have one common shape: {err}"
+            ) from None
     return tuple(cols)
 
 
-def arrow_to_blocks(batches: Iterator[Any], columns: Sequence[str], dtypes: Sequence[np.dtype | None]) -> Iterator[Block]:
+def arrow_to_blocks(
+    batches: Iterator[Any], columns: Sequence[str], dtypes: Sequence[np.dtype | None]
+) -> Iterator[Block]:
     """Arrow record batches as numpy column blocks, without per-row Python objects (executor)."""
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        yield tuple(arrow_column_to_numpy(rb.column(rb.schema.get_field_index(c)), d) for c, d in zip(columns, dtypes))
+        yield tuple(
+            arrow_column_to_numpy(rb.column(rb.schema.get_field_index(c)), d)
+            for c, d in zip(columns, dtypes)
+        )
 
 
 def arrow_column_to_numpy(arr: Any, dtype: np.dtype | None) -> np.ndarray:
@@ -221,10 +231,16 @@ def arrow_column_to_numpy(arr: Any, dtype: np.dtype | None) -> np.ndarray:
 
     n = len(arr)
     if arr.null_count:
-        raise ConfigurationError("the feature/label columns contain nulls; drop or fill them before training")
+        raise ConfigurationError(
+            "the feature/label columns contain nulls; drop or fill them before training"
+        )
     shape: list[int] = [n]
     values = arr
-    while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or pa.types.is_fixed_size_list(values.type):
+    while (
+        pa.types.is_list(values.type)
+        or pa.types.is_large_list(values.type)
+        or pa.types.is_fixed_size_list(values.type)
+    ):
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         offsets = None if pa.types.is_fixed_size_list(values.type) else values.offsets.to_numpy()
@@ -235,7 +251,11 @@ def arrow_column_to_numpy(arr: Any, dtype: np.dtype | None) -> np.ndarray:
                     "an array column has rows of different lengths; every row must have the same shape"
                 )
             width = int(lengths[0]) if len(lengths) else 0
-            values = values.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])) if len(offsets) else values.values
+            values = (
+                values.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+                if len(offsets)
+                else values.values
+            )
         else:
             width = values.type.list_size
             values = values.flatten()
@@ -269,7 +289,9 @@ def binary_rows(features: Any, dtype: np.dtype[Any], num_features: int) -> np.nd
         )
     offset_type = np.int64 if pa.types.is_large_binary(features.type) else np.int32
     _, offsets_buffer, data = features.buffers()
-    offsets = np.frombuffer(offsets_buffer, offset_type, n + 1, features.offset * offset_type().itemsize)
+    offsets = np.frombuffer(
+        offsets_buffer, offset_type, n + 1, features.offset * offset_type().itemsize
+    )
     size = num_features * dtype.itemsize
     if not (np.diff(offsets) == size).all():
         raise ConfigurationError(

@@ -62,7 +62,11 @@ class ExecutorLostError(WorkerError):
     """
 
     def __init__(
-        self, message: str, *, executors: list[str] | None = None, partitions: list[int] | None = None
+        self,
+        message: str,
+        *,
+        executors: list[str] | None = None,
+        partitions: list[int] | None = None,
     ) -> None:
         super().__init__(message)
         self.executors = list(executors or [])

@@ -164,8 +164,6 @@ def run_evaluation(
     return [{k: v for k, v in row.items() if k not in ("epoch", "samples")} for row in per_set]
 
 
-
-
 def evaluate(
     sc: Any,
     model: Any,
@@ -189,7 +187,12 @@ def evaluate(
     columns = {"features_col": features_col, "label_col": label_col}
     prepared = input_for(sc, data, KerasFeed(checked), conf=conf, **columns)
     (values,) = run_evaluation(
-        sc, payload, [read_weights(model)], prepared, custom_objects=custom_objects,
-        batch_size=batch_size, description=description,
+        sc,
+        payload,
+        [read_weights(model)],
+        prepared,
+        custom_objects=custom_objects,
+        batch_size=batch_size,
+        description=description,
     )
     return values

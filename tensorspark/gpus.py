@@ -240,7 +240,11 @@ def assign() -> Pin | None:
         if _HOLDER.pin is None:
             _HOLDER.pin = Pin(assigned, os.environ.get(VISIBLE_ENV))
             logger.debug(
-                "Python worker %d: GPUs %s, %s=%r", os.getpid(), list(assigned), VISIBLE_ENV, _HOLDER.pin.visible
+                "Python worker %d: GPUs %s, %s=%r",
+                os.getpid(),
+                list(assigned),
+                VISIBLE_ENV,
+                _HOLDER.pin.visible,
             )
         return _HOLDER.pin
 
@@ -267,7 +271,9 @@ def configure(pin: Pin | None, tf: Any) -> None:
     _HOLDER.checked = True
 
 
-def check_visible(pin: Pin, seen: int, build: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+def check_visible(
+    pin: Pin, seen: int, build: Mapping[str, Any], environ: Mapping[str, str]
+) -> str | None:
     """The rule for a task whose TensorFlow sees ``seen`` GPUs. Pure.
 
     Returns:
@@ -292,7 +298,11 @@ def check_visible(pin: Pin, seen: int, build: Mapping[str, Any], environ: Mappin
 def unseen_message(pin: Pin, seen: int, build: Mapping[str, Any]) -> str:
     """The error text for GPUs TensorFlow does not see, with the usual causes. Pure."""
     cuda = build.get("cuda_version")
-    built = f"this TensorFlow was built with CUDA {cuda}" if cuda else "this TensorFlow has no CUDA support"
+    built = (
+        f"this TensorFlow was built with CUDA {cuda}"
+        if cuda
+        else "this TensorFlow has no CUDA support"
+    )
     return (
         f"Spark assigned this task GPU address(es) {list(pin.gpus)} "
         f"({VISIBLE_ENV}={pin.visible!r}), but TensorFlow sees {seen} GPU(s). Usual causes: a "
@@ -311,9 +321,13 @@ def placement() -> dict[str, Any]:
     return {"gpus": list(gpus), "visible_devices": os.environ.get(VISIBLE_ENV)}
 
 
-def _moved(pinned: tuple[str, ...] | None, assigned: tuple[str, ...], visible: str | None) -> WorkerPlacementError:
+def _moved(
+    pinned: tuple[str, ...] | None, assigned: tuple[str, ...], visible: str | None
+) -> WorkerPlacementError:
     if pinned is None:
-        had = "started TensorFlow (listed its devices) before tensorspark placed it on a task's GPUs"
+        had = (
+            "started TensorFlow (listed its devices) before tensorspark placed it on a task's GPUs"
+        )
     else:
         had = f"started TensorFlow with {f'GPU(s) {list(pinned)}' if pinned else 'no GPU'}"
     return WorkerPlacementError(

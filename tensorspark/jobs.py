@@ -34,14 +34,17 @@ CANCEL_WAIT_S = 30.0
 # A traceback ends where Spark's own text resumes: a JVM frame, or (Spark Connect) the
 # error's SQLSTATE and the JVM stack trace.
 _TRACEBACK = re.compile(
-    r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)", re.S
+    r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)",
+    re.S,
 )
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
 # "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
 # exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
 # unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40) (host executor 4)".
 _EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+) ([^)\n]*)\) Reason: ([^\n]*)")
-_LOST_PARTITION = re.compile(r"(?:barrier task \w+Task\(\d+, (\d+)\)|Lost task (\d+)\.\d+ in stage)")
+_LOST_PARTITION = re.compile(
+    r"(?:barrier task \w+Task\(\d+, (\d+)\)|Lost task (\d+)\.\d+ in stage)"
+)
 
 
 def is_spark_failure(err: BaseException) -> bool:
@@ -77,7 +80,9 @@ def spark_failure(err: BaseException) -> BaseException:
         lost = _EXECUTOR_LOST.search(text)
         if lost is not None:
             executor, how, reason = lost.groups()
-            partitions = sorted({int(a or b) for a, b in _LOST_PARTITION.findall(text[: lost.start()])})
+            partitions = sorted(
+                {int(a or b) for a, b in _LOST_PARTITION.findall(text[: lost.start()])}
+            )
             return ExecutorLostError(
                 f"executor {executor} was lost while it ran the task of partition(s) {partitions} "
                 f"({how}; Reason: {reason.strip()})",
@@ -90,7 +95,11 @@ def spark_failure(err: BaseException) -> BaseException:
         qualified, message = lines[-1]
         cls_name = qualified.rsplit(".", 1)[-1]
         cls = getattr(errors, cls_name, None)
-        if isinstance(cls, type) and issubclass(cls, errors.TensorSparkError) and qualified.startswith("tensorspark"):
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, errors.TensorSparkError)
+            and qualified.startswith("tensorspark")
+        ):
             return cls(f"{message}\n\nWorker traceback:\n{tb}")
     return WorkerError(f"a Spark task failed on an executor. Worker traceback:\n{tb}")
 
@@ -161,7 +170,11 @@ def run_job(
         if not done.is_set():
             cancel_group(sc, group)
             if not done.wait(CANCEL_WAIT_S):
-                logger.warning("the cancelled Spark job group %s did not end within %.0fs", group, CANCEL_WAIT_S)
+                logger.warning(
+                    "the cancelled Spark job group %s did not end within %.0fs",
+                    group,
+                    CANCEL_WAIT_S,
+                )
         raise
 
 

@@ -156,7 +156,12 @@ class PartitionData:
             return
         assert self._dir is not None
         cols = [
-            np.memmap(os.path.join(self._dir, f"col{i}.bin"), dtype=dtype, mode="r", shape=(self.rows, *shape))
+            np.memmap(
+                os.path.join(self._dir, f"col{i}.bin"),
+                dtype=dtype,
+                mode="r",
+                shape=(self.rows, *shape),
+            )
             for i, (shape, dtype) in enumerate(self._row_specs)
         ]
         if self.shuffle:

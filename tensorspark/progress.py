@@ -85,7 +85,9 @@ class Progress:
         self.desc = desc
         self.unit = unit
         self.enabled = bool(enabled)
-        self.stream: IO[str] | None = (stream if stream is not None else sys.stderr) if enabled else None
+        self.stream: IO[str] | None = (
+            (stream if stream is not None else sys.stderr) if enabled else None
+        )
         self.interval = float(interval)
         self._clock = clock
         self.n = 0
@@ -122,7 +124,9 @@ class Progress:
             self.stream.write(text + "\n")
             self.stream.flush()
 
-    def update(self, n: int, fields: Mapping[str, str] | None = None, *, eta: float | None = None) -> None:
+    def update(
+        self, n: int, fields: Mapping[str, str] | None = None, *, eta: float | None = None
+    ) -> None:
         """Set the count to ``n`` and the trailing fields (``{"loss": "0.31", ...}``).
 
         Args:
@@ -227,7 +231,9 @@ class LossAverager:
 
     def _is_new(self, entry: Mapping[str, Any]) -> bool:
         version, partition = int(entry["version"]), int(entry["partition"])
-        if version < self._last_version or (version == self._last_version and partition in self._seen_at_last):
+        if version < self._last_version or (
+            version == self._last_version and partition in self._seen_at_last
+        ):
             return False
         if version > self._last_version:
             self._last_version, self._seen_at_last = version, set()
@@ -242,7 +248,9 @@ class LossAverager:
                 continue
             version = int(entry["version"])
             metrics = {str(k): float(v) for k, v in (entry.get("metrics") or {}).items()}
-            self._recent.append((max(1, int(entry.get("samples", 1))), float(entry["loss"]), metrics))
+            self._recent.append(
+                (max(1, int(entry.get("samples", 1))), float(entry["loss"]), metrics)
+            )
             total = sum(w for w, _, _ in self._recent)
             loss = sum(w * v for w, v, _ in self._recent) / total
             names = {k for _, _, m in self._recent for k in m}
@@ -322,7 +330,10 @@ class ProgressListener(RunListener):
         except Exception:
             if not self._warned:
                 self._warned = True
-                logger.warning("progress display or TensorBoard summaries failed; training goes on", exc_info=True)
+                logger.warning(
+                    "progress display or TensorBoard summaries failed; training goes on",
+                    exc_info=True,
+                )
 
     def _poll(self, status: Mapping[str, Any]) -> None:
         self.last_status = status
@@ -337,7 +348,9 @@ class ProgressListener(RunListener):
     def fields(self, status: Mapping[str, Any]) -> dict[str, str]:
         """The fields shown after the count: epoch, global loss, metrics, updates/s."""
         out: dict[str, str] = {}
-        epochs = [int(w["epoch"]) for w in status.get("workers", ()) if int(w.get("epoch", -1)) >= 0]
+        epochs = [
+            int(w["epoch"]) for w in status.get("workers", ()) if int(w.get("epoch", -1)) >= 0
+        ]
         if epochs:
             epoch = max(epochs) + 1
             out["epoch"] = f"{epoch}/{self.num_epoch}" if self.num_epoch else str(epoch)

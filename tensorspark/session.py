@@ -32,6 +32,7 @@ from tensorspark.warmup.calls import keeps_workers_warm
 
 logger = logging.getLogger(__name__)
 
+
 def _is_keras_model(obj: Any) -> bool:
     try:
         import keras
@@ -142,7 +143,8 @@ class SparkSession:
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
         compression: Compression | str | None = None,
-        outer_lr: float | None = None, outer_momentum: float | None = None,
+        outer_lr: float | None = None,
+        outer_momentum: float | None = None,
         ps_shards: int | None = None,
         warm_up: bool | None = None,
     ) -> None:
@@ -175,7 +177,8 @@ class SparkSession:
                 "checkpoint_dir": checkpoint_dir,
                 "checkpoint_interval": checkpoint_interval,
                 "keep_checkpoints": keep_checkpoints,
-                "compression": compression, "ps_shards": ps_shards,
+                "compression": compression,
+                "ps_shards": ps_shards,
             },
             conf,
             name or "tensorspark",
@@ -187,7 +190,9 @@ class SparkSession:
                 "server_host=, spark.tensorspark.server.host or spark.driver.host"
             )
         secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
-        max_body = None if max_body_bytes is None else positive_int("max_body_bytes", max_body_bytes)
+        max_body = (
+            None if max_body_bytes is None else positive_int("max_body_bytes", max_body_bytes)
+        )
         checkpoints = None
         if self.options["checkpoint_dir"] is not None:
             checkpoints = CheckpointManager(
@@ -243,7 +248,9 @@ class SparkSession:
             validate_model(session)
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         if warm_up is not None and not isinstance(warm_up, bool):
-            raise ConfigurationError(f"warm_up must be True, False or None. Received: warm_up={warm_up!r}")
+            raise ConfigurationError(
+                f"warm_up must be True, False or None. Received: warm_up={warm_up!r}"
+            )
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
@@ -374,13 +381,22 @@ class SparkSession:
             WorkerError: a task failed; the message has the worker's traceback.
         """
         if self.is_keras:
-            raise ConfigurationError("this SparkSession wraps a Keras model; use fit()/evaluate()/predict()")
+            raise ConfigurationError(
+                "this SparkSession wraps a Keras model; use fit()/evaluate()/predict()"
+            )
         if feed_rdd is None:
-            return self.session.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
-        connect.require_classic(self.sc, "run(feed_rdd=...), the TF1 graph path,",
-                                "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().")
+            return self.session.run(
+                fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata
+            )
+        connect.require_classic(
+            self.sc,
+            "run(feed_rdd=...), the TF1 graph path,",
+            "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
+        )
         if feed_dict:
-            raise ConfigurationError("pass either feed_dict (a local run) or feed_rdd (a distributed run), not both")
+            raise ConfigurationError(
+                "pass either feed_dict (a local run) or feed_rdd (a distributed run), not both"
+            )
         if run_metadata is not None:
             raise ConfigurationError(
                 "run_metadata is only filled by local runs (without feed_rdd): executors' metadata "
@@ -388,13 +404,24 @@ class SparkSession:
             )
         num_epoch = positive_int("num_epoch", num_epoch)
         if feed_name_list is None:
-            raise ConfigurationError("feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]")
+            raise ConfigurationError(
+                "feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]"
+            )
         from tensorspark.training.tf1 import train_graph
         from tensorspark.training.watch import run_listeners
 
         result = train_graph(
-            self.sc, self._host, self.session, fetches, feed_rdd, feed_name_list, param_list,
-            shuffle=shuffle_within_partition, num_epoch=num_epoch, run_options=options, loss=loss,
+            self.sc,
+            self._host,
+            self.session,
+            fetches,
+            feed_rdd,
+            feed_name_list,
+            param_list,
+            shuffle=shuffle_within_partition,
+            num_epoch=num_epoch,
+            run_options=options,
+            loss=loss,
             listeners=run_listeners(progress, tensorboard_dir, listeners),
             conf=tsconf.ConfSnapshot.take(self.sc),
         )
@@ -469,13 +496,22 @@ class SparkSession:
         from tensorspark.training.watch import run_listeners
 
         if not self.is_keras:
-            raise ConfigurationError("fit() trains Keras models; this SparkSession wraps a TF1 session: use run()")
+            raise ConfigurationError(
+                "fit() trains Keras models; this SparkSession wraps a TF1 session: use run()"
+            )
         for argument, value in (("data", data), ("validation_data", validation_data)):
             if value is not None:
                 connect.require_dataframe(self.sc, value, argument)
         history, result = fit(
-            self.sc, self._host, self.session, data, positive_int("epochs", epochs), validation_data,
-            features_col=features_col, label_col=label_col, shuffle=shuffle,
+            self.sc,
+            self._host,
+            self.session,
+            data,
+            positive_int("epochs", epochs),
+            validation_data,
+            features_col=features_col,
+            label_col=label_col,
+            shuffle=shuffle,
             listeners=run_listeners(progress, tensorboard_dir, listeners),
             custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
@@ -515,12 +551,20 @@ class SparkSession:
         from tensorspark.evaluation import evaluate
 
         if not self.is_keras:
-            raise ConfigurationError("evaluate() needs a Keras model; this SparkSession wraps a TF1 session")
+            raise ConfigurationError(
+                "evaluate() needs a Keras model; this SparkSession wraps a TF1 session"
+            )
         connect.require_dataframe(self.sc, data, "data")
         size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         return evaluate(
-            self.sc, self.session, data, features_col=features_col, label_col=label_col,
-            batch_size=size, custom_objects=self.custom_objects, description=f"tensorspark {self.name}: evaluate",
+            self.sc,
+            self.session,
+            data,
+            features_col=features_col,
+            label_col=label_col,
+            batch_size=size,
+            custom_objects=self.custom_objects,
+            description=f"tensorspark {self.name}: evaluate",
             conf=tsconf.ConfSnapshot.take(self.sc),
         )
 
@@ -570,10 +614,21 @@ class SparkSession:
                 )
             model = TF1SessionSource(self.session, fetches, feed_name_list)
         elif fetches is not None or feed_name_list is not None:
-            raise ConfigurationError("fetches= and feed_name_list= are for TF1 sessions; this SparkSession wraps a Keras model")
+            raise ConfigurationError(
+                "fetches= and feed_name_list= are for TF1 sessions; this SparkSession wraps a Keras model"
+            )
         return predict(
-            self.sc, model, data, features_col=features_col, output_col=output_col,
-            batch_size=size, custom_objects=self.custom_objects, top_k=top_k, labels=labels,
-            feature_dtype=feature_dtype, mixed_precision=mixed_precision, output=output,
+            self.sc,
+            model,
+            data,
+            features_col=features_col,
+            output_col=output_col,
+            batch_size=size,
+            custom_objects=self.custom_objects,
+            top_k=top_k,
+            labels=labels,
+            feature_dtype=feature_dtype,
+            mixed_precision=mixed_precision,
+            output=output,
             conf=tsconf.ConfSnapshot.take(self.sc),
         )

@@ -88,9 +88,15 @@ class TensorBoardWriter:
         if self._writer is None:
             raise ConfigurationError(f"this TensorBoardWriter for {self.logdir!r} is closed")
         tf = self._tf
-        summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))])
+        summary = tf.compat.v1.Summary(
+            value=[tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))]
+        )
         self._write(
-            tf.compat.v1.Event(wall_time=time.time() if wall_time is None else float(wall_time), step=int(step), summary=summary)
+            tf.compat.v1.Event(
+                wall_time=time.time() if wall_time is None else float(wall_time),
+                step=int(step),
+                summary=summary,
+            )
         )
 
     def add_points(self, points: Iterable[Any]) -> None:

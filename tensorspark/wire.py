@@ -182,7 +182,9 @@ def encode(tensors: Mapping[str, Tensor], meta: Mapping[str, Any] | None = None)
     return parts
 
 
-def _encoded_entry(name: str, value: Encoded, offset: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+def _encoded_entry(
+    name: str, value: Encoded, offset: int
+) -> tuple[dict[str, Any], list[np.ndarray]]:
     """The header entry of a compressed tensor, and its arrays (codes, then scales)."""
     code_dtype = CODECS.get(value.codec)
     count = 1
@@ -195,14 +197,25 @@ def _encoded_entry(name: str, value: Encoded, offset: int) -> tuple[dict[str, An
             f"{codes.dtype}[{codes.size}] for shape {list(value.shape)}"
         )
     pieces = [codes if codes.flags.c_contiguous else codes.copy(order="C")]
-    entry: dict[str, Any] = {"name": name, "dtype": "float32", "shape": [int(d) for d in value.shape],
-                             "offset": offset, "nbytes": value.nbytes, "codec": value.codec}
+    entry: dict[str, Any] = {
+        "name": name,
+        "dtype": "float32",
+        "shape": [int(d) for d in value.shape],
+        "offset": offset,
+        "nbytes": value.nbytes,
+        "codec": value.codec,
+    }
     if value.codec == "int8":
         scales = value.scales
-        if scales is None or scales.dtype != _SCALE or not 0 < value.block <= MAX_BLOCK or (
-            scales.size != blocks(count, value.block)
+        if (
+            scales is None
+            or scales.dtype != _SCALE
+            or not 0 < value.block <= MAX_BLOCK
+            or (scales.size != blocks(count, value.block))
         ):
-            raise WireFormatError(f"compressed tensor {name!r}: int8 needs one float32 scale per block")
+            raise WireFormatError(
+                f"compressed tensor {name!r}: int8 needs one float32 scale per block"
+            )
         entry["block"] = int(value.block)
         pieces.append(scales if scales.flags.c_contiguous else scales.copy(order="C"))
     return entry, pieces
@@ -265,11 +278,15 @@ def decode_encoded(buf: bytes | bytearray | memoryview) -> tuple[dict[str, Tenso
     return _decode(buf, allow_encoded=True)
 
 
-def _decode(buf: bytes | bytearray | memoryview, allow_encoded: bool) -> tuple[dict[str, Tensor], dict[str, Any]]:
+def _decode(
+    buf: bytes | bytearray | memoryview, allow_encoded: bool
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
     view = memoryview(buf).cast("B")
     total = view.nbytes
     if total < _PREAMBLE.size:
-        raise WireFormatError(f"message too short: {total} bytes, the preamble alone is {_PREAMBLE.size}")
+        raise WireFormatError(
+            f"message too short: {total} bytes, the preamble alone is {_PREAMBLE.size}"
+        )
     magic, version, _reserved, hlen = _PREAMBLE.unpack_from(view, 0)
     if magic != MAGIC:
         raise WireFormatError(f"bad magic {bytes(magic)!r}: this is not a tensorspark message")
@@ -280,7 +297,9 @@ def _decode(buf: bytes | bytearray | memoryview, allow_encoded: bool) -> tuple[d
     try:
         header = json.loads(bytes(view[_PREAMBLE.size : _PREAMBLE.size + hlen]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: [[[[...
-        raise WireFormatError(f"header is not valid UTF-8 JSON: {type(err).__name__}: {err}") from None
+        raise WireFormatError(
+            f"header is not valid UTF-8 JSON: {type(err).__name__}: {err}"
+        ) from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
         raise WireFormatError("header must be a JSON object with a 'tensors' list")
     meta = header.get("meta", {})
@@ -324,9 +343,13 @@ def _decode_encoded_entry(
     """A compressed entry: a float32 tensor's codes (and int8 scales), checked."""
     codec = entry.get("codec")
     if not isinstance(codec, str) or codec not in CODECS:
-        raise WireFormatError(f"tensor entry {i} has unknown codec {codec!r}; known: {sorted(CODECS)}")
+        raise WireFormatError(
+            f"tensor entry {i} has unknown codec {codec!r}; known: {sorted(CODECS)}"
+        )
     if entry.get("dtype") != "float32":
-        raise WireFormatError(f"tensor entry {i}: codec {codec} stands for float32, not {entry.get('dtype')!r}")
+        raise WireFormatError(
+            f"tensor entry {i}: codec {codec} stands for float32, not {entry.get('dtype')!r}"
+        )
     name, shape, offset, nbytes, count = _entry_layout(i, entry)
     code_dtype = CODECS[codec]
     block = 0
@@ -339,7 +362,9 @@ def _decode_encoded_entry(
         nscales = blocks(count, block)
         expected += _pad(expected) + nscales * _SCALE.itemsize
     if nbytes != expected:
-        raise WireFormatError(f"tensor {name!r}: {nbytes} bytes do not match codec {codec} and shape {shape}")
+        raise WireFormatError(
+            f"tensor {name!r}: {nbytes} bytes do not match codec {codec} and shape {shape}"
+        )
     _check_inside(name, offset, nbytes, data_len)
     codes = np.frombuffer(view, dtype=code_dtype, count=count, offset=start + offset)
     scales = None
@@ -396,7 +421,9 @@ def _decode_entry(
     dtype_name = entry.get("dtype")
     name, shape, offset, nbytes, count = _entry_layout(i, entry)
     if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
-        raise WireFormatError(f"tensor {name!r} has unknown dtype {dtype_name!r}; allowed: {sorted(DTYPES)}")
+        raise WireFormatError(
+            f"tensor {name!r} has unknown dtype {dtype_name!r}; allowed: {sorted(DTYPES)}"
+        )
     dtype = DTYPES[dtype_name]
     if count * dtype.itemsize != nbytes:
         raise WireFormatError(
@@ -404,7 +431,9 @@ def _decode_entry(
         )
     _check_inside(name, offset, nbytes, data_len)
     try:
-        arr = np.frombuffer(view, dtype=dtype, count=count, offset=start + offset).reshape(tuple(shape))
+        arr = np.frombuffer(view, dtype=dtype, count=count, offset=start + offset).reshape(
+            tuple(shape)
+        )
     except ValueError as err:  # checked above; numpy's word is final
         raise WireFormatError(f"tensor {name!r} with shape {shape}: {err}") from None
     return name, arr

@@ -116,12 +116,18 @@ def train_partition(
     client = make_client(config)
     state = "failed"
     try:
-        wait = None if config.join_deadline is None else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
+        wait = (
+            None
+            if config.join_deadline is None
+            else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
+        )
         joined = client.join(partition, attempt, wait=wait)
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
-        compression = Compression.from_json(joined["compression"]) if joined.get("compression") else None
+        compression = (
+            Compression.from_json(joined["compression"]) if joined.get("compression") else None
+        )
         feedback = None
         if compression is not None and compression.push is not None and payload == "delta":
             feedback = ErrorFeedback(compression.push, compression.block)
@@ -144,8 +150,11 @@ def train_partition(
 def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
     """The loop's client: of the one server, or of every shard of a sharded one."""
     options: dict[str, Any] = dict(
-        timeout=config.request_timeout, ps_timeout=config.ps_timeout, ssl_cafile=config.ssl_cafile,
-        secret=config.secret, recycle_responses=True,  # the loop keeps only the latest weights
+        timeout=config.request_timeout,
+        ps_timeout=config.ps_timeout,
+        ssl_cafile=config.ssl_cafile,
+        secret=config.secret,
+        recycle_responses=True,  # the loop keeps only the latest weights
     )
     if config.shard_urls:
         assert config.shard_layout is not None
@@ -174,7 +183,12 @@ class _Loop:
         self.payload = payload
         self.resume_after = resume_after
         self.counts = {
-            "applied": 0, "duplicate": 0, "stale": 0, "diverged": 0, "skipped_batches": 0, "skipped_samples": 0
+            "applied": 0,
+            "duplicate": 0,
+            "stale": 0,
+            "diverged": 0,
+            "skipped_batches": 0,
+            "skipped_samples": 0,
         }
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
@@ -189,7 +203,12 @@ class _Loop:
             blocks
             if isinstance(blocks, EpochSource)
             else PartitionData(
-                blocks, cfg.batch_size, cfg.num_epoch, shuffle=cfg.shuffle, seed=cfg.seed, partition=self.partition
+                blocks,
+                cfg.batch_size,
+                cfg.num_epoch,
+                shuffle=cfg.shuffle,
+                seed=cfg.seed,
+                partition=self.partition,
             )
         )
         try:
@@ -229,7 +248,12 @@ class _Loop:
         }
 
     def _sync(
-        self, epoch: int, seq: int, result: Mapping[str, float], batches: tuple[int, int], epoch_end: bool = False
+        self,
+        epoch: int,
+        seq: int,
+        result: Mapping[str, float],
+        batches: tuple[int, int],
+        epoch_end: bool = False,
     ) -> None:
         samples = int(result.get("samples", 0))
         local = self.model.get_weights()
@@ -248,7 +272,9 @@ class _Loop:
         if samples and "loss" in result and math.isfinite(result["loss"]):
             meta["loss"] = result["loss"] / samples
             meta["metrics"] = {
-                k: v / samples for k, v in result.items() if k not in ("loss", "samples") and math.isfinite(v)
+                k: v / samples
+                for k, v in result.items()
+                if k not in ("loss", "samples") and math.isfinite(v)
             }
         response: PushResult | None = None
         encoded = self.feedback.encode(delta) if self.feedback is not None else None

@@ -21,7 +21,9 @@ def pooled(images: np.ndarray) -> np.ndarray:
     return images.reshape(n, 7, 4, 7, 4).astype(np.float32).mean(axis=(2, 4)).reshape(n, 49)
 
 
-def fashion_arrays(train_rows: int, test_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def fashion_arrays(
+    train_rows: int, test_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train, y_train, x_test, y_test)``: the first rows of each split, pooled."""
     data = load_mnist(FASHION_MNIST_DIR, download=False)
     return (
@@ -48,10 +50,16 @@ def small_mlp(seed: int = 0, inputs: int = 49, lr: float = 1e-2) -> Any:
 
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
-        [keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+        optimizer=keras.optimizers.Adam(lr),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
     )
     return model
 

@@ -180,7 +180,9 @@ def encode_checkpoint(
     arrays = prepare_params(params)
     clash = [n for n in arrays if n.startswith(STATE_PREFIX)]
     if clash:
-        raise CheckpointError(f"Parameter names may not start with {STATE_PREFIX!r}. Received: {clash[:3]}")
+        raise CheckpointError(
+            f"Parameter names may not start with {STATE_PREFIX!r}. Received: {clash[:3]}"
+        )
     signature = model_signature(arrays)
     stored_state = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
     arrays.update(stored_state)

@@ -92,8 +92,8 @@ class CheckpointManager:
             )
         if storage is None:
             options = StorageOptions.from_conf(
-            conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
-        )
+                conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+            )
             storage, path = options.open(location)
         else:
             path = location if path is None else path
@@ -144,7 +144,9 @@ class CheckpointManager:
                 cannot be stored.
             ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
         """
-        data = encode_checkpoint(params, version, mode, progress, extra_meta, state=state, state_meta=state_meta)
+        data = encode_checkpoint(
+            params, version, mode, progress, extra_meta, state=state, state_meta=state_meta
+        )
         name = checkpoint_name(version)
         path = posixpath.join(self._dir, name)
         where = self._file_location(name)
@@ -188,7 +190,9 @@ class CheckpointManager:
                 )
                 return None
             self._failures = 0
-            logger.info("Checkpoint of version %d written: %s (%d bytes)", version, where, len(data))
+            logger.info(
+                "Checkpoint of version %d written: %s (%d bytes)", version, where, len(data)
+            )
             self._prune(keep_name=name)
         return where
 

@@ -69,7 +69,16 @@ def build_graph(learning_rate: float = DEFAULT_LEARNING_RATE) -> dict[str, Any]:
     train_step = tf1.train.GradientDescentOptimizer(learning_rate).minimize(cross_entropy)
     correct = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
     accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
-    return {"x": x, "y_": y_, "y": y, "W": W, "b": b, "loss": cross_entropy, "train_step": train_step, "accuracy": accuracy}
+    return {
+        "x": x,
+        "y_": y_,
+        "y": y,
+        "W": W,
+        "b": b,
+        "loss": cross_entropy,
+        "train_step": train_step,
+        "accuracy": accuracy,
+    }
 
 
 def train(
@@ -99,7 +108,9 @@ def train(
 
     location, data_name = data_location(data_dir)
     logger.info("training on %s from %s", data_name, location)
-    image_label_rdd, test = load_mnist_rdd(sc, location, one_hot_labels=True, num_partitions=num_partition)
+    image_label_rdd, test = load_mnist_rdd(
+        sc, location, one_hot_labels=True, num_partitions=num_partition
+    )
     logger.info("data set: %s (%s)", test.name, location)
     tf1 = tf.compat.v1
     graph = tf1.Graph()
@@ -108,8 +119,15 @@ def train(
         sess = tf1.Session(graph=graph)
         sess.run(tf1.global_variables_initializer())
     spark_sess = sps.SparkSession(
-        sc, sess, user=user, name=name, server_host=server_host, server_port=server_port,
-        sync_interval=sync_interval, batch_size=batch_size, **session_kwargs,
+        sc,
+        sess,
+        user=user,
+        name=name,
+        server_host=server_host,
+        server_port=server_port,
+        sync_interval=sync_interval,
+        batch_size=batch_size,
+        **session_kwargs,
     )
     started = time.time()
     spark_sess.run(
@@ -122,15 +140,25 @@ def train(
         loss=g["loss"],
     )
     accuracy = float(sess.run(g["accuracy"], feed_dict={g["x"]: test.images, g["y_"]: test.labels}))
-    logger.info("%s: test accuracy %.4f on %s after %d epochs (%.1fs)", name, accuracy, test.name, num_epoch, time.time() - started)
+    logger.info(
+        "%s: test accuracy %.4f on %s after %d epochs (%.1fs)",
+        name,
+        accuracy,
+        test.name,
+        num_epoch,
+        time.time() - started,
+    )
     sess.close()
     return accuracy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train the seed's MNIST softmax model on Spark with tensorspark.")
+    p = argparse.ArgumentParser(
+        description="Train the seed's MNIST softmax model on Spark with tensorspark."
+    )
     p.add_argument(
-        "--data-dir", default=None,
+        "--data-dir",
+        default=None,
         help="idx files: a local folder, file:// or hdfs:// URL (default: a checkout's MNIST_data/; "
         "installed, ./MNIST_data if it exists, else ~/.cache/tensorspark/MNIST_data)",
     )
@@ -147,9 +175,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-interval", type=float, default=None)
     p.add_argument("--resume", action="store_true")
-    p.add_argument("--master", default=None, help="Spark master when run with plain python (default local[*])")
     p.add_argument(
-        "--result", default=None,
+        "--master", default=None, help="Spark master when run with plain python (default local[*])"
+    )
+    p.add_argument(
+        "--result",
+        default=None,
         help="also write the result as JSON here: a local path, file://, hdfs:// or webhdfs:// URL "
         "(on YARN in cluster mode the driver's stdout stays in the ApplicationMaster's log)",
     )
@@ -192,7 +223,9 @@ def run(argv: list[str] | None = None) -> float:
     spark-submit or given ``--master``; turns on INFO logging for ``tensorspark``.
     """
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("tensorspark").setLevel(logging.INFO)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -208,9 +241,18 @@ def run(argv: list[str] | None = None) -> float:
     try:
         started = time.time()
         accuracy = train(
-            sc, user=args.user, name=args.name, server_host=args.server_host, server_port=args.server_port,
-            sync_interval=args.sync_interval, batch_size=args.batch_size, num_partition=args.partitions,
-            num_epoch=args.epochs, data_dir=args.data_dir, learning_rate=args.learning_rate, **extra,
+            sc,
+            user=args.user,
+            name=args.name,
+            server_host=args.server_host,
+            server_port=args.server_port,
+            sync_interval=args.sync_interval,
+            batch_size=args.batch_size,
+            num_partition=args.partitions,
+            num_epoch=args.epochs,
+            data_dir=args.data_dir,
+            learning_rate=args.learning_rate,
+            **extra,
         )
         if args.result:
             write_result(sc, args, accuracy, time.time() - started)

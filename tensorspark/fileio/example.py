@@ -35,30 +35,51 @@ def example_class() -> Any:
     proto = descriptor_pb2.FileDescriptorProto(
         name="tensorspark/example.proto", package=package, syntax="proto3"
     )
-    for name, kind in (("BytesList", field.TYPE_BYTES), ("FloatList", field.TYPE_FLOAT), ("Int64List", field.TYPE_INT64)):
+    for name, kind in (
+        ("BytesList", field.TYPE_BYTES),
+        ("FloatList", field.TYPE_FLOAT),
+        ("Int64List", field.TYPE_INT64),
+    ):
         message = proto.message_type.add(name=name)
         message.field.add(name="value", number=1, type=kind, label=field.LABEL_REPEATED)
     feature = proto.message_type.add(name="Feature")
     feature.oneof_decl.add(name="kind")
-    for number, (name, type_name) in enumerate(zip(KINDS, ("BytesList", "FloatList", "Int64List")), start=1):
+    for number, (name, type_name) in enumerate(
+        zip(KINDS, ("BytesList", "FloatList", "Int64List")), start=1
+    ):
         feature.field.add(
-            name=name, number=number, type=field.TYPE_MESSAGE, type_name=f".{package}.{type_name}",
-            label=field.LABEL_OPTIONAL, oneof_index=0,
+            name=name,
+            number=number,
+            type=field.TYPE_MESSAGE,
+            type_name=f".{package}.{type_name}",
+            label=field.LABEL_OPTIONAL,
+            oneof_index=0,
         )
     features = proto.message_type.add(name="Features")
     entry = features.nested_type.add(name="FeatureEntry")
     entry.options.map_entry = True
     entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
     entry.field.add(
-        name="value", number=2, type=field.TYPE_MESSAGE, type_name=f".{package}.Feature", label=field.LABEL_OPTIONAL
+        name="value",
+        number=2,
+        type=field.TYPE_MESSAGE,
+        type_name=f".{package}.Feature",
+        label=field.LABEL_OPTIONAL,
     )
     features.field.add(
-        name="feature", number=1, type=field.TYPE_MESSAGE, type_name=f".{package}.Features.FeatureEntry",
+        name="feature",
+        number=1,
+        type=field.TYPE_MESSAGE,
+        type_name=f".{package}.Features.FeatureEntry",
         label=field.LABEL_REPEATED,
     )
     example = proto.message_type.add(name="Example")
     example.field.add(
-        name="features", number=1, type=field.TYPE_MESSAGE, type_name=f".{package}.Features", label=field.LABEL_OPTIONAL
+        name="features",
+        number=1,
+        type=field.TYPE_MESSAGE,
+        type_name=f".{package}.Features",
+        label=field.LABEL_OPTIONAL,
     )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
@@ -125,7 +146,10 @@ def encode_feature(kind: str, values: Any) -> bytes:
 def encode_example(features: Iterable[tuple[str, bytes]]) -> bytes:
     """A serialized ``tf.train.Example`` from ``(name, encoded feature)`` pairs
     (:func:`encode_feature`), in the given order."""
-    entries = b"".join(delimited(1, delimited(1, name.encode("utf-8")) + delimited(2, feature)) for name, feature in features)
+    entries = b"".join(
+        delimited(1, delimited(1, name.encode("utf-8")) + delimited(2, feature))
+        for name, feature in features
+    )
     return delimited(1, entries)
 
 
@@ -146,7 +170,9 @@ def parse(record: bytes, where: str) -> Mapping[str, Any]:
         raise ConfigurationError(f"{where} is not a tf.train.Example ({err})") from None
 
 
-def values(features: Mapping[str, Any], name: str, raw_dtype: np.dtype | None, where: str) -> np.ndarray:
+def values(
+    features: Mapping[str, Any], name: str, raw_dtype: np.dtype | None, where: str
+) -> np.ndarray:
     """Feature ``name`` of a parsed Example as a flat numpy array.
 
     ``bytes_list`` features hold one item of raw bytes, read as ``raw_dtype`` (default
@@ -188,4 +214,3 @@ def values(features: Mapping[str, Any], name: str, raw_dtype: np.dtype | None, w
     if kind == "int64_list":
         return np.array(feature.int64_list.value, dtype=np.int64)
     raise ConfigurationError(f"{where}: feature {name!r} holds no value (none of {KINDS} is set)")
-

@@ -56,7 +56,9 @@ def _split_of(name: str) -> str:
     return posixpath.basename(name).split("-", 1)[0]
 
 
-def _head(storage: Storage, path: str, size: int, gz: bool, location: str) -> tuple[np.dtype, tuple[int, ...], int]:
+def _head(
+    storage: Storage, path: str, size: int, gz: bool, location: str
+) -> tuple[np.dtype, tuple[int, ...], int]:
     """``(dtype, shape, header bytes)`` from the first bytes of one idx file."""
     head = b"".join(storage.read_range(path, 0, min(size, 1 << 16)))
     if gz:
@@ -70,7 +72,9 @@ def _head(storage: Storage, path: str, size: int, gz: bool, location: str) -> tu
         raise ConfigurationError(f"idx file {location}: {err}") from None
 
 
-def _header(storage: Storage, path: str, size: int, gz: bool, location: str) -> tuple[np.dtype, tuple[int, ...], int]:
+def _header(
+    storage: Storage, path: str, size: int, gz: bool, location: str
+) -> tuple[np.dtype, tuple[int, ...], int]:
     """``(dtype, shape, header bytes)`` of one idx file, its length checked where possible."""
     dtype, shape, header = _head(storage, path, size, gz, location)
     expected = header + math.prod(shape) * dtype.itemsize
@@ -92,8 +96,14 @@ def _header(storage: Storage, path: str, size: int, gz: bool, location: str) -> 
 
 
 def inspect(
-    listed: list[Listed], options: StorageOptions, *, need_labels: bool, split: str | None,
-    feature_width: int | None, label_width: int | None, argument: str,
+    listed: list[Listed],
+    options: StorageOptions,
+    *,
+    need_labels: bool,
+    split: str | None,
+    feature_width: int | None,
+    label_width: int | None,
+    argument: str,
 ) -> tuple[list[str], list[Shard], int, tuple[str, str | None]]:
     """Pair the files, check their headers and cut shards (driver; headers only).
 
@@ -107,22 +117,30 @@ def inspect(
             match (record counts, types, shapes between pairs, lengths), features of the
             wrong length, or an ambiguous folder without ``split``.
     """
-    labels_by_key = {_key(f.location): f for f in listed if "labels" in posixpath.basename(f.location)}
+    labels_by_key = {
+        _key(f.location): f for f in listed if "labels" in posixpath.basename(f.location)
+    }
     features = [f for f in listed if "labels" not in posixpath.basename(f.location)]
     splits = sorted({_split_of(f.location) for f in features})
     if split is not None:
         features = [f for f in features if _split_of(f.location) == split]
         if not features:
-            raise ConfigurationError(f"Argument `split` matches no idx file; the files' splits are {splits}. Received: split={split!r}")
+            raise ConfigurationError(
+                f"Argument `split` matches no idx file; the files' splits are {splits}. Received: split={split!r}"
+            )
     elif len(splits) > 1:
         if "train" not in splits:
             raise ConfigurationError(
                 f"{argument} holds idx files of several splits {splits}; pick one with split= or a glob"
             )
-        logger.info("idx files of splits %s found; reading split='train' (pass split= for another)", splits)
+        logger.info(
+            "idx files of splits %s found; reading split='train' (pass split= for another)", splits
+        )
         features = [f for f in features if _split_of(f.location) == "train"]
     if not features:
-        raise ConfigurationError(f"{argument} holds no idx features file (names without 'labels'). Received: {argument}")
+        raise ConfigurationError(
+            f"{argument} holds no idx features file (names without 'labels'). Received: {argument}"
+        )
     files: list[str] = []
     shards: list[Shard] = []
     rows = 0
@@ -147,7 +165,9 @@ def inspect(
                 )
             l_storage, l_path = options.open(labels.location)
             l_gz = labels.location.lower().endswith(".gz")
-            l_dtype, l_shape, l_header = _header(l_storage, l_path, labels.size, l_gz, labels.location)
+            l_dtype, l_shape, l_header = _header(
+                l_storage, l_path, labels.size, l_gz, labels.location
+            )
             if l_shape[0] != shape[0]:
                 raise ConfigurationError(
                     f"idx header mismatch: {item.location} declares {shape[0]} records, its labels "
@@ -172,7 +192,15 @@ def inspect(
         if labels is not None:
             label_index = len(files)
             files.append(labels.location)
-        shards.extend(_cut(index, label_index, shape[0], width * dtype.itemsize, gz or (labels is not None and l_gz)))
+        shards.extend(
+            _cut(
+                index,
+                label_index,
+                shape[0],
+                width * dtype.itemsize,
+                gz or (labels is not None and l_gz),
+            )
+        )
         rows += shape[0]
     assert kinds is not None
     return files, shards, rows, kinds
@@ -185,7 +213,13 @@ def _cut(file: int, labels: int, count: int, record_bytes: int, gz: bool) -> lis
         return [Shard(file=file, first=0, count=0, labels=labels, nbytes=0)]
     per = max(1, (GZ_SHARD_BYTES if gz else SHARD_BYTES) // max(1, record_bytes))
     return [
-        Shard(file=file, first=start, count=min(per, count - start), labels=labels, nbytes=min(per, count - start) * record_bytes)
+        Shard(
+            file=file,
+            first=start,
+            count=min(per, count - start),
+            labels=labels,
+            nbytes=min(per, count - start) * record_bytes,
+        )
         for start in range(0, count, per)
     ]
 
@@ -203,13 +237,23 @@ def _records(pieces: Iterable[bytes], record_bytes: int, block: int, where: str)
             yield bytes(buf[:want])
             del buf[:want]
     if len(buf) % record_bytes:
-        raise ConfigurationError(f"idx file {where} ends inside a record ({len(buf) % record_bytes} bytes left over)")
+        raise ConfigurationError(
+            f"idx file {where} ends inside a record ({len(buf) % record_bytes} bytes left over)"
+        )
     if buf:
         yield bytes(buf)
 
 
 def _range(
-    storage: Storage, path: str, size: int, gz: bool, header: int, first: int, count: int, record_bytes: int, where: str
+    storage: Storage,
+    path: str,
+    size: int,
+    gz: bool,
+    header: int,
+    first: int,
+    count: int,
+    record_bytes: int,
+    where: str,
 ) -> Iterator[bytes]:
     """The bytes of records ``[first, first + count)``: a byte range of a raw file, or the
     decompressed stream of a gzipped one with what lies outside cut off."""
@@ -230,7 +274,9 @@ def _skip(pieces: Iterable[bytes], start: int, length: int) -> Iterator[bytes]:
             return
 
 
-def read_shard(spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labels: tuple[Storage, str] | None) -> Iterator[RawChunk]:
+def read_shard(
+    spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labels: tuple[Storage, str] | None
+) -> Iterator[RawChunk]:
     """The records of one shard, ``spec.block_rows`` at a time (executor).
 
     ``open_file``/``path`` reach the features file; ``labels`` the labels file, when read.
@@ -240,8 +286,20 @@ def read_shard(spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labe
     dtype, shape, header = _head(open_file, path, spec.sizes[shard.file], gz, location)
     width = math.prod(shape[1:])
     x_stream = _records(
-        _range(open_file, path, spec.sizes[shard.file], gz, header, shard.first, shard.count, width * dtype.itemsize, location),
-        width * dtype.itemsize, spec.block_rows, location,
+        _range(
+            open_file,
+            path,
+            spec.sizes[shard.file],
+            gz,
+            header,
+            shard.first,
+            shard.count,
+            width * dtype.itemsize,
+            location,
+        ),
+        width * dtype.itemsize,
+        spec.block_rows,
+        location,
     )
     y_stream: Iterator[bytes] | None = None
     l_dtype, l_width = dtype, 0
@@ -249,11 +307,25 @@ def read_shard(spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labe
         l_storage, l_path = labels
         l_location = spec.files[shard.labels]
         l_gz = spec.gzip[shard.labels]
-        l_dtype, l_shape, l_header = _head(l_storage, l_path, spec.sizes[shard.labels], l_gz, l_location)
+        l_dtype, l_shape, l_header = _head(
+            l_storage, l_path, spec.sizes[shard.labels], l_gz, l_location
+        )
         l_width = math.prod(l_shape[1:])
         y_stream = _records(
-            _range(l_storage, l_path, spec.sizes[shard.labels], l_gz, l_header, shard.first, shard.count, l_width * l_dtype.itemsize, l_location),
-            l_width * l_dtype.itemsize, spec.block_rows, l_location,
+            _range(
+                l_storage,
+                l_path,
+                spec.sizes[shard.labels],
+                l_gz,
+                l_header,
+                shard.first,
+                shard.count,
+                l_width * l_dtype.itemsize,
+                l_location,
+            ),
+            l_width * l_dtype.itemsize,
+            spec.block_rows,
+            l_location,
         )
     first = shard.first
     for xs in x_stream:
@@ -262,7 +334,14 @@ def read_shard(spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labe
         if y_stream is not None:
             ys = next(y_stream, None)
             if ys is None:
-                raise ConfigurationError(f"idx labels file {spec.files[shard.labels]} ends before its images file {location}")
+                raise ConfigurationError(
+                    f"idx labels file {spec.files[shard.labels]} ends before its images file {location}"
+                )
             y = np.frombuffer(ys, l_dtype).reshape(-1, l_width)
-        yield RawChunk(x.astype(dtype.newbyteorder("="), copy=False), None if y is None else y.astype(l_dtype.newbyteorder("="), copy=False), f"idx file {location}", f"record {first}")
+        yield RawChunk(
+            x.astype(dtype.newbyteorder("="), copy=False),
+            None if y is None else y.astype(l_dtype.newbyteorder("="), copy=False),
+            f"idx file {location}",
+            f"record {first}",
+        )
         first += len(x)

@@ -77,9 +77,12 @@ def _expand(storage: Storage, path: str) -> list[FileStatus]:
                 if status is None or not status.is_dir:
                     continue
                 entries = [
-                    e for e in storage.list_status(folder)
+                    e
+                    for e in storage.list_status(folder)
                     if fnmatch.fnmatchcase(posixpath.basename(e.path), pattern)
-                    and not (_hidden(posixpath.basename(e.path)) and not pattern.startswith(("_", ".")))
+                    and not (
+                        _hidden(posixpath.basename(e.path)) and not pattern.startswith(("_", "."))
+                    )
                 ]
             if last:
                 matched.extend(entries)
@@ -89,7 +92,9 @@ def _expand(storage: Storage, path: str) -> list[FileStatus]:
     return matched
 
 
-def list_files(paths: tuple[str, ...], options: StorageOptions, argument: str = "path") -> list[Listed]:
+def list_files(
+    paths: tuple[str, ...], options: StorageOptions, argument: str = "path"
+) -> list[Listed]:
     """The files ``paths`` mean, with their sizes, in path order (driver; listings only).
 
     Raises:

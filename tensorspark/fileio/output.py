@@ -62,9 +62,13 @@ class OutputDir:
         ConfigurationError: ``location`` is a file, or a folder that already holds files.
     """
 
-    def __init__(self, location: str, options: StorageOptions, suffix: str, argument: str = "output") -> None:
+    def __init__(
+        self, location: str, options: StorageOptions, suffix: str, argument: str = "output"
+    ) -> None:
         if not isinstance(location, str) or not location:
-            raise ConfigurationError(f"Argument `{argument}` must be a folder's path or URL. Received: {argument}={location!r}")
+            raise ConfigurationError(
+                f"Argument `{argument}` must be a folder's path or URL. Received: {argument}={location!r}"
+            )
         self.storage, self.path = options.open(location)
         self.options = options
         status = self.storage.status(self.path)
@@ -75,7 +79,8 @@ class OutputDir:
             )
         if status is not None:
             present = [
-                posixpath.basename(e.path) for e in self.storage.list_status(self.path)
+                posixpath.basename(e.path)
+                for e in self.storage.list_status(self.path)
                 if not posixpath.basename(e.path).startswith(("_", "."))
             ]
             if present:
@@ -95,7 +100,9 @@ class OutputDir:
         out = []
         for partition in sorted(partitions):
             name = posixpath.basename(self.target.location(partition))
-            self.storage.rename(posixpath.join(self._staging, name), posixpath.join(self.path, name))
+            self.storage.rename(
+                posixpath.join(self._staging, name), posixpath.join(self.path, name)
+            )
             out.append(location_of(self.storage, posixpath.join(self.path, name)))
         self._remove_staging()
         return tuple(out)
@@ -106,7 +113,11 @@ class OutputDir:
         try:
             self._remove_staging()
         except StorageError:
-            logger.warning("could not remove the staging folder %s", self.storage.location(self._staging), exc_info=True)
+            logger.warning(
+                "could not remove the staging folder %s",
+                self.storage.location(self._staging),
+                exc_info=True,
+            )
 
     def _remove_staging(self) -> None:
         if self.storage.status(self._staging) is None:

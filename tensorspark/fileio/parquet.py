@@ -42,7 +42,11 @@ def _kind(arrow_type: Any, role: str) -> str | None:
     import pyarrow as pa
 
     t = pa.types
-    if role == "feature" and (t.is_binary(arrow_type) or t.is_large_binary(arrow_type) or t.is_fixed_size_binary(arrow_type)):
+    if role == "feature" and (
+        t.is_binary(arrow_type)
+        or t.is_large_binary(arrow_type)
+        or t.is_fixed_size_binary(arrow_type)
+    ):
         return "bytes"
     if t.is_integer(arrow_type) or t.is_floating(arrow_type) or t.is_boolean(arrow_type):
         return "number"
@@ -61,14 +65,22 @@ def _fixed_width(arrow_type: Any) -> int | None:
     if pa.types.is_fixed_size_list(arrow_type):
         inner = _fixed_width(arrow_type.value_type)
         return None if inner is None else arrow_type.list_size * inner
-    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type):
+    if (
+        pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+        or pa.types.is_boolean(arrow_type)
+    ):
         return 1
     return None
 
 
 def inspect(
-    listed: list[Listed], options: StorageOptions, spec_columns: tuple[str, str | None],
-    raw_dtype: str | None, feature_width: int | None, argument: str,
+    listed: list[Listed],
+    options: StorageOptions,
+    spec_columns: tuple[str, str | None],
+    raw_dtype: str | None,
+    feature_width: int | None,
+    argument: str,
 ) -> tuple[list[Shard], int]:
     """Check the files' footers and cut their row groups into shards (driver).
 
@@ -98,7 +110,9 @@ def inspect(
         except (ConfigurationError, StorageError):
             raise
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-            raise ConfigurationError(f"{item.location} is not a Parquet file ({err}). Received: {argument}") from None
+            raise ConfigurationError(
+                f"{item.location} is not a Parquet file ({err}). Received: {argument}"
+            ) from None
         schema = meta.schema.to_arrow_schema().remove_metadata()
         if first_schema is None:
             first_schema = schema
@@ -129,7 +143,12 @@ def _describe(schema: Any) -> str:
 
 
 def _check_columns(
-    schema: Any, features: str, label: str | None, raw_dtype: str | None, feature_width: int | None, location: str
+    schema: Any,
+    features: str,
+    label: str | None,
+    raw_dtype: str | None,
+    feature_width: int | None,
+    location: str,
 ) -> None:
     for role, name in (("feature", features), ("label", label)):
         if name is None:
@@ -143,8 +162,16 @@ def _check_columns(
         arrow_type = schema.field(name).type
         kind = _kind(arrow_type, role)
         if kind is None:
-            allowed = "binary (raw bytes), a list of numbers or a number" if role == "feature" else "a number or a list of numbers"
-            hint = " (for a Spark ML vector, write vector_to_array(col) instead)" if "struct" in str(arrow_type) else ""
+            allowed = (
+                "binary (raw bytes), a list of numbers or a number"
+                if role == "feature"
+                else "a number or a list of numbers"
+            )
+            hint = (
+                " (for a Spark ML vector, write vector_to_array(col) instead)"
+                if "struct" in str(arrow_type)
+                else ""
+            )
             raise ConfigurationError(
                 f"Argument `{argument}` must name a column of {allowed}{hint}. Received: "
                 f"{argument}={name!r} of type {arrow_type} in {location}"
@@ -156,7 +183,12 @@ def _check_columns(
                 f"Received: feature_dtype={raw_dtype!r}"
             )
         width = _fixed_width(arrow_type)
-        if role == "feature" and width is not None and feature_width is not None and width != feature_width:
+        if (
+            role == "feature"
+            and width is not None
+            and feature_width is not None
+            and width != feature_width
+        ):
             raise ConfigurationError(
                 f"Features of the wrong length: column {name!r} of {location} holds {width} values "
                 f"per row; the model takes {feature_width} per record."
@@ -175,12 +207,18 @@ def _lengths_and_values(column: Any, where: str) -> tuple[np.ndarray, Any]:
         return np.ones(len(column), np.int64), column
     row_offsets: np.ndarray | None = None
     values = column
-    while t.is_list(values.type) or t.is_large_list(values.type) or t.is_fixed_size_list(values.type):
+    while (
+        t.is_list(values.type) or t.is_large_list(values.type) or t.is_fixed_size_list(values.type)
+    ):
         if values.null_count:
-            raise ConfigurationError(f"{where} holds nulls in a list column; drop or fill them first")
+            raise ConfigurationError(
+                f"{where} holds nulls in a list column; drop or fill them first"
+            )
         if t.is_fixed_size_list(values.type):
             size = values.type.list_size
-            offsets = np.arange(values.offset, values.offset + len(values) + 1, dtype=np.int64) * size
+            offsets = (
+                np.arange(values.offset, values.offset + len(values) + 1, dtype=np.int64) * size
+            )
         else:
             offsets = values.offsets.to_numpy().astype(np.int64)
         row_offsets = offsets if row_offsets is None else offsets[row_offsets]
@@ -197,9 +235,15 @@ def _column(spec: ReadSpec, column: Any, role: str, where: str, first_row: int) 
     n = len(column)
     if column.null_count:
         bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ConfigurationError(f"{where}, row {first_row + bad}: the {role} is null; drop or fill such rows first")
+        raise ConfigurationError(
+            f"{where}, row {first_row + bad}: the {role} is null; drop or fill such rows first"
+        )
     t = pa.types
-    if t.is_binary(column.type) or t.is_large_binary(column.type) or t.is_fixed_size_binary(column.type):
+    if (
+        t.is_binary(column.type)
+        or t.is_large_binary(column.type)
+        or t.is_fixed_size_binary(column.type)
+    ):
         dtype = np.dtype(spec.raw_dtype or "uint8")
         if t.is_fixed_size_binary(column.type):
             lengths = np.full(n, column.type.byte_width, np.int64)
@@ -207,7 +251,12 @@ def _column(spec: ReadSpec, column: Any, role: str, where: str, first_row: int) 
             start = column.offset * column.type.byte_width
         else:
             offset_type = np.int64 if t.is_large_binary(column.type) else np.int32
-            offsets = np.frombuffer(column.buffers()[1], offset_type, n + 1, column.offset * np.dtype(offset_type).itemsize)
+            offsets = np.frombuffer(
+                column.buffers()[1],
+                offset_type,
+                n + 1,
+                column.offset * np.dtype(offset_type).itemsize,
+            )
             lengths = np.diff(offsets).astype(np.int64)
             data = column.buffers()[2]
             start = int(offsets[0])
@@ -222,7 +271,9 @@ def _column(spec: ReadSpec, column: Any, role: str, where: str, first_row: int) 
     return flat.to_numpy(zero_copy_only=False).reshape(n, width)
 
 
-def _check_rows(spec: ReadSpec, role: str, lengths: np.ndarray, itemsize: int, where: str, first_row: int) -> None:
+def _check_rows(
+    spec: ReadSpec, role: str, lengths: np.ndarray, itemsize: int, where: str, first_row: int
+) -> None:
     if not len(lengths):
         return
     if (lengths % itemsize).any():

@@ -52,7 +52,11 @@ def _format(source: FileSource, listed: list[Listed], argument: str) -> str:
         unknown = named.get(None)
         raise ConfigurationError(
             "Argument `format` is needed: "
-            + (f"the name of {unknown} does not say its format" if unknown else f"the files are of several formats {sorted(k for k in named if k)}")
+            + (
+                f"the name of {unknown} does not say its format"
+                if unknown
+                else f"the files are of several formats {sorted(k for k in named if k)}"
+            )
             + f". Pass format='parquet', 'tfrecord' or 'idx'. Received: {argument}"
         )
     fmt = next(iter(named))
@@ -94,28 +98,43 @@ def plan_files(
             f"evaluation need them. Received: {what} with label=None"
         )
     if fmt != "idx" and source.features is None:
-        raise ConfigurationError(f"Argument `features` must name the {fmt} column or feature of the features. Received: {what}")
-    if source.one_hot is not None and feed.label_shape is not None and math.prod(feed.label_shape) != source.one_hot:
+        raise ConfigurationError(
+            f"Argument `features` must name the {fmt} column or feature of the features. Received: {what}"
+        )
+    if (
+        source.one_hot is not None
+        and feed.label_shape is not None
+        and math.prod(feed.label_shape) != source.one_hot
+    ):
         raise ConfigurationError(
             f"Argument `one_hot` makes labels of {source.one_hot} values; the model takes labels of shape "
             f"{list(feed.label_shape)}. Received: one_hot={source.one_hot}"
         )
     feature_width = None if feed.feature_shape is None else math.prod(feed.feature_shape)
-    label_width = 1 if source.one_hot else (None if feed.label_shape is None else math.prod(feed.label_shape))
+    label_width = (
+        1 if source.one_hot else (None if feed.label_shape is None else math.prod(feed.label_shape))
+    )
     raw_dtype = source.feature_dtype
     rows: int | None
     if fmt == "parquet":
         files = [f.location for f in listed]
         sizes = [f.size for f in listed]
         shards, rows = parquet.inspect(
-            listed, options, (source.features or "", source.label if need_label else None),
-            raw_dtype, feature_width, what,
+            listed,
+            options,
+            (source.features or "", source.label if need_label else None),
+            raw_dtype,
+            feature_width,
+            what,
         )
         gzip = [False] * len(files)
     elif fmt == "tfrecord":
         files = [f.location for f in listed]
         sizes = [f.size for f in listed]
-        gzip = [source.compression == "GZIP" or (source.compression is None and format_of(f)[1]) for f in files]
+        gzip = [
+            source.compression == "GZIP" or (source.compression is None and format_of(f)[1])
+            for f in files
+        ]
         shards = [Shard(file=i, nbytes=s) for i, s in enumerate(sizes)]
         rows = None
     else:
@@ -125,8 +144,13 @@ def plan_files(
                 f"type in their header. Received: feature_dtype={raw_dtype!r}"
             )
         files, shards, rows, _ = idx.inspect(
-            listed, options, need_labels=need_label, split=source.split,
-            feature_width=feature_width, label_width=label_width, argument=what,
+            listed,
+            options,
+            need_labels=need_label,
+            split=source.split,
+            feature_width=feature_width,
+            label_width=label_width,
+            argument=what,
         )
         by_location = {f.location: f.size for f in listed}
         sizes = [by_location[f] for f in files]
@@ -137,7 +161,11 @@ def plan_files(
     partitions = balance(shards, wanted)
     if len(partitions) < wanted:
         logger.info(
-            "%s: %d shards, so %d partitions instead of %d", source.description, len(shards), len(partitions), wanted
+            "%s: %d shards, so %d partitions instead of %d",
+            source.description,
+            len(shards),
+            len(partitions),
+            wanted,
         )
     spec = ReadSpec(
         format=fmt,
@@ -156,7 +184,11 @@ def plan_files(
     )
     logger.info(
         "%s: %d %s files, %d shards over %d partitions (largest %.1f MB)",
-        source.description, len(files), fmt, len(shards), len(partitions),
+        source.description,
+        len(files),
+        fmt,
+        len(shards),
+        len(partitions),
         max(sum(s.nbytes for s in p) for p in partitions) / 1e6,
     )
     return FilePlan(spec=spec, partitions=tuple(tuple(p) for p in partitions), rows=rows)

@@ -132,4 +132,6 @@ def gunzip(pieces: Iterable[bytes], where: str) -> Iterator[bytes]:
     except zlib.error as err:
         raise ConfigurationError(f"{where} is not valid GZIP data: {err}") from None
     if not inflater.eof:
-        raise ConfigurationError(f"{where} is cut short: its GZIP stream ends before its last block")
+        raise ConfigurationError(
+            f"{where} is cut short: its GZIP stream ends before its last block"
+        )

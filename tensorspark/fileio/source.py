@@ -137,21 +137,30 @@ def files(
     Raises:
         ConfigurationError: an argument is of the wrong type or out of range.
     """
-    paths = (path,) if isinstance(path, str) else tuple(path) if isinstance(path, (list, tuple)) else None
+    paths = (
+        (path,)
+        if isinstance(path, str)
+        else tuple(path)
+        if isinstance(path, (list, tuple))
+        else None
+    )
     if not paths or any(not isinstance(p, str) or not p for p in paths):
         raise ConfigurationError(
-            "Argument `path` must be a path or URL, or a list of them. "
-            f"Received: path={path!r}"
+            f"Argument `path` must be a path or URL, or a list of them. Received: path={path!r}"
         )
     if format is not None and format not in FORMATS:
-        raise ConfigurationError(f"Argument `format` must be one of {FORMATS} or None. Received: format={format!r}")
+        raise ConfigurationError(
+            f"Argument `format` must be one of {FORMATS} or None. Received: format={format!r}"
+        )
     if format is None:
         named = {format_of(p)[0] for p in paths}
         if len(named) == 1 and None not in named:
             format = named.pop()
     for name, value in (("features", features), ("label", label)):
         if value is not None and (not isinstance(value, str) or not value):
-            raise ConfigurationError(f"Argument `{name}` must be a column name. Received: {name}={value!r}")
+            raise ConfigurationError(
+                f"Argument `{name}` must be a column name. Received: {name}={value!r}"
+            )
         if value is not None and format == "idx":
             raise ConfigurationError(
                 f"Argument `{name}` names a column or feature; idx files have none (the images "
@@ -164,7 +173,12 @@ def files(
         )
     dtype = None if feature_dtype is None else binary_dtype(feature_dtype).str
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale == 0:
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not math.isfinite(scale)
+            or scale == 0
+        ):
             raise ConfigurationError(
                 f"Argument `scale` must be a finite non-zero number. Received: scale={scale!r}"
             )
@@ -186,7 +200,9 @@ def files(
             f"Argument `split` picks the idx files of a folder (e.g. 'train'). Received: split={split!r}, format={format!r}"
         )
     if auth not in AUTH_MODES:
-        raise ConfigurationError(f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}")
+        raise ConfigurationError(
+            f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}"
+        )
     storage = StorageOptions(user=user, auth=auth, token=token)  # the job adds the conf's
     return FileSource(
         paths=paths,

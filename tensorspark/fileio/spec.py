@@ -114,7 +114,9 @@ class RawChunk:
     first: str
 
 
-def width_error(what: str, where: str, got: int, expected: int, hint: str = "") -> ConfigurationError:
+def width_error(
+    what: str, where: str, got: int, expected: int, hint: str = ""
+) -> ConfigurationError:
     """The message for a record whose features (``what="features"``) or label hold the
     wrong number of values; the same text from every format."""
     kind = "Features" if what == "feature" else "Labels"
@@ -124,7 +126,9 @@ def width_error(what: str, where: str, got: int, expected: int, hint: str = "") 
     )
 
 
-def check_width(spec: ReadSpec, what: str, got: int, where: str, first_width: int | None = None) -> None:
+def check_width(
+    spec: ReadSpec, what: str, got: int, where: str, first_width: int | None = None
+) -> None:
     """Raise :func:`width_error` when ``got`` values per record do not fit (executor).
 
     Without a width from the model, records must agree with the first one (``first_width``).
@@ -138,7 +142,11 @@ def check_width(spec: ReadSpec, what: str, got: int, where: str, first_width: in
             f"Records differ in length: {where} holds {got} {what} values, earlier records {expected}."
         )
     if got != expected:
-        hint = " (set feature_dtype if the bytes hold another type)" if what == "feature" and spec.raw_dtype is None else ""
+        hint = (
+            " (set feature_dtype if the bytes hold another type)"
+            if what == "feature" and spec.raw_dtype is None
+            else ""
+        )
         raise width_error(what, where, got, expected, hint)
 
 

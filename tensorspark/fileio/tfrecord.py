@@ -52,7 +52,9 @@ def frame(record: bytes) -> bytes:
     return length + _CRC.pack(masked_crc(length)) + record + _CRC.pack(masked_crc(record))
 
 
-def records(pieces: Iterable[bytes], where: str, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+def records(
+    pieces: Iterable[bytes], where: str, size: int | None = None
+) -> Iterator[tuple[int, bytes]]:
     """The records of a TFRecord stream given in pieces, as ``(offset, data)``, CRCs checked.
 
     ``offset`` is where the record's framing starts in the (uncompressed) stream. ``size``
@@ -112,7 +114,9 @@ def records(pieces: Iterable[bytes], where: str, size: int | None = None) -> Ite
         data = bytes(buf[pos + _HEADER : pos + _HEADER + length])
         (data_crc,) = _CRC.unpack_from(buf, pos + _HEADER + length)
         if masked_crc(data) != data_crc:
-            raise ConfigurationError(f"TFRecord {where} is corrupt: bad CRC of the record at offset {offset}")
+            raise ConfigurationError(
+                f"TFRecord {where} is corrupt: bad CRC of the record at offset {offset}"
+            )
         pos += total
         yield offset, data
 
@@ -192,7 +196,9 @@ def read_shard(spec: ReadSpec, storage: Storage, path: str, shard: Shard) -> Ite
         yield _chunk(xs, ys, location, first, where_unit)
 
 
-def _chunk(xs: list[np.ndarray], ys: list[np.ndarray], location: str, first: int, unit: str) -> RawChunk:
+def _chunk(
+    xs: list[np.ndarray], ys: list[np.ndarray], location: str, first: int, unit: str
+) -> RawChunk:
     return RawChunk(
         features=np.stack(xs),
         label=np.stack(ys) if ys else None,

@@ -67,7 +67,9 @@ def _kinds(df: Any) -> list[tuple[str, str, Any]]:
             kind, column = "int64_list", column.cast("long")
         elif isinstance(t, (T.FloatType, T.DoubleType)):
             kind, column = "float_list", column.cast("float")
-        elif isinstance(t, T.ArrayType) and isinstance(t.elementType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        elif isinstance(t, T.ArrayType) and isinstance(
+            t.elementType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+        ):
             kind, column = "int64_list", column.cast("array<long>")
         elif isinstance(t, T.ArrayType) and isinstance(t.elementType, (T.FloatType, T.DoubleType)):
             kind, column = "float_list", column.cast("array<float>")
@@ -88,7 +90,9 @@ def _encoded(name: str, kind: str, column: Any) -> list[bytes]:
 
     key = example.delimited(1, name.encode("utf-8"))
     if column.null_count:
-        raise ConfigurationError(f"write_tfrecord: column {name!r} holds nulls; drop or fill them first")
+        raise ConfigurationError(
+            f"write_tfrecord: column {name!r} holds nulls; drop or fill them first"
+        )
 
     def entry(feature: bytes) -> bytes:
         return example.delimited(1, key + example.delimited(2, feature))
@@ -114,7 +118,9 @@ def _encoded(name: str, kind: str, column: Any) -> list[bytes]:
     out = []
     for i in range(len(column)):
         packed = data[starts[i] : starts[i + 1]]
-        out.append(entry(example.delimited(number, example.delimited(1, packed) if packed else b"")))
+        out.append(
+            entry(example.delimited(number, example.delimited(1, packed) if packed else b""))
+        )
     return out
 
 
@@ -174,18 +180,27 @@ def write_tfrecord(
     from pyspark.sql import functions as F
 
     if not isinstance(df, DataFrame):
-        raise ConfigurationError(f"Argument `df` must be a pyspark DataFrame. Received: df of type {type(df).__name__}")
+        raise ConfigurationError(
+            f"Argument `df` must be a pyspark DataFrame. Received: df of type {type(df).__name__}"
+        )
     positive_int("num_shards", num_shards, allow_none=True)
     if compression is not None and compression not in COMPRESSIONS:
         raise ConfigurationError(
             f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: compression={compression!r}"
         )
     if auth not in AUTH_MODES:
-        raise ConfigurationError(f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}")
+        raise ConfigurationError(
+            f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}"
+        )
     kinds = _kinds(df)
     sc = df.sparkSession.sparkContext
     gzip = compression == "GZIP"
-    folder = OutputDir(path, StorageOptions.from_conf(ConfSnapshot.take(sc), user, auth, token), ".tfrecord.gz" if gzip else ".tfrecord", "path")
+    folder = OutputDir(
+        path,
+        StorageOptions.from_conf(ConfSnapshot.take(sc), user, auth, token),
+        ".tfrecord.gz" if gzip else ".tfrecord",
+        "path",
+    )
     shards = num_shards or df.rdd.getNumPartitions()
     ordered = (
         df.select(*(c for _, _, c in kinds))
@@ -194,14 +209,17 @@ def write_tfrecord(
         .sortWithinPartitions(_ROW)
         .drop(_ROW)
     )
-    task = functools.partial(_write_task, kinds=tuple((n, k) for n, k, _ in kinds), target=folder.target, gzip=gzip)
+    task = functools.partial(
+        _write_task, kinds=tuple((n, k) for n, k, _ in kinds), target=folder.target, gzip=gzip
+    )
     try:
         stats = jobs.run_job(
-            sc, ordered.mapInArrow(task, "partition long, rows long").collect, description="tensorspark write_tfrecord"
+            sc,
+            ordered.mapInArrow(task, "partition long, rows long").collect,
+            description="tensorspark write_tfrecord",
         )
     except BaseException:
         folder.abort()
         raise
     files = folder.commit([int(r.partition) for r in stats])
     return WrittenFiles(folder.location, files, int(sum(int(r.rows) for r in stats)))
-

@@ -270,5 +270,3 @@ def _log_broadcast(source: ModelSource, plan: PredictPlan, payload: Broadcast[by
         len(payload.value),
         plan.batch_size,
     )
-
-

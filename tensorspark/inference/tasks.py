@@ -56,7 +56,8 @@ def _to_arrow(outputs: np.ndarray, n: int, plan: PredictPlan) -> Any:
     else:
         labels = pa.array(order.reshape(-1).astype(np.int64), pa.int64())
     pairs = pa.StructArray.from_arrays(
-        [labels, pa.array(scores.reshape(-1).astype(np.float32), pa.float32())], names=["label", "score"]
+        [labels, pa.array(scores.reshape(-1).astype(np.float32), pa.float32())],
+        names=["label", "score"],
     )
     offsets = pa.array(np.arange(n + 1, dtype=np.int32) * k, pa.int32())
     return pa.ListArray.from_arrays(offsets, pairs)

@@ -116,14 +116,22 @@ class KerasEstimator(Estimator[KerasModel], KerasParams, MLReadable["KerasEstima
         column_type(dataset, self.getLabelCol(), "labelCol")
         model = _fresh_model(data, self.getLearningRate())
         session = SparkSession(
-            dataset.sparkSession, model, name=self.uid, sync_interval=self.getSyncInterval(),
-            batch_size=self.getBatchSize(), mode=self.getMode(), seed=self.getSeed(),
+            dataset.sparkSession,
+            model,
+            name=self.uid,
+            sync_interval=self.getSyncInterval(),
+            batch_size=self.getBatchSize(),
+            mode=self.getMode(),
+            seed=self.getSeed(),
             warm_up=False,  # the fit's own job starts at once: nothing to warm ahead of it
         )
         with session:
             history = session.fit(
-                dataset, epochs=self.getEpochs(), features_col=self.getFeaturesCol(),
-                label_col=self.getLabelCol(), progress=False,
+                dataset,
+                epochs=self.getEpochs(),
+                features_col=self.getFeaturesCol(),
+                label_col=self.getLabelCol(),
+                progress=False,
             )
         return self._copyValues(KerasModel(model, history))
 

@@ -53,7 +53,9 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
     def kerasModel(self) -> keras.Model:
         """The trained Keras model (the object itself: changing it changes this model)."""
         if self._keras is None:
-            raise ConfigurationError("This KerasModel holds no Keras model; get one from KerasEstimator.fit or KerasModel.load.")
+            raise ConfigurationError(
+                "This KerasModel holds no Keras model; get one from KerasEstimator.fit or KerasModel.load."
+            )
         return self._keras
 
     def keras_bytes(self) -> bytes:
@@ -73,9 +75,15 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
         model = self.kerasModel
         check_transform_params(self)
         feature_column(self, dataset)
-        names = [self.getPredictionCol(), self.getProbabilityCol(), self.getTopKCol() if self.getTopK() else ""]
+        names = [
+            self.getPredictionCol(),
+            self.getProbabilityCol(),
+            self.getTopKCol() if self.getTopK() else "",
+        ]
         new_columns(self, dataset, [n for n in names if n])
-        out_shape = tensor_shape(model, "output", what=f"the Keras model {model.name!r}", use="KerasModel supports")
+        out_shape = tensor_shape(
+            model, "output", what=f"the Keras model {model.name!r}", use="KerasModel supports"
+        )
         width = math.prod(int(d) for d in out_shape[1:] if d is not None)
         binary = width == 1 and binary_labels(model)
         classes = 2 if binary else (width if width > 1 else 0)  # 0: a regression
@@ -92,8 +100,12 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
             )
         scores_col = f"__tensorspark_scores_{uuid.uuid4().hex[:8]}"
         scored: Any = predict(
-            dataset.sparkSession, model, dataset, features_col=self.getFeaturesCol(),
-            output_col=scores_col, batch_size=self.getBatchSize(),
+            dataset.sparkSession,
+            model,
+            dataset,
+            features_col=self.getFeaturesCol(),
+            output_col=scores_col,
+            batch_size=self.getBatchSize(),
         )
         scores = F.col(scores_col)
         if binary:  # [1 - p, p]: class 0 and class 1, as Spark's binary classifiers give them
@@ -104,7 +116,9 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
             self.getProbabilityCol(): columns.get("probability"),
             (self.getTopKCol() if self.getTopK() else ""): columns.get("top_k"),
         }
-        return scored.withColumns({n: c for n, c in wanted.items() if n and c is not None}).drop(scores_col)
+        return scored.withColumns({n: c for n, c in wanted.items() if n and c is not None}).drop(
+            scores_col
+        )
 
     # ------------------------------------------------------------------ persistence
 
@@ -128,9 +142,18 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
         saved = entry.get("history")
         history = None
         if isinstance(saved, dict):
-            values = {str(k): [float(v) for v in vs] for k, vs in dict(saved.get("history") or {}).items()}
+            values = {
+                str(k): [float(v) for v in vs] for k, vs in dict(saved.get("history") or {}).items()
+            }
             epochs = max((len(v) for v in values.values()), default=0)
-            history = History(values, list(range(epochs)), dict(saved.get("params") or {}), [None] * epochs, None, model)
+            history = History(
+                values,
+                list(range(epochs)),
+                dict(saved.get("params") or {}),
+                [None] * epochs,
+                None,
+                model,
+            )
         return cls(model, history)
 
 
@@ -160,7 +183,11 @@ def output_columns(scores: Any, *, width: int, top_k: int) -> dict[str, Any]:
         # Sort (-score, class) pairs ascending: best first, ties to the lower class, the
         # order tensorspark.predict's top_k gives; computed here from the same scores so
         # that the model runs once for every column.
-        ranked = F.array_sort(F.transform(scores, lambda s, i: F.struct((-s).alias("key"), i.alias("label"), s.alias("score"))))
+        ranked = F.array_sort(
+            F.transform(
+                scores, lambda s, i: F.struct((-s).alias("key"), i.alias("label"), s.alias("score"))
+            )
+        )
         out["top_k"] = F.transform(
             F.slice(ranked, 1, top_k),
             lambda e: F.struct(e["label"].cast("long").alias("label"), e["score"].alias("score")),

@@ -25,42 +25,53 @@ class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityC
     """Params of a Keras model trained and applied on Spark (mixed into both classes)."""
 
     epochs: Param[int] = Param(
-        Params._dummy(), "epochs", "passes over each partition of the training data (>= 1)",
+        Params._dummy(),
+        "epochs",
+        "passes over each partition of the training data (>= 1)",
         typeConverter=TypeConverters.toInt,
     )
     batchSize: Param[int] = Param(
-        Params._dummy(), "batchSize",
+        Params._dummy(),
+        "batchSize",
         "examples per mini-batch when training, and rows per model call when transforming (>= 1)",
         typeConverter=TypeConverters.toInt,
     )
     syncInterval: Param[int] = Param(
-        Params._dummy(), "syncInterval",
+        Params._dummy(),
+        "syncInterval",
         "mini-batches a worker trains between exchanges with the parameter server (>= 1)",
         typeConverter=TypeConverters.toInt,
     )
     mode: Param[str] = Param(
-        Params._dummy(), "mode",
+        Params._dummy(),
+        "mode",
         "'async' (workers push and pull independently) or 'sync' (bulk-synchronous rounds, "
         "all partitions at once as a Spark barrier stage)",
         typeConverter=TypeConverters.toString,
     )
     learningRate: Param[float] = Param(
-        Params._dummy(), "learningRate",
+        Params._dummy(),
+        "learningRate",
         "learning rate of the model's compiled optimizer, set before training (> 0); "
         "unset: the optimizer's own",
         typeConverter=TypeConverters.toFloat,
     )
     seed: Param[int] = Param(
-        Params._dummy(), "seed", "seed of the within-partition shuffle", typeConverter=TypeConverters.toInt,
+        Params._dummy(),
+        "seed",
+        "seed of the within-partition shuffle",
+        typeConverter=TypeConverters.toInt,
     )
     topK: Param[int] = Param(
-        Params._dummy(), "topK",
+        Params._dummy(),
+        "topK",
         "with a value k >= 1, transform adds topKCol: the k best classes and their scores, "
         "best first; 0: no such column",
         typeConverter=TypeConverters.toInt,
     )
     topKCol: Param[str] = Param(
-        Params._dummy(), "topKCol",
+        Params._dummy(),
+        "topKCol",
         "column of the topK best classes: array<struct<label: bigint, score: float>>",
         typeConverter=TypeConverters.toString,
     )
@@ -68,7 +79,14 @@ class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityC
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(
-            probabilityCol="", epochs=1, batchSize=32, syncInterval=20, mode="async", seed=0, topK=0, topKCol="topK"
+            probabilityCol="",
+            epochs=1,
+            batchSize=32,
+            syncInterval=20,
+            mode="async",
+            seed=0,
+            topK=0,
+            topKCol="topK",
         )
 
     def getEpochs(self) -> int:

@@ -77,9 +77,15 @@ class KerasWriter(MLWriter):
             )
         data = self.instance.keras_bytes()
         storage.write_bytes(posixpath.join(inner, MODEL_FILE), data)
-        entry = {"format": FORMAT_VERSION, "kind": type(self.instance).__name__, "model_file": MODEL_FILE}
+        entry = {
+            "format": FORMAT_VERSION,
+            "kind": type(self.instance).__name__,
+            "model_file": MODEL_FILE,
+        }
         entry.update(self.extra)
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession, extraMetadata={_KEY: entry})
+        DefaultParamsWriter.saveMetadata(
+            self.instance, path, self.sparkSession, extraMetadata={_KEY: entry}
+        )
 
 
 class KerasReader(MLReader[Any]):

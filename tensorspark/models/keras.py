@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------- weights
 
+
 def weight_names(model: keras.Model) -> list[str]:
     """Stable names for ``model.weights``: Keras variable paths (``"dense/kernel"``).
 
@@ -94,9 +95,9 @@ def assign_weights(model: keras.Model, params: Mapping[str, np.ndarray]) -> None
         variable.assign(value)
 
 
-
-
-def match_weights(model: keras.Model, params: Mapping[str, np.ndarray], where: str, what: str) -> list[np.ndarray]:
+def match_weights(
+    model: keras.Model, params: Mapping[str, np.ndarray], where: str, what: str
+) -> list[np.ndarray]:
     """``params`` (e.g. a checkpoint's) in the order of ``model.weights`` (driver).
 
     Matched by name: Keras variable paths may or may not start with the model's name
@@ -137,7 +138,9 @@ def match_weights(model: keras.Model, params: Mapping[str, np.ndarray], where: s
     return ordered
 
 
-def model_payload(model: keras.Model, custom_objects: Mapping[str, Any] | None) -> tuple[bytes, keras.Model]:
+def model_payload(
+    model: keras.Model, custom_objects: Mapping[str, Any] | None
+) -> tuple[bytes, keras.Model]:
     """The model's ``.keras`` bytes, checked by rebuilding them here (driver).
 
     Rebuilding on the driver proves the executors can do it (custom classes registered or
@@ -151,7 +154,6 @@ def model_payload(model: keras.Model, custom_objects: Mapping[str, Any] | None) 
     data = keras_io.serialize_model(model)
     copy = _rebuild(data, custom_objects, what=f"model {model.name!r}")
     return data, copy
-
 
 
 # ---------------------------------------------------------------------- executor side
@@ -204,7 +206,9 @@ class CompiledModel:
             x = x.reshape((len(x), *self.input_shape))
         return x
 
-    def run_steps(self, training: bool, batches: Sequence[Block], max_steps: int) -> dict[str, float]:
+    def run_steps(
+        self, training: bool, batches: Sequence[Block], max_steps: int
+    ) -> dict[str, float]:
         """Run every batch through one compiled call per group of equal-size batches;
         return Keras's running metric results over them (metrics reset first)."""
         first_x, first_y = self.features(batches[0][0]), batches[0][1]
@@ -314,7 +318,10 @@ class KerasTrainer:
         mixed_precision: str | None = None,
     ) -> None:
         self._core = cached_core(
-            f"fit-{key or uuid.uuid4().hex}-{mixed_precision}", payload, custom_objects, mixed_precision
+            f"fit-{key or uuid.uuid4().hex}-{mixed_precision}",
+            payload,
+            custom_objects,
+            mixed_precision,
         )
         self._max_steps = max(1, int(sync_interval))
 
@@ -364,8 +371,11 @@ class KerasTrainerLoader:
         worker's TF settings itself)."""
         assert isinstance(payload, (bytes, bytearray)), type(payload)
         return KerasTrainer(
-            bytes(payload), key=self.key, custom_objects=self.custom_objects,
-            sync_interval=self.sync_interval, mixed_precision=self.mixed_precision,
+            bytes(payload),
+            key=self.key,
+            custom_objects=self.custom_objects,
+            sync_interval=self.sync_interval,
+            mixed_precision=self.mixed_precision,
         )
 
 

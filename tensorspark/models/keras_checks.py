@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 _SPARSE_LOSSES = frozenset({"sparse_categorical_crossentropy", "sparsecategoricalcrossentropy"})
 _BINARY_LOSSES = frozenset(
-    {"binary_crossentropy", "binarycrossentropy", "binary_focal_crossentropy", "binaryfocalcrossentropy"}
+    {
+        "binary_crossentropy",
+        "binarycrossentropy",
+        "binary_focal_crossentropy",
+        "binaryfocalcrossentropy",
+    }
 )
 _DENSE_LOSSES = frozenset(
     {
@@ -49,14 +54,11 @@ _DENSE_LOSSES = frozenset(
 )
 
 
-
 def _loss_name(loss: Any) -> str | None:
     if isinstance(loss, str):
         return loss.lower()
     name = getattr(loss, "name", None) or getattr(loss, "__name__", None)
     return str(name).lower() if name else None
-
-
 
 
 def integer_labels(model: keras.Model) -> bool:
@@ -137,7 +139,6 @@ def validate_model(model: keras.Model) -> None:
     model_shapes(model)
 
 
-
 def check_example(
     model: keras.Model, features: Any, label: Any, *, what: str
 ) -> tuple[np.dtype, np.dtype]:
@@ -193,7 +194,11 @@ def check_example(
             raise ConfigurationError(
                 f"loss={loss!r} expects labels shaped like the model's output "
                 f"{(None, *out_shape)}. Received: {what}, first label of shape {y.shape}"
-                + ("; use loss='sparse_categorical_crossentropy' for class ids" if y.size == 1 else "")
+                + (
+                    "; use loss='sparse_categorical_crossentropy' for class ids"
+                    if y.size == 1
+                    else ""
+                )
             )
     xb = x.reshape((1, *in_shape)).astype(input_dtype)
     yb = y.reshape((1, *y.shape)).astype(label_dtype)
@@ -210,8 +215,6 @@ def check_example(
     return input_dtype, label_dtype
 
 
-
-
 def feed_of(model: keras.Model, *, labels: bool = True) -> Feed:
     """What the model takes per example, for data read from files (driver): the input's
     shape and dtype, and the label's (class ids for sparse losses, the output's shape for
@@ -224,7 +227,9 @@ def feed_of(model: keras.Model, *, labels: bool = True) -> Feed:
         return Feed(in_shape, in_dtype, (), "int64")
     known = all(d is not None for d in out_shape)
     if _loss_name(model.loss) in _DENSE_LOSSES and known:
-        return Feed(in_shape, in_dtype, tuple(int(d) for d in out_shape if d is not None), "float32")
+        return Feed(
+            in_shape, in_dtype, tuple(int(d) for d in out_shape if d is not None), "float32"
+        )
     return Feed(in_shape, in_dtype, None, "float32")
 
 

@@ -159,4 +159,9 @@ def _is_float32_policy(dtype: Any) -> bool:
 
 
 def _policy_entry(policy: str) -> dict[str, Any]:
-    return {"module": "keras", "class_name": "DTypePolicy", "config": {"name": policy}, "registered_name": None}
+    return {
+        "module": "keras",
+        "class_name": "DTypePolicy",
+        "config": {"name": policy},
+        "registered_name": None,
+    }

@@ -136,4 +136,6 @@ def resolve_source(
     # later calls too (the bounded per-process cache, keyed by the bytes' digest).
     digest = sha256(data)
     loaded = load() if custom_objects else keras_io.cached(f"driver-{digest[:32]}", load)
-    return KerasModelSource(loaded, what, data=data, custom_objects=custom_objects, data_digest=digest)
+    return KerasModelSource(
+        loaded, what, data=data, custom_objects=custom_objects, data_digest=digest
+    )

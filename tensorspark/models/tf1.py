@@ -77,7 +77,9 @@ def resolve_params(graph: Any, param_list: Sequence[Any] | None) -> tuple[str, .
             raise ConfigurationError("the graph has no trainable variables; pass param_list=[...]")
         return names
     if not param_list:
-        raise ConfigurationError("param_list is empty; pass the variables to train, e.g. param_list=[W, b]")
+        raise ConfigurationError(
+            "param_list is empty; pass the variables to train, e.g. param_list=[W, b]"
+        )
     chosen: list[str] = []
     for p in param_list:
         name = p if isinstance(p, str) else getattr(p, "name", None)
@@ -98,7 +100,9 @@ def resolve_feeds(graph: Any, feed_name_list: Sequence[str]) -> tuple[list[Any],
         ConfigurationError: a name is not a tensor of the graph (the placeholders are listed).
     """
     if not feed_name_list:
-        raise ConfigurationError("feed_name_list is empty; pass the names of the placeholders, e.g. [x.name, y_.name]")
+        raise ConfigurationError(
+            "feed_name_list is empty; pass the names of the placeholders, e.g. [x.name, y_.name]"
+        )
     tensors: list[Any] = []
     dtypes: list[str] = []
     for name in feed_name_list:
@@ -113,7 +117,9 @@ def resolve_feeds(graph: Any, feed_name_list: Sequence[str]) -> tuple[list[Any],
                 f"graph: {placeholders}. Received: feed_name_list={list(feed_name_list)!r}"
             ) from None
         tensors.append(t)
-        dtypes.append(t.dtype.as_numpy_dtype().dtype.name if hasattr(t.dtype, "as_numpy_dtype") else "float32")
+        dtypes.append(
+            t.dtype.as_numpy_dtype().dtype.name if hasattr(t.dtype, "as_numpy_dtype") else "float32"
+        )
     return tensors, tuple(dtypes)
 
 
@@ -235,7 +241,10 @@ class VariableLoader:
         names = [n for n in values if n in self._vars]
         if not names:
             return
-        sess.run([self._init_ops[n] for n in names], feed_dict={self._inputs[n]: values[n] for n in names})
+        sess.run(
+            [self._init_ops[n] for n in names],
+            feed_dict={self._inputs[n]: values[n] for n in names},
+        )
 
     def read(self, sess: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
         values = sess.run([self._vars[n] for n in names])
@@ -281,7 +290,9 @@ class TF1Model:
         if spec.loss_name is not None:
             self._loss_index = len(self._fetches)
             self._fetches.append(self.graph.as_graph_element(spec.loss_name))
-        self._options = config_pb2.RunOptions.FromString(spec.run_options) if spec.run_options else None
+        self._options = (
+            config_pb2.RunOptions.FromString(spec.run_options) if spec.run_options else None
+        )
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.loader.read(self.session, self.spec.param_names)
@@ -393,7 +404,9 @@ class TF1SessionSource(ModelSource):
         try:
             self._fetch = sess.graph.as_graph_element(element_name(fetch_list[0]))
         except (KeyError, ValueError):
-            raise ConfigurationError(f"fetch {element_name(fetch_list[0])!r} is not part of the session's graph") from None
+            raise ConfigurationError(
+                f"fetch {element_name(fetch_list[0])!r} is not part of the session's graph"
+            ) from None
         if not hasattr(self._fetch, "shape"):
             raise ConfigurationError(
                 f"predict needs an output tensor, not an operation. Received: fetches={self._fetch.name!r}"

@@ -125,13 +125,19 @@ class Limits:
         positive_number("body_timeout", body_timeout)
         positive_int("max_inflight_bodies", max_inflight_bodies, allow_none=True)
         positive_int("max_inflight_bytes", max_inflight_bytes, allow_none=True)
-        inflight_bytes = max(4 * max_body_bytes, _MIN_INFLIGHT_BYTES) if max_inflight_bytes is None else max_inflight_bytes
+        inflight_bytes = (
+            max(4 * max_body_bytes, _MIN_INFLIGHT_BYTES)
+            if max_inflight_bytes is None
+            else max_inflight_bytes
+        )
         if inflight_bytes < max_body_bytes:
             raise ConfigurationError(
                 "max_inflight_bytes must be at least max_body_bytes (a body of the largest size "
                 f"must fit). Received: max_inflight_bytes={inflight_bytes}, max_body_bytes={max_body_bytes}"
             )
-        return cls(int(max_body_bytes), int(max_inflight_bodies), int(inflight_bytes), float(body_timeout))
+        return cls(
+            int(max_body_bytes), int(max_inflight_bodies), int(inflight_bytes), float(body_timeout)
+        )
 
 
 class Admission:
@@ -149,7 +155,10 @@ class Admission:
     def admit(self, length: int) -> bool:
         """Reserve room for a body of ``length`` bytes; False when it does not fit now.
         Each True must be matched by one :meth:`release` of the same length."""
-        if self.bodies + 1 > self.limits.max_inflight_bodies or self.bytes + length > self.limits.max_inflight_bytes:
+        if (
+            self.bodies + 1 > self.limits.max_inflight_bodies
+            or self.bytes + length > self.limits.max_inflight_bytes
+        ):
             return False
         self.bodies += 1
         self.bytes += length

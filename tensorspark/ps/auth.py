@@ -147,7 +147,9 @@ _NONCE_RE = re.compile(f"[0-9a-f]{{{_NONCE_HEX}}}")
 
 def _check_nonce(nonce: str) -> None:
     if _NONCE_RE.fullmatch(nonce) is None:
-        raise AuthenticationError(f"the request's nonce must be {_NONCE_HEX} lowercase hex characters")
+        raise AuthenticationError(
+            f"the request's nonce must be {_NONCE_HEX} lowercase hex characters"
+        )
 
 
 class BodyMac:
@@ -186,7 +188,9 @@ class BodyMac:
 
 
 _JOIN_UP_TO = 64 * 1024  # small bodies in several buffers are joined for the one-shot call
-_ONE_SHOT_UP_TO = (1 << 31) - 1  # AESGCM.encrypt's limit on associated data (and the pieces streamed above it)
+_ONE_SHOT_UP_TO = (
+    1 << 31
+) - 1  # AESGCM.encrypt's limit on associated data (and the pieces streamed above it)
 
 
 def body_digest(key: bytes, nonce: str, parts: Any) -> str:
@@ -275,7 +279,9 @@ class Signing:
         """The signature to send after the body (:data:`TRAILER_BYTES` ASCII bytes)."""
         self._mac.finalize()
         digest = self._mac.tag.hex()
-        return sign(self._secret, self._method, self._path, digest, self._ts, self._nonce).encode("ascii")
+        return sign(self._secret, self._method, self._path, digest, self._ts, self._nonce).encode(
+            "ascii"
+        )
 
 
 class Signer:
@@ -291,7 +297,9 @@ class Signer:
     def __repr__(self) -> str:
         return "Signer(secret=<hidden>)"
 
-    def sign(self, method: str, path: str, body: Any, now: float | None = None) -> tuple[dict[str, str], bytes]:
+    def sign(
+        self, method: str, path: str, body: Any, now: float | None = None
+    ) -> tuple[dict[str, str], bytes]:
         """The headers and the trailer of one request whose body is ``body`` (a buffer or
         a list of buffers, as sent); a fresh nonce each call. Send the trailer after the
         body; Content-Length must count both (the head signature covers it)."""
@@ -373,7 +381,9 @@ class Verifier:
                 "driver and the executors"
             )
         if length < TRAILER_BYTES:
-            raise AuthenticationError("the request is not signed: its body must end with the signature")
+            raise AuthenticationError(
+                "the request is not signed: its body must end with the signature"
+            )
         try:
             ts = float(ts_text)
         except ValueError:
@@ -435,7 +445,9 @@ class Verifier:
         Raises:
             AuthenticationError: the body signature is wrong.
         """
-        expected = sign(self._secret, method, path, digest, headers[HEADER_TIME], headers[HEADER_NONCE])
+        expected = sign(
+            self._secret, method, path, digest, headers[HEADER_TIME], headers[HEADER_NONCE]
+        )
         given = _ascii(signature) if isinstance(signature, str) else bytes(signature)
         if not hmac.compare_digest(expected.encode(), given):
             raise AuthenticationError(

@@ -69,7 +69,9 @@ class Checkpointer:
         self._last_version: int | None = saved_version
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tensorspark-checkpointer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="tensorspark-checkpointer", daemon=True
+        )
 
     def start(self) -> Checkpointer:
         self._thread.start()
@@ -93,8 +95,13 @@ class Checkpointer:
             meta["applied_pushes"] = self.applied_before + snap.applied_pushes
             meta["saved_at"] = time.time()
             path = self.manager.save(
-                snap.params, snap.version, snap.mode, snap.progress, extra_meta=meta,
-                state=snap.state, state_meta=snap.state_meta,
+                snap.params,
+                snap.version,
+                snap.mode,
+                snap.progress,
+                extra_meta=meta,
+                state=snap.state,
+                state_meta=snap.state_meta,
             )
             if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
@@ -107,7 +114,9 @@ class Checkpointer:
             err = self.error
             if isinstance(err, CheckpointError):
                 raise err
-            raise CheckpointError(f"checkpointing to {self.manager.location} failed: {err}") from err
+            raise CheckpointError(
+                f"checkpointing to {self.manager.location} failed: {err}"
+            ) from err
 
     def stop(self, final: bool = True, timeout: float = 120.0) -> None:
         """End the periodic thread and, if ``final``, write the last state."""
@@ -132,7 +141,9 @@ def resume_state(
     """
     checkpoint = manager.latest()
     if checkpoint is None:
-        logger.info("no checkpoint in %s yet; starting from the model's current weights", manager.location)
+        logger.info(
+            "no checkpoint in %s yet; starting from the model's current weights", manager.location
+        )
         return None
     check_signature(model_signature(params), checkpoint.signature, checkpoint.path)
     if checkpoint.mode != mode:

@@ -145,7 +145,9 @@ class ParameterClient:
         self._scheme = parts.scheme
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._host_header = f"[{self._host}]:{self._port}" if ":" in self._host else f"{self._host}:{self._port}"
+        self._host_header = (
+            f"[{self._host}]:{self._port}" if ":" in self._host else f"{self._host}:{self._port}"
+        )
         positive_number("connect_timeout", connect_timeout)
         self.timeout = float(timeout)
         self.ps_timeout = float(ps_timeout)
@@ -154,7 +156,10 @@ class ParameterClient:
         # for every pull cost more in page faults than the transfer itself.
         self._recycle = bool(recycle_responses)
         self._ring: list[bytearray | None] = [None, None]
-        self._decoded: list[dict[str, np.ndarray]] = [{}, {}]  # compressed answers, decoded, in turn
+        self._decoded: list[dict[str, np.ndarray]] = [
+            {},
+            {},
+        ]  # compressed answers, decoded, in turn
         self._decoded_turn = 0
         self._turn = 0
         self._ssl_context: ssl.SSLContext | None = None
@@ -221,10 +226,15 @@ class ParameterClient:
                 tensorspark version runs on the driver).
         """
         joined = self._json(
-            "POST", "/join", {"partition": partition, "attempt": attempt, "wire": wire.VERSION}, wait=wait
+            "POST",
+            "/join",
+            {"partition": partition, "attempt": attempt, "wire": wire.VERSION},
+            wait=wait,
         )
         if joined.get("wire", 1) != wire.VERSION:  # servers before version 2 did not say
-            raise ParameterServerError(wire.version_mismatch(joined.get("wire", 1)), url=f"{self.url}/join")
+            raise ParameterServerError(
+                wire.version_mismatch(joined.get("wire", 1)), url=f"{self.url}/join"
+            )
         return joined
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
@@ -256,7 +266,9 @@ class ParameterClient:
         result = json.loads(bytes(body).decode("utf-8"))
         if not isinstance(result, dict):
             raise ParameterServerError(
-                f"{method} {path}: unexpected answer {result!r}", status=200, url=f"{self.url}{path}"
+                f"{method} {path}: unexpected answer {result!r}",
+                status=200,
+                url=f"{self.url}{path}",
             )
         return result
 
@@ -429,7 +441,9 @@ class ParameterClient:
             buf = self._ring[self._turn] = bytearray(length)
         return buf
 
-    def _unreachable(self, err: BaseException, waited: float, path: str) -> ParameterServerConnectionError:
+    def _unreachable(
+        self, err: BaseException, waited: float, path: str
+    ) -> ParameterServerConnectionError:
         within = (
             f"ps_timeout={self.ps_timeout:g}s"
             if waited >= self.ps_timeout

@@ -64,7 +64,9 @@ class WeightCombiner:
     #: Whether :meth:`combine` takes compressed deltas (see the module docstring).
     accepts_encoded: ClassVar[bool] = False
 
-    def combine_round(self, global_params: Params, mean_delta: Params, info: PushInfo) -> dict[str, np.ndarray]:
+    def combine_round(
+        self, global_params: Params, mean_delta: Params, info: PushInfo
+    ) -> dict[str, np.ndarray]:
         """Sync mode: the new global parameters after a round whose sample-weighted mean
         delta is ``mean_delta`` (float64 for float tensors). Default: add it."""
         out = {}
@@ -85,7 +87,11 @@ class WeightCombiner:
         """Restore what :meth:`state` returned (from a checkpoint). Default: nothing."""
 
     def combine(
-        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+        self,
+        global_params: Params,
+        pushed: Params,
+        info: PushInfo,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         """Return the new global parameters after ``pushed`` (a delta or weights).
 
@@ -113,7 +119,11 @@ class DeltaWeightCombiner(WeightCombiner):
     accepts_encoded = True
 
     def combine(
-        self, global_params: Params, pushed: Pushed, info: PushInfo, out: dict[str, np.ndarray] | None = None
+        self,
+        global_params: Params,
+        pushed: Pushed,
+        info: PushInfo,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
         for k, g in global_params.items():
@@ -132,7 +142,11 @@ class MeanWeightCombiner(WeightCombiner):
     name = "mean"
 
     def combine(
-        self, global_params: Params, pushed: Params, info: PushInfo, out: dict[str, np.ndarray] | None = None
+        self,
+        global_params: Params,
+        pushed: Params,
+        info: PushInfo,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         n = max(1, info.active_workers)
         out = {}
@@ -155,7 +169,11 @@ class DynSGDCombiner(WeightCombiner):
     accepts_encoded = True
 
     def combine(
-        self, global_params: Params, pushed: Pushed, info: PushInfo, out: dict[str, np.ndarray] | None = None
+        self,
+        global_params: Params,
+        pushed: Pushed,
+        info: PushInfo,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         scale = 1.0 / (info.staleness + 1)
         result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
@@ -200,8 +218,14 @@ class NesterovCombiner(WeightCombiner):
     accepts_encoded = True
 
     def __init__(self, outer_lr: float = 0.7, outer_momentum: float = 0.9) -> None:
-        if isinstance(outer_lr, bool) or not isinstance(outer_lr, (int, float)) or not 0 < outer_lr <= 10:
-            raise ConfigurationError(f"outer_lr must be a number in (0, 10]. Received: outer_lr={outer_lr!r}")
+        if (
+            isinstance(outer_lr, bool)
+            or not isinstance(outer_lr, (int, float))
+            or not 0 < outer_lr <= 10
+        ):
+            raise ConfigurationError(
+                f"outer_lr must be a number in (0, 10]. Received: outer_lr={outer_lr!r}"
+            )
         if (
             isinstance(outer_momentum, bool)
             or not isinstance(outer_momentum, (int, float))
@@ -217,16 +241,26 @@ class NesterovCombiner(WeightCombiner):
         self._count = 0
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "outer_lr": self.outer_lr, "outer_momentum": self.outer_momentum}
+        return {
+            **super().get_config(),
+            "outer_lr": self.outer_lr,
+            "outer_momentum": self.outer_momentum,
+        }
 
     def _buffers(self, global_params: Params) -> None:
         for k, g in global_params.items():
             if k not in self._momentum or self._momentum[k].shape != g.shape:
-                self._momentum[k] = np.zeros(g.shape, np.float32 if g.dtype.kind != "f" else g.dtype)
+                self._momentum[k] = np.zeros(
+                    g.shape, np.float32 if g.dtype.kind != "f" else g.dtype
+                )
                 self._gathered[k] = np.zeros_like(self._momentum[k])
 
     def combine(
-        self, global_params: Params, pushed: Pushed, info: PushInfo, out: dict[str, np.ndarray] | None = None
+        self,
+        global_params: Params,
+        pushed: Pushed,
+        info: PushInfo,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         self._buffers(global_params)
         workers = max(1, info.active_workers)
@@ -249,7 +283,9 @@ class NesterovCombiner(WeightCombiner):
             self._count = 0
         return result
 
-    def combine_round(self, global_params: Params, mean_delta: Params, info: PushInfo) -> dict[str, np.ndarray]:
+    def combine_round(
+        self, global_params: Params, mean_delta: Params, info: PushInfo
+    ) -> dict[str, np.ndarray]:
         self._buffers(global_params)
         lr, mu = self.outer_lr, self.outer_momentum
         out = {}
@@ -267,8 +303,16 @@ class NesterovCombiner(WeightCombiner):
         return arrays, {"count": self._count, **self.get_config()}
 
     def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
-        self._momentum = {k[len("momentum/") :]: np.array(v) for k, v in arrays.items() if k.startswith("momentum/")}
-        self._gathered = {k[len("gathered/") :]: np.array(v) for k, v in arrays.items() if k.startswith("gathered/")}
+        self._momentum = {
+            k[len("momentum/") :]: np.array(v)
+            for k, v in arrays.items()
+            if k.startswith("momentum/")
+        }
+        self._gathered = {
+            k[len("gathered/") :]: np.array(v)
+            for k, v in arrays.items()
+            if k.startswith("gathered/")
+        }
         self._count = int(meta.get("count", 0))
 
 

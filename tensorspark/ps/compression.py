@@ -150,8 +150,14 @@ def _int8_rows(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, tmp: np.nda
     np.copyto(codes, scaled, casting="unsafe")
 
 
-def _encode_span(codec: str, x: np.ndarray, codes: np.ndarray, scales: np.ndarray | None,
-                 block: int, tmp: np.ndarray) -> None:
+def _encode_span(
+    codec: str,
+    x: np.ndarray,
+    codes: np.ndarray,
+    scales: np.ndarray | None,
+    block: int,
+    tmp: np.ndarray,
+) -> None:
     """Encode the flat float32 ``x`` into ``codes`` (and, int8, ``scales``): one chunk."""
     if codec == "bf16":
         bits = x.view(np.uint32)
@@ -170,11 +176,19 @@ def _encode_span(codec: str, x: np.ndarray, codes: np.ndarray, scales: np.ndarra
         assert scales is not None
         full = x.size // block
         if full:
-            _int8_rows(x[: full * block].reshape(full, block), codes[: full * block].reshape(full, block),
-                       scales[:full], tmp)
+            _int8_rows(
+                x[: full * block].reshape(full, block),
+                codes[: full * block].reshape(full, block),
+                scales[:full],
+                tmp,
+            )
         if x.size > full * block:
-            _int8_rows(x[full * block :].reshape(1, -1), codes[full * block :].reshape(1, -1),
-                       scales[full : full + 1], tmp)
+            _int8_rows(
+                x[full * block :].reshape(1, -1),
+                codes[full * block :].reshape(1, -1),
+                scales[full : full + 1],
+                tmp,
+            )
 
 
 def _decode_span(enc: wire.Encoded, lo: int, hi: int, out: np.ndarray) -> None:
@@ -197,8 +211,9 @@ def _decode_span(enc: wire.Encoded, lo: int, hi: int, out: np.ndarray) -> None:
             out[full * block :] *= enc.scales[first + full]
 
 
-def encode(codec: str, arr: np.ndarray, block: int = DEFAULT_BLOCK,
-           into: wire.Encoded | None = None) -> wire.Encoded:
+def encode(
+    codec: str, arr: np.ndarray, block: int = DEFAULT_BLOCK, into: wire.Encoded | None = None
+) -> wire.Encoded:
     """``arr`` (float32) compressed with ``codec``; written into ``into``'s buffers when given.
 
     Thread-safe (a fresh temporary per call).
@@ -218,7 +233,9 @@ def empty(codec: str, shape: tuple[int, ...], block: int = DEFAULT_BLOCK) -> wir
     count = int(np.prod(shape, dtype=np.int64))
     codes = np.empty(count, wire.CODECS[codec])
     if codec == "int8":
-        return wire.Encoded(codec, tuple(shape), codes, np.empty(wire.blocks(count, block), _F32), block)
+        return wire.Encoded(
+            codec, tuple(shape), codes, np.empty(wire.blocks(count, block), _F32), block
+        )
     return wire.Encoded(codec, tuple(shape), codes)
 
 
@@ -357,7 +374,11 @@ class ErrorFeedback:
 
     def residual_norm(self) -> float:
         """The L2 norm of what has not been sent yet (for tests and diagnostics)."""
-        return float(np.sqrt(sum(float(np.dot(r.reshape(-1), r.reshape(-1))) for r in self._residual.values())))
+        return float(
+            np.sqrt(
+                sum(float(np.dot(r.reshape(-1), r.reshape(-1))) for r in self._residual.values())
+            )
+        )
 
 
 class EncodeBuffers:
@@ -377,7 +398,9 @@ class EncodeBuffers:
         self._inflight: dict[int, int] = {}
         self._spare: list[dict[str, wire.Tensor]] = []
 
-    def get(self, key: object, params: Mapping[str, np.ndarray]) -> tuple[dict[str, wire.Tensor], Any]:
+    def get(
+        self, key: object, params: Mapping[str, np.ndarray]
+    ) -> tuple[dict[str, wire.Tensor], Any]:
         """The compressed ``params`` for ``key`` (e.g. the version), and a ``release``
         callback to call once the response written from them has left."""
         if self._current is None or key != self._key:
@@ -410,12 +433,16 @@ class EncodeBuffers:
                 return spare
         return None
 
-    def _fill(self, params: Mapping[str, np.ndarray], spare: dict[str, wire.Tensor] | None) -> dict[str, wire.Tensor]:
+    def _fill(
+        self, params: Mapping[str, np.ndarray], spare: dict[str, wire.Tensor] | None
+    ) -> dict[str, wire.Tensor]:
         out: dict[str, wire.Tensor] = {}
         for name, arr in params.items():
             if not compressible(arr):
                 out[name] = arr
                 continue
             into = spare.get(name) if spare is not None else None
-            out[name] = encode(self.codec, arr, self.block, into if isinstance(into, wire.Encoded) else None)
+            out[name] = encode(
+                self.codec, arr, self.block, into if isinstance(into, wire.Encoded) else None
+            )
         return out

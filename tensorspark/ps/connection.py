@@ -36,7 +36,9 @@ def bound_dead_link(sock: socket.socket, ps_timeout: float) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, user_timeout, int(ps_timeout * 1000))
 
 
-def read_head(sock: socket.socket, url: str, data: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+def read_head(
+    sock: socket.socket, url: str, data: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
     """Read the status line and headers (``data``: bytes of it received
     already); returns them and the body bytes that arrived with them."""
     while True:
@@ -47,7 +49,9 @@ def read_head(sock: socket.socket, url: str, data: bytes = b"") -> tuple[int, di
             raise http.client.HTTPException(f"response headers from {url} exceed {_MAX_HEAD} bytes")
         chunk = sock.recv(_HEAD_READ)
         if not chunk:
-            raise http.client.RemoteDisconnected(f"the parameter server at {url} closed the connection")
+            raise http.client.RemoteDisconnected(
+                f"the parameter server at {url} closed the connection"
+            )
         data += chunk
     status_line, *header_lines = data[:end].decode("latin-1").split("\r\n")
     version, _, rest = status_line.partition(" ")

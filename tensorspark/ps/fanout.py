@@ -45,12 +45,21 @@ class ShardedClient:
         **options: passed to each :class:`~tensorspark.ps.client.ParameterClient`.
     """
 
-    def __init__(self, urls: Sequence[str], layout: Layout, *, recycle_responses: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        layout: Layout,
+        *,
+        recycle_responses: bool = False,
+        **options: Any,
+    ) -> None:
         if len(urls) != len(layout.shards):
             raise ValueError(f"{len(urls)} shard URLs for a layout of {len(layout.shards)} shards")
         self.url = ",".join(urls)
         self.layout = layout
-        self._clients = [ParameterClient(u, recycle_responses=recycle_responses, **options) for u in urls]
+        self._clients = [
+            ParameterClient(u, recycle_responses=recycle_responses, **options) for u in urls
+        ]
         self._pool = ThreadPoolExecutor(len(urls), thread_name_prefix="tensorspark-shard-client")
         self._versions = [0] * len(urls)
         self._recycle = recycle_responses
@@ -70,8 +79,13 @@ class ShardedClient:
         answers = self._each(lambda i, c: c.join(partition, attempt, wait=wait))
         out = dict(answers[0])
         done = [a.get("progress") for a in answers]
-        out["progress"] = None if any(d is None for d in done) else min(
-            done, key=lambda d: (int(d["epoch"]), int(d["seq"]))  # type: ignore[index]
+        out["progress"] = (
+            None
+            if any(d is None for d in done)
+            else min(
+                done,
+                key=lambda d: (int(d["epoch"]), int(d["seq"])),  # type: ignore[index]
+            )
         )
         self._versions = [int(a.get("version", 0)) for a in answers]
         out["version"] = min(self._versions)
@@ -99,7 +113,12 @@ class ShardedClient:
         statuses = {a.status for a in answers}
         status = next((s for s in _ORDER if s in statuses), answers[0].status)
         version = min(self._versions)
-        return PushResult(status, version, self._assemble([a.params for a in answers]), dict(answers[0].meta, version=version))
+        return PushResult(
+            status,
+            version,
+            self._assemble([a.params for a in answers]),
+            dict(answers[0].meta, version=version),
+        )
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         self._each(lambda i, c: c.leave(partition, attempt, state))

@@ -66,6 +66,7 @@ _DIRECT_READ_FROM = 1 << 20  # bodies this large are read straight into their bu
 _DIRECT_READ_STEP = 1 << 20  # ... in steps of this size, hashed as each one lands
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
+
 @dataclass(frozen=True)
 class _Settings:
     """What every request of one server is handled with (see :class:`Router`)."""
@@ -105,7 +106,9 @@ class Router(httputil.HTTPServerConnectionDelegate):
         status: Callable[[], dict[str, Any]],
     ) -> None:
         routes = frozenset(ROUTES if isinstance(store, Store) else STATUS_ROUTES)
-        self._settings = _Settings(store, verifier, limits, admission, bool(public_status), status, routes)
+        self._settings = _Settings(
+            store, verifier, limits, admission, bool(public_status), status, routes
+        )
 
     def start_request(
         self, server_conn: object, request_conn: httputil.HTTPConnection
@@ -166,7 +169,9 @@ class _Request(httputil.HTTPMessageDelegate):
         self.path, _, query = start_line.path.partition("?")
         self.headers = headers
         self.query = query
-        self.head_bytes = head_size(f"{start_line.method} {start_line.path} {start_line.version}", headers)
+        self.head_bytes = head_size(
+            f"{start_line.method} {start_line.path} {start_line.version}", headers
+        )
         try:
             length = content_length(headers)
         except RequestError as err:
@@ -223,8 +228,14 @@ class _Request(httputil.HTTPMessageDelegate):
             allowed = next((m for m, p in settings.routes if p == self.path), None)
             if allowed is None:
                 raise RequestError(404, f"no endpoint {shown(self.method)} {shown(self.path)}")
-            raise RequestError(405, f"{shown(self.method)} is not allowed on {self.path}; use {allowed}")
-        limit = settings.limits.max_body_bytes if self.path == "/push" else settings.limits.max_json_bytes
+            raise RequestError(
+                405, f"{shown(self.method)} is not allowed on {self.path}; use {allowed}"
+            )
+        limit = (
+            settings.limits.max_body_bytes
+            if self.path == "/push"
+            else settings.limits.max_json_bytes
+        )
         if length > limit:
             raise RequestError(
                 413, f"request body of {length} bytes exceeds the limit of {limit} bytes"
@@ -301,10 +312,16 @@ class _Request(httputil.HTTPMessageDelegate):
         self.settings.admission.count("body_timeouts")
         logger.debug(
             "parameter server: %s %s: %d of %d body bytes arrived within %gs; closing the connection",
-            self.method, self.path, self.received, self.length, timeout,
+            self.method,
+            self.path,
+            self.received,
+            self.length,
+            timeout,
         )
         self._fail(
-            RequestError(408, f"the request body did not arrive within {timeout:g}s (body_timeout)"),
+            RequestError(
+                408, f"the request body did not arrive within {timeout:g}s (body_timeout)"
+            ),
             close=True,
         )
         self._release()
@@ -318,8 +335,11 @@ class _Request(httputil.HTTPMessageDelegate):
             self.settings.admission.count("client_hangups")
             logger.debug(
                 "parameter server: %s %s: the client closed the connection %s",
-                self.method, self.path,
-                f"mid-body (a {self.length}-byte body, incomplete)" if self.reading else "before the answer",
+                self.method,
+                self.path,
+                f"mid-body (a {self.length}-byte body, incomplete)"
+                if self.reading
+                else "before the answer",
             )
         self.responded = True
         self._body_arrived()
@@ -457,7 +477,10 @@ class _Request(httputil.HTTPMessageDelegate):
         self.settings.store.count_refused(err.code)
         logger.debug(
             "parameter server: %s %s -> %s %s",
-            shown(self.method), shown(self.path), err.code, err.message,
+            shown(self.method),
+            shown(self.path),
+            err.code,
+            err.message,
         )
         extra = {"Connection": "close"} if close else {}
         if err.code == 405:

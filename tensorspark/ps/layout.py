@@ -157,7 +157,13 @@ class Layout:
         shapes = tuple((str(name), tuple(int(d) for d in shape)) for name, shape in obj["shapes"])
         shards = tuple(
             tuple(
-                Piece(str(name), str(name) if whole else f"{name}[{lo}:{hi}]", int(lo), int(hi), bool(whole))
+                Piece(
+                    str(name),
+                    str(name) if whole else f"{name}[{lo}:{hi}]",
+                    int(lo),
+                    int(hi),
+                    bool(whole),
+                )
                 for name, lo, hi, whole in pieces
             )
             for pieces in obj["shards"]

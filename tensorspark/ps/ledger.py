@@ -105,7 +105,9 @@ class Ledger:
             worker.bytes_received += received
             worker.bytes_sent += sent
 
-    def applied(self, worker: WorkerState, meta: Mapping[str, Any], staleness: int, version: int) -> None:
+    def applied(
+        self, worker: WorkerState, meta: Mapping[str, Any], staleness: int, version: int
+    ) -> None:
         """Record an applied contribution (the version has moved to ``version``)."""
         epoch, seq, samples = int(meta["epoch"]), int(meta["seq"]), int(meta["samples"])
         self.counters["applied_pushes"] += 1

@@ -164,7 +164,9 @@ class LoopServer:
         self._thread.start()
         if not self._ready.wait(timeout):
             self.stop()
-            raise ParameterServerError(f"the {self._what} did not start within {timeout}s", url=self.url)
+            raise ParameterServerError(
+                f"the {self._what} did not start within {timeout}s", url=self.url
+            )
         if self._startup_error is not None:
             error = self._startup_error
             self.stop()

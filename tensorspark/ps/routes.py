@@ -109,6 +109,6 @@ def leave_request(body: bytes | bytearray | memoryview) -> tuple[int, int, str]:
     partition, attempt, state = int_field(req, "partition"), int_field(req, "attempt"), req["state"]
     if state not in ("done", "failed"):
         raise RequestError(
-            400, f"field 'state' must be \"done\" or \"failed\", received {str(state)[:40]!r}"
+            400, f'field \'state\' must be "done" or "failed", received {str(state)[:40]!r}'
         )
     return partition, attempt, state

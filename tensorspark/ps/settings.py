@@ -217,7 +217,9 @@ def check_settings(
             max_staleness outside async mode, or compression with a combiner of weights.
     """
     if not params:
-        raise ConfigurationError("ParameterServer needs at least one parameter. Received: params={}")
+        raise ConfigurationError(
+            "ParameterServer needs at least one parameter. Received: params={}"
+        )
     check_mode(mode, max_staleness, combiner, compression)
     arrays: dict[str, np.ndarray] = {}
     for name, value in params.items():
@@ -237,7 +239,12 @@ def check_compression(compression: Compression | None, combiner: WeightCombiner,
     Raises:
         ConfigurationError: naming the combiner and what to use instead.
     """
-    if compression is not None and compression.push and combiner.payload != "delta" and mode == "async":
+    if (
+        compression is not None
+        and compression.push
+        and combiner.payload != "delta"
+        and mode == "async"
+    ):
         raise ConfigurationError(
             f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
             f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression.name!r}"

@@ -93,7 +93,9 @@ class ShardProcess:
         on_event: called with each event the shard sends (on this handle's reader thread).
     """
 
-    def __init__(self, index: int, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self, index: int, on_event: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.index = index
         self._on_event = on_event
         self._proc: subprocess.Popen[bytes] | None = None
@@ -120,7 +122,9 @@ class ShardProcess:
         """Start the process (it waits for its ``init`` command)."""
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tensorspark.ps.shard"],
             stdin=subprocess.PIPE,
@@ -129,10 +133,14 @@ class ShardProcess:
             close_fds=True,
             start_new_session=True,  # a Ctrl-C at the driver does not kill it mid-answer
         )
-        self._reader = threading.Thread(target=self._read, name=f"tensorspark-shard-{self.index}", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, name=f"tensorspark-shard-{self.index}", daemon=True
+        )
         self._reader.start()
 
-    def begin(self, command: str, args: Mapping[str, Any] | None = None, data: list[Any] | bytes = b"") -> Future[tuple[Any, bytearray]]:
+    def begin(
+        self, command: str, args: Mapping[str, Any] | None = None, data: list[Any] | bytes = b""
+    ) -> Future[tuple[Any, bytearray]]:
         """Send a command; its answer arrives in the returned future (see :meth:`call`)."""
         future: Future[tuple[Any, bytearray]] = Future()
         with self._lock:
@@ -150,7 +158,10 @@ class ShardProcess:
         return future
 
     def call(
-        self, command: str, args: Mapping[str, Any] | None = None, data: list[Any] | bytes = b"",
+        self,
+        command: str,
+        args: Mapping[str, Any] | None = None,
+        data: list[Any] | bytes = b"",
         timeout: float = CALL_TIMEOUT,
     ) -> tuple[Any, bytearray]:
         """Run a command in the shard; its result and data.
@@ -185,8 +196,12 @@ class ShardProcess:
 
     def _dead(self, what: str) -> ParameterServerError:
         code = None if self._proc is None else self._proc.poll()
-        reason = self.exit_reason or (f"exit code {code}" if code is not None else "its pipe closed")
-        return ParameterServerError(f"parameter-server shard {self.index} is not running ({reason}); {what} failed")
+        reason = self.exit_reason or (
+            f"exit code {code}" if code is not None else "its pipe closed"
+        )
+        return ParameterServerError(
+            f"parameter-server shard {self.index} is not running ({reason}); {what} failed"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the shard to stop, then make sure its process is gone. Idempotent."""
@@ -206,7 +221,9 @@ class ShardProcess:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            logger.warning("parameter-server shard %d did not stop within %ss; killing it", self.index, timeout)
+            logger.warning(
+                "parameter-server shard %d did not stop within %ss; killing it", self.index, timeout
+            )
             proc.kill()
             proc.wait(timeout)
         if proc.stdout is not None:
@@ -214,7 +231,9 @@ class ShardProcess:
         self.exit_reason = self.exit_reason or "stopped"
 
 
-def wait_answer(future: Future[tuple[Any, bytearray]], timeout: float, shard: ShardProcess, command: str) -> tuple[Any, bytearray]:
+def wait_answer(
+    future: Future[tuple[Any, bytearray]], timeout: float, shard: ShardProcess, command: str
+) -> tuple[Any, bytearray]:
     """The result of a command sent with :meth:`ShardProcess.begin`, or its error raised."""
     try:
         header, data = future.result(timeout)
@@ -223,7 +242,11 @@ def wait_answer(future: Future[tuple[Any, bytearray]], timeout: float, shard: Sh
             f"parameter-server shard {shard.index} did not answer {command} within {timeout:g}s"
         ) from None
     if not header.get("ok"):
-        kind = ConfigurationError if header.get("kind") == "ConfigurationError" else ParameterServerError
+        kind = (
+            ConfigurationError
+            if header.get("kind") == "ConfigurationError"
+            else ParameterServerError
+        )
         raise kind(f"parameter-server shard {shard.index}: {header.get('error')}")
     return header.get("result"), data
 
@@ -259,7 +282,9 @@ class _Shard:
         except Exception as err:  # every failure goes back to the driver, named
             self.send({"id": ident, "ok": False, "error": str(err), "kind": type(err).__name__})
 
-    def run(self, cmd: str, args: Mapping[str, Any], data: bytearray) -> tuple[Any, list[Any] | bytes]:
+    def run(
+        self, cmd: str, args: Mapping[str, Any], data: bytearray
+    ) -> tuple[Any, list[Any] | bytes]:
         if cmd == "init":
             return self.init(args, data), b""
         server = self.server
@@ -268,7 +293,9 @@ class _Shard:
         if cmd == "status":
             status = server.status()
             if not args.get("history", True):
-                status.pop("history", None)  # the driver keeps one shard's: they hold the same losses
+                status.pop(
+                    "history", None
+                )  # the driver keeps one shard's: they hold the same losses
             return status, b""
         if cmd == "version":
             return server.version, b""
@@ -278,8 +305,12 @@ class _Shard:
             snap = server.snapshot()
             arrays = {f"p/{k}": v for k, v in snap.params.items()}
             arrays.update({f"s/{k}": v for k, v in snap.state.items()})
-            meta = {"version": snap.version, "applied_pushes": snap.applied_pushes, "state_meta": snap.state_meta,
-                    "progress": {str(p): [v["epoch"], v["seq"]] for p, v in snap.progress.items()}}
+            meta = {
+                "version": snap.version,
+                "applied_pushes": snap.applied_pushes,
+                "state_meta": snap.state_meta,
+                "progress": {str(p): [v["epoch"], v["seq"]] for p, v in snap.progress.items()},
+            }
             return meta, wire.encode(arrays)
         if cmd == "hold":
             now = server.hold(_progress_arg(args["target"]))
@@ -306,7 +337,10 @@ class _Shard:
 
         level = args.get("log_level")
         if isinstance(level, int):
-            logging.basicConfig(level=level, format=f"shard {args.get('index')}: %(levelname)s %(name)s: %(message)s")
+            logging.basicConfig(
+                level=level,
+                format=f"shard {args.get('index')}: %(levelname)s %(name)s: %(message)s",
+            )
         tensors, _ = wire.decode(data)
         params = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")}
         state = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")}
@@ -316,8 +350,14 @@ class _Shard:
             settings=ServerSettings.from_json(args["settings"]),
             num_workers=args.get("num_workers"),
             version=int(args["version"]),
-            progress={int(p): {"epoch": v[0], "seq": v[1]} for p, v in args.get("progress", {}).items()},
-            on_push=(lambda meta, status: self.send({"event": "push", "meta": meta, "status": status})) if events else None,
+            progress={
+                int(p): {"epoch": v[0], "seq": v[1]} for p, v in args.get("progress", {}).items()
+            },
+            on_push=(
+                lambda meta, status: self.send({"event": "push", "meta": meta, "status": status})
+            )
+            if events
+            else None,
             combiner_state=(state, args["state_meta"]) if args.get("state_meta") else None,
         )
         server.start()

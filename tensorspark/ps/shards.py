@@ -65,11 +65,24 @@ class StatusFront(LoopServer):
     """The driver's HTTP server of a sharded server: ``GET /status`` and the dashboard."""
 
     def __init__(
-        self, host: str, port: int | tuple[int, int], *, status: Callable[[], dict[str, Any]],
-        verifier: auth.Verifier | None, public_status: bool, ssl_certfile: str | None, ssl_keyfile: str | None,
+        self,
+        host: str,
+        port: int | tuple[int, int],
+        *,
+        status: Callable[[], dict[str, Any]],
+        verifier: auth.Verifier | None,
+        public_status: bool,
+        ssl_certfile: str | None,
+        ssl_keyfile: str | None,
     ) -> None:
-        super().__init__(host, port, max_body_bytes=1 << 16, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                         what="parameter server's status page")
+        super().__init__(
+            host,
+            port,
+            max_body_bytes=1 << 16,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            what="parameter server's status page",
+        )
         self._status = status
         self._verifier = verifier
         self._public = public_status
@@ -78,8 +91,14 @@ class StatusFront(LoopServer):
         self._admission = Admission(self._limits)
 
     def _router(self) -> httputil.HTTPServerConnectionDelegate:
-        return Router(self.books, verifier=self._verifier, limits=self._limits, admission=self._admission,
-                      public_status=self._public, status=self._status)
+        return Router(
+            self.books,
+            verifier=self._verifier,
+            limits=self._limits,
+            admission=self._admission,
+            public_status=self._public,
+            status=self._status,
+        )
 
 
 class ShardedServer:
@@ -119,7 +138,9 @@ class ShardedServer:
     ) -> None:
         shards = options.get("shards") if settings is None else settings.shards
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 2:
-            raise ConfigurationError(f"a sharded server needs shards >= 2. Received: shards={shards!r}")
+            raise ConfigurationError(
+                f"a sharded server needs shards >= 2. Received: shards={shards!r}"
+            )
         s = self.settings = server_settings(settings, combiner, options)
         self.combiner = s.combiner
         self.compression = s.compression
@@ -156,9 +177,13 @@ class ShardedServer:
                 shards=1,
             )
             init = {
-                "index": index, "settings": mine.to_json(), "num_workers": num_workers,
+                "index": index,
+                "settings": mine.to_json(),
+                "num_workers": num_workers,
                 "version": int(version),
-                "progress": {str(p): [int(v["epoch"]), int(v["seq"])] for p, v in (progress or {}).items()},
+                "progress": {
+                    str(p): [int(v["epoch"]), int(v["seq"])] for p, v in (progress or {}).items()
+                },
                 "state_meta": dict(state_meta) if state_meta else None,
                 "events": index == 0 and on_push is not None,
                 "log_level": logging.getLogger("tensorspark").getEffectiveLevel(),
@@ -168,8 +193,13 @@ class ShardedServer:
             self._init.append((init, wire.encode(tensors)))
         self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
         self._front = StatusFront(
-            s.host, s.port, status=self.status, verifier=self._verifier,
-            public_status=self.public_status, ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile,
+            s.host,
+            s.port,
+            status=self.status,
+            verifier=self._verifier,
+            public_status=self.public_status,
+            ssl_certfile=s.ssl_certfile,
+            ssl_keyfile=s.ssl_keyfile,
         )
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._dispatcher: threading.Thread | None = None
@@ -239,7 +269,10 @@ class ShardedServer:
         try:
             for shard in self._shards:
                 shard.spawn()
-            pending = [shard.begin("init", settings, data) for shard, (settings, data) in zip(self._shards, self._init, strict=True)]
+            pending = [
+                shard.begin("init", settings, data)
+                for shard, (settings, data) in zip(self._shards, self._init, strict=True)
+            ]
             for shard, future in zip(self._shards, pending, strict=True):
                 shard.port = int(wait_answer(future, timeout, shard, "start")[0]["port"])
             self._init = []  # the slices now live in the shards
@@ -247,11 +280,17 @@ class ShardedServer:
         except BaseException:
             self.stop()
             raise
-        self._dispatcher = threading.Thread(target=self._dispatch, name="tensorspark-shard-events", daemon=True)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="tensorspark-shard-events", daemon=True
+        )
         self._dispatcher.start()
         logger.info(
             "parameter server of %d shards at %s (status page %s; mode=%s, combiner=%s, compression=%s)",
-            self.shards, ", ".join(self.urls), self.url, self.mode, self.combiner.name,
+            self.shards,
+            ", ".join(self.urls),
+            self.url,
+            self.mode,
+            self.combiner.name,
             "none" if self.compression is None else self.compression.name,
         )
         return self.url
@@ -268,11 +307,15 @@ class ShardedServer:
             try:
                 self._final = (self.snapshot(), self.status())
             except ParameterServerError as err:
-                logger.warning("the sharded server's last state could not be read before it stopped: %s", err)
+                logger.warning(
+                    "the sharded server's last state could not be read before it stopped: %s", err
+                )
             finally:
                 self.cut_timeout = cut_timeout
         self._front.stop(timeout)
-        threads = [threading.Thread(target=s.stop, args=(timeout,), daemon=True) for s in self._shards]
+        threads = [
+            threading.Thread(target=s.stop, args=(timeout,), daemon=True) for s in self._shards
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -323,17 +366,25 @@ class ShardedServer:
     # ------------------------------------------------------------------ calls to all shards
 
     def _all(
-        self, command: str, args: Mapping[str, Any] | None = None, timeout: float = 60.0,
+        self,
+        command: str,
+        args: Mapping[str, Any] | None = None,
+        timeout: float = 60.0,
         first: Mapping[str, Any] | None = None,
     ) -> list[tuple[Any, bytearray]]:
         """Run ``command`` on every shard at once (``first``: other arguments for shard 0)."""
         futures: list[Future[tuple[Any, bytearray]]] = [
-            s.begin(command, first if first is not None and i == 0 else args) for i, s in enumerate(self._shards)
+            s.begin(command, first if first is not None and i == 0 else args)
+            for i, s in enumerate(self._shards)
         ]
-        return [wait_answer(f, timeout, s, command) for s, f in zip(self._shards, futures, strict=True)]
+        return [
+            wait_answer(f, timeout, s, command) for s, f in zip(self._shards, futures, strict=True)
+        ]
 
     def _progress_each(self) -> list[Progress]:
-        return [{int(p): (v[0], v[1]) for p, v in result.items()} for result, _ in self._all("progress")]
+        return [
+            {int(p): (v[0], v[1]) for p, v in result.items()} for result, _ in self._all("progress")
+        ]
 
     @property
     def version(self) -> int:
@@ -361,7 +412,10 @@ class ShardedServer:
             return dict(self._final[0].progress)
         each = self._progress_each()
         common = set.intersection(*(set(p) for p in each)) if each else set()
-        return {p: dict(zip(("epoch", "seq"), min(e[p] for e in each), strict=True)) for p in sorted(common)}
+        return {
+            p: dict(zip(("epoch", "seq"), min(e[p] for e in each), strict=True))
+            for p in sorted(common)
+        }
 
     def params(self) -> dict[str, np.ndarray]:
         """A copy of the whole model, from a consistent cut."""
@@ -383,16 +437,24 @@ class ShardedServer:
             for each in self._progress_each():
                 target = _furthest(target, each)
             try:
-                for _ in range(100):  # each turn only moves the target past pushes already in flight
-                    held = [{int(p): (v[0], v[1]) for p, v in r.items()} for r, _ in self._all("hold", {"target": _json(target)})]
+                for _ in range(
+                    100
+                ):  # each turn only moves the target past pushes already in flight
+                    held = [
+                        {int(p): (v[0], v[1]) for p, v in r.items()}
+                        for r, _ in self._all("hold", {"target": _json(target)})
+                    ]
                     furthest = target
                     for each in held:
                         furthest = _furthest(furthest, each)
                     if furthest == target:
                         break
                     target = furthest
-                reached = self._all("wait", {"target": _json(target), "timeout": self.cut_timeout},
-                                    timeout=self.cut_timeout + 30)
+                reached = self._all(
+                    "wait",
+                    {"target": _json(target), "timeout": self.cut_timeout},
+                    timeout=self.cut_timeout + 30,
+                )
                 if not all(r for r, _ in reached):
                     raise ParameterServerError(
                         f"no consistent snapshot of the {self.shards} shards within {self.cut_timeout:g}s: "
@@ -428,9 +490,16 @@ class ShardedServer:
         """
         if self._final is not None:
             return self._final[1]
-        each = [r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})]
-        return aggregate_status(each, self.urls, self._front.books.counters if self._front.running else {},
-                                tls=self._front.tls, started_at=time.time())
+        each = [
+            r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})
+        ]
+        return aggregate_status(
+            each,
+            self.urls,
+            self._front.books.counters if self._front.running else {},
+            tls=self._front.tls,
+            started_at=time.time(),
+        )
 
 
 def split_state(layout: Layout, state: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
@@ -451,7 +520,10 @@ def assemble_state(layout: Layout, states: list[dict[str, np.ndarray]]) -> dict[
     kinds: set[str] = {key.partition("/")[0] for state in states for key in state}
     out: dict[str, np.ndarray] = {}
     for kind in sorted(kinds):
-        parts = [{k.partition("/")[2]: v for k, v in state.items() if k.partition("/")[0] == kind} for state in states]
+        parts = [
+            {k.partition("/")[2]: v for k, v in state.items() if k.partition("/")[0] == kind}
+            for state in states
+        ]
         if all(len(part) == len(pieces) for part, pieces in zip(parts, layout.shards, strict=True)):
             out.update({f"{kind}/{name}": arr for name, arr in layout.assemble(parts).items()})
     return out
@@ -478,13 +550,26 @@ def _json(progress: Progress) -> dict[str, list[int]]:
 _MIN = ("version", "applied_pushes", "samples", "round")
 _MAX = ("duplicate_pushes", "stale_pushes", "diverged_pushes")
 _SUM = (
-    "rejected_requests", "unauthorized_requests", "bytes_received", "bytes_sent", "num_params", "model_bytes",
-    "inflight_bodies", "inflight_bytes", *EVENTS,
+    "rejected_requests",
+    "unauthorized_requests",
+    "bytes_received",
+    "bytes_sent",
+    "num_params",
+    "model_bytes",
+    "inflight_bodies",
+    "inflight_bytes",
+    *EVENTS,
 )
 
 
-def aggregate_status(each: list[dict[str, Any]], urls: list[str], front: Mapping[str, int], *, tls: bool,
-                     started_at: float) -> dict[str, Any]:
+def aggregate_status(
+    each: list[dict[str, Any]],
+    urls: list[str],
+    front: Mapping[str, int],
+    *,
+    tls: bool,
+    started_at: float,
+) -> dict[str, Any]:
     """One ``/status`` from the shards' (see :meth:`ShardedServer.status`): counts of
     pushes as every shard saw them, traffic and refusals of all, a ``shards`` table."""
     first = each[0]
@@ -499,7 +584,9 @@ def aggregate_status(each: list[dict[str, Any]], urls: list[str], front: Mapping
     workers: dict[int, dict[str, Any]] = {}
     for shard in each:
         for row in shard.get("workers", ()):
-            merged = workers.setdefault(int(row["partition"]), dict(row, bytes_received=0, bytes_sent=0))
+            merged = workers.setdefault(
+                int(row["partition"]), dict(row, bytes_received=0, bytes_sent=0)
+            )
             for key in ("pushes", "samples"):
                 merged[key] = min(int(merged[key]), int(row[key]))
             merged["duplicates"] = max(int(merged["duplicates"]), int(row["duplicates"]))
@@ -511,10 +598,16 @@ def aggregate_status(each: list[dict[str, Any]], urls: list[str], front: Mapping
     out["workers"] = [workers[p] for p in sorted(workers)]
     out["shards"] = [
         {
-            "shard": i, "url": url, "version": s.get("version"), "applied_pushes": s.get("applied_pushes"),
-            "num_params": s.get("num_params"), "model_bytes": s.get("model_bytes"),
-            "bytes_received": s.get("bytes_received"), "bytes_sent": s.get("bytes_sent"),
-            "updates_per_sec": s.get("updates_per_sec"), "uptime": s.get("uptime"),
+            "shard": i,
+            "url": url,
+            "version": s.get("version"),
+            "applied_pushes": s.get("applied_pushes"),
+            "num_params": s.get("num_params"),
+            "model_bytes": s.get("model_bytes"),
+            "bytes_received": s.get("bytes_received"),
+            "bytes_sent": s.get("bytes_sent"),
+            "updates_per_sec": s.get("updates_per_sec"),
+            "uptime": s.get("uptime"),
         }
         for i, (s, url) in enumerate(zip(each, urls, strict=True))
     ]

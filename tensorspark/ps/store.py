@@ -224,7 +224,11 @@ class Store:
         self.ledger.traffic(partition, received, sent)
 
     def join(
-        self, partition: int, attempt: int, host: str | None = None, wire_version: object = wire.VERSION
+        self,
+        partition: int,
+        attempt: int,
+        host: str | None = None,
+        wire_version: object = wire.VERSION,
     ) -> dict[str, Any]:
         """A worker starts (or restarts) from ``host``: returns its partition's progress, the
         version, what to push (delta or weights) and how to compress it.
@@ -377,7 +381,10 @@ class Store:
         # "finite": false: the worker found NaN/Inf in another shard's slice of this update.
         if meta.get("finite") is False or not all(compress.is_finite(v) for v in tensors.values()):
             logger.warning(
-                "rejected a non-finite push from partition %s (epoch %s, sync %s)", partition, epoch, seq
+                "rejected a non-finite push from partition %s (epoch %s, sync %s)",
+                partition,
+                epoch,
+                seq,
             )
             return "diverged"
         if self.max_staleness is not None and self.version - base_version > self.max_staleness:

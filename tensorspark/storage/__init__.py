@@ -52,6 +52,7 @@ __all__ = [
     "webhdfs_url",
 ]
 
+
 def open_storage(
     location: str,
     user: str | None = None,

@@ -94,7 +94,9 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    def read_range(self, path: str, offset: int, length: int, block: int = READ_BLOCK) -> Iterator[bytes]:
+    def read_range(
+        self, path: str, offset: int, length: int, block: int = READ_BLOCK
+    ) -> Iterator[bytes]:
         """Yield the bytes ``[offset, offset + length)`` of the file at ``path``, in pieces of
         at most ``block`` bytes, each fetched when the previous one has been taken.
 

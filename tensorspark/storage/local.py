@@ -75,7 +75,9 @@ class LocalStorage(Storage):
                 st = os.stat(path)
             except FileNotFoundError:
                 return None
-        return FileStatus(path, 0 if stat.S_ISDIR(st.st_mode) else st.st_size, stat.S_ISDIR(st.st_mode))
+        return FileStatus(
+            path, 0 if stat.S_ISDIR(st.st_mode) else st.st_size, stat.S_ISDIR(st.st_mode)
+        )
 
     def list_status(self, path: str) -> builtins.list[FileStatus]:
         with self._converting("list", path):
@@ -87,7 +89,9 @@ class LocalStorage(Storage):
                     out.append(FileStatus(os.path.join(path, entry.name), size, is_dir))
         return sorted(out, key=lambda f: f.path)
 
-    def read_range(self, path: str, offset: int, length: int, block: int = READ_BLOCK) -> Iterator[bytes]:
+    def read_range(
+        self, path: str, offset: int, length: int, block: int = READ_BLOCK
+    ) -> Iterator[bytes]:
         with self._converting("read", path), open(path, "rb") as handle:
             handle.seek(offset)
             left = length

@@ -211,13 +211,21 @@ class WebHDFSStorage(Storage):
     def list_status(self, path: str) -> builtins.list[FileStatus]:
         with self._converting("list", path):
             entries = self._client.list(path, status=True)
-        return sorted((_file_status(posixpath.join(path, name), st) for name, st in entries), key=lambda f: f.path)
+        return sorted(
+            (_file_status(posixpath.join(path, name), st) for name, st in entries),
+            key=lambda f: f.path,
+        )
 
-    def read_range(self, path: str, offset: int, length: int, block: int = READ_BLOCK) -> Iterator[bytes]:
+    def read_range(
+        self, path: str, offset: int, length: int, block: int = READ_BLOCK
+    ) -> Iterator[bytes]:
         position, end = offset, offset + length
         while position < end:
             size = min(block, end - position)
-            with self._converting("read", path), self._client.read(path, offset=position, length=size) as reader:
+            with (
+                self._converting("read", path),
+                self._client.read(path, offset=position, length=size) as reader,
+            ):
                 piece: bytes = reader.read()
             if not piece:
                 return
@@ -279,7 +287,9 @@ class _Upload(io.RawIOBase):
         self._error: BaseException | None = None
         self._abort = threading.Event()
         self._written = 0
-        self._thread = threading.Thread(target=self._send, args=(client, path), name="webhdfs-upload", daemon=True)
+        self._thread = threading.Thread(
+            target=self._send, args=(client, path), name="webhdfs-upload", daemon=True
+        )
         self._thread.start()
 
     def _send(self, client: hdfs.Client, path: str) -> None:
@@ -338,7 +348,9 @@ class _Upload(io.RawIOBase):
             self._put(None)
             self._thread.join(self._timeout)
             if self._thread.is_alive():
-                raise requests.exceptions.Timeout(f"the upload did not finish within {self._timeout:.0f}s")
+                raise requests.exceptions.Timeout(
+                    f"the upload did not finish within {self._timeout:.0f}s"
+                )
             if self._error is not None:
                 raise self._error
         finally:

@@ -4,4 +4,12 @@ its result (:mod:`.result`), and the Keras ``fit`` and TF1 ``run`` flows built o
 from tensorspark.training.result import EpochSnapshots, History, TrainResult
 from tensorspark.training.run import RunSettings, Server, ServerHost, TrainingRun
 
-__all__ = ["EpochSnapshots", "History", "RunSettings", "Server", "ServerHost", "TrainResult", "TrainingRun"]
+__all__ = [
+    "EpochSnapshots",
+    "History",
+    "RunSettings",
+    "Server",
+    "ServerHost",
+    "TrainResult",
+    "TrainingRun",
+]

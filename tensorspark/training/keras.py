@@ -78,8 +78,13 @@ def fit(
 
     known_rows = train.known_rows
     result = run.execute(
-        initial, num_partitions, make_job, payload, on_push=snapshots.on_push,
-        listeners=listeners, num_epoch=epochs,
+        initial,
+        num_partitions,
+        make_job,
+        payload,
+        on_push=snapshots.on_push,
+        listeners=listeners,
+        num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
     assign_weights(model, result.params)
@@ -89,8 +94,13 @@ def fit(
     if val is not None and done:
         sets = [snapshots.by_epoch.get(e, result.params) for e in range(done)]
         validation = run_evaluation(
-            sc, payload, sets, val, custom_objects=custom_objects,
-            batch_size=settings.batch_size, description=f"tensorspark {settings.name}: validation",
+            sc,
+            payload,
+            sets,
+            val,
+            custom_objects=custom_objects,
+            batch_size=settings.batch_size,
+            description=f"tensorspark {settings.name}: validation",
             mixed_precision=mixed_precision,
         )
     params = {

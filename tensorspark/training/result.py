@@ -110,7 +110,10 @@ class History:
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))
         self.worker_bytes = {
-            int(w["partition"]): {"bytes_received": int(w.get("bytes_received", 0)), "bytes_sent": int(w.get("bytes_sent", 0))}
+            int(w["partition"]): {
+                "bytes_received": int(w.get("bytes_received", 0)),
+                "bytes_sent": int(w.get("bytes_sent", 0)),
+            }
             for w in status.get("workers", ())
         }
         self.epoch_traffic: list[dict[str, int] | None] = []

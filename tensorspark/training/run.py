@@ -238,7 +238,9 @@ class ServerHost:
             logger.exception("the final checkpoint of a failed run could not be written")
 
 
-def combiner_state_of(checkpoint: Any, combiner: WeightCombiner) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def combiner_state_of(
+    checkpoint: Any, combiner: WeightCombiner
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The combiner state a checkpoint holds for ``combiner``, or None (with a log line
     when the checkpoint holds another combiner's state, or none for one that keeps it)."""
     saved = checkpoint.state_meta.get("name")
@@ -247,10 +249,14 @@ def combiner_state_of(checkpoint: Any, combiner: WeightCombiner) -> tuple[dict[s
     if saved is not None:
         logger.warning(
             "checkpoint %s holds the state of weight_combiner=%r; this run uses %r and starts its own",
-            checkpoint.path, saved, combiner.name,
+            checkpoint.path,
+            saved,
+            combiner.name,
         )
     elif combiner.state()[1]:
-        logger.info("checkpoint %s holds no %s state; it starts from zero", checkpoint.path, combiner.name)
+        logger.info(
+            "checkpoint %s holds no %s state; it starts from zero", checkpoint.path, combiner.name
+        )
     return None
 
 
@@ -262,7 +268,10 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
     (the hosts the server saw them join from) and how to go on.
     """
     hosts = {int(w["partition"]): w.get("host") for w in status.get("workers", [])}
-    where = ", ".join(f"partition {p} at {hosts.get(p) or 'an unknown host'}" for p in err.partitions) or "a partition"
+    where = (
+        ", ".join(f"partition {p} at {hosts.get(p) or 'an unknown host'}" for p in err.partitions)
+        or "a partition"
+    )
     return ExecutorLostError(
         f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync run "
         "trains every partition in the same rounds, as one Spark barrier stage, and Spark does not "
@@ -337,7 +346,9 @@ class TrainingRun:
         server = self.host.server
         sharded = server if isinstance(server, ShardedServer) else None
         return WorkerConfig(
-            shard_urls=() if sharded is None else tuple(self.host.url_for(sharded, p) for p in sharded.ports),
+            shard_urls=()
+            if sharded is None
+            else tuple(self.host.url_for(sharded, p) for p in sharded.ports),
             shard_layout=None if sharded is None else sharded.layout.to_json(),
             server_url=url,
             mode=s.mode,
@@ -403,8 +414,12 @@ class TrainingRun:
         self.host.listen(pushed)
         try:
             info = RunInfo(
-                name=name, mode=self.settings.mode, num_epoch=num_epoch,
-                num_partitions=num_partitions, total_samples=total_samples, status=server.status(),
+                name=name,
+                mode=self.settings.mode,
+                num_epoch=num_epoch,
+                num_partitions=num_partitions,
+                total_samples=total_samples,
+                status=server.status(),
                 dashboard_url=dashboard_url(self.host.url_for(server), server.status_token),
             )
             watch.start(info)
@@ -441,7 +456,9 @@ class TrainingRun:
         if stopped is not None:
             logger.info(
                 "%s: stopped at a listener's request after %d epochs: %s",
-                name, len(epochs), stopped,
+                name,
+                len(epochs),
+                stopped,
             )
         watch.end(result)
         logger.info(
@@ -468,7 +485,9 @@ class TrainingRun:
 
             try:
                 return jobs.run_job(
-                    self.sc, make_job(server, bcast), poll=poll,
+                    self.sc,
+                    make_job(server, bcast),
+                    poll=poll,
                     description=f"tensorspark {self.settings.name}",
                 )
             except jobs.StopJob:
@@ -479,4 +498,3 @@ class TrainingRun:
                 raise sync_executor_lost(err, server.status()) from None
         finally:
             bcast.destroy()
-

@@ -67,8 +67,12 @@ def train_graph(
 
     rows = data.known_rows
     result = run.execute(
-        initial, data.count_partitions(), make_job, spec,
-        listeners=listeners, num_epoch=num_epoch,
+        initial,
+        data.count_partitions(),
+        make_job,
+        spec,
+        listeners=listeners,
+        num_epoch=num_epoch,
         total_samples=None if rows is None else rows * num_epoch,
     )
     loader.load(session, result.params)

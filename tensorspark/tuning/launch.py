@@ -67,7 +67,9 @@ def check_dataframes(train: Any, validation: Any, features_col: str, label_col: 
             continue
         example_columns(df, features_col, label_col, integer_labels=False)  # raises if unusable
         if not df.select(features_col).head(1):
-            raise ConfigurationError(f"Argument `{name}` is empty: there is nothing to train or score on.")
+            raise ConfigurationError(
+                f"Argument `{name}` is empty: there is nothing to train or score on."
+            )
 
 
 def _trial_input(train: Any, validation: Any, features_col: str, label_col: str) -> Any:
@@ -77,7 +79,10 @@ def _trial_input(train: Any, validation: Any, features_col: str, label_col: str)
 
     integer = isinstance(column_type(train, label_col, "label_col"), IntegralType)
     parts = [
-        df.select(*example_columns(df, features_col, label_col, integer), F.lit(split).cast("byte").alias(SPLIT))
+        df.select(
+            *example_columns(df, features_col, label_col, integer),
+            F.lit(split).cast("byte").alias(SPLIT),
+        )
         for split, df in enumerate((train, validation))
         if df is not None
     ]
@@ -89,7 +94,12 @@ class BroadcastTrials:
     """Classic Spark with arrays: broadcast once, one ``parallelize`` job per trial."""
 
     def __init__(
-        self, sc: Any, build: Callable[[dict[str, Any]], Any], data: Mapping[str, Any], config: TrialConfig, group: str
+        self,
+        sc: Any,
+        build: Callable[[dict[str, Any]], Any],
+        data: Mapping[str, Any],
+        config: TrialConfig,
+        group: str,
     ) -> None:
         self._sc = sc
         self._group = group
@@ -166,14 +176,20 @@ def launcher_for(
     if not connect.is_connect(sc):
         return BroadcastTrials(sc, build, arrays, config, group)
     shared = connect.share(sc, dict(arrays), "the training data")
-    return ArrowTrials(sc, build, config, group, source=sc.range(0, 1, 1, numPartitions=1), arrays=shared)
+    return ArrowTrials(
+        sc, build, config, group, source=sc.range(0, 1, 1, numPartitions=1), arrays=shared
+    )
 
 
 # ---------------------------------------------------------------------- executor side
 
 
 def arrow_trial_task(
-    build: Callable[[dict[str, Any]], Any], arrays: Any, config: TrialConfig, trial: Trial, batches: Iterator[Any]
+    build: Callable[[dict[str, Any]], Any],
+    arrays: Any,
+    config: TrialConfig,
+    trial: Trial,
+    batches: Iterator[Any],
 ) -> Iterator[Any]:
     """``mapInArrow`` body: gather the trial's data, train, yield the result (executor).
 
@@ -193,12 +209,18 @@ def arrow_trial_task(
     out.pop("params", None)
     tensors = {f"{i:06d}": np.asarray(w) for i, w in enumerate(weights)}
     body = wire.encode_bytes(tensors, out)
-    yield pa.RecordBatch.from_pydict({"result": [body]}, schema=pa.schema([("result", pa.binary())]))
+    yield pa.RecordBatch.from_pydict(
+        {"result": [body]}, schema=pa.schema([("result", pa.binary())])
+    )
 
 
 def _arrays_from_batches(batches: Iterator[Any]) -> dict[str, np.ndarray | None]:
     """The training and validation arrays of a trial's input batches (executor)."""
-    blocks = list(arrow_to_blocks(batches, (*FEED_NAMES, SPLIT), [np.dtype(np.float32), None, np.dtype(np.int8)]))
+    blocks = list(
+        arrow_to_blocks(
+            batches, (*FEED_NAMES, SPLIT), [np.dtype(np.float32), None, np.dtype(np.int8)]
+        )
+    )
     if not blocks:
         raise ConfigurationError("the training data is empty: there is nothing to train on")
     x = np.concatenate([b[0] for b in blocks])

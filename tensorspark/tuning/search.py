@@ -246,7 +246,10 @@ def tune(
         )
     positive_int("epochs", epochs)
     positive_int("batch_size", batch_size)
-    for name, value in (("early_stopping_patience", early_stopping_patience), ("max_parallel", max_parallel)):
+    for name, value in (
+        ("early_stopping_patience", early_stopping_patience),
+        ("max_parallel", max_parallel),
+    ):
         if value is not None:
             positive_int(name, value)
     if not isinstance(metric, str) or not metric:
@@ -323,11 +326,20 @@ def tune(
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
     pool = "dataframe" if frames or connect.is_connect(sc) else "rdd"
-    warming = warm_up(sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False, conf=conf)
+    warming = warm_up(
+        sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False, conf=conf
+    )
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     launcher = launcher_for(
-        sc, build, config, group, arrays=arrays, train_df=train if frames else None,
-        validation_df=validation if frames else None, features_col=features_col, label_col=label_col,
+        sc,
+        build,
+        config,
+        group,
+        arrays=arrays,
+        train_df=train if frames else None,
+        validation_df=validation if frames else None,
+        features_col=features_col,
+        label_col=label_col,
     )
     start = time.monotonic()
     try:

@@ -372,6 +372,4 @@ def random_params(
     dists = _normalise_space(space)
     count = positive_int("n_trials", n_trials)
     rng = np.random.default_rng(seed)
-    return (
-        {name: _plain(dist.sample(rng)) for name, dist in dists.items()} for _ in range(count)
-    )
+    return ({name: _plain(dist.sample(rng)) for name, dist in dists.items()} for _ in range(count))

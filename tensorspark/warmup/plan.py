@@ -89,10 +89,18 @@ def plan_warm_up(
     Raises:
         ConfigurationError: unknown pool names.
     """
-    names = parse_pools(pools, dataframes) if isinstance(pools, str) else parse_pools(",".join(pools), dataframes)
+    names = (
+        parse_pools(pools, dataframes)
+        if isinstance(pools, str)
+        else parse_pools(",".join(pools), dataframes)
+    )
     warnings = () if worker_reuse else (reuse_warning(),)
     if requested is False:
-        return WarmUpPlan((), notes=("turned off (warm_up=False or spark.tensorspark.warmup.enabled=false)",), warnings=warnings)
+        return WarmUpPlan(
+            (),
+            notes=("turned off (warm_up=False or spark.tensorspark.warmup.enabled=false)",),
+            warnings=warnings,
+        )
     if not worker_reuse:
         return WarmUpPlan((), notes=("skipped: Python workers are not reused",), warnings=warnings)
     notes: list[str] = []
@@ -115,7 +123,12 @@ def plan_warm_up(
             "started without importing TensorFlow, which each task imports after setting "
             "CUDA_VISIBLE_DEVICES from its GPUs"
         )
-    return WarmUpPlan(names, import_tensorflow=import_tf, keep_alive_s=max(0.0, float(keep_alive_s)), notes=tuple(notes))
+    return WarmUpPlan(
+        names,
+        import_tensorflow=import_tf,
+        keep_alive_s=max(0.0, float(keep_alive_s)),
+        notes=tuple(notes),
+    )
 
 
 def plan_for(
@@ -136,7 +149,12 @@ def plan_for(
     if connect.is_connect(sc):
         # A warm-up only runs while the cluster is otherwise idle, which it learns from the
         # SparkContext's status tracker; a Spark Connect client has none.
-        return WarmUpPlan((), notes=("skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",))
+        return WarmUpPlan(
+            (),
+            notes=(
+                "skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",
+            ),
+        )
     conf = tsconf.snapshot(sc, conf)
     conf_enabled, conf_pools, conf_keep = tsconf.warmup_settings(sc, conf)
     return plan_warm_up(
@@ -154,5 +172,3 @@ def check_worker_reuse(sc: Any, conf: tsconf.ConfSnapshot | None = None) -> None
     """Log :func:`reuse_warning` when ``sc`` does not reuse Python workers (driver)."""
     if not tsconf.python_worker_reuse(sc, conf):
         logger.warning(reuse_warning())
-
-

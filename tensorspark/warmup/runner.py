@@ -152,7 +152,11 @@ class WarmUp:
         deadline = time.monotonic() + SUBMIT_WAIT_S
         try:
             tracker = self.sc.statusTracker()
-            while not tracker.getJobIdsForGroup(self.group) and self.running and time.monotonic() < deadline:
+            while (
+                not tracker.getJobIdsForGroup(self.group)
+                and self.running
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.005)
         except Exception:  # noqa: BLE001 - the thread reports its own failures
             logger.debug("could not watch the warm-up job's submission", exc_info=True)
@@ -195,7 +199,10 @@ class WarmUp:
     def reports(self) -> dict[str, PoolReport]:
         """Per pool, what its warm-up did (copies)."""
         with self._lock:
-            return {k: dataclasses.replace(v, task_starts=list(v.task_starts)) for k, v in self._state.reports.items()}
+            return {
+                k: dataclasses.replace(v, task_starts=list(v.task_starts))
+                for k, v in self._state.reports.items()
+            }
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the keep-alive and cancel a warm-up job still running (only then: a
@@ -232,7 +239,10 @@ class WarmUp:
                         pending.append(pool)
                         break
                 if pending and time.monotonic() > gave_up_at:
-                    logger.info("Warm-up: the cluster stayed busy; %s pool(s) not warmed", ", ".join(pending))
+                    logger.info(
+                        "Warm-up: the cluster stayed busy; %s pool(s) not warmed",
+                        ", ".join(pending),
+                    )
                     pending = []
                 if not pending:
                     self._warmed.set()
@@ -281,10 +291,14 @@ class WarmUp:
                     report.yielded += 1
                 logger.debug("Warm-up of the %s pool stepped aside for another job", pool)
                 return False
-            self._failed(report, f"not done within {self._job_timeout_s:.0f}s (no free task slots?)")
+            self._failed(
+                report, f"not done within {self._job_timeout_s:.0f}s (no free task slots?)"
+            )
             return True
         except Exception as err:  # noqa: BLE001 - logged; the first real job starts its workers
-            self._failed(report, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            self._failed(
+                report, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            )
             return True
         with self._lock:
             report.task_starts = sorted(float(r["started"]) for r in rows)
@@ -305,7 +319,11 @@ class WarmUp:
     def _failed(self, report: PoolReport, error: str) -> None:
         with self._lock:
             report.error = error
-        logger.info("Warm-up of the %s pool: %s; the first job starts its workers itself", report.pool, error[:200])
+        logger.info(
+            "Warm-up of the %s pool: %s; the first job starts its workers itself",
+            report.pool,
+            error[:200],
+        )
 
     def _tick(self) -> None:
         """Run a task per slot in each warmed pool, which keeps Spark from reaping its idle
@@ -367,7 +385,9 @@ class WarmUp:
             if self._sql is None:
                 raise ConfigurationError("no active SQL session to warm the DataFrame pool with")
             fn_batches = functools.partial(warm_batches, self.plan.import_tensorflow)
-            frame = self._sql.range(0, n, 1, n).mapInArrow(fn_batches, "pid long, started double, seconds double, warm boolean")
+            frame = self._sql.range(0, n, 1, n).mapInArrow(
+                fn_batches, "pid long, started double, seconds double, warm boolean"
+            )
             return [row.asDict() for row in frame.collect()]
         except Exception as err:
             if why:

@@ -44,7 +44,12 @@ def warm_worker(import_tensorflow: bool) -> dict[str, Any]:
         import tensorspark.models.keras  # noqa: F401 - the Keras adapter and its imports
 
         trace_once()
-    return {"pid": os.getpid(), "started": started_at, "seconds": time.perf_counter() - started, "warm": warm}
+    return {
+        "pid": os.getpid(),
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        "warm": warm,
+    }
 
 
 def trace_once() -> None:

@@ -232,7 +232,11 @@ def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None
 
 
 def _launch(
-    cluster: StandaloneCluster, name: str, args: list[str], env: dict[str, str], prefix: tuple[str, ...] = ()
+    cluster: StandaloneCluster,
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+    prefix: tuple[str, ...] = (),
 ) -> None:
     log = cluster.root / "logs" / f"{name}.log"
     with log.open("wb") as stream:
@@ -260,7 +264,9 @@ def new_cluster(
         spark_home=str(Path(pyspark.__file__).resolve().parent),
         root=root,
         host=host,
-        worker_hosts=worker_hosts if worker_hosts is not None else tuple(WorkerHost() for _ in range(WORKERS)),
+        worker_hosts=worker_hosts
+        if worker_hosts is not None
+        else tuple(WorkerHost() for _ in range(WORKERS)),
     )
 
 
@@ -330,7 +336,9 @@ def _alive(cluster: StandaloneCluster, what: str, done: Any) -> Any:
     def check() -> Any:
         exited = [d.name for d in cluster.daemons if d.process.poll() is not None]
         if exited:
-            pytest.fail(f"{', '.join(exited)} exited while waiting for {what}.\n{cluster.log_tails()}")
+            pytest.fail(
+                f"{', '.join(exited)} exited while waiting for {what}.\n{cluster.log_tails()}"
+            )
         return done()
 
     return check
@@ -381,7 +389,12 @@ def start_cluster(
     )
     # Workers that find no Master back off for 5-15 s before retrying: start them once the
     # Master answers, and they register at their first attempt.
-    poll(_alive(cluster, "the Master", cluster.status), START_TIMEOUT_S, "the Master", cluster.log_tails)
+    poll(
+        _alive(cluster, "the Master", cluster.status),
+        START_TIMEOUT_S,
+        "the Master",
+        cluster.log_tails,
+    )
     master_up = time.monotonic() - started
     for index in range(len(cluster.worker_hosts)):
         start_worker(cluster, index, cores, worker_opts)

@@ -40,7 +40,11 @@ def test_mnist_example_async(
 ) -> None:
     caplog.set_level(logging.INFO, logger="tensorspark")
     accuracy = spark_mnist.train(
-        cluster_sc, name="cluster_mnist", num_partition=SLOTS, num_epoch=2, data_dir=_data(fashion_mnist_dir)
+        cluster_sc,
+        name="cluster_mnist",
+        num_partition=SLOTS,
+        num_epoch=2,
+        data_dir=_data(fashion_mnist_dir),
     )
     assert accuracy >= 0.80
     [listening] = _messages(caplog, LISTENING)
@@ -121,7 +125,9 @@ def test_unreachable_parameter_server_fails_the_job(
     assert "set server_host / spark.driver.host to an address they can route to" in message
     assert "Worker traceback:" in message
     # The failed run stopped its server: nothing keeps the port.
-    assert f"parameter server at 127.0.0.1:{port} stopped" in [r.getMessage() for r in caplog.records]
+    assert f"parameter server at 127.0.0.1:{port} stopped" in [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 def test_keras_fit(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
@@ -130,7 +136,9 @@ def test_keras_fit(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
     import tensorspark as sps
     from tensorspark.datasets import load_mnist_rdd
 
-    rdd, test = load_mnist_rdd(cluster_sc, _data(fashion_mnist_dir), one_hot_labels=False, num_partitions=SLOTS)
+    rdd, test = load_mnist_rdd(
+        cluster_sc, _data(fashion_mnist_dir), one_hot_labels=False, num_partitions=SLOTS
+    )
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -140,9 +148,13 @@ def test_keras_fit(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
         ]
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
     )
-    sess = sps.SparkSession(cluster_sc, model, name="cluster_keras", batch_size=64, sync_interval=50)
+    sess = sps.SparkSession(
+        cluster_sc, model, name="cluster_keras", batch_size=64, sync_interval=50
+    )
     history = sess.fit(rdd, epochs=3)
     assert len(history.history["loss"]) == 3
     assert history.history["loss"][-1] < history.history["loss"][0]
@@ -189,7 +201,11 @@ def test_async_under_dynamic_allocation(
     assert _executors(dynamic_sc) == 0
     # More partitions than the cluster has slots: workers join and leave in waves.
     accuracy = spark_mnist.train(
-        dynamic_sc, name="cluster_dynamic", num_partition=2 * SLOTS, num_epoch=2, data_dir=_data(fashion_mnist_dir)
+        dynamic_sc,
+        name="cluster_dynamic",
+        num_partition=2 * SLOTS,
+        num_epoch=2,
+        data_dir=_data(fashion_mnist_dir),
     )
     assert accuracy >= 0.80
     assert [m.group(1) for m in _messages(caplog, TRAINED)] == [str(2 * SLOTS)]

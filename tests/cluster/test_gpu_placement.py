@@ -131,7 +131,9 @@ def check_runs(runs: list[Run], workers_seen: dict[int, tuple[str, ...]]) -> Non
 # ---------------------------------------------------------------------- the prepare step
 
 
-def _prepare_task(index: int, rows: Iterator[Any], *, log: str, hold: bool) -> Iterator[dict[str, Any]]:
+def _prepare_task(
+    index: int, rows: Iterator[Any], *, log: str, hold: bool
+) -> Iterator[dict[str, Any]]:
     """Runs the executors' prepare step and reports what the task saw.
 
     With ``hold``, the task on each executor's first GPU ("0", "2") waits until the task
@@ -141,7 +143,12 @@ def _prepare_task(index: int, rows: Iterator[Any], *, log: str, hold: bool) -> I
     ctx = TaskContext.get()
     assert ctx is not None
     gpus = list(ctx.resources()["gpu"].addresses)
-    record: dict[str, Any] = {"partition": index, "attempt": ctx.attemptNumber(), "pid": os.getpid(), "gpus": gpus}
+    record: dict[str, Any] = {
+        "partition": index,
+        "attempt": ctx.attemptNumber(),
+        "pid": os.getpid(),
+        "gpus": gpus,
+    }
     try:
         from tensorspark.tfthreads import prepare_worker
 
@@ -174,15 +181,19 @@ def test_a_reused_worker_never_runs_a_task_on_another_gpu(
     log = str(tmp_path / "tasks.jsonl")
     # Job A: four tasks at once; one Python worker per GPU, each pinned to its GPU. The
     # workers on GPUs "1" and "3" go back to their executor's idle pool first.
-    first = gpu_sc.parallelize(range(4), 4).mapPartitionsWithIndex(
-        functools.partial(_prepare_task, log=log, hold=True)
-    ).collect()
+    first = (
+        gpu_sc.parallelize(range(4), 4)
+        .mapPartitionsWithIndex(functools.partial(_prepare_task, log=log, hold=True))
+        .collect()
+    )
     assert sorted(g for r in first for g in r["gpus"]) == sorted(ALL_GPUS)
     # Job B: one task. Spark gives it its executor's first free GPU ("0" or "2") and the
     # idle worker at the head of the pool, pinned to "1" or "3": refused, and retried.
-    second = gpu_sc.parallelize(range(1), 1).mapPartitionsWithIndex(
-        functools.partial(_prepare_task, log=log, hold=False)
-    ).collect()
+    second = (
+        gpu_sc.parallelize(range(1), 1)
+        .mapPartitionsWithIndex(functools.partial(_prepare_task, log=log, hold=False))
+        .collect()
+    )
     records = [json.loads(line) for line in Path(log).read_text().splitlines()]
     failed = [r for r in records if "error" in r]
     done = [r for r in records if "error" not in r]
@@ -204,7 +215,11 @@ def test_a_reused_worker_never_runs_a_task_on_another_gpu(
 def mlp(seed: int = 0) -> keras.Model:
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
@@ -255,7 +270,12 @@ class _ProbeLoader:
             assigned = ctx.resources()["gpu"].addresses
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
             time.sleep(0.05)  # a batch takes a while, so tasks overlap
-            row = [float(visible) if visible.isdigit() else -1.0, float(assigned[0]), float(os.getpid()), time.time() - origin]
+            row = [
+                float(visible) if visible.isdigit() else -1.0,
+                float(assigned[0]),
+                float(os.getpid()),
+                time.time() - origin,
+            ]
             return np.tile(np.asarray(row, np.float64), (len(batch), 1))
 
         return predict
@@ -277,7 +297,9 @@ class _ProbeSource(ModelSource):
         return _ProbeLoader(origin=time.time())
 
 
-def test_predict_tasks_see_only_their_gpus(gpu_sc: SparkContext, workers_seen: dict[int, tuple[str, ...]]) -> None:
+def test_predict_tasks_see_only_their_gpus(
+    gpu_sc: SparkContext, workers_seen: dict[int, tuple[str, ...]]
+) -> None:
     rdd = gpu_sc.parallelize([np.array([float(i)], np.float32) for i in range(160)], 8)
 
     rows = sps.predict(gpu_sc, _ProbeSource(), rdd, batch_size=4).glom().collect()
@@ -289,7 +311,13 @@ def test_predict_tasks_see_only_their_gpus(gpu_sc: SparkContext, workers_seen: d
         assert (out[:, :3] == out[0, :3]).all()  # one task, one worker, one GPU
         gpu = str(int(assigned))
         runs.append(
-            Run(int(pid), (gpu,), str(int(visible)) if visible >= 0 else "", float(out[:, 3].min()), float(out[:, 3].max()))
+            Run(
+                int(pid),
+                (gpu,),
+                str(int(visible)) if visible >= 0 else "",
+                float(out[:, 3].min()),
+                float(out[:, 3].max()),
+            )
         )
     check_runs(runs, workers_seen)
 
@@ -303,7 +331,9 @@ def _build(params: dict[str, Any]) -> keras.Model:
     assert ctx is not None
     assigned = ",".join(ctx.resources()["gpu"].addresses)
     if os.environ.get("CUDA_VISIBLE_DEVICES") != assigned:
-        raise AssertionError(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, task GPUs {assigned!r}")
+        raise AssertionError(
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, task GPUs {assigned!r}"
+        )
     return mlp(params["seed"])
 
 
@@ -312,7 +342,16 @@ def test_tune_runs_one_trial_per_gpu(
 ) -> None:
     train = (fashion.train_images[:2000], fashion.train_labels[:2000])
 
-    result = sps.tune(gpu_sc, _build, {"seed": [0, 1, 2, 3, 4, 5]}, train, epochs=1, metric="loss", seed=0, progress=False)
+    result = sps.tune(
+        gpu_sc,
+        _build,
+        {"seed": [0, 1, 2, 3, 4, 5]},
+        train,
+        epochs=1,
+        metric="loss",
+        seed=0,
+        progress=False,
+    )
 
     assert [t.error for t in result.trials] == [None] * 6
     runs = []
@@ -320,7 +359,9 @@ def test_tune_runs_one_trial_per_gpu(
         assert t.worker is not None and t.started_at is not None
         pid = int(t.worker.rsplit(":", 1)[1])
         # _build refused any other CUDA_VISIBLE_DEVICES; the trial's GPUs are its task's.
-        runs.append(Run(pid, tuple(t.gpus), ",".join(t.gpus), t.started_at, t.started_at + t.elapsed_s))
+        runs.append(
+            Run(pid, tuple(t.gpus), ",".join(t.gpus), t.started_at, t.started_at + t.elapsed_s)
+        )
     check_runs(runs, workers_seen)
     # One trial per GPU: several in flight at once, never more than there are GPUs.
     edges = sorted([(r.start, 1) for r in runs] + [(r.end, -1) for r in runs])

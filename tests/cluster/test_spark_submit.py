@@ -61,7 +61,12 @@ def _completed_apps(cluster: StandaloneCluster, name: str) -> int:
 
 def _wait_completed(cluster: StandaloneCluster, name: str) -> None:
     """The Master marks an application finished once its driver has disconnected."""
-    poll(lambda: _completed_apps(cluster, name) == 1, 60.0, f"application {name} to finish", cluster.log_tails)
+    poll(
+        lambda: _completed_apps(cluster, name) == 1,
+        60.0,
+        f"application {name} to finish",
+        cluster.log_tails,
+    )
 
 
 def _conf_args(cluster: StandaloneCluster, extra: dict[str, str] | None = None) -> list[str]:
@@ -83,7 +88,9 @@ def _run(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None = No
         check=False,
     )
     output = f"{done.stdout}\n--- stderr ---\n{done.stderr}"
-    assert done.returncode == 0, f"{args[0]} exited with {done.returncode}:\n{output[-OUTPUT_TAIL:]}"
+    assert done.returncode == 0, (
+        f"{args[0]} exited with {done.returncode}:\n{output[-OUTPUT_TAIL:]}"
+    )
     return output
 
 
@@ -94,10 +101,23 @@ def _wheel(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "setup.py", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "tensorspark", source / "tensorspark", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "tensorspark", source / "tensorspark", ignore=shutil.ignore_patterns("__pycache__")
+    )
     dist = tmp_path / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(source),
+        ],
         check=True,
         capture_output=True,
         timeout=300,

@@ -68,7 +68,9 @@ class ConnectServer:
             pass
 
 
-def start_server(log_dir: Path, *, master: str = "local[2]", conf: dict[str, str] | None = None) -> ConnectServer:
+def start_server(
+    log_dir: Path, *, master: str = "local[2]", conf: dict[str, str] | None = None
+) -> ConnectServer:
     """Start a Connect server on a free loopback port; wait (bounded) until it listens.
 
     Raises:
@@ -87,8 +89,15 @@ def start_server(log_dir: Path, *, master: str = "local[2]", conf: dict[str, str
         "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
         **(conf or {}),
     }
-    command = [os.path.join(home, "bin", "spark-submit"), "--class", MAIN_CLASS, "--master", master,
-               "--driver-memory", "2g"]
+    command = [
+        os.path.join(home, "bin", "spark-submit"),
+        "--class",
+        MAIN_CLASS,
+        "--master",
+        master,
+        "--driver-memory",
+        "2g",
+    ]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     command.append("spark-internal")
@@ -98,7 +107,11 @@ def start_server(log_dir: Path, *, master: str = "local[2]", conf: dict[str, str
     log = open(log_path, "wb")  # noqa: SIM115 - owned by the child's lifetime
     try:
         process = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, killed as a whole
         )
     finally:

@@ -40,7 +40,10 @@ def frames(spark: Any, arrays: Any) -> tuple[Any, Any]:
 
     x, y, xt, yt = arrays
     to_array = F.array(*[F.col(p) for p in PIXELS]).alias("pixels")
-    return tuple(pixel_frame(spark, a, b).select("id", to_array, "label").cache() for a, b in ((x, y), (xt, yt)))  # type: ignore[return-value]
+    return tuple(
+        pixel_frame(spark, a, b).select("id", to_array, "label").cache()
+        for a, b in ((x, y), (xt, yt))
+    )  # type: ignore[return-value]
 
 
 def test_the_session_is_a_connect_client(spark: Any) -> None:
@@ -77,18 +80,25 @@ def test_sync_mode_runs_as_one_barrier_stage(spark: Any, frames: tuple[Any, Any]
     ks.fit(train, epochs=1, features_col="pixels")
     # One push per chunk of 5 batches of 50 rows; a round waits for every partition still
     # training, so there are as many rounds (versions) as the longest partition has chunks.
-    sizes = [r["n"] for r in train.groupBy(F.spark_partition_id()).agg(F.count("*").alias("n")).collect()]
+    sizes = [
+        r["n"] for r in train.groupBy(F.spark_partition_id()).agg(F.count("*").alias("n")).collect()
+    ]
     chunks = [math.ceil(math.ceil(n / 50) / 5) for n in sizes]
     assert len(sizes) == 2 and ks.last_run is not None
     assert ks.last_run.version == max(chunks)
     assert ks.last_run.status["applied_pushes"] == sum(chunks)
 
 
-def test_predict_from_a_keras_file_with_top_k(spark: Any, frames: tuple[Any, Any], tmp_path: Path) -> None:
+def test_predict_from_a_keras_file_with_top_k(
+    spark: Any, frames: tuple[Any, Any], tmp_path: Path
+) -> None:
     _, test = frames
     model = small_mlp(seed=3)
     model.save(tmp_path / "m.keras")
-    out = predictions(sps.predict(spark, str(tmp_path / "m.keras"), test, features_col="pixels", top_k=2), "prediction")
+    out = predictions(
+        sps.predict(spark, str(tmp_path / "m.keras"), test, features_col="pixels", top_k=2),
+        "prediction",
+    )
     rows = out["prediction"]
     assert len(rows) == 500 and all(len(r) == 2 and r[0]["score"] >= r[1]["score"] for r in rows)
 
@@ -100,8 +110,18 @@ def build(params: dict[str, Any]) -> Any:
 def test_tune_with_dataframes(spark: Any, frames: tuple[Any, Any]) -> None:
     train, test = frames
     result = sps.tune(
-        spark, build, {"lr": [1e-9, 3e-2]}, train=train, validation=test, features_col="pixels",
-        epochs=1, batch_size=64, metric="val_accuracy", seed=0, return_best_model=True, progress=False,
+        spark,
+        build,
+        {"lr": [1e-9, 3e-2]},
+        train=train,
+        validation=test,
+        features_col="pixels",
+        epochs=1,
+        batch_size=64,
+        metric="val_accuracy",
+        seed=0,
+        return_best_model=True,
+        progress=False,
     )
     assert [t.error for t in result.trials] == [None, None]
     assert result.best_params == {"lr": 3e-2} and result.best_score > 0.45
@@ -119,9 +139,19 @@ def test_spark_ml_pipeline_saves_and_a_fresh_process_loads_it(
 
     x, y, xt, yt = arrays
     train, test = pixel_frame(spark, x, y), pixel_frame(spark, xt, yt)
-    est = KerasEstimator(model=small_mlp(), featuresCol="scaled", epochs=2, batchSize=64, probabilityCol="probability")
+    est = KerasEstimator(
+        model=small_mlp(),
+        featuresCol="scaled",
+        epochs=2,
+        batchSize=64,
+        probabilityCol="probability",
+    )
     fitted = Pipeline(
-        stages=[VectorAssembler(inputCols=PIXELS, outputCol="raw"), StandardScaler(inputCol="raw", outputCol="scaled"), est]
+        stages=[
+            VectorAssembler(inputCols=PIXELS, outputCol="raw"),
+            StandardScaler(inputCol="raw", outputCol="scaled"),
+            est,
+        ]
     ).fit(train)
     assert isinstance(fitted.stages[-1], KerasModel)
     out = predictions(fitted.transform(test), "label", "prediction", "probability")
@@ -146,7 +176,9 @@ def test_spark_ml_pipeline_saves_and_a_fresh_process_loads_it(
     np.testing.assert_array_equal(fresh, out["probability"])  # bit-identical (float32 in doubles)
 
 
-def test_rdd_only_calls_are_refused_with_the_dataframe_alternative(spark: Any, frames: tuple[Any, Any]) -> None:
+def test_rdd_only_calls_are_refused_with_the_dataframe_alternative(
+    spark: Any, frames: tuple[Any, Any]
+) -> None:
     import tensorflow as tf
 
     tf1 = tf.compat.v1
@@ -158,13 +190,21 @@ def test_rdd_only_calls_are_refused_with_the_dataframe_alternative(spark: Any, f
         sess = tf1.Session(graph=graph)
         sess.run(tf1.global_variables_initializer())
     tf1_session = sps.SparkSession(spark, sess)
-    with pytest.raises(ConfigurationError, match=r"run\(feed_rdd=...\), the TF1 graph path, needs an RDD and a SparkContext, which Spark Connect does not have.*fit\(\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"run\(feed_rdd=...\), the TF1 graph path, needs an RDD and a SparkContext, which Spark Connect does not have.*fit\(\)",
+    ):
         tf1_session.run(step, feed_rdd=[([1.0, 2.0],)], feed_name_list=[x.name])
     ks = sps.SparkSession(spark, small_mlp())
     rows = [(np.zeros(49, np.float32), 1)]
-    with pytest.raises(ConfigurationError, match=r"Under Spark Connect, argument `data` must be a DataFrame.*spark.createDataFrame"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Under Spark Connect, argument `data` must be a DataFrame.*spark.createDataFrame",
+    ):
         ks.fit(rows)
-    with pytest.raises(ConfigurationError, match=r"Under Spark Connect, argument `data` must be a DataFrame"):
+    with pytest.raises(
+        ConfigurationError, match=r"Under Spark Connect, argument `data` must be a DataFrame"
+    ):
         sps.predict(spark, small_mlp(), rows)
 
 
@@ -173,9 +213,13 @@ def test_a_worker_error_comes_back_as_its_own_class(spark: Any, frames: tuple[An
 
     train, _ = frames
     # The first row fits the model; a later one is shorter, which the training task refuses.
-    ragged = train.withColumn("pixels", F.when(F.col("id") == 1500, F.slice("pixels", 1, 10)).otherwise(F.col("pixels")))
+    ragged = train.withColumn(
+        "pixels", F.when(F.col("id") == 1500, F.slice("pixels", 1, 10)).otherwise(F.col("pixels"))
+    )
     ks = sps.SparkSession(spark, small_mlp(), batch_size=64)
-    with pytest.raises(ConfigurationError, match=r"rows of different lengths[\s\S]*Worker traceback"):
+    with pytest.raises(
+        ConfigurationError, match=r"rows of different lengths[\s\S]*Worker traceback"
+    ):
         ks.fit(ragged, features_col="pixels")
 
 
@@ -197,6 +241,11 @@ def test_run_job_cancels_through_the_job_tag(spark: Any) -> None:
 
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        jobs.run_job(spark, spark.range(2, numPartitions=2).mapInArrow(slow, "n long").collect,
-                     description="slow", poll=poll, poll_interval=2.0)
+        jobs.run_job(
+            spark,
+            spark.range(2, numPartitions=2).mapInArrow(slow, "n long").collect,
+            description="slow",
+            poll=poll,
+            poll_interval=2.0,
+        )
     assert time.monotonic() - t0 < 30  # interrupted, not waited for

@@ -55,7 +55,11 @@ def test_sigkilled_driver_resumes_from_hdfs_checkpoints(
     # The kill follows the first trained checkpoint: the run takes a few seconds once its
     # workers are warm, and by a second WebHDFS listing it had sometimes written its last.
     outcome = crash_and_resume(
-        args, names, lambda: load_checkpoint(location, user=USER), tmp_path, checkpoints_before_crash=1
+        args,
+        names,
+        lambda: load_checkpoint(location, user=USER),
+        tmp_path,
+        checkpoints_before_crash=1,
     )
     assert_resumed_exactly(outcome, SHAPE)
     assert outcome.final.path.startswith(location + "/")
@@ -111,9 +115,10 @@ def test_unwritable_checkpoint_dir_mid_run_fails_after_max_failures(
     watcher = threading.Thread(target=revoke_after_first_trained_checkpoint, daemon=True)
     watcher.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="tensorspark"), pytest.raises(
-            CheckpointError
-        ) as info:
+        with (
+            caplog.at_level(logging.WARNING, logger="tensorspark"),
+            pytest.raises(CheckpointError) as info,
+        ):
             _run(spark_sess, hdfs_sc, rows, m, epochs=2)
     finally:
         stop.set()
@@ -131,7 +136,9 @@ def test_unwritable_checkpoint_dir_mid_run_fails_after_max_failures(
         if r.levelno == logging.ERROR and "1 of 2 failures in a row tolerated" in r.getMessage()
     ]
     assert tolerated and location in tolerated[0] and "AccessControlException" in tolerated[0]
-    retried = [r.getMessage() for r in caplog.records if "(attempt 1 of 3), retrying" in r.getMessage()]
+    retried = [
+        r.getMessage() for r in caplog.records if "(attempt 1 of 3), retrying" in r.getMessage()
+    ]
     assert retried and location in retried[0]
     assert not spark_sess.server.running
     # What was written before the directory turned read-only is intact and resumable.

@@ -58,11 +58,19 @@ def test_pipeline_on_hdfs_loads_in_a_fresh_process_with_identical_predictions(
 
     spark = SparkSession(hdfs_sc)
     x, y, xt, yt = fashion_arrays(1000, 300)
-    est = KerasEstimator(model=small_mlp(), featuresCol="scaled", batchSize=64, probabilityCol="probability")
+    est = KerasEstimator(
+        model=small_mlp(), featuresCol="scaled", batchSize=64, probabilityCol="probability"
+    )
     fitted = Pipeline(
-        stages=[VectorAssembler(inputCols=PIXELS, outputCol="raw"), StandardScaler(inputCol="raw", outputCol="scaled"), est]
+        stages=[
+            VectorAssembler(inputCols=PIXELS, outputCol="raw"),
+            StandardScaler(inputCol="raw", outputCol="scaled"),
+            est,
+        ]
     ).fit(pixel_frame(spark, x, y))
-    here: dict[str, Any] = predictions(fitted.transform(pixel_frame(spark, xt, yt)), "prediction", "probability")
+    here: dict[str, Any] = predictions(
+        fitted.transform(pixel_frame(spark, xt, yt)), "prediction", "probability"
+    )
 
     folder = f"/models/fashion-{uuid.uuid4().hex[:8]}"
     location = f"{hdfs_cluster.hdfs_url}{folder}"
@@ -70,11 +78,18 @@ def test_pipeline_on_hdfs_loads_in_a_fresh_process_with_identical_predictions(
     fitted.write().overwrite().save(location)  # overwrite replaces it (Spark deletes the folder)
     keras_file = f"{folder}/stages/2_{fitted.stages[-1].uid}/data/model.keras"
     assert hdfs_cluster.client().status(keras_file)["length"] > 1000
-    assert not [n for n in hdfs_cluster.client().list(f"{folder}/stages/2_{fitted.stages[-1].uid}/data") if n.endswith(".tmp")]
+    assert not [
+        n
+        for n in hdfs_cluster.client().list(f"{folder}/stages/2_{fitted.stages[-1].uid}/data")
+        if n.endswith(".tmp")
+    ]
 
     out = tmp_path / "fresh.json"
     subprocess.run(
-        [sys.executable, "-c", FRESH, location, hdfs_cluster.webhdfs_url, str(out)], cwd=ROOT, check=True, timeout=600
+        [sys.executable, "-c", FRESH, location, hdfs_cluster.webhdfs_url, str(out)],
+        cwd=ROOT,
+        check=True,
+        timeout=600,
     )
     fresh = json.loads(out.read_text())
     np.testing.assert_array_equal(np.asarray(fresh["probability"]), here["probability"])

@@ -64,10 +64,14 @@ COMMAND_TIMEOUT_S = 30.0
 KILL_TIMEOUT_S = 15.0
 
 
-def _run(*command: str, check: bool = True, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def _run(
+    *command: str, check: bool = True, timeout: float = COMMAND_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()}")
+        raise RuntimeError(
+            f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()}"
+        )
     return done
 
 
@@ -109,7 +113,9 @@ def kill_namespace(namespace: str, timeout: float = KILL_TIMEOUT_S) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {pids} in {namespace} survived SIGKILL for {timeout:.0f} s")
+            raise RuntimeError(
+                f"processes {pids} in {namespace} survived SIGKILL for {timeout:.0f} s"
+            )
         time.sleep(0.1)
 
 
@@ -150,7 +156,12 @@ class Network:
         _run("ip", "link", "set", self.bridge, "up")
         hosts = []
         for index in range(HOSTS):
-            host = Host(index, f"{PREFIX}{self.tag}-h{index}", f"{self.subnet}.{11 + index}", f"tsv{self.tag}h{index}")
+            host = Host(
+                index,
+                f"{PREFIX}{self.tag}-h{index}",
+                f"{self.subnet}.{11 + index}",
+                f"tsv{self.tag}h{index}",
+            )
             inner = f"tsv{self.tag}n{index}"
             _run("ip", "netns", "add", host.namespace)
             hosts.append(host)
@@ -180,9 +191,13 @@ class Network:
         probe = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
         with _listener(self.driver) as port:
             for host in self.hosts:
-                done = _run(*host.prefix, sys.executable, "-c", probe, self.driver, str(port), check=False)
+                done = _run(
+                    *host.prefix, sys.executable, "-c", probe, self.driver, str(port), check=False
+                )
                 if done.returncode != 0:
-                    raise RuntimeError(f"{host.namespace} cannot reach the driver at {self.driver}:{port}: {done.stderr}")
+                    raise RuntimeError(
+                        f"{host.namespace} cannot reach the driver at {self.driver}:{port}: {done.stderr}"
+                    )
 
     # ------------------------------------------------------------------ link faults
 
@@ -216,7 +231,15 @@ class Network:
         counts: dict[str, int] = {}
         queue = 10 + host.index
         process = subprocess.Popen(
-            [*host.prefix, sys.executable, str(LINKDELAY), "--queue", str(queue), "--delay-ms", str(milliseconds)],
+            [
+                *host.prefix,
+                sys.executable,
+                str(LINKDELAY),
+                "--queue",
+                str(queue),
+                "--delay-ms",
+                str(milliseconds),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -229,7 +252,18 @@ class Network:
             ready = _read_line(process, timeout=COMMAND_TIMEOUT_S)
             if ready != "ready":
                 raise RuntimeError(f"linkdelay did not start: {ready!r}")
-            self._iptables(host, "-I", "OUTPUT", "-d", self.driver, "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass")
+            self._iptables(
+                host,
+                "-I",
+                "OUTPUT",
+                "-d",
+                self.driver,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                str(queue),
+                "--queue-bypass",
+            )
             yield counts
         finally:
             self.mend(host)
@@ -245,7 +279,9 @@ def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
     """The first line ``process`` prints, waiting at most ``timeout`` seconds."""
     line: list[str] = []
     assert process.stdout is not None
-    reader = threading.Thread(target=lambda: line.append(process.stdout.readline().strip()), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: line.append(process.stdout.readline().strip()), daemon=True
+    )  # type: ignore[union-attr]
     reader.start()
     reader.join(timeout)
     return line[0] if line else ""
@@ -294,10 +330,14 @@ def _remove_stale() -> None:
 def skip_unless_possible() -> None:
     """Skip (saying why) where namespaces cannot be made; fail where a tool is missing."""
     if os.geteuid() != 0:
-        pytest.skip("netns tests need root to create network namespaces and a bridge (CI runs as root)")
+        pytest.skip(
+            "netns tests need root to create network namespaces and a bridge (CI runs as root)"
+        )
     missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
     if missing:
-        pytest.fail(f"netns tests need {', '.join(missing)}: run scripts/setup.sh as root (apt: iproute2, iptables)")
+        pytest.fail(
+            f"netns tests need {', '.join(missing)}: run scripts/setup.sh as root (apt: iproute2, iptables)"
+        )
 
 
 @contextlib.contextmanager
@@ -343,14 +383,19 @@ class NetnsCluster:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args and b"--executor-id" in args:
+            if (
+                b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
+                and b"--executor-id" in args
+            ):
                 found[pid] = args[args.index(b"--executor-id") + 1].decode()
         return found
 
     def restart_worker(self, host: Host) -> None:
         """Start ``host``'s Worker again (after :meth:`kill_host`) and wait until it registered."""
         name = f"worker-{host.index}"
-        self.spark.daemons = [d for d in self.spark.daemons if d.name != name or d.process.poll() is None]
+        self.spark.daemons = [
+            d for d in self.spark.daemons if d.name != name or d.process.poll() is None
+        ]
         if any(d.name == name for d in self.spark.daemons):
             return
         start_worker(self.spark, host.index)
@@ -446,7 +491,10 @@ class RunWatch(logging.Handler):
             return None
 
     def when(
-        self, condition: Callable[[dict[str, Any]], bool], action: Callable[[dict[str, Any]], Any], timeout: float = 300.0
+        self,
+        condition: Callable[[dict[str, Any]], bool],
+        action: Callable[[dict[str, Any]], Any],
+        timeout: float = 300.0,
     ) -> Background:
         """Run ``action(status)`` in a thread as soon as ``condition(status)`` holds."""
 
@@ -488,7 +536,15 @@ class Background:
 def status_from(host: Host, url: str) -> subprocess.CompletedProcess[str]:
     """``tensorspark status URL --json``, run inside ``host``'s namespace."""
     return _run(
-        *host.prefix, sys.executable, "-m", "tensorspark.cli", "status", url, "--json", check=False, timeout=60
+        *host.prefix,
+        sys.executable,
+        "-m",
+        "tensorspark.cli",
+        "status",
+        url,
+        "--json",
+        check=False,
+        timeout=60,
     )
 
 

@@ -58,7 +58,9 @@ def _attr(kind: int, data: bytes) -> bytes:
 
 def _message(kind: int, flags: int, queue: int, family: int, payload: bytes) -> bytes:
     body = struct.pack("=BBH", family, 0, socket.htons(queue)) + payload  # nfgenmsg
-    return _HEADER.pack(_HEADER.size + len(body), (NFNL_SUBSYS_QUEUE << 8) | kind, flags, 0, 0) + body
+    return (
+        _HEADER.pack(_HEADER.size + len(body), (NFNL_SUBSYS_QUEUE << 8) | kind, flags, 0, 0) + body
+    )
 
 
 class Delayer:
@@ -73,7 +75,12 @@ class Delayer:
         # would see losses the test did not ask for. Root may force the size.
         self.sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 32 << 20)
         self.sock.bind((0, 0))
-        self._config(_attr(NFQA_CFG_CMD, struct.pack("=BBH", NFQNL_CFG_CMD_BIND, 0, socket.htons(socket.AF_INET))))
+        self._config(
+            _attr(
+                NFQA_CFG_CMD,
+                struct.pack("=BBH", NFQNL_CFG_CMD_BIND, 0, socket.htons(socket.AF_INET)),
+            )
+        )
         self._config(
             _attr(NFQA_CFG_PARAMS, struct.pack(">IB", 0, NFQNL_COPY_META))
             + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack(">I", max_len))
@@ -87,7 +94,9 @@ class Delayer:
         self.overruns = 0
 
     def _config(self, attrs: bytes) -> None:
-        self.sock.send(_message(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, self.queue, socket.AF_INET, attrs))
+        self.sock.send(
+            _message(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, self.queue, socket.AF_INET, attrs)
+        )
         self.sock.settimeout(5.0)
         self._receive(self.sock.recv(1 << 16))
 
@@ -115,7 +124,9 @@ class Delayer:
             if kind == NLMSG_ERROR:
                 (code,) = struct.unpack_from("=i", data, offset + _HEADER.size)
                 if code:
-                    raise OSError(-code, f"nfnetlink_queue refused a request for queue {self.queue}")
+                    raise OSError(
+                        -code, f"nfnetlink_queue refused a request for queue {self.queue}"
+                    )
             elif kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
                 attr = offset + _HEADER.size + 4  # after nfgenmsg
                 while attr + _ATTR.size <= offset + length:
@@ -134,7 +145,9 @@ class Delayer:
         while self._due and self._due[0][0] <= now:
             _, packet_id = heapq.heappop(self._due)
             verdict = _attr(NFQA_VERDICT_HDR, struct.pack(">II", NF_ACCEPT, packet_id))
-            self.sock.send(_message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, self.queue, socket.AF_UNSPEC, verdict))
+            self.sock.send(
+                _message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, self.queue, socket.AF_UNSPEC, verdict)
+            )
 
     def run(self, stop: list[bool]) -> None:
         """Delay packets until ``stop[0]`` is set, then let every held packet go."""
@@ -149,7 +162,9 @@ class Delayer:
                 self._drain()
         for _, packet_id in sorted(self._due):
             verdict = _attr(NFQA_VERDICT_HDR, struct.pack(">II", NF_ACCEPT, packet_id))
-            self.sock.send(_message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, self.queue, socket.AF_UNSPEC, verdict))
+            self.sock.send(
+                _message(NFQNL_MSG_VERDICT, NLM_F_REQUEST, self.queue, socket.AF_UNSPEC, verdict)
+            )
         self.sock.close()
 
 

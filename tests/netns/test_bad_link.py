@@ -68,7 +68,9 @@ def victim(netns_cluster: NetnsCluster) -> Iterator[Host]:
 def _victim_pushed(victim: Host, pushes: int = 4) -> Any:
     def condition(status: dict[str, Any]) -> bool:
         return any(
-            w.get("host") == victim.address and w["state"] == "active" and int(w["pushes"]) >= pushes
+            w.get("host") == victim.address
+            and w["state"] == "active"
+            and int(w["pushes"]) >= pushes
             for w in status["workers"]
         )
 
@@ -96,7 +98,12 @@ def test_a_short_outage_is_ridden_out(
     with watch.installed():
         action = watch.when(_victim_pushed(victim), outage)
         run = train_tf1(
-            link_sc, *mnist, name="link_short", epochs=EPOCHS, sync_interval=SYNC_INTERVAL, ps_timeout=SHORT_PS_TIMEOUT
+            link_sc,
+            *mnist,
+            name="link_short",
+            epochs=EPOCHS,
+            sync_interval=SYNC_INTERVAL,
+            ps_timeout=SHORT_PS_TIMEOUT,
         )
         run.session.close()
         action.result()
@@ -106,7 +113,9 @@ def test_a_short_outage_is_ridden_out(
     assert [w["state"] for w in mended["workers"] if w.get("host") == victim.address] == ["active"]
     status = run.result.status
     rows = partition_rows(run.result)
-    assert status["applied_pushes"] == expected_pushes(rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL)
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
     assert status["samples"] == EPOCHS * 60000
     assert run.accuracy >= 0.80
     assert _no_tensorspark_threads() == []
@@ -129,7 +138,12 @@ def test_a_long_outage_fails_naming_the_server(
         action = watch.when(_victim_pushed(victim), outage)
         with pytest.raises(ParameterServerConnectionError) as info:
             train_tf1(
-                link_sc, *mnist, name="link_long", epochs=EPOCHS, sync_interval=SYNC_INTERVAL, ps_timeout=LONG_PS_TIMEOUT
+                link_sc,
+                *mnist,
+                name="link_long",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
+                ps_timeout=LONG_PS_TIMEOUT,
             )
         failed_after = time.monotonic() - record.get("at", time.monotonic())
         action.result()
@@ -153,7 +167,11 @@ def test_50ms_more_latency_completes(
     assert held["packets"] > 100 and held["overruns"] == 0
     rows = partition_rows(run.result)
     status = run.result.status
-    assert status["applied_pushes"] == expected_pushes(rows, epochs=EPOCHS, batch_size=100, sync_interval=100)
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=100
+    )
     assert run.accuracy >= 0.80
     # Both hosts trained (one behind the slow link).
-    assert sorted(w["host"] for w in status["workers"]) == sorted(h.address for h in netns_cluster.net.hosts)
+    assert sorted(w["host"] for w in status["workers"]) == sorted(
+        h.address for h in netns_cluster.net.hosts
+    )

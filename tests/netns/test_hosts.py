@@ -64,13 +64,18 @@ def test_tf1_across_hosts(
     watch = RunWatch()
     with watch.installed():
         # A reusable server stays up after the run, for the status checks below.
-        run = train_tf1(hosts_sc, rdd, test, name=f"netns_tf1_{mode}", mode=mode, server_reusable=True)
+        run = train_tf1(
+            hosts_sc, rdd, test, name=f"netns_tf1_{mode}", mode=mode, server_reusable=True
+        )
     try:
         assert run.accuracy >= 0.80
         [(host, _, logged_mode)] = _listening(caplog)
         assert (host, logged_mode) == (net.driver, mode)
         assert watch.dashboard is not None
-        assert watch.dashboard.startswith(f"http://{net.driver}:") and "127.0.0.1" not in watch.dashboard
+        assert (
+            watch.dashboard.startswith(f"http://{net.driver}:")
+            and "127.0.0.1" not in watch.dashboard
+        )
         everyone = sorted(h.address for h in net.hosts)
         for where in net.hosts:  # the dashboard link and `tensorspark status`, from each host
             done = status_from(where, watch.dashboard)
@@ -80,7 +85,9 @@ def test_tf1_across_hosts(
             assert _hosts_of(status) == everyone  # one worker per host, joined from its own address
         rows = partition_rows(run.result)
         assert sum(rows) == 60000
-        assert run.result.status["applied_pushes"] == expected_pushes(rows, epochs=2, batch_size=100, sync_interval=100)
+        assert run.result.status["applied_pushes"] == expected_pushes(
+            rows, epochs=2, batch_size=100, sync_interval=100
+        )
         assert run.result.status["duplicate_pushes"] == 0
     finally:
         run.session.close()
@@ -98,7 +105,9 @@ def test_keras_fit_across_hosts(
     net = netns_cluster.net
     rdd, test = data(hosts_sc, fashion_mnist_dir, one_hot=False)
     model = keras_model()
-    sess = sps.SparkSession(hosts_sc, model, name=f"netns_keras_{mode}", batch_size=64, sync_interval=50, mode=mode)
+    sess = sps.SparkSession(
+        hosts_sc, model, name=f"netns_keras_{mode}", batch_size=64, sync_interval=50, mode=mode
+    )
     history = sess.fit(rdd, epochs=2, progress=False)
     assert history.history["loss"][-1] < history.history["loss"][0]
     _, accuracy = model.evaluate(test.images, test.labels, batch_size=1000, verbose=0)

@@ -81,7 +81,9 @@ def both_executors(lost_sc: SparkContext, netns_cluster: NetnsCluster) -> Iterat
 def _victim_training(victim: Host) -> Any:
     def condition(status: dict[str, Any]) -> bool:
         return any(
-            w.get("host") == victim.address and w["state"] == "active" and int(w["pushes"]) >= KILL_AFTER_PUSHES
+            w.get("host") == victim.address
+            and w["state"] == "active"
+            and int(w["pushes"]) >= KILL_AFTER_PUSHES
             for w in status["workers"]
         )
 
@@ -98,22 +100,33 @@ def _port_closed(dashboard: str) -> bool:
 
 
 def _assert_nothing_of_the_run_left(watch: RunWatch) -> None:
-    assert watch.dashboard is not None and _port_closed(watch.dashboard), "the parameter server still listens"
+    assert watch.dashboard is not None and _port_closed(watch.dashboard), (
+        "the parameter server still listens"
+    )
     assert [t.name for t in threading.enumerate() if t.name.startswith("tensorspark-")] == []
 
 
 def _victim_partition(status: dict[str, Any], victim: Host) -> int:
-    [partition] = [int(w["partition"]) for w in status["workers"] if w.get("host") == victim.address]
+    [partition] = [
+        int(w["partition"]) for w in status["workers"] if w.get("host") == victim.address
+    ]
     return partition
 
 
 def _kill_executor(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]) -> Any:
     def kill(status: dict[str, Any]) -> None:
         executors = netns_cluster.executors(victim)
-        assert len(executors) == 1, f"expected one executor JVM on {victim.namespace}, found {executors}"
+        assert len(executors) == 1, (
+            f"expected one executor JVM on {victim.namespace}, found {executors}"
+        )
         [(pid, executor)] = executors.items()
         os.kill(pid, signal.SIGKILL)
-        record.update(pids=[pid], executor=executor, at=time.monotonic(), partition=_victim_partition(status, victim))
+        record.update(
+            pids=[pid],
+            executor=executor,
+            at=time.monotonic(),
+            partition=_victim_partition(status, victim),
+        )
 
     return kill
 
@@ -122,12 +135,19 @@ def _kill_host(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]
     def kill(status: dict[str, Any]) -> None:
         [executor] = netns_cluster.executors(victim).values()
         pids = netns_cluster.kill_host(victim)
-        record.update(pids=pids, executor=executor, at=time.monotonic(), partition=_victim_partition(status, victim))
+        record.update(
+            pids=pids,
+            executor=executor,
+            at=time.monotonic(),
+            partition=_victim_partition(status, victim),
+        )
 
     return kill
 
 
-@pytest.mark.parametrize(("what", "staleness"), [("executor", None), ("executor", 1), ("host", None)])
+@pytest.mark.parametrize(
+    ("what", "staleness"), [("executor", None), ("executor", 1), ("host", None)]
+)
 def test_async_run_survives(
     what: str,
     staleness: int | None,
@@ -144,7 +164,11 @@ def test_async_run_survives(
         action = watch.when(_victim_training(victim), killer)
         try:
             run = train_tf1(
-                lost_sc, *mnist, name=f"lost_{what}_{staleness}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
+                lost_sc,
+                *mnist,
+                name=f"lost_{what}_{staleness}",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
                 max_staleness=staleness,
             )
             run.session.close()
@@ -155,7 +179,9 @@ def test_async_run_survives(
     rows = partition_rows(run.result)
     assert sum(rows) == 60000
     # Exactly what the data implies: nothing applied twice, no batch lost.
-    assert status["applied_pushes"] == expected_pushes(rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL)
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
     assert status["samples"] == EPOCHS * 60000
     # The lost partition's task ran again and resumed after its last applied push. (Its
     # attempt number may be 0 again: when the lost executor held shuffle output, Spark
@@ -184,8 +210,13 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
         try:
             with pytest.raises(ExecutorLostError) as info:
                 train_tf1(
-                    lost_sc, *mnist, name=f"lost_sync_{what}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
-                    mode="sync", checkpoint_dir=checkpoints,
+                    lost_sc,
+                    *mnist,
+                    name=f"lost_sync_{what}",
+                    epochs=EPOCHS,
+                    sync_interval=SYNC_INTERVAL,
+                    mode="sync",
+                    checkpoint_dir=checkpoints,
                 )
             failed_at = time.monotonic()
         finally:
@@ -203,10 +234,20 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     if what == "host":
         return  # one host left: a sync run of 2 partitions has no slots (it says so; see test_cluster_training)
     # The remedy the message names: once the executor is replaced, resume finishes the run exactly.
-    poll(lambda: int(lost_sc._jsc.sc().getExecutorMemoryStatus().size()) >= 3, 120.0, "a new executor")  # noqa: SLF001
+    poll(
+        lambda: int(lost_sc._jsc.sc().getExecutorMemoryStatus().size()) >= 3,
+        120.0,
+        "a new executor",
+    )  # noqa: SLF001
     run = train_tf1(
-        lost_sc, *mnist, name=f"lost_sync_{what}", epochs=EPOCHS, sync_interval=SYNC_INTERVAL,
-        mode="sync", checkpoint_dir=checkpoints, resume=True,
+        lost_sc,
+        *mnist,
+        name=f"lost_sync_{what}",
+        epochs=EPOCHS,
+        sync_interval=SYNC_INTERVAL,
+        mode="sync",
+        checkpoint_dir=checkpoints,
+        resume=True,
     )
     run.session.close()
     rows = partition_rows(run.result)
@@ -217,7 +258,9 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     assert run.accuracy >= 0.80
 
 
-def test_nothing_left_after_the_application(lost_sc: SparkContext, netns_cluster: NetnsCluster) -> None:
+def test_nothing_left_after_the_application(
+    lost_sc: SparkContext, netns_cluster: NetnsCluster
+) -> None:
     """Last in the module: once the application ends, its hosts hold only their Workers, and
     its scratch folders are gone (those of a Worker killed with its host excepted: a crashed
     host's disk keeps them until Spark's worker cleanup or the host's /tmp policy)."""
@@ -226,7 +269,9 @@ def test_nothing_left_after_the_application(lost_sc: SparkContext, netns_cluster
     for host in netns_cluster.net.hosts:
 
         def only_the_worker(host: Host = host) -> bool:
-            return all(b"deploy.worker.Worker" in _cmdline(pid) for pid in namespace_pids(host.namespace))
+            return all(
+                b"deploy.worker.Worker" in _cmdline(pid) for pid in namespace_pids(host.namespace)
+            )
 
         poll(only_the_worker, 90.0, f"every process of the application on {host.namespace} to end")
 

@@ -32,7 +32,9 @@ class Trained:
 
 def data(sc: Any, fashion_mnist_dir: Path, one_hot: bool = True) -> tuple[Any, Any]:
     """The training RDD (``PARTITIONS`` partitions) and the test split."""
-    return load_mnist_rdd(sc, f"file://{fashion_mnist_dir}", one_hot_labels=one_hot, num_partitions=PARTITIONS)
+    return load_mnist_rdd(
+        sc, f"file://{fashion_mnist_dir}", one_hot_labels=one_hot, num_partitions=PARTITIONS
+    )
 
 
 def train_tf1(
@@ -77,7 +79,9 @@ def train_tf1(
         sess.close()
         tf_sess.close()
         raise
-    accuracy = float(tf_sess.run(g["accuracy"], feed_dict={g["x"]: test.images, g["y_"]: test.labels}))
+    accuracy = float(
+        tf_sess.run(g["accuracy"], feed_dict={g["x"]: test.images, g["y_"]: test.labels})
+    )
     tf_sess.close()
     return Trained(result, accuracy, sess)
 
@@ -87,9 +91,17 @@ def keras_model() -> Any:
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return model
 
 

@@ -176,7 +176,9 @@ def wait_for_checkpoints(
                 f"before {count}: the run was too short to crash mid-way\n{run.tail()}"
             )
         if time.monotonic() > deadline:
-            pytest.fail(f"no {count} checkpoints within {timeout:.0f} s (seen {sorted(seen)})\n{run.tail()}")
+            pytest.fail(
+                f"no {count} checkpoints within {timeout:.0f} s (seen {sorted(seen)})\n{run.tail()}"
+            )
         time.sleep(0.05)
 
 
@@ -255,4 +257,6 @@ def assert_resumed_exactly(outcome: CrashAndResume, shape: Shape) -> None:
     assert final.meta["extra"]["applied_pushes"] == expected
     assert final.progress == shape.final_progress()
     accuracy = resumed_run.accuracy()
-    assert accuracy >= ACCURACY_BAR, f"accuracy {accuracy:.4f} < {ACCURACY_BAR}\n{resumed_run.tail()}"
+    assert accuracy >= ACCURACY_BAR, (
+        f"accuracy {accuracy:.4f} < {ACCURACY_BAR}\n{resumed_run.tail()}"
+    )

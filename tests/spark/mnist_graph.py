@@ -22,7 +22,9 @@ class Softmax:
     accuracy: Any
 
     def test_accuracy(self, images: np.ndarray, labels_one_hot: np.ndarray) -> float:
-        return float(self.sess.run(self.accuracy, feed_dict={self.x: images, self.y_: labels_one_hot}))
+        return float(
+            self.sess.run(self.accuracy, feed_dict={self.x: images, self.y_: labels_one_hot})
+        )
 
 
 def softmax_regression(learning_rate: float = 0.1) -> Softmax:

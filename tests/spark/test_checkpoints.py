@@ -25,10 +25,19 @@ def rows(fashion_mnist_dir):  # type: ignore[no-untyped-def]
 
 def _run(sc, rows, m, ckpt_dir, **kw):  # type: ignore[no-untyped-def]
     spark_sess = sps.SparkSession(
-        sc, m.sess, sync_interval=2, batch_size=100, checkpoint_dir=str(ckpt_dir), checkpoint_interval=0.2, **kw
+        sc,
+        m.sess,
+        sync_interval=2,
+        batch_size=100,
+        checkpoint_dir=str(ckpt_dir),
+        checkpoint_interval=0.2,
+        **kw,
     )
     result = spark_sess.run(
-        m.train_step, feed_rdd=sc.parallelize(rows, 2), feed_name_list=[m.x.name, m.y_.name], param_list=[m.W, m.b],
+        m.train_step,
+        feed_rdd=sc.parallelize(rows, 2),
+        feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b],
         num_epoch=2,
     )
     return spark_sess, result
@@ -45,7 +54,11 @@ def test_run_writes_checkpoints_and_the_last_is_the_final_state(sc, rows, tmp_pa
     assert ckpt.mode == "async"
     syncs = {p["partition"]: math.ceil(math.ceil(p["rows"] / 100) / 2) for p in result.partitions}
     assert ckpt.progress == {p: {"epoch": 1, "seq": n - 1} for p, n in syncs.items()}
-    assert ckpt.meta["extra"]["applied_pushes"] == result.status["applied_pushes"] == 2 * sum(syncs.values())
+    assert (
+        ckpt.meta["extra"]["applied_pushes"]
+        == result.status["applied_pushes"]
+        == 2 * sum(syncs.values())
+    )
 
 
 def test_resume_continues_and_skips_what_was_applied(sc, rows, tmp_path) -> None:
@@ -55,7 +68,9 @@ def test_resume_continues_and_skips_what_was_applied(sc, rows, tmp_path) -> None
     spark_sess, result = _run(sc, rows, m, tmp_path, resume=True)
     # Everything was applied already: the resumed run trains nothing and keeps the weights.
     assert result.status["applied_pushes"] == 0
-    assert all(p["counts"]["skipped_batches"] == 2 * math.ceil(p["rows"] / 100) for p in result.partitions)
+    assert all(
+        p["counts"]["skipped_batches"] == 2 * math.ceil(p["rows"] / 100) for p in result.partitions
+    )
     assert result.version == first.version
     np.testing.assert_array_equal(m.sess.run(m.W), first.params[m.W.name])
 
@@ -77,7 +92,9 @@ def test_resume_refuses_a_different_model(sc, rows, tmp_path) -> None:
         sess.run(tf1.global_variables_initializer())
     spark_sess = sps.SparkSession(sc, sess, checkpoint_dir=str(tmp_path), resume=True)
     with pytest.raises(CheckpointError) as info:
-        spark_sess.run(step, feed_rdd=sc.parallelize(rows[:200], 2), feed_name_list=[x.name, y_.name])
+        spark_sess.run(
+            step, feed_rdd=sc.parallelize(rows[:200], 2), feed_name_list=[x.name, y_.name]
+        )
     message = str(info.value)
     assert "Variable:0" in message and "(784, 10)" in message and "(784, 20)" in message
     assert "Variable_1:0" in message

@@ -30,14 +30,28 @@ def mlp(seed: int = 0) -> keras.Model:
     return _mlp(seed)
 
 
-def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(sc: SparkContext, fashion: MnistData, tmp_path: Path) -> None:
-    train = sc.parallelize(list(zip(fashion.train_images[:ROWS], fashion.train_labels[:ROWS], strict=True)), 2)
-    test = sc.parallelize(list(zip(fashion.test_images[:2000], fashion.test_labels[:2000], strict=True)), 2)
+def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(
+    sc: SparkContext, fashion: MnistData, tmp_path: Path
+) -> None:
+    train = sc.parallelize(
+        list(zip(fashion.train_images[:ROWS], fashion.train_labels[:ROWS], strict=True)), 2
+    )
+    test = sc.parallelize(
+        list(zip(fashion.test_images[:2000], fashion.test_labels[:2000], strict=True)), 2
+    )
     # Sync mode, as README advises for the outer optimizer: with fixed seeds the run is
     # deterministic (async nesterov ended at 0.7485-0.77 over runs of the whole suite).
     options = dict(
-        sync_interval=15, batch_size=64, mode="sync", weight_combiner="nesterov", outer_lr=1.0, outer_momentum=0.5,
-        compression="int8", ps_shards=2, checkpoint_dir=str(tmp_path), checkpoint_interval=3600,
+        sync_interval=15,
+        batch_size=64,
+        mode="sync",
+        weight_combiner="nesterov",
+        outer_lr=1.0,
+        outer_momentum=0.5,
+        compression="int8",
+        ps_shards=2,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_interval=3600,
     )
     first = sps.SparkSession(sc, mlp(), **options)  # type: ignore[arg-type]
     history = first.fit(train, epochs=1, validation_data=test, progress=False)
@@ -61,6 +75,8 @@ def test_sharded_int8_nesterov_fit_checkpoints_and_resumes(sc: SparkContext, fas
     again = sps.SparkSession(sc, mlp(seed=3), resume=True, **options)  # type: ignore[arg-type]
     resumed = again.fit(train, epochs=2, validation_data=test, progress=False)
     skipped = sum(p["counts"]["skipped_batches"] for p in resumed.result.partitions)
-    assert skipped == 2 * math.ceil(ROWS / 2 / 64)  # epoch 0 was done: both partitions skip its batches
+    assert skipped == 2 * math.ceil(
+        ROWS / 2 / 64
+    )  # epoch 0 was done: both partitions skip its batches
     assert resumed.result.version > saved.version
     assert resumed.history["val_accuracy"][-1] > 0.75

@@ -34,13 +34,22 @@ def _closed(port: int) -> bool:
 def test_seed_example_trains_on_spark(sc, fashion, image_label_rows) -> None:
     m = softmax_regression(0.1)
     rdd = sc.parallelize(image_label_rows, 2)
-    spark_sess = sps.SparkSession(sc, m.sess, user="alice", name="spark_mnist", sync_interval=100, batch_size=100)
+    spark_sess = sps.SparkSession(
+        sc, m.sess, user="alice", name="spark_mnist", sync_interval=100, batch_size=100
+    )
     result = spark_sess.run(
-        m.train_step, feed_rdd=rdd, feed_name_list=[m.x.name, m.y_.name], param_list=[m.W, m.b],
-        shuffle_within_partition=True, num_epoch=2, loss=m.loss,
+        m.train_step,
+        feed_rdd=rdd,
+        feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b],
+        shuffle_within_partition=True,
+        num_epoch=2,
+        loss=m.loss,
     )
     accuracy = m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels))
-    print(f"test accuracy {accuracy:.4f}, {result.seconds:.1f}s, {result.status['applied_pushes']} pushes")
+    print(
+        f"test accuracy {accuracy:.4f}, {result.seconds:.1f}s, {result.status['applied_pushes']} pushes"
+    )
     assert accuracy >= 0.80
     # The driver's session holds exactly the server's final parameters.
     final = spark_sess.server.params()
@@ -53,7 +62,13 @@ def test_seed_example_trains_on_spark(sc, fashion, image_label_rows) -> None:
     assert result.status["applied_pushes"] == expected_syncs
     assert _closed(spark_sess.server.port)
     # Without feed_rdd, run() is the wrapped session's run().
-    assert spark_sess.run(m.accuracy, feed_dict={m.x: fashion.test_images[:10], m.y_: one_hot(fashion.test_labels[:10])}) >= 0
+    assert (
+        spark_sess.run(
+            m.accuracy,
+            feed_dict={m.x: fashion.test_images[:10], m.y_: one_hot(fashion.test_labels[:10])},
+        )
+        >= 0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +82,14 @@ def _session(sc, m, **kw):  # type: ignore[no-untyped-def]
 
 def test_feed_name_not_in_graph(sc, small_rows) -> None:
     m = softmax_regression()
-    with pytest.raises(ConfigurationError, match=r"feed name 'nope:0' is not a tensor.*Placeholders in the graph"):
-        _session(sc, m).run(m.train_step, feed_rdd=sc.parallelize(small_rows, 2), feed_name_list=["nope:0", m.y_.name])
+    with pytest.raises(
+        ConfigurationError, match=r"feed name 'nope:0' is not a tensor.*Placeholders in the graph"
+    ):
+        _session(sc, m).run(
+            m.train_step,
+            feed_rdd=sc.parallelize(small_rows, 2),
+            feed_name_list=["nope:0", m.y_.name],
+        )
 
 
 def test_element_length_differs(sc, small_rows) -> None:
@@ -81,7 +102,10 @@ def test_element_length_differs(sc, small_rows) -> None:
 def test_row_shape_does_not_fit(sc, small_rows) -> None:
     m = softmax_regression()
     rdd = sc.parallelize([(img[:100], lab) for img, lab in small_rows], 2)
-    with pytest.raises(ConfigurationError, match=r"shape \[100\], which does not fit the placeholder's shape \[None, 784\]"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"shape \[100\], which does not fit the placeholder's shape \[None, 784\]",
+    ):
         _session(sc, m).run(m.train_step, feed_rdd=rdd, feed_name_list=[m.x.name, m.y_.name])
 
 
@@ -89,14 +113,19 @@ def test_param_list_entry_not_a_variable(sc, small_rows) -> None:
     m = softmax_regression()
     with pytest.raises(ConfigurationError, match="param_list entries must be variables"):
         _session(sc, m).run(
-            m.train_step, feed_rdd=sc.parallelize(small_rows, 2), feed_name_list=[m.x.name, m.y_.name], param_list=[m.loss]
+            m.train_step,
+            feed_rdd=sc.parallelize(small_rows, 2),
+            feed_name_list=[m.x.name, m.y_.name],
+            param_list=[m.loss],
         )
 
 
 def test_empty_rdd(sc) -> None:
     m = softmax_regression()
     with pytest.raises(ConfigurationError, match="feed_rdd is empty"):
-        _session(sc, m).run(m.train_step, feed_rdd=sc.parallelize([], 2), feed_name_list=[m.x.name, m.y_.name])
+        _session(sc, m).run(
+            m.train_step, feed_rdd=sc.parallelize([], 2), feed_name_list=[m.x.name, m.y_.name]
+        )
 
 
 def _explode(row):  # type: ignore[no-untyped-def]
@@ -142,7 +171,9 @@ def test_busy_port_is_reported(sc, small_rows) -> None:
         port = holder.getsockname()[1]
         with pytest.raises(ParameterServerError, match=f"port 127.0.0.1:{port} is already in use"):
             _session(sc, m, server_port=port).run(
-                m.train_step, feed_rdd=sc.parallelize(small_rows, 2), feed_name_list=[m.x.name, m.y_.name]
+                m.train_step,
+                feed_rdd=sc.parallelize(small_rows, 2),
+                feed_name_list=[m.x.name, m.y_.name],
             )
 
 

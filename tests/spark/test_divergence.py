@@ -44,9 +44,16 @@ def _rows() -> list[tuple[np.ndarray, np.ndarray]]:
 
 def _run(sc, on_divergence: str):  # type: ignore[no-untyped-def]
     sess, x, y, w, train = _graph()
-    spark_sess = sps.SparkSession(sc, sess, sync_interval=1, batch_size=10, on_divergence=on_divergence)
+    spark_sess = sps.SparkSession(
+        sc, sess, sync_interval=1, batch_size=10, on_divergence=on_divergence
+    )
     rdd = sc.parallelize(_rows(), 2)
-    return spark_sess, sess, w, lambda: spark_sess.run(train, feed_rdd=rdd, feed_name_list=[x.name, y.name])
+    return (
+        spark_sess,
+        sess,
+        w,
+        lambda: spark_sess.run(train, feed_rdd=rdd, feed_name_list=[x.name, y.name]),
+    )
 
 
 def test_fail_raises_divergence_error_naming_partition_and_batches(sc) -> None:  # type: ignore[no-untyped-def]

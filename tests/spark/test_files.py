@@ -34,7 +34,11 @@ def fashion() -> MnistData:
 def mlp() -> keras.Model:
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
@@ -60,7 +64,10 @@ def test_rdd_dataframe_and_files_train_the_same_model(
     inputs = {
         "rdd": (sc.parallelize(list(zip(x, y, strict=True)), 1), {}),
         "dataframe": (frame, {"features_col": "pixels", "label_col": "y"}),
-        "parquet": (sps.files(str(tmp_path / "train.parquet"), "pixels", "y", num_partitions=1), {}),
+        "parquet": (
+            sps.files(str(tmp_path / "train.parquet"), "pixels", "y", num_partitions=1),
+            {},
+        ),
         "tfrecord": (sps.files(str(tmp_path / "tfr"), "pixels", "y", num_partitions=1), {}),
     }
     weights = {}
@@ -104,7 +111,9 @@ def _syncs(rows: int, batch_size: int, sync_interval: int) -> int:
     return -(-batches // sync_interval)
 
 
-def test_a_task_killed_mid_epoch_resumes_exactly_once(sc_retry: SparkContext, fashion: MnistData) -> None:
+def test_a_task_killed_mid_epoch_resumes_exactly_once(
+    sc_retry: SparkContext, fashion: MnistData
+) -> None:
     """The seed's run over the idx files, one task SIGKILLed mid-epoch: Spark retries it and
     it resumes after its last applied push; every batch is applied exactly once."""
     m = softmax_regression(0.1)
@@ -130,20 +139,31 @@ def test_a_task_killed_mid_epoch_resumes_exactly_once(sc_retry: SparkContext, fa
     # retry resumes across a shard boundary. With two tasks of such unequal size, the retry
     # of one (a fresh worker importing TensorFlow) trains alone after the other has
     # finished, and the model ends where that shard's data left it.
-    data = sps.files(str(FASHION_MNIST_DIR), format="idx", scale=1 / 255, one_hot=10, num_partitions=1)
+    data = sps.files(
+        str(FASHION_MNIST_DIR), format="idx", scale=1 / 255, one_hot=10, num_partitions=1
+    )
     result = spark_sess.run(
-        m.train_step, feed_rdd=data, feed_name_list=[m.x.name, m.y_.name], param_list=[m.W, m.b],
-        num_epoch=2, shuffle_within_partition=True, progress=False,
+        m.train_step,
+        feed_rdd=data,
+        feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b],
+        num_epoch=2,
+        shuffle_within_partition=True,
+        progress=False,
     )
     killer.join(5)
     assert killed, "no task was killed"
     retried = [p for p in result.partitions if p["attempt"] > 0]
     assert len(retried) == 1 and retried[0]["counts"]["skipped_batches"] > 0
-    expected = sum(2 * _syncs(p["rows"], batch_size=100, sync_interval=5) for p in result.partitions)
+    expected = sum(
+        2 * _syncs(p["rows"], batch_size=100, sync_interval=5) for p in result.partitions
+    )
     status = result.status
     assert status["applied_pushes"] == expected
     assert sum(p["rows"] for p in result.partitions) == 60000
-    for p in result.partitions:  # every record trained on once per epoch, or skipped as applied before
+    for (
+        p
+    ) in result.partitions:  # every record trained on once per epoch, or skipped as applied before
         trained = sum(e["samples"] for e in p["epochs"])
         assert trained + p["counts"]["skipped_samples"] == 2 * p["rows"]
     assert m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)) >= 0.80
@@ -160,42 +180,78 @@ def test_predict_writes_parquet_read_back_in_input_order(
     _parquet(tmp_path / "in" / "a.parquet", x[:1500], np.zeros(1500, np.int64), row_group=400)
     _parquet(tmp_path / "in" / "b.parquet", x[1500:], np.zeros(1000, np.int64), row_group=300)
     out = str(tmp_path / "preds")
-    written = sps.predict(sc, model, sps.files(str(tmp_path / "in"), "pixels", num_partitions=3), output=out, batch_size=128)
+    written = sps.predict(
+        sc,
+        model,
+        sps.files(str(tmp_path / "in"), "pixels", num_partitions=3),
+        output=out,
+        batch_size=128,
+    )
     assert written.rows == 2500
-    assert [f.rsplit("/", 1)[1] for f in written.files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
-    assert sorted(os.listdir(out)) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert [f.rsplit("/", 1)[1] for f in written.files] == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+    assert sorted(os.listdir(out)) == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
     rows = spark.read.parquet(out).withColumn("file", F.input_file_name()).collect()
     by_file: dict[str, list[list[float]]] = {}
     for row in rows:  # Spark keeps each file's rows in order; the names give the files' order
         by_file.setdefault(row.file, []).append(row.prediction)
     got = np.array([p for name in sorted(by_file) for p in by_file[name]], np.float32)
     np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ConfigurationError, match=r"`output` must be a new or empty folder; .*preds already holds \['part-00000.parquet'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"`output` must be a new or empty folder; .*preds already holds \['part-00000.parquet'",
+    ):
         sps.predict(sc, model, sps.files(str(tmp_path / "in"), "pixels"), output=out)
 
 
-def test_a_corrupt_tfrecord_fails_fit_with_the_file_and_offset(sc: SparkContext, tmp_path: Path) -> None:
+def test_a_corrupt_tfrecord_fails_fit_with_the_file_and_offset(
+    sc: SparkContext, tmp_path: Path
+) -> None:
     from tensorspark.fileio import example
     from tensorspark.fileio.tfrecord import frame
 
     good = example.encode_example(
-        [("pixels", example.encode_feature("float_list", np.zeros(784))), ("y", example.encode_feature("int64_list", [1]))]
+        [
+            ("pixels", example.encode_feature("float_list", np.zeros(784))),
+            ("y", example.encode_feature("int64_list", [1])),
+        ]
     )
     record = bytearray(frame(good))
     record[-1] ^= 0xFF
     (tmp_path / "bad.tfrecord").write_bytes(frame(good) * 3 + bytes(record))
     ks = sps.SparkSession(sc, mlp(), batch_size=2)
-    with pytest.raises(ConfigurationError, match=rf"TFRecord file://.*bad\.tfrecord is corrupt: bad CRC of the record at offset {3 * len(record)}"):
+    with pytest.raises(
+        ConfigurationError,
+        match=rf"TFRecord file://.*bad\.tfrecord is corrupt: bad CRC of the record at offset {3 * len(record)}",
+    ):
         ks.fit(sps.files(str(tmp_path / "bad.tfrecord"), "pixels", "y"), progress=False)
     assert ks.server is not None and not ks.server.running
 
 
-def test_sync_mode_reads_files_in_a_barrier_stage(sc: SparkContext, fashion: MnistData, tmp_path: Path) -> None:
-    _parquet(tmp_path / "a.parquet", fashion.train_images[:6000], fashion.train_labels[:6000], row_group=1000)
+def test_sync_mode_reads_files_in_a_barrier_stage(
+    sc: SparkContext, fashion: MnistData, tmp_path: Path
+) -> None:
+    _parquet(
+        tmp_path / "a.parquet",
+        fashion.train_images[:6000],
+        fashion.train_labels[:6000],
+        row_group=1000,
+    )
     m = softmax_regression(0.1)
     spark_sess = sps.SparkSession(sc, m.sess, sync_interval=5, batch_size=100, mode="sync")
     data = sps.files(str(tmp_path / "a.parquet"), "pixels", "y", one_hot=10, num_partitions=2)
-    result = spark_sess.run(m.train_step, feed_rdd=data, feed_name_list=[m.x.name, m.y_.name], progress=False)
+    result = spark_sess.run(
+        m.train_step, feed_rdd=data, feed_name_list=[m.x.name, m.y_.name], progress=False
+    )
     assert sorted(p["rows"] for p in result.partitions) == [3000, 3000]
     assert result.status["round"] == result.version == _syncs(3000, batch_size=100, sync_interval=5)
-    assert m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)) >= 0.6  # trained: 0.1 untrained
+    assert (
+        m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)) >= 0.6
+    )  # trained: 0.1 untrained

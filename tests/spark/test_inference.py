@@ -146,8 +146,12 @@ def test_binary_column_of_uint8_pixels_matches_model_predict(
 
 @pytest.mark.parametrize("dtype", ["float32", ">f8"])
 def test_binary_column_of_other_dtypes(
-    sc: SparkContext, spark: SparkSession, model: keras.Model, images: np.ndarray,
-    expected: np.ndarray, dtype: str,
+    sc: SparkContext,
+    spark: SparkSession,
+    model: keras.Model,
+    images: np.ndarray,
+    expected: np.ndarray,
+    dtype: str,
 ) -> None:
     import pandas as pd
 
@@ -174,7 +178,9 @@ def test_binary_rows_that_do_not_fit(
         [(1, bytes(784)), (2, bytes(5)), (3, None)], "id long, pixels binary"
     ).coalesce(1)
     result = predict(sc, model, later, features_col="pixels")
-    with pytest.raises(Exception, match=r"must hold 784 bytes, 784 x uint8.*Received: a row with 5 bytes"):
+    with pytest.raises(
+        Exception, match=r"must hold 784 bytes, 784 x uint8.*Received: a row with 5 bytes"
+    ):
         result.collect()
     nulls = predict(sc, model, later.where("id != 2"), features_col="pixels")
     with pytest.raises(Exception, match=r"Received: a row with -1 bytes \(-1: null\)"):
@@ -183,10 +189,14 @@ def test_binary_rows_that_do_not_fit(
 
 def test_bad_feature_dtype(sc: SparkContext, spark: SparkSession, model: keras.Model) -> None:
     binary = spark.createDataFrame([(1, bytes(784))], ["id", "pixels"])
-    with pytest.raises(ConfigurationError, match=r"numpy number dtype.*Received: feature_dtype='text'"):
+    with pytest.raises(
+        ConfigurationError, match=r"numpy number dtype.*Received: feature_dtype='text'"
+    ):
         predict(sc, model, binary, features_col="pixels", feature_dtype="text")
     numbers = spark.createDataFrame([(1, [0.0] * 784)], ["id", "pixels"])
-    with pytest.raises(ConfigurationError, match=r"of type array<double>, whose numbers carry their own type"):
+    with pytest.raises(
+        ConfigurationError, match=r"of type array<double>, whose numbers carry their own type"
+    ):
         predict(sc, model, numbers, features_col="pixels", feature_dtype="uint8")
     with pytest.raises(ConfigurationError, match=r"RDD rows carry their own dtype"):
         predict(sc, model, sc.parallelize([np.zeros(784)]), feature_dtype="uint8")
@@ -327,12 +337,20 @@ def test_later_dataframe_row_that_does_not_fit_fails_the_job(
         result.collect()
 
 
-def test_rdd_rows_that_do_not_fit_the_input_fail_the_action(sc: SparkContext, model: keras.Model) -> None:
+def test_rdd_rows_that_do_not_fit_the_input_fail_the_action(
+    sc: SparkContext, model: keras.Model
+) -> None:
     result = predict(sc, model, sc.parallelize([np.zeros(784), np.zeros((28, 27))], 1))
-    with pytest.raises(Exception, match=r"must hold 784 numbers.*Received: row 1 of this partition with shape \(28, 27\)"):
+    with pytest.raises(
+        Exception,
+        match=r"must hold 784 numbers.*Received: row 1 of this partition with shape \(28, 27\)",
+    ):
         result.collect()
     result = predict(sc, model, sc.parallelize(["not numbers"], 1))
-    with pytest.raises(Exception, match=r"RDD elements must be numeric arrays.*Received: row 0 of this partition: 'not numbers'"):
+    with pytest.raises(
+        Exception,
+        match=r"RDD elements must be numeric arrays.*Received: row 0 of this partition: 'not numbers'",
+    ):
         result.collect()
 
 

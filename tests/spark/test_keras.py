@@ -81,10 +81,14 @@ def test_fit_dataframe_three_epochs_reaches_accuracy(
     assert history.history["val_accuracy"][-1] == pytest.approx(local["accuracy"], abs=1e-6)
 
 
-def test_evaluate_dataframe_with_vectors_matches_keras(sc: SparkContext, spark: SQLSession, fashion: MnistData) -> None:
+def test_evaluate_dataframe_with_vectors_matches_keras(
+    sc: SparkContext, spark: SQLSession, fashion: MnistData
+) -> None:
     model = mlp(hidden=16)
     images, labels = fashion.test_images[:SMALL], fashion.test_labels[:SMALL]
-    rows = [(Vectors.dense(x.astype(np.float64)), float(y)) for x, y in zip(images, labels, strict=True)]
+    rows = [
+        (Vectors.dense(x.astype(np.float64)), float(y)) for x, y in zip(images, labels, strict=True)
+    ]
     df = spark.createDataFrame(rows, ["features", "label"]).repartition(3)
     ks = sps.SparkSession(sc, model, batch_size=50)
 
@@ -95,7 +99,9 @@ def test_evaluate_dataframe_with_vectors_matches_keras(sc: SparkContext, spark: 
     assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
 
 
-def test_predict_keeps_the_order_of_a_shuffled_dataframe(sc: SparkContext, spark: SQLSession, fashion: MnistData) -> None:
+def test_predict_keeps_the_order_of_a_shuffled_dataframe(
+    sc: SparkContext, spark: SQLSession, fashion: MnistData
+) -> None:
     model = mlp(hidden=16)
     df = frame(spark, fashion.test_images[:SMALL], fashion.test_labels[:SMALL], 3)
     df = df.orderBy((df["id"] * 7919) % 1000).repartition(4)  # shuffled rows, moved again
@@ -106,7 +112,9 @@ def test_predict_keeps_the_order_of_a_shuffled_dataframe(sc: SparkContext, spark
     assert list(out.columns) == ["id", "pixels", "y", "prediction"]
     want = model.predict(np.stack(out["pixels"].to_list()).astype(np.float32), verbose=0)
     assert np.abs(np.stack(out["prediction"].to_list()) - want).max() < 1e-5
-    np.testing.assert_array_equal(np.stack(out["pixels"].to_list())[:, :784], fashion.test_images[out["id"].to_numpy()])
+    np.testing.assert_array_equal(
+        np.stack(out["pixels"].to_list())[:, :784], fashion.test_images[out["id"].to_numpy()]
+    )
 
 
 def test_predict_rdd_keeps_input_order(sc: SparkContext, fashion: MnistData) -> None:
@@ -137,8 +145,12 @@ def custom_model() -> keras.Model:
 def test_custom_layer_trains_with_custom_objects(sc: SparkContext, fashion: MnistData) -> None:
     model = custom_model()
     before = [w.copy() for w in model.get_weights()]
-    rdd = sc.parallelize(list(zip(fashion.train_images[:SMALL], fashion.train_labels[:SMALL], strict=True)), 2)
-    ks = sps.SparkSession(sc, model, batch_size=50, sync_interval=5, custom_objects={"HalfScale": HalfScale})
+    rdd = sc.parallelize(
+        list(zip(fashion.train_images[:SMALL], fashion.train_labels[:SMALL], strict=True)), 2
+    )
+    ks = sps.SparkSession(
+        sc, model, batch_size=50, sync_interval=5, custom_objects={"HalfScale": HalfScale}
+    )
 
     history = ks.fit(rdd, epochs=1)
 
@@ -146,17 +158,26 @@ def test_custom_layer_trains_with_custom_objects(sc: SparkContext, fashion: Mnis
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
 
 
-def test_custom_layer_without_custom_objects_fails_before_the_job(sc: SparkContext, fashion: MnistData) -> None:
-    rdd = sc.parallelize(list(zip(fashion.train_images[:10], fashion.train_labels[:10], strict=True)), 2)
+def test_custom_layer_without_custom_objects_fails_before_the_job(
+    sc: SparkContext, fashion: MnistData
+) -> None:
+    rdd = sc.parallelize(
+        list(zip(fashion.train_images[:10], fashion.train_labels[:10], strict=True)), 2
+    )
     ks = sps.SparkSession(sc, custom_model())
-    with pytest.raises(ConfigurationError, match=r"custom class\(es\) 'HalfScale'.*custom_objects=\{'HalfScale': HalfScale\}"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"custom class\(es\) 'HalfScale'.*custom_objects=\{'HalfScale': HalfScale\}",
+    ):
         ks.fit(rdd)
     assert ks.server is None  # no training job was started
 
 
 def test_uncompiled_model_is_refused(sc: SparkContext) -> None:
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
-    with pytest.raises(ConfigurationError, match=r"must be compiled before training on Spark.*Received: model"):
+    with pytest.raises(
+        ConfigurationError, match=r"must be compiled before training on Spark.*Received: model"
+    ):
         sps.SparkSession(sc, model)
 
 
@@ -164,7 +185,8 @@ def test_features_of_the_wrong_shape_are_refused(sc: SparkContext) -> None:
     rdd = sc.parallelize([(np.zeros(100, np.float32), 1)] * 4, 2)
     ks = sps.SparkSession(sc, mlp(hidden=4))
     with pytest.raises(
-        ConfigurationError, match=r"must hold 784 numbers .*input shape \(None, 784\)\. Received: data=RDD, .*shape \(100,\)"
+        ConfigurationError,
+        match=r"must hold 784 numbers .*input shape \(None, 784\)\. Received: data=RDD, .*shape \(100,\)",
     ):
         ks.fit(rdd)
     assert ks.server is None
@@ -173,12 +195,17 @@ def test_features_of_the_wrong_shape_are_refused(sc: SparkContext) -> None:
 def test_labels_that_do_not_fit_the_loss_are_refused(sc: SparkContext) -> None:
     rdd = sc.parallelize([(np.zeros(784, np.float32), np.eye(10)[3])] * 4, 2)
     ks = sps.SparkSession(sc, mlp(hidden=4))
-    with pytest.raises(ConfigurationError, match=r"loss='sparse_categorical_crossentropy' expects one integer class id"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"loss='sparse_categorical_crossentropy' expects one integer class id",
+    ):
         ks.fit(rdd)
     assert ks.server is None
 
 
-def test_missing_dataframe_column_is_refused(sc: SparkContext, spark: SQLSession, fashion: MnistData) -> None:
+def test_missing_dataframe_column_is_refused(
+    sc: SparkContext, spark: SQLSession, fashion: MnistData
+) -> None:
     df = frame(spark, fashion.test_images[:8], fashion.test_labels[:8], 1)
     ks = sps.SparkSession(sc, mlp(hidden=4))
     with pytest.raises(

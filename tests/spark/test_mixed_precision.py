@@ -45,10 +45,14 @@ def test_fit_in_bfloat16_keeps_float32_master_weights(sc: SparkContext, fashion:
     model = mlp()
     x, y = fashion.train_images[:ROWS], fashion.train_labels[:ROWS]
     train = sc.parallelize(list(zip(x, y, strict=True)), 2)
-    test = sc.parallelize(list(zip(fashion.test_images[:2000], fashion.test_labels[:2000], strict=True)), 2)
+    test = sc.parallelize(
+        list(zip(fashion.test_images[:2000], fashion.test_labels[:2000], strict=True)), 2
+    )
     ks = sps.SparkSession(sc, model, sync_interval=10, batch_size=64)
 
-    history = ks.fit(train, epochs=2, validation_data=test, mixed_precision="mixed_bfloat16", progress=False)
+    history = ks.fit(
+        train, epochs=2, validation_data=test, mixed_precision="mixed_bfloat16", progress=False
+    )
 
     result = history.result
     assert {p.dtype for p in result.params.values()} == {np.dtype(np.float32)}
@@ -64,13 +68,17 @@ def test_fit_in_bfloat16_keeps_float32_master_weights(sc: SparkContext, fashion:
         assert partition["placement"]["visible_devices"] == expected_visible
 
 
-def test_predict_in_bfloat16_returns_float32_close_to_float32(sc: SparkContext, fashion: MnistData) -> None:
+def test_predict_in_bfloat16_returns_float32_close_to_float32(
+    sc: SparkContext, fashion: MnistData
+) -> None:
     model = mlp(seed=2)
     model.fit(fashion.train_images[:2000], fashion.train_labels[:2000], epochs=1, verbose=0)
     images = fashion.test_images[:512]
     rdd = sc.parallelize(list(images), 2)
 
-    mixed = np.stack(sps.predict(sc, model, rdd, batch_size=128, mixed_precision="mixed_bfloat16").collect())
+    mixed = np.stack(
+        sps.predict(sc, model, rdd, batch_size=128, mixed_precision="mixed_bfloat16").collect()
+    )
 
     exact = model.predict(images, verbose=0)
     assert mixed.dtype == np.float32 and mixed.shape == exact.shape
@@ -92,8 +100,15 @@ def _build(params: dict[str, Any]) -> keras.Model:
 def test_tune_builds_under_the_policy(sc: SparkContext, fashion: MnistData) -> None:
     train = (fashion.train_images[:2000], fashion.train_labels[:2000])
     result = sps.tune(
-        sc, _build, {"units": [16, 32]}, train, epochs=1, metric="loss", seed=1,
-        progress=False, mixed_precision="mixed_bfloat16",
+        sc,
+        _build,
+        {"units": [16, 32]},
+        train,
+        epochs=1,
+        metric="loss",
+        seed=1,
+        progress=False,
+        mixed_precision="mixed_bfloat16",
     )
     assert [t.error for t in result.trials] == [None, None]
     assert all(t.gpus == [] for t in result.trials)

@@ -42,13 +42,28 @@ def pipeline(est: KerasEstimator) -> Pipeline:
 
 def test_params_have_defaults_docs_and_copy_with_extra() -> None:
     est = KerasEstimator(model=small_mlp(), featuresCol="scaled", epochs=3)
-    assert (est.getFeaturesCol(), est.getLabelCol(), est.getPredictionCol()) == ("scaled", "label", "prediction")
-    assert (est.getEpochs(), est.getBatchSize(), est.getSyncInterval(), est.getMode()) == (3, 32, 20, "async")
+    assert (est.getFeaturesCol(), est.getLabelCol(), est.getPredictionCol()) == (
+        "scaled",
+        "label",
+        "prediction",
+    )
+    assert (est.getEpochs(), est.getBatchSize(), est.getSyncInterval(), est.getMode()) == (
+        3,
+        32,
+        20,
+        "async",
+    )
     assert est.getProbabilityCol() == "" and est.getTopK() == 0 and est.getLearningRate() is None
     text = est.explainParams()
     assert "syncInterval: mini-batches a worker trains between exchanges" in text
-    assert "learningRate: learning rate of the model's compiled optimizer" in text and "(undefined)" in text
-    assert "epochs: passes over each partition of the training data (>= 1) (default: 1, current: 3)" in text
+    assert (
+        "learningRate: learning rate of the model's compiled optimizer" in text
+        and "(undefined)" in text
+    )
+    assert (
+        "epochs: passes over each partition of the training data (>= 1) (default: 1, current: 3)"
+        in text
+    )
     other = est.copy({est.learningRate: 0.01, est.epochs: 5})
     assert (other.getLearningRate(), other.getEpochs(), other.uid) == (0.01, 5, est.uid)
     assert (est.getLearningRate(), est.getEpochs()) == (None, 3)
@@ -63,20 +78,31 @@ def test_pipeline_fits_transforms_and_round_trips_bit_identically(
 ) -> None:
     train, test = frames
     est = KerasEstimator(
-        model=small_mlp(), featuresCol="scaled", epochs=2, batchSize=64, syncInterval=10,
-        probabilityCol="probability", topK=3,
+        model=small_mlp(),
+        featuresCol="scaled",
+        epochs=2,
+        batchSize=64,
+        syncInterval=10,
+        probabilityCol="probability",
+        topK=3,
     )
     fitted = pipeline(est).fit(train)
     model = fitted.stages[-1]
     assert isinstance(model, KerasModel) and isinstance(model.kerasModel, keras.Model)
-    assert sorted(model.history.history) == ["accuracy", "loss"] and len(model.history.history["loss"]) == 2
+    assert (
+        sorted(model.history.history) == ["accuracy", "loss"]
+        and len(model.history.history["loss"]) == 2
+    )
     assert model.history.params["samples"] == 2000 and model.getEpochs() == 2
     out = predictions(fitted.transform(test), "label", "prediction", "probability", "topK")
     assert out["probability"].shape == (500, 10)
     np.testing.assert_array_equal(out["prediction"], out["probability"].argmax(axis=1))
     assert [row[0]["label"] for row in out["topK"]] == out["prediction"].astype(int).tolist()
-    np.testing.assert_allclose([[s["score"] for s in row] for row in out["topK"]],
-                               -np.sort(-out["probability"], axis=1)[:, :3], rtol=1e-6)
+    np.testing.assert_allclose(
+        [[s["score"] for s in row] for row in out["topK"]],
+        -np.sort(-out["probability"], axis=1)[:, :3],
+        rtol=1e-6,
+    )
     assert (out["prediction"] == out["label"]).mean() > 0.6
 
     fitted.write().overwrite().save(str(tmp_path / "pipeline"))
@@ -96,7 +122,9 @@ def test_pipeline_fits_transforms_and_round_trips_bit_identically(
     assert stage.keras_bytes() == est.keras_bytes()
 
 
-def test_cross_validator_in_parallel_tunes_the_learning_rate(spark: SQLSession, frames: tuple[Any, Any]) -> None:
+def test_cross_validator_in_parallel_tunes_the_learning_rate(
+    spark: SQLSession, frames: tuple[Any, Any]
+) -> None:
     train, _ = frames
     data = VectorAssembler(inputCols=PIXELS, outputCol="features").transform(train)
     est = KerasEstimator(model=small_mlp(), epochs=2, batchSize=64)
@@ -104,7 +132,11 @@ def test_cross_validator_in_parallel_tunes_the_learning_rate(spark: SQLSession, 
     # the executors build.
     grid = ParamGridBuilder().addGrid(est.learningRate, [1e-9, 3e-2]).build()
     cv = CrossValidator(
-        estimator=est, estimatorParamMaps=grid, numFolds=2, parallelism=2, seed=1,
+        estimator=est,
+        estimatorParamMaps=grid,
+        numFolds=2,
+        parallelism=2,
+        seed=1,
         evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
     )
     result = cv.fit(data)
@@ -113,13 +145,18 @@ def test_cross_validator_in_parallel_tunes_the_learning_rate(spark: SQLSession, 
     assert isinstance(result.bestModel, KerasModel) and result.bestModel.getLearningRate() == 3e-2
 
 
-def test_train_validation_split_in_parallel_over_epochs(spark: SQLSession, frames: tuple[Any, Any]) -> None:
+def test_train_validation_split_in_parallel_over_epochs(
+    spark: SQLSession, frames: tuple[Any, Any]
+) -> None:
     train, _ = frames
     data = VectorAssembler(inputCols=PIXELS, outputCol="features").transform(train)
     est = KerasEstimator(model=small_mlp(), batchSize=64, learningRate=3e-2)
     tvs = TrainValidationSplit(
-        estimator=est, estimatorParamMaps=ParamGridBuilder().addGrid(est.epochs, [1, 2]).build(),
-        evaluator=MulticlassClassificationEvaluator(metricName="accuracy"), parallelism=2, seed=1,
+        estimator=est,
+        estimatorParamMaps=ParamGridBuilder().addGrid(est.epochs, [1, 2]).build(),
+        evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
+        parallelism=2,
+        seed=1,
     )
     result = tvs.fit(data)
     one, two = result.validationMetrics
@@ -128,31 +165,55 @@ def test_train_validation_split_in_parallel_over_epochs(spark: SQLSession, frame
     assert best.getEpochs() == 2 and len(best.history.history["loss"]) == 2
 
 
-def test_bad_input_is_refused_with_the_param_named(spark: SQLSession, frames: tuple[Any, Any], tmp_path: Path) -> None:
+def test_bad_input_is_refused_with_the_param_named(
+    spark: SQLSession, frames: tuple[Any, Any], tmp_path: Path
+) -> None:
     train, test = frames
     est = KerasEstimator(model=small_mlp(), featuresCol="p0")
-    with pytest.raises(ConfigurationError, match=r"param featuresCol must name a column of type vector or array<number>.*Received: featuresCol='p0' of type double"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"param featuresCol must name a column of type vector or array<number>.*Received: featuresCol='p0' of type double",
+    ):
         est.fit(train)
     assembled = VectorAssembler(inputCols=PIXELS, outputCol="features").transform(train)
-    with pytest.raises(ConfigurationError, match=r"Argument `labelCol` must name a column of the DataFrame.*Received: labelCol='y'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Argument `labelCol` must name a column of the DataFrame.*Received: labelCol='y'",
+    ):
         KerasEstimator(model=small_mlp(), labelCol="y").fit(assembled)
-    with pytest.raises(ConfigurationError, match=r"param syncInterval must be a positive integer. Received: syncInterval=0"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"param syncInterval must be a positive integer. Received: syncInterval=0",
+    ):
         KerasEstimator(model=small_mlp(), syncInterval=0).fit(assembled)
-    with pytest.raises(ConfigurationError, match=r"must be a compiled keras.Model. Received: model of type str"):
+    with pytest.raises(
+        ConfigurationError, match=r"must be a compiled keras.Model. Received: model of type str"
+    ):
         KerasEstimator(model="model.keras")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="has no Keras model: pass model="):
         KerasEstimator().fit(assembled)
 
     # Loading a folder that is not a tensorspark model.
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigurationError, match=r"is not a saved tensorspark model: it has no Spark ML metadata"):
+    with pytest.raises(
+        ConfigurationError, match=r"is not a saved tensorspark model: it has no Spark ML metadata"
+    ):
         KerasModel.load(str(tmp_path / "empty"))
     scaler = StandardScaler(inputCol="features", outputCol="scaled").fit(assembled)
     scaler.write().save(str(tmp_path / "scaler"))
-    with pytest.raises(ConfigurationError, match=r"is not a saved tensorspark KerasModel: its Spark ML metadata names class 'org.apache.spark.ml.feature.StandardScalerModel'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"is not a saved tensorspark KerasModel: its Spark ML metadata names class 'org.apache.spark.ml.feature.StandardScalerModel'",
+    ):
         KerasModel.load(str(tmp_path / "scaler"))
     est.write().save(str(tmp_path / "estimator"))
-    with pytest.raises(ConfigurationError, match=r"names class 'tensorspark.ml.estimator.KerasEstimator'. Load it with KerasEstimator.load\(path\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"names class 'tensorspark.ml.estimator.KerasEstimator'. Load it with KerasEstimator.load\(path\)",
+    ):
         KerasModel.load(str(tmp_path / "estimator"))
-    with pytest.raises(ConfigurationError, match=r"the path already exists. Use .write\(\).overwrite\(\).save\(path\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"the path already exists. Use .write\(\).overwrite\(\).save\(path\)",
+    ):
         est.write().save(str(tmp_path / "estimator"))

@@ -29,22 +29,35 @@ def _syncs(rows: int, batch_size: int, sync_interval: int) -> int:
 
 def _train(sc, rows, fashion, *, num_epoch=2, shuffle=True, **kw):  # type: ignore[no-untyped-def]
     m = softmax_regression(0.1)
-    spark_sess = sps.SparkSession(sc, m.sess, sync_interval=kw.pop("sync_interval", 100), batch_size=100, **kw)
+    spark_sess = sps.SparkSession(
+        sc, m.sess, sync_interval=kw.pop("sync_interval", 100), batch_size=100, **kw
+    )
     result = spark_sess.run(
-        m.train_step, feed_rdd=rows, feed_name_list=[m.x.name, m.y_.name], param_list=[m.W, m.b],
-        shuffle_within_partition=shuffle, num_epoch=num_epoch, loss=m.loss,
+        m.train_step,
+        feed_rdd=rows,
+        feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b],
+        shuffle_within_partition=shuffle,
+        num_epoch=num_epoch,
+        loss=m.loss,
     )
     return m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels)), result
 
 
 @pytest.mark.parametrize(
     "options",
-    [{"mode": "sync"}, {"mode": "async", "max_staleness": 1}, {"mode": "async", "weight_combiner": "dynsgd"}],
+    [
+        {"mode": "sync"},
+        {"mode": "async", "max_staleness": 1},
+        {"mode": "async", "weight_combiner": "dynsgd"},
+    ],
     ids=["sync", "bounded-staleness", "dynsgd"],
 )
 def test_each_mode_trains_to_the_bar(sc, rows, fashion, options) -> None:
     accuracy, result = _train(sc, sc.parallelize(rows, 2), fashion, **options)
-    print(f"{options}: accuracy {accuracy:.4f} in {result.seconds:.1f}s, status {result.status['applied_pushes']}")
+    print(
+        f"{options}: accuracy {accuracy:.4f} in {result.seconds:.1f}s, status {result.status['applied_pushes']}"
+    )
     assert accuracy >= 0.80
     if options["mode"] == "sync":
         # one version per round; every partition contributed to each round it was active in
@@ -93,11 +106,15 @@ def test_sync_rounds_are_sample_weighted_averages(sc) -> None:
     ys = xs @ np.array([1.0, -2.0, 0.5]) + 0.3
     # Uneven on purpose: partition 0 keeps 30 of its 45 rows, partition 1 has 45.
     parts = [slice(0, 30), slice(45, 90)]
-    rdd = sc.parallelize([(xs[i], ys[i]) for i in range(90)], 2).mapPartitionsWithIndex(_first_30_of_partition_0)
+    rdd = sc.parallelize([(xs[i], ys[i]) for i in range(90)], 2).mapPartitionsWithIndex(
+        _first_30_of_partition_0
+    )
     lr, batch, interval = 0.0625, 10, 2  # a power of two: TF casts the rate through float32
     sess, x, y, w, b, step = _linear_graph(lr)
     spark_sess = sps.SparkSession(sc, sess, sync_interval=interval, batch_size=batch, mode="sync")
-    result = spark_sess.run(step, feed_rdd=rdd, feed_name_list=[x.name, y.name], param_list=[w, b], num_epoch=1)
+    result = spark_sess.run(
+        step, feed_rdd=rdd, feed_name_list=[x.name, y.name], param_list=[w, b], num_epoch=1
+    )
 
     gw, gb = np.zeros(3), 0.0
     rounds = 0
@@ -144,7 +161,9 @@ def test_task_retry_applies_every_batch_exactly_once(sc_retry, rows, fashion) ->
     assert retried["counts"]["skipped_batches"] > 0, "the retry must resume after its applied syncs"
     expected = sum(2 * _syncs(p["rows"], 100, 20) for p in result.partitions)
     status = result.status
-    print(f"retry: accuracy {accuracy:.4f}, applied {status['applied_pushes']}, duplicates {status['duplicate_pushes']}")
+    print(
+        f"retry: accuracy {accuracy:.4f}, applied {status['applied_pushes']}, duplicates {status['duplicate_pushes']}"
+    )
     assert status["applied_pushes"] == expected
     assert status["duplicate_pushes"] == sum(p["counts"]["duplicate"] for p in result.partitions)
     assert [e["samples"] for e in result.epochs][1] == 60000
@@ -165,6 +184,13 @@ def test_uneven_partitions_do_not_hang_sync_mode(sc, rows, fashion) -> None:
 def test_too_few_slots_for_sync_fails_fast(sc, rows) -> None:
     m = softmax_regression()
     spark_sess = sps.SparkSession(sc, m.sess, mode="sync")
-    with pytest.raises(ConfigurationError, match=r"all 3 partitions at once.*only 2 task slots.*at most 2 partitions"):
-        spark_sess.run(m.train_step, feed_rdd=sc.parallelize(rows[:300], 3), feed_name_list=[m.x.name, m.y_.name])
+    with pytest.raises(
+        ConfigurationError,
+        match=r"all 3 partitions at once.*only 2 task slots.*at most 2 partitions",
+    ):
+        spark_sess.run(
+            m.train_step,
+            feed_rdd=sc.parallelize(rows[:300], 3),
+            feed_name_list=[m.x.name, m.y_.name],
+        )
     assert spark_sess.server is None  # nothing was started

@@ -44,8 +44,13 @@ def _run(sc: Any, **kwargs: Any) -> Any:
     session = sps.SparkSession(sc, g["sess"], name="tiny", sync_interval=2, batch_size=16)
     try:
         return session.run(
-            g["step"], feed_rdd=_rdd(sc), feed_name_list=[g["x"].name, g["y"].name],
-            param_list=[g["w"], g["b"]], num_epoch=2, loss=g["loss"], **kwargs,
+            g["step"],
+            feed_rdd=_rdd(sc),
+            feed_name_list=[g["x"].name, g["y"].name],
+            param_list=[g["w"], g["b"]],
+            num_epoch=2,
+            loss=g["loss"],
+            **kwargs,
         )
     finally:
         g["sess"].close()
@@ -60,8 +65,12 @@ def test_progress_dashboard_url_and_tensorboard(  # type: ignore[no-untyped-def]
         result = _run(sc, tensorboard_dir=str(tmp_path / "tb"))
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith(("tiny:", "tensorspark:"))]
-    assert re.fullmatch(r"tensorspark: live dashboard at http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{64}", lines[0])
-    assert [r.getMessage() for r in caplog.records if "dashboard" in r.getMessage()] == [lines[0][len("tensorspark: live "):]]
+    assert re.fullmatch(
+        r"tensorspark: live dashboard at http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{64}", lines[0]
+    )
+    assert [r.getMessage() for r in caplog.records if "dashboard" in r.getMessage()] == [
+        lines[0][len("tensorspark: live ") :]
+    ]
     # Not a terminal: plain lines; the last one has every field of the finished run.
     assert re.fullmatch(
         rf"tiny: {2 * ROWS} samples \| epoch 2/2 \| loss [\d.e-]+ \| updates/s [\d.]+ \| elapsed \d+:\d\d",
@@ -87,7 +96,9 @@ def test_progress_false_prints_nothing(sc, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr() == ("", "")
 
 
-def test_keras_fit_writes_loss_and_metrics(sc, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_keras_fit_writes_loss_and_metrics(
+    sc, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     import keras
     import tensorflow as tf
 
@@ -97,5 +108,9 @@ def test_keras_fit_writes_loss_and_metrics(sc, tmp_path: Path, capsys: pytest.Ca
     session.fit(_rdd(sc), epochs=2, progress=False, tensorboard_dir=str(tmp_path))
     assert capsys.readouterr() == ("", "")
     (events,) = tmp_path.glob("events.out.tfevents.*")
-    tags = {value.tag for event in tf.compat.v1.train.summary_iterator(str(events)) for value in event.summary.value}
+    tags = {
+        value.tag
+        for event in tf.compat.v1.train.summary_iterator(str(events))
+        for value in event.summary.value
+    }
     assert {"loss", "metrics/mae", "updates_per_sec"} <= tags

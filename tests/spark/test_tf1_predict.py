@@ -34,9 +34,13 @@ def test_rdd_predictions_equal_the_local_session(sc, trained) -> None:
 def test_dataframe_top_k_with_labels(spark, trained) -> None:
     m, images = trained
     names = [f"class{i}" for i in range(10)]
-    df = spark.createDataFrame([(i, images[i].tolist()) for i in range(50)], "id long, pixels array<float>")
+    df = spark.createDataFrame(
+        [(i, images[i].tolist()) for i in range(50)], "id long, pixels array<float>"
+    )
     spark_sess = sps.SparkSession(spark.sparkContext, m.sess)
-    out = spark_sess.predict(df, fetches=m.y, feed_name_list=[m.x.name], features_col="pixels", top_k=3, labels=names)
+    out = spark_sess.predict(
+        df, fetches=m.y, feed_name_list=[m.x.name], features_col="pixels", top_k=3, labels=names
+    )
     rows = sorted(out.collect(), key=lambda r: r.id)
     expected = m.sess.run(m.y, feed_dict={m.x: images[:50]})
     for row in rows:

@@ -267,7 +267,12 @@ class Halving(Searcher):
         return trial
 
     def tell(
-        self, trial: Trial, score: float | None, values_per_epoch: Sequence[float], seconds: float, failed: bool
+        self,
+        trial: Trial,
+        score: float | None,
+        values_per_epoch: Sequence[float],
+        seconds: float,
+        failed: bool,
     ) -> None:
         self.told.append((trial.index, score, list(values_per_epoch), failed))
         self.next_units = trial.params["units"] // 2

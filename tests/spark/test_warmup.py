@@ -60,13 +60,19 @@ def _model() -> Any:
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 
 
-def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(sc: SparkContext, spark: Any) -> None:
+def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(
+    sc: SparkContext, spark: Any
+) -> None:
     ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32)
     try:
         assert ks.warmup.wait(300)
@@ -76,14 +82,18 @@ def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(sc: SparkCont
         # Each pool's workers have TensorFlow, and the daemon that forked them does not:
         # nothing forks after importing TensorFlow.
         before = _rdd_workers(sc)
-        frame = spark.range(0, 2, 1, 2).mapInArrow(_dataframe_workers, "pid long, tf boolean, parent_tf boolean")
+        frame = spark.range(0, 2, 1, 2).mapInArrow(
+            _dataframe_workers, "pid long, tf boolean, parent_tf boolean"
+        )
         arrow = [(r.pid, r.tf, r.parent_tf) for r in frame.collect()]
         for pid, tf, parent_tf in before + arrow:
             assert tf and not parent_tf, (pid, tf, parent_tf)
         # fit's first-row checks (data and validation_data) read their partition to the end,
         # so Spark reuses the warm workers instead of starting new ones.
         rng = np.random.default_rng(0)
-        rows = list(zip(rng.random((600, 784), dtype=np.float32), rng.integers(0, 10, 600), strict=True))
+        rows = list(
+            zip(rng.random((600, 784), dtype=np.float32), rng.integers(0, 10, 600), strict=True)
+        )
         data = sc.parallelize(rows, 2)
         ks.fit(data, epochs=1, validation_data=data, progress=False)
         assert _rdd_workers(sc) == before
@@ -117,7 +127,9 @@ def _occupy_slots(sc: SparkContext, release: Path | None = None) -> threading.Th
             time.sleep(0.05)
         return 0
 
-    thread = threading.Thread(target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True)
+    thread = threading.Thread(
+        target=lambda: sc.parallelize(range(2), 2).map(hold).collect(), daemon=True
+    )
     thread.start()
     return thread
 
@@ -144,7 +156,9 @@ def test_the_warm_up_steps_aside_for_another_job_and_warms_once_idle(sc: SparkCo
     assert report.yielded == 0 and report.error is None and report.workers >= 1, report
 
 
-def test_without_free_slots_the_warm_up_gives_up_and_the_session_still_trains(sc: SparkContext) -> None:
+def test_without_free_slots_the_warm_up_gives_up_and_the_session_still_trains(
+    sc: SparkContext,
+) -> None:
     busy = _occupy_slots(sc)
     assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
     planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
@@ -160,7 +174,9 @@ def test_without_free_slots_the_warm_up_gives_up_and_the_session_still_trains(sc
 
 
 def test_the_keep_alive_runs_while_in_use_and_stops_after(sc: SparkContext) -> None:
-    warm = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=1.5), tick_s=0.2).start()
+    warm = WarmUp(
+        sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=1.5), tick_s=0.2
+    ).start()
     try:
         assert warm.wait(300)
         warm.touch()  # the session was used: 1.5 s more
@@ -171,7 +187,9 @@ def test_the_keep_alive_runs_while_in_use_and_stops_after(sc: SparkContext) -> N
         assert warm.ticks == stopped_at
     finally:
         warm.close()
-    again = WarmUp(sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=600.0), tick_s=0.2).start()
+    again = WarmUp(
+        sc, plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=600.0), tick_s=0.2
+    ).start()
     assert again.wait(300) and again.running
     again.close()
     assert not again.running
@@ -194,9 +212,14 @@ print(json.dumps([random.random(), float(np.random.random()), float(keras.random
 
 def test_warming_draws_no_random_numbers() -> None:
     """What a task draws after a warm-up equals what it draws in a fresh worker."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p),
+    )
     runs = [
-        subprocess.Popen([sys.executable, "-c", _RANDOM_DRAWS, kind], env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _RANDOM_DRAWS, kind], env=env, stdout=subprocess.PIPE, text=True
+        )
         for kind in ("fresh", "warm")
     ]
     outs = [json.loads(run.communicate(timeout=300)[0].strip().splitlines()[-1]) for run in runs]
@@ -209,13 +232,19 @@ def _no_threads_left() -> Iterator[None]:
     before = set(threading.enumerate())
 
     def left() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t not in before and t.name.startswith("tensorspark-warmup-")]
+        return [
+            t
+            for t in threading.enumerate()
+            if t not in before and t.name.startswith("tensorspark-warmup-")
+        ]
 
     yield
     assert _until(lambda: not left(), 30), left()
 
 
-def test_stopping_the_context_mid_warm_up_raises_nothing_in_its_threads(spark_contexts: Any) -> None:
+def test_stopping_the_context_mid_warm_up_raises_nothing_in_its_threads(
+    spark_contexts: Any,
+) -> None:
     # A pyspark shell that exits while the session's warm-up still runs: the warm-up's
     # threads see a stopped context and must end quietly.
     spark_contexts.stop()
@@ -236,7 +265,9 @@ def test_stopping_the_context_mid_warm_up_raises_nothing_in_its_threads(spark_co
 
 
 @contextmanager
-def _driver_warnings(sc: SparkContext, name: str = "org.apache.spark.scheduler.DAGScheduler") -> Iterator[list[str]]:
+def _driver_warnings(
+    sc: SparkContext, name: str = "org.apache.spark.scheduler.DAGScheduler"
+) -> Iterator[list[str]]:
     """The WARN (and worse) lines the driver JVM's logger ``name`` logs meanwhile, read
     through log4j2 (the tests' contexts log only errors otherwise); filled on exit, once
     the DAGScheduler's event loop has handled everything posted before it."""
@@ -278,7 +309,9 @@ def _driver_warnings(sc: SparkContext, name: str = "org.apache.spark.scheduler.D
 def test_closing_a_finished_warm_up_cancels_no_job(sc: SparkContext) -> None:
     with _driver_warnings(sc) as seen:
         sc.cancelJobGroup("tensorspark-test-nothing-to-cancel")  # what the capture would show
-    assert any("Failed to cancel job group tensorspark-test-nothing-to-cancel" in line for line in seen), seen
+    assert any(
+        "Failed to cancel job group tensorspark-test-nothing-to-cancel" in line for line in seen
+    ), seen
 
     with _driver_warnings(sc) as warnings:
         # In its keep-alive, between jobs (a session's at its close, e.g. a pyspark shell's exit).

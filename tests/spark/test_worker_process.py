@@ -14,7 +14,11 @@ def _probe(_: int) -> tuple[int, int, int]:
     limit_tf_threads(task_cpus())
     import tensorflow as tf
 
-    return os.getpid(), gc.get_freeze_count(), tf.config.threading.get_intra_op_parallelism_threads()
+    return (
+        os.getpid(),
+        gc.get_freeze_count(),
+        tf.config.threading.get_intra_op_parallelism_threads(),
+    )
 
 
 def test_a_worker_limits_tensorflow_and_freezes_its_start_up_objects(sc: SparkContext) -> None:

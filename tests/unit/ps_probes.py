@@ -47,10 +47,30 @@ ENDPOINTS = ["/push", "/pull", "/join", "/leave", "/status", "/"]
 OTHER_PATHS = ["/nope", "/push/", "//push", "/push?x=1", "*"]
 AUTHS = ["signed", "none", "wrong-secret", "old-scheme", "bad-head", "stale", "token"]
 FRAMINGS = [
-    "plain", "cl-plus", "cl-underscore", "cl-inner-space", "cl-hex", "cl-negative", "cl-duplicate",
-    "cl-list", "cl-unicode", "cl-huge", "cl-19-digits", "cl-float", "cl-empty", "no-cl", "cl-short",
-    "cl-long", "chunked", "chunked-and-cl", "expect", "http10", "connection-close", "long-header",
-    "huge-header", "bad-request-line",
+    "plain",
+    "cl-plus",
+    "cl-underscore",
+    "cl-inner-space",
+    "cl-hex",
+    "cl-negative",
+    "cl-duplicate",
+    "cl-list",
+    "cl-unicode",
+    "cl-huge",
+    "cl-19-digits",
+    "cl-float",
+    "cl-empty",
+    "no-cl",
+    "cl-short",
+    "cl-long",
+    "chunked",
+    "chunked-and-cl",
+    "expect",
+    "http10",
+    "connection-close",
+    "long-header",
+    "huge-header",
+    "bad-request-line",
 ]
 DELIVERIES = ["full", "hangup-head", "hangup-mid", "hangup-after"]
 #: Framings that leave a signed request valid.
@@ -79,7 +99,11 @@ class ServerProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.unit.ps_probes", json.dumps(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=env,
+            text=True,
         )
         first = self._line(60)
         self.port: int = first["port"]
@@ -144,7 +168,9 @@ class _Records(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.levels[record.levelname] += 1
         if record.levelno >= logging.ERROR and len(self.errors) < 5:
-            self.errors.append(f"{record.name}: {record.getMessage()}\n{record.exc_text or ''}"[:2000])
+            self.errors.append(
+                f"{record.name}: {record.getMessage()}\n{record.exc_text or ''}"[:2000]
+            )
 
     def summary(self) -> dict[str, Any]:
         return {"levels": dict(self.levels), "errors": self.errors}
@@ -316,20 +342,30 @@ class Corpus:
     # -- bodies
 
     def _meta(self, seq: int, partition: int | None = None) -> dict[str, Any]:
-        return {"partition": self.partition if partition is None else partition, "epoch": 0, "seq": seq,
-                "attempt": 0, "samples": 1, "base_version": 0}
+        return {
+            "partition": self.partition if partition is None else partition,
+            "epoch": 0,
+            "seq": seq,
+            "attempt": 0,
+            "samples": 1,
+            "base_version": 0,
+        }
 
     def _delta(self, zero: bool = False) -> dict[str, np.ndarray]:
         out = {}
         for k, v in model_params().items():
-            steps = np.array([self.rng.randint(-4, 4) for _ in range(v.size)], np.float32).reshape(v.shape)
+            steps = np.array([self.rng.randint(-4, 4) for _ in range(v.size)], np.float32).reshape(
+                v.shape
+            )
             out[k] = np.zeros_like(v) if zero else steps / np.float32(8)
         return out
 
     def push_body(self, *, zero: bool = False, meta: dict[str, Any] | None = None) -> bytes:
         """A well-formed push at the next sequence number (not counted as applied)."""
         partition = self.partition + 1000 if zero else self.partition
-        return wire.encode_bytes(self._delta(zero), {**self._meta(self.seq + 1, partition), **(meta or {})})
+        return wire.encode_bytes(
+            self._delta(zero), {**self._meta(self.seq + 1, partition), **(meta or {})}
+        )
 
     def natural_body(self, path: str, *, zero: bool = False) -> bytes:
         if path.startswith("/push"):
@@ -354,7 +390,10 @@ class Corpus:
         label: str = "",
     ) -> Probe:
         """A request as raw bytes: authenticated ``how``, framed and delivered as named."""
-        headers: list[tuple[str, str]] = [("Host", "127.0.0.1"), ("Content-Type", "application/octet-stream")]
+        headers: list[tuple[str, str]] = [
+            ("Host", "127.0.0.1"),
+            ("Content-Type", "application/octet-stream"),
+        ]
         if how == "token":
             target = f"{target}{'&' if '?' in target else '?'}token={self.token}"
         elif how != "none":
@@ -397,11 +436,18 @@ class Corpus:
                 headers.append(("X-Junk", "j" * 70_000))
             elif framing == "bad-request-line":
                 head_line = f"{method}  {target} HTTP/1.1 extra"
-        head = ("\r\n".join([head_line, *(f"{k}: {v}" for k, v in headers)]) + "\r\n\r\n").encode("utf-8")
+        head = ("\r\n".join([head_line, *(f"{k}: {v}" for k, v in headers)]) + "\r\n\r\n").encode(
+            "utf-8"
+        )
         if framing == "expect":
             expect_at = len(head)
         data = head + body
-        probe = Probe(label or f"{method} {target} {how} {framing} {delivery}", data, method=method, expect_at=expect_at)
+        probe = Probe(
+            label or f"{method} {target} {how} {framing} {delivery}",
+            data,
+            method=method,
+            expect_at=expect_at,
+        )
         if framing == "cl-long":  # the body never completes: the client goes away
             delivery = "hangup-after" if delivery == "full" else delivery
         if delivery == "hangup-head":
@@ -417,7 +463,13 @@ class Corpus:
         self.seq += 1
         delta = self._delta()
         body = wire.encode_bytes(delta, self._meta(self.seq))
-        probe = self.request("POST", target, body, framing=framing, label=f"valid push seq={self.seq} {target} {framing}")
+        probe = self.request(
+            "POST",
+            target,
+            body,
+            framing=framing,
+            label=f"valid push seq={self.seq} {target} {framing}",
+        )
         probe.valid_push = True
         for k, v in delta.items():
             self.expected[k] = self.expected[k] + v
@@ -436,7 +488,12 @@ class Corpus:
                         yield self.valid_push(path)
                     else:
                         yield self.request(method, path, self.natural_body(path), how=how)
-        for path, method in (("/push", "POST"), ("/join", "POST"), ("/pull", "GET"), ("/status", "GET")):
+        for path, method in (
+            ("/push", "POST"),
+            ("/join", "POST"),
+            ("/pull", "GET"),
+            ("/status", "GET"),
+        ):
             for framing in FRAMINGS:
                 if path == "/push" and framing in STILL_VALID:
                     yield self.valid_push(framing=framing)
@@ -446,10 +503,16 @@ class Corpus:
         yield from self.json_mutations()
         for delivery in DELIVERIES[1:]:
             for framing in ("plain", "expect"):
-                yield self.request("POST", "/push", self.big_push(), framing=framing, delivery=delivery)
+                yield self.request(
+                    "POST", "/push", self.big_push(), framing=framing, delivery=delivery
+                )
                 # Sent whole before hanging up, a push may well be applied: zeros.
-                yield self.request("POST", "/push", self.push_body(zero=True), framing=framing, delivery=delivery)
-                yield self.request("POST", "/push", self.big_push(), how="none", framing=framing, delivery=delivery)
+                yield self.request(
+                    "POST", "/push", self.push_body(zero=True), framing=framing, delivery=delivery
+                )
+                yield self.request(
+                    "POST", "/push", self.big_push(), how="none", framing=framing, delivery=delivery
+                )
         yield self.valid_push()
         replayed = self.valid_push()
         yield replayed
@@ -465,18 +528,48 @@ class Corpus:
         bad_numbers = [-1, -(10**310), 2**63, 2**64, 1.5, True, "1", None, [1], {"a": 1}]
         for key in ("partition", "epoch", "seq", "attempt", "samples", "base_version"):
             for value in bad_numbers:
-                yield self.request("POST", "/push", self.push_body(meta={key: value}), label=f"meta {key}={str(value)[:20]}")
-        yield self.request("POST", "/push", self.push_body(meta={"samples": 2**53}), label="samples 2**53")
-        yield self.request("POST", "/push", self.push_body(meta={"metrics": {f"m{i}": 1.0 for i in range(300)}}), label="300 metrics")
-        yield self.request("POST", "/push", self.push_body(meta={"metrics": {"m" * 300: 1.0}}), label="long metric name")
+                yield self.request(
+                    "POST",
+                    "/push",
+                    self.push_body(meta={key: value}),
+                    label=f"meta {key}={str(value)[:20]}",
+                )
+        yield self.request(
+            "POST", "/push", self.push_body(meta={"samples": 2**53}), label="samples 2**53"
+        )
+        yield self.request(
+            "POST",
+            "/push",
+            self.push_body(meta={"metrics": {f"m{i}": 1.0 for i in range(300)}}),
+            label="300 metrics",
+        )
+        yield self.request(
+            "POST",
+            "/push",
+            self.push_body(meta={"metrics": {"m" * 300: 1.0}}),
+            label="long metric name",
+        )
         message = self.push_body()
         hlen = int.from_bytes(message[8:12], "little")
         header = json.loads(message[12 : 12 + hlen])
         data_start = 12 + hlen + (-(12 + hlen) % 8)
         entry_changes: list[dict[str, Any]] = [
-            {"shape": [0, 10**30], "nbytes": 0}, {"shape": [0, 2**62, 4], "nbytes": 0}, {"shape": [0] * 33, "nbytes": 0},
-            {"shape": [-1, 3]}, {"shape": [10**30]}, {"shape": "3"}, {"shape": [3.0]}, {"nbytes": -1}, {"nbytes": 10**30},
-            {"offset": -8}, {"offset": 10**30}, {"offset": 4}, {"dtype": "object"}, {"dtype": None}, {"name": ""}, {"name": "w"},
+            {"shape": [0, 10**30], "nbytes": 0},
+            {"shape": [0, 2**62, 4], "nbytes": 0},
+            {"shape": [0] * 33, "nbytes": 0},
+            {"shape": [-1, 3]},
+            {"shape": [10**30]},
+            {"shape": "3"},
+            {"shape": [3.0]},
+            {"nbytes": -1},
+            {"nbytes": 10**30},
+            {"offset": -8},
+            {"offset": 10**30},
+            {"offset": 4},
+            {"dtype": "object"},
+            {"dtype": None},
+            {"name": ""},
+            {"name": "w"},
         ]
         for change in entry_changes:
             mutated = json.loads(json.dumps(header))
@@ -487,17 +580,32 @@ class Corpus:
             yield self.request("POST", "/push", body, label=f"entry {str(change)[:40]}")
         for text in (b"[" * 100_000, b"{" * 10_000, b'"' + b"\\" * 5000):
             head = message[:8] + len(text).to_bytes(4, "little") + text
-            yield self.request("POST", "/push", head + b"\0" * (-len(head) % 8), label="deep wire header")
+            yield self.request(
+                "POST", "/push", head + b"\0" * (-len(head) % 8), label="deep wire header"
+            )
 
     def json_mutations(self) -> Iterator[Probe]:
         """Signed /join and /leave bodies, each malformed for certain (finding 7)."""
         p = self.partition
         bodies = [
-            b"[" * 100_000, b"[" * 60_000, b'{"a":' * 5_000, b"{" + b'"k":' * 20 + b"[" * 20, b"1" * 5000, b"null",
-            b"[]", b'"x"', b"\xff\xfe", b"NaN", b"", b'{"partition": 1e400, "attempt": 0}',
-            b'{"partition": ' + b"9" * 5000 + b', "attempt": 0}', b'{"partition": -1, "attempt": 0}',
-            json.dumps({"partition": 2**63, "attempt": 0}).encode(), json.dumps({"partition": p, "attempt": -(10**310)}).encode(),
-            json.dumps({"partition": p, "attempt": True}).encode(), json.dumps({"partition": str(p), "attempt": 0}).encode(),
+            b"[" * 100_000,
+            b"[" * 60_000,
+            b'{"a":' * 5_000,
+            b"{" + b'"k":' * 20 + b"[" * 20,
+            b"1" * 5000,
+            b"null",
+            b"[]",
+            b'"x"',
+            b"\xff\xfe",
+            b"NaN",
+            b"",
+            b'{"partition": 1e400, "attempt": 0}',
+            b'{"partition": ' + b"9" * 5000 + b', "attempt": 0}',
+            b'{"partition": -1, "attempt": 0}',
+            json.dumps({"partition": 2**63, "attempt": 0}).encode(),
+            json.dumps({"partition": p, "attempt": -(10**310)}).encode(),
+            json.dumps({"partition": p, "attempt": True}).encode(),
+            json.dumps({"partition": str(p), "attempt": 0}).encode(),
         ]
         for path in ("/join", "/leave"):
             for body in bodies:
@@ -512,10 +620,17 @@ class Corpus:
 _texts = st.text(alphabet=string.printable, max_size=12)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
-_edits = st.lists(st.tuples(st.sampled_from(["set", "insert", "delete"]), st.integers(0, 10**6), st.integers(0, 255)), max_size=3)
+_edits = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "insert", "delete"]), st.integers(0, 10**6), st.integers(0, 255)
+    ),
+    max_size=3,
+)
 
 #: What hypothesis draws for one probe (:func:`drawn_probe`'s keyword arguments).
 DRAWS = st.fixed_dictionaries(
@@ -575,7 +690,9 @@ def drawn_probe(
     else:
         data = json.dumps(body).encode()
     if body_edits:
-        wire_head = 12 + int.from_bytes(data[8:12], "little") if zero and body == "natural" else None
+        wire_head = (
+            12 + int.from_bytes(data[8:12], "little") if zero and body == "natural" else None
+        )
         data = _edited(data, body_edits, wire_head)
     probe = corpus.request(method, path, data, how=how, framing=framing, delivery=delivery)
     if head_edits:

@@ -43,7 +43,10 @@ def _verify(
 def test_a_signed_request_verifies_once() -> None:
     verifier = auth.Verifier(SECRET, window=60)
     headers = _signed()
-    assert verifier.digest(headers, BODY) == _digest(headers) and len(headers["signature"]) == auth.TRAILER_BYTES
+    assert (
+        verifier.digest(headers, BODY) == _digest(headers)
+        and len(headers["signature"]) == auth.TRAILER_BYTES
+    )
     assert len(headers[auth.HEADER_HEAD]) == 64
     _verify(verifier, headers, now=1001.0)
     with pytest.raises(AuthenticationError, match="replayed"):
@@ -52,7 +55,12 @@ def test_a_signed_request_verifies_once() -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "body", "length"),
-    [("GET", "/push", BODY, LENGTH), ("POST", "/pull", BODY, LENGTH), ("POST", "/push", b"bodY", LENGTH), ("POST", "/push", BODY, LENGTH + 1)],
+    [
+        ("GET", "/push", BODY, LENGTH),
+        ("POST", "/pull", BODY, LENGTH),
+        ("POST", "/push", b"bodY", LENGTH),
+        ("POST", "/push", BODY, LENGTH + 1),
+    ],
 )
 def test_any_change_breaks_the_signature(method: str, path: str, body: bytes, length: int) -> None:
     verifier = auth.Verifier(SECRET, window=60)
@@ -68,7 +76,10 @@ def test_the_head_is_checked_before_the_body_and_names_an_older_scheme() -> None
     verifier = auth.Verifier(SECRET, window=60)
     headers = _signed()
     old = {k: v for k, v in headers.items() if k != auth.HEADER_HEAD}  # what a TSPS2 client sends
-    with pytest.raises(AuthenticationError, match="older scheme \\(TSPS2\\): it has no X-Tensorspark-Head-Signature header.*TSPS3"):
+    with pytest.raises(
+        AuthenticationError,
+        match="older scheme \\(TSPS2\\): it has no X-Tensorspark-Head-Signature header.*TSPS3",
+    ):
         verifier.check_head("POST", "/push", old, LENGTH, now=1000.0)
     with pytest.raises(AuthenticationError, match="its body must end with the signature"):
         verifier.check_head("POST", "/push", headers, auth.TRAILER_BYTES - 1, now=1000.0)
@@ -114,7 +125,9 @@ def test_wrong_secret_missing_headers_and_old_timestamps_are_refused() -> None:
         _verify(verifier, non_ascii, now=1000.0)
     for bad_time in ("nan", "NaN", "x"):
         with pytest.raises(AuthenticationError, match="not a number"):
-            verifier.check_head("POST", "/push", dict(_signed(), **{auth.HEADER_TIME: bad_time}), LENGTH, now=1000.0)
+            verifier.check_head(
+                "POST", "/push", dict(_signed(), **{auth.HEADER_TIME: bad_time}), LENGTH, now=1000.0
+            )
 
 
 def test_a_full_nonce_cache_still_refuses_every_replay() -> None:
@@ -143,11 +156,15 @@ def test_status_token_and_secret_checks() -> None:
     assert token != auth.status_token(b"t" * 32) and SECRET.hex() not in token
     verifier = auth.Verifier(SECRET)
     assert verifier.check_status_token(token)
-    assert not verifier.check_status_token(token[:-1] + "0" if token[-1] != "0" else token[:-1] + "1")
+    assert not verifier.check_status_token(
+        token[:-1] + "0" if token[-1] != "0" else token[:-1] + "1"
+    )
     assert not verifier.check_status_token(None)
     assert len(auth.new_secret()) == 32 and auth.new_secret() != auth.new_secret()
     assert auth.as_secret("x" * 16) == b"x" * 16
-    with pytest.raises(ConfigurationError, match="at least 16 bytes .* Received: a secret of 5 bytes"):
+    with pytest.raises(
+        ConfigurationError, match="at least 16 bytes .* Received: a secret of 5 bytes"
+    ):
         auth.as_secret("short")
     with pytest.raises(ConfigurationError, match="Received: secret of type int"):
         auth.as_secret(12345678901234567890)  # type: ignore[arg-type]
@@ -187,9 +204,13 @@ def test_a_body_signed_while_it_is_sent_verifies_like_one_signed_at_once() -> No
     trailer = signing.trailer()
     verifier = auth.Verifier(SECRET, window=60)
     digest = verifier.digest(signing.headers, body)
-    verifier.check_head("POST", "/push", signing.headers, len(body) + auth.TRAILER_BYTES, now=1000.0)
+    verifier.check_head(
+        "POST", "/push", signing.headers, len(body) + auth.TRAILER_BYTES, now=1000.0
+    )
     with pytest.raises(AuthenticationError, match="signature is wrong"):
-        verifier.check_body("POST", "/push", verifier.digest(signing.headers, body[:-1]), signing.headers, trailer)
+        verifier.check_body(
+            "POST", "/push", verifier.digest(signing.headers, body[:-1]), signing.headers, trailer
+        )
     verifier.check_body("POST", "/push", digest, signing.headers, trailer)
     same, _ = auth.Signer(SECRET).sign("POST", "/push", body, now=1000.0)
     assert same.keys() == signing.headers.keys()

@@ -11,7 +11,9 @@ from tensorspark.ps.combiners import PushInfo, get_combiner
 
 
 def _info(base: int = 0, current: int = 0, workers: int = 2) -> PushInfo:
-    return PushInfo(partition=0, samples=10, base_version=base, current_version=current, active_workers=workers)
+    return PushInfo(
+        partition=0, samples=10, base_version=base, current_version=current, active_workers=workers
+    )
 
 
 def test_delta_adds_the_pushed_delta() -> None:
@@ -57,7 +59,12 @@ def test_nesterov_round_is_outer_sgd_with_nesterov_momentum() -> None:
     m = 0.9 * d1 + d2
     np.testing.assert_allclose(second["w"], first["w"] + 0.5 * (d2 + 0.9 * m), rtol=1e-6)
     np.testing.assert_allclose(g["w"], [1.0, -1.0])  # never in place
-    assert combiner.get_config() == {"name": "nesterov", "payload": "delta", "outer_lr": 0.5, "outer_momentum": 0.9}
+    assert combiner.get_config() == {
+        "name": "nesterov",
+        "payload": "delta",
+        "outer_lr": 0.5,
+        "outer_momentum": 0.9,
+    }
 
 
 def test_nesterov_async_pushes_one_from_each_worker_end_where_a_round_does() -> None:
@@ -67,7 +74,9 @@ def test_nesterov_async_pushes_one_from_each_worker_end_where_a_round_does() -> 
     sync, asynchronous = get_combiner("nesterov"), get_combiner("nesterov")
     by_round, by_push = dict(g), dict(g)
     for deltas in rounds:
-        by_round = sync.combine_round(by_round, {"w": np.mean(deltas, axis=0, dtype=np.float64)}, _info(workers=3))
+        by_round = sync.combine_round(
+            by_round, {"w": np.mean(deltas, axis=0, dtype=np.float64)}, _info(workers=3)
+        )
         for delta in deltas:
             by_push = asynchronous.combine(by_push, {"w": delta}, _info(workers=3))
     np.testing.assert_allclose(by_push["w"], by_round["w"], rtol=1e-5)
@@ -79,18 +88,30 @@ def test_nesterov_state_round_trips() -> None:
     for step in range(3):  # two pushes of a 2-worker round, then one gathered towards the next
         g = one.combine(g, {"w": np.full(4, step + 1.0, np.float32)}, _info(workers=2))
     arrays, meta = one.state()
-    assert sorted(arrays) == ["gathered/w", "momentum/w"] and meta["count"] == 1 and meta["name"] == "nesterov"
+    assert (
+        sorted(arrays) == ["gathered/w", "momentum/w"]
+        and meta["count"] == 1
+        and meta["name"] == "nesterov"
+    )
     two = get_combiner("nesterov")
     two.load_state(arrays, meta)
     push = {"w": np.full(4, 0.5, np.float32)}
-    np.testing.assert_array_equal(one.combine(g, push, _info())["w"], two.combine(g, push, _info())["w"])
+    np.testing.assert_array_equal(
+        one.combine(g, push, _info())["w"], two.combine(g, push, _info())["w"]
+    )
 
 
 def test_nesterov_options_are_checked() -> None:
-    with pytest.raises(ConfigurationError, match=r"outer_momentum must be a number in \[0, 1\). Received: outer_momentum=1"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"outer_momentum must be a number in \[0, 1\). Received: outer_momentum=1",
+    ):
         get_combiner("nesterov", outer_momentum=1)
     with pytest.raises(ConfigurationError, match="Received: outer_lr=0"):
         get_combiner("nesterov", outer_lr=0)
-    with pytest.raises(ConfigurationError, match=r"\['outer_lr'\] apply to weight_combiner='nesterov'. Received: weight_combiner='dynsgd'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"\['outer_lr'\] apply to weight_combiner='nesterov'. Received: weight_combiner='dynsgd'",
+    ):
         get_combiner("dynsgd", outer_lr=0.5)
     assert isinstance(get_combiner("Nesterov", outer_lr=None), sps.NesterovCombiner)

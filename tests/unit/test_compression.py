@@ -23,7 +23,14 @@ _ERROR = {"bf16": 2.0**-8, "fp16": 2.0**-11, "int8": 0.5 / 127 * 1.0001}
 
 
 def _meta(seq: int, partition: int = 0, base: int = 0) -> dict:
-    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 8, "base_version": base}
+    return {
+        "partition": partition,
+        "epoch": 0,
+        "seq": seq,
+        "attempt": 0,
+        "samples": 8,
+        "base_version": base,
+    }
 
 
 @pytest.mark.parametrize("codec", comp.CODECS)
@@ -68,7 +75,9 @@ def test_error_feedback_loses_nothing_over_many_pushes(codec: str) -> None:
 
 
 @pytest.mark.parametrize("codec", comp.CODECS)
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, np.float32(np.frombuffer(b"\xff\xff\xff\x7f", np.float32)[0])])
+@pytest.mark.parametrize(
+    "bad", [np.nan, np.inf, -np.inf, np.float32(np.frombuffer(b"\xff\xff\xff\x7f", np.float32)[0])]
+)
 def test_non_finite_values_stay_non_finite(codec: str, bad: float) -> None:
     x = np.linspace(-1, 1, 1000, dtype=np.float32)
     assert comp.is_finite(comp.encode(codec, x))
@@ -93,7 +102,15 @@ def test_settings_are_checked() -> None:
 
 
 def _entry(**changes: object) -> bytes:
-    entry = {"name": "x", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16, "codec": "int8", "block": 2}
+    entry = {
+        "name": "x",
+        "dtype": "float32",
+        "shape": [4],
+        "offset": 0,
+        "nbytes": 16,
+        "codec": "int8",
+        "block": 2,
+    }
     entry.update(changes)
     text = json.dumps({"tensors": [entry]}).encode()
     head = wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, len(text)) + text
@@ -138,12 +155,18 @@ def test_mutated_compressed_messages_are_refused_cleanly(noise: bytes, at: int) 
 
 def test_a_compressed_push_is_added_to_float32_weights_once() -> None:
     params = {"w": np.zeros(1000, np.float32), "step": np.zeros((), np.int64)}
-    deltas = [np.random.default_rng(i).standard_normal(1000).astype(np.float32) * 1e-3 for i in range(5)]
-    with sps.ParameterServer(params, "delta", compression="int8") as server, sps.ParameterClient(
-        server.url, **server.client_options()
-    ) as client:
+    deltas = [
+        np.random.default_rng(i).standard_normal(1000).astype(np.float32) * 1e-3 for i in range(5)
+    ]
+    with (
+        sps.ParameterServer(params, "delta", compression="int8") as server,
+        sps.ParameterClient(server.url, **server.client_options()) as client,
+    ):
         joined = client.join(0, 0)
-        assert joined["compression"] == {"push": "int8", "pull": "int8", "block": 256} and joined["wire"] == 2
+        assert (
+            joined["compression"] == {"push": "int8", "pull": "int8", "block": 256}
+            and joined["wire"] == 2
+        )
         feedback = comp.ErrorFeedback("int8")
         sent = []
         for seq, delta in enumerate(deltas):
@@ -173,11 +196,18 @@ def test_compression_needs_a_combiner_of_deltas() -> None:
 def test_an_old_client_and_an_old_server_get_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with sps.ParameterServer({"w": np.zeros(3, np.float32)}, authenticate=False) as server:
         old_join = json.dumps({"partition": 0, "attempt": 0}).encode()  # version 1 sent no "wire"
-        status, body = _raw(server.port, b"POST /join HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(old_join) + old_join)
+        status, body = _raw(
+            server.port,
+            b"POST /join HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(old_join)
+            + old_join,
+        )
         assert status == 400 and "run different tensorspark versions" in json.loads(body)["error"]
         v1 = bytearray(wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta(0)))
         v1[4:6] = struct.pack("<H", 1)
-        status, body = _raw(server.port, b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(v1) + bytes(v1))
+        status, body = _raw(
+            server.port,
+            b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(v1) + bytes(v1),
+        )
         assert status == 400 and "wire format version 1 received" in json.loads(body)["error"]
         assert server.version == 0
 
@@ -189,10 +219,14 @@ def test_an_old_client_and_an_old_server_get_a_clear_error(monkeypatch: pytest.M
         return answer
 
     monkeypatch.setattr(Store, "join", old_server_join)
-    with sps.ParameterServer({"w": np.zeros(3, np.float32)}) as server, sps.ParameterClient(
-        server.url, **server.client_options()
-    ) as client:
-        with pytest.raises(ParameterServerError, match="wire format version 1 received, but this tensorspark speaks version 2"):
+    with (
+        sps.ParameterServer({"w": np.zeros(3, np.float32)}) as server,
+        sps.ParameterClient(server.url, **server.client_options()) as client,
+    ):
+        with pytest.raises(
+            ParameterServerError,
+            match="wire format version 1 received, but this tensorspark speaks version 2",
+        ):
             client.join(0, 0)
 
 
@@ -205,7 +239,13 @@ def _raw(port: int | None, request: bytes) -> tuple[int, bytes]:
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
         head, _, body = data.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+        )
         while len(body) < length:
             body += sock.recv(65536)
     return int(head.split(b" ")[1]), body
@@ -214,21 +254,33 @@ def _raw(port: int | None, request: bytes) -> tuple[int, bytes]:
 def test_traffic_is_counted_per_worker_and_in_total_headers_included() -> None:
     with sps.ParameterServer({"w": np.zeros(100, np.float32)}, authenticate=False) as server:
         join = json.dumps({"partition": 3, "attempt": 0, "wire": wire.VERSION}).encode()
-        request = b"POST /join HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(join) + join
+        request = (
+            b"POST /join HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(join)
+            + join
+        )
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:  # type: ignore[arg-type]
             sock.sendall(request)
             answer = b""
             while b"\r\n\r\n" not in answer:
                 answer += sock.recv(65536)
             head, _, body = answer.partition(b"\r\n\r\n")
-            length = int(next(v for k, _, v in (line.partition(b": ") for line in head.split(b"\r\n")) if k.lower() == b"content-length"))
+            length = int(
+                next(
+                    v
+                    for k, _, v in (line.partition(b": ") for line in head.split(b"\r\n"))
+                    if k.lower() == b"content-length"
+                )
+            )
             while len(body) < length:
                 body += sock.recv(65536)
         status = server.status()
         row = status["workers"][0]
         assert row["partition"] == 3
         assert (row["bytes_received"], row["bytes_sent"]) == (len(request), len(head) + 4 + length)
-        assert (status["bytes_received"], status["bytes_sent"]) == (len(request), len(head) + 4 + length)
+        assert (status["bytes_received"], status["bytes_sent"]) == (
+            len(request),
+            len(head) + 4 + length,
+        )
         with sps.ParameterClient(server.url) as client:
             client.pull(3)
             client.pull()  # names no partition: counted in the total only

@@ -144,7 +144,10 @@ def test_secret_file(tmp_path: Path) -> None:
     path.write_text("s3cr3t\n", encoding="utf-8")
     out = tsconf.resolve({}, {"spark.tensorspark.secret.file": str(path)})
     assert out["secret"] == "s3cr3t"
-    assert tsconf.resolve({"secret": "given"}, {"spark.tensorspark.secret.file": str(path)})["secret"] == "given"
+    assert (
+        tsconf.resolve({"secret": "given"}, {"spark.tensorspark.secret.file": str(path)})["secret"]
+        == "given"
+    )
 
 
 def test_missing_secret_file(tmp_path: Path) -> None:
@@ -159,8 +162,14 @@ def test_missing_secret_file(tmp_path: Path) -> None:
 
 def test_hdfs_dir_maps_to_checkpoint_dir() -> None:
     conf = {"spark.hdfs.dir": "hdfs://nn:8020/user/alice/"}
-    assert tsconf.resolve({}, conf, "mnist")["checkpoint_dir"] == "hdfs://nn:8020/user/alice/tensorspark/mnist"
-    assert tsconf.resolve({}, conf)["checkpoint_dir"] == "hdfs://nn:8020/user/alice/tensorspark/default"
+    assert (
+        tsconf.resolve({}, conf, "mnist")["checkpoint_dir"]
+        == "hdfs://nn:8020/user/alice/tensorspark/mnist"
+    )
+    assert (
+        tsconf.resolve({}, conf)["checkpoint_dir"]
+        == "hdfs://nn:8020/user/alice/tensorspark/default"
+    )
 
 
 def test_hdfs_dir_loses_to_the_argument_and_to_our_key() -> None:
@@ -209,7 +218,12 @@ def test_spark_session_arguments_win() -> None:
     assert (from_conf.server_host, from_conf.server_bind_host) == ("ps.example", "0.0.0.0")
     assert from_conf.server_port == 41000
     explicit = SparkSession(
-        sc, _TF1Session(), server_host="10.1.1.1", server_bind_host="10.1.1.1", server_port=0, ps_timeout=3
+        sc,
+        _TF1Session(),
+        server_host="10.1.1.1",
+        server_bind_host="10.1.1.1",
+        server_port=0,
+        ps_timeout=3,
     )
     assert (explicit.server_host, explicit.server_bind_host) == ("10.1.1.1", "10.1.1.1")
     assert explicit.server_port == 0
@@ -218,12 +232,17 @@ def test_spark_session_arguments_win() -> None:
 
 def test_spark_session_rejects_a_bad_conf_value() -> None:
     sc = _Context({"spark.driver.host": "127.0.0.1", "spark.tensorspark.ps.timeout": "0"})
-    with pytest.raises(ConfigurationError, match=r"spark.tensorspark.ps.timeout must be a positive"):
+    with pytest.raises(
+        ConfigurationError, match=r"spark.tensorspark.ps.timeout must be a positive"
+    ):
         SparkSession(sc, _TF1Session())
 
 
 def test_spark_session_needs_a_host() -> None:
-    with pytest.raises(ConfigurationError, match="set server_host=, spark.tensorspark.server.host or spark.driver.host"):
+    with pytest.raises(
+        ConfigurationError,
+        match="set server_host=, spark.tensorspark.server.host or spark.driver.host",
+    ):
         SparkSession(_Context({}), _TF1Session())
 
 

@@ -36,20 +36,27 @@ class _Pushers:
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.threads = [
-            threading.Thread(target=self._run, args=(p,), name=f"pusher-{p}", daemon=True) for p in range(partitions)
+            threading.Thread(target=self._run, args=(p,), name=f"pusher-{p}", daemon=True)
+            for p in range(partitions)
         ]
 
     def _run(self, partition: int) -> None:
         rng = np.random.default_rng(partition)
         try:
-            with ParameterClient(self.server.url, timeout=10, ps_timeout=10, **self.server.client_options()) as client:
+            with ParameterClient(
+                self.server.url, timeout=10, ps_timeout=10, **self.server.client_options()
+            ) as client:
                 client.join(partition, 0)
                 version, _ = client.pull()
                 seq = 0
                 while not self.stop.is_set():
                     meta = {
-                        "partition": partition, "attempt": 0, "epoch": seq // 20, "seq": seq,
-                        "samples": 32, "base_version": version,
+                        "partition": partition,
+                        "attempt": 0,
+                        "epoch": seq // 20,
+                        "seq": seq,
+                        "samples": 32,
+                        "base_version": version,
                         "loss": 2.0 / (1.0 + 0.05 * seq) + 0.05 * float(rng.random()),
                         "metrics": {"accuracy": min(1.0, 0.1 + 0.01 * seq)},
                     }
@@ -89,9 +96,16 @@ def browser() -> Iterator[object]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--window-size=1280,1100",
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,1100",
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -106,7 +120,9 @@ def browser() -> Iterator[object]:
 
 
 @pytest.mark.browser
-def test_dashboard_shows_live_loss_and_workers(server: ParameterServer, browser, artifacts_dir: Path) -> None:  # type: ignore[no-untyped-def]
+def test_dashboard_shows_live_loss_and_workers(
+    server: ParameterServer, browser, artifacts_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -115,18 +131,26 @@ def test_dashboard_shows_live_loss_and_workers(server: ParameterServer, browser,
     with _Pushers(server, PARTITIONS) as pushers:
         browser.get(url)
         wait = WebDriverWait(browser, 30, poll_frequency=0.2)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == PARTITIONS)
+        wait.until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == PARTITIONS
+        )
         # Points from several refreshes: the chart grows while the page stays open.
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chart-time circle.pt")) >= 30)
         wait.until(lambda d: d.execute_script("return window.tensorsparkDashboard.refreshes") >= 3)
         assert browser.find_element(By.ID, "conn").text == "live"
         by_version = browser.find_elements(By.CSS_SELECTOR, "#chart-version circle.pt")
         assert len(by_version) >= 30
-        assert browser.find_element(By.CSS_SELECTOR, "#chart-time path.avg").get_attribute("d").startswith("M")
+        assert (
+            browser.find_element(By.CSS_SELECTOR, "#chart-time path.avg")
+            .get_attribute("d")
+            .startswith("M")
+        )
         rows = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
         table = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
         assert [r[0] for r in table] == [str(p) for p in range(PARTITIONS)]
-        assert all(r[2] == "active" and int(r[3]) > 0 and int(r[4]) == 32 * int(r[3]) for r in table), table
+        assert all(
+            r[2] == "active" and int(r[3]) > 0 and int(r[4]) == 32 * int(r[3]) for r in table
+        ), table
         assert re.fullmatch(r"\d+(\.\d+)?", browser.find_element(By.ID, "loss").text)
         assert int(browser.find_element(By.ID, "version").text.replace(",", "")) > 0
         browser.save_screenshot(str(artifacts_dir / "dashboard.png"))
@@ -145,7 +169,9 @@ def test_page_needs_the_token_and_loads_nothing_from_elsewhere(server: Parameter
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(server.url + "/", timeout=10)
     assert refused.value.code == 401
-    with urllib.request.urlopen(dashboard_url(server.url, server.status_token), timeout=10) as response:
+    with urllib.request.urlopen(
+        dashboard_url(server.url, server.status_token), timeout=10
+    ) as response:
         assert response.status == 200
         assert response.headers["Content-Type"] == "text/html; charset=utf-8"
         assert response.read() == page()
@@ -153,4 +179,6 @@ def test_page_needs_the_token_and_loads_nothing_from_elsewhere(server: Parameter
 
 def test_dashboard_url_quotes_the_token() -> None:
     assert dashboard_url("http://127.0.0.1:5000") == "http://127.0.0.1:5000/"
-    assert dashboard_url("http://127.0.0.1:5000/", "a+b/c") == "http://127.0.0.1:5000/?token=a%2Bb%2Fc"
+    assert (
+        dashboard_url("http://127.0.0.1:5000/", "a+b/c") == "http://127.0.0.1:5000/?token=a%2Bb%2Fc"
+    )

@@ -29,6 +29,7 @@ def test_every_pass_is_a_new_permutation_of_all_rows_with_a_partial_last_batch()
 def test_the_same_seed_gives_the_same_batches_and_another_seed_others() -> None:
     x = np.zeros((50, 2), np.float32)
     y = np.arange(50)
+
     def passes(seed: int) -> list[list[list[int]]]:
         dataset = feed.training_dataset(x, y, 8, seed=seed)
         return [_labels(dataset) for _ in range(3)]
@@ -63,7 +64,11 @@ def test_keras_trains_on_it_and_a_seeded_fit_repeats_exactly() -> None:
     def fit() -> list[float]:
         keras.utils.set_random_seed(3)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.05),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
         history = model.fit(
             feed.training_dataset(x, y, 32, seed=3),
             validation_data=feed.evaluation_dataset(x, y, 32),

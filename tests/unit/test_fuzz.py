@@ -23,7 +23,11 @@ from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
 
 SECRET = b"fuzz-secret-fuzz-secret-fuzz-sec"
-_FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _model() -> dict[str, np.ndarray]:
@@ -68,13 +72,37 @@ def test_random_payloads_get_4xx(server: ParameterServer, body: bytes) -> None:
 
 
 # Each mutation turns the valid push into an invalid one, whatever the drawn values.
-_BAD_VALUES = st.one_of(st.none(), st.text(max_size=3), st.floats(allow_nan=False), st.lists(st.integers(), max_size=2), st.booleans())
+_BAD_VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=3),
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+    st.booleans(),
+)
 _MUTATIONS = st.one_of(
-    st.tuples(st.just("meta"), st.sampled_from(["partition", "epoch", "seq", "attempt", "samples", "base_version"]), _BAD_VALUES),
-    st.tuples(st.just("drop-meta"), st.sampled_from(["partition", "epoch", "seq", "attempt", "samples", "base_version"]), st.none()),
-    st.tuples(st.just("entry"), st.sampled_from(["name", "dtype", "shape", "offset", "nbytes"]), st.one_of(_BAD_VALUES, st.integers(-10, -1), st.integers(10**6, 10**30))),
-    st.tuples(st.just("rename"), st.text(min_size=1, max_size=4).filter(lambda t: t not in ("w", "b")), st.none()),
-    st.tuples(st.just("dtype"), st.sampled_from(["float64", "int32", "float16", "uint8"]), st.none()),
+    st.tuples(
+        st.just("meta"),
+        st.sampled_from(["partition", "epoch", "seq", "attempt", "samples", "base_version"]),
+        _BAD_VALUES,
+    ),
+    st.tuples(
+        st.just("drop-meta"),
+        st.sampled_from(["partition", "epoch", "seq", "attempt", "samples", "base_version"]),
+        st.none(),
+    ),
+    st.tuples(
+        st.just("entry"),
+        st.sampled_from(["name", "dtype", "shape", "offset", "nbytes"]),
+        st.one_of(_BAD_VALUES, st.integers(-10, -1), st.integers(10**6, 10**30)),
+    ),
+    st.tuples(
+        st.just("rename"),
+        st.text(min_size=1, max_size=4).filter(lambda t: t not in ("w", "b")),
+        st.none(),
+    ),
+    st.tuples(
+        st.just("dtype"), st.sampled_from(["float64", "int32", "float16", "uint8"]), st.none()
+    ),
     # "b" (12 bytes) ends the message with 4 bytes of padding: cut at least into its data.
     st.tuples(st.just("truncate"), st.integers(5, 48), st.none()),
 )
@@ -107,14 +135,18 @@ def _mutated(kind: str, key: object, value: object) -> bytes:
 
 @_FUZZ
 @given(mutation=_MUTATIONS)
-def test_mutated_pushes_get_4xx(server: ParameterServer, mutation: tuple[str, object, object]) -> None:
+def test_mutated_pushes_get_4xx(
+    server: ParameterServer, mutation: tuple[str, object, object]
+) -> None:
     assert 400 <= _push(server, _mutated(*mutation)) < 500, mutation
     _assert_untouched(server)
 
 
 @_FUZZ
 @given(data=st.data())
-def test_byte_flips_never_change_the_parameters(server: ParameterServer, data: st.DataObject) -> None:
+def test_byte_flips_never_change_the_parameters(
+    server: ParameterServer, data: st.DataObject
+) -> None:
     """Flipping bytes in the preamble and header of a push whose delta is all zeros:
     whatever still parses as a valid push may be applied (and can change no value, as
     every data byte is zero); anything else gets a 4xx."""
@@ -127,7 +159,9 @@ def test_byte_flips_never_change_the_parameters(server: ParameterServer, data: s
     code = _push(server, bytes(message))
     try:
         tensors, _meta_out = wire.decode(bytes(message))
-        parses = {k: (v.dtype, v.shape) for k, v in tensors.items()} == {k: (v.dtype, v.shape) for k, v in _model().items()}
+        parses = {k: (v.dtype, v.shape) for k, v in tensors.items()} == {
+            k: (v.dtype, v.shape) for k, v in _model().items()
+        }
     except WireFormatError:
         parses = False
     if not parses:

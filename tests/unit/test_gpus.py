@@ -77,7 +77,10 @@ def test_a_reused_worker_pinned_to_another_gpu_refuses_the_task() -> None:
 def test_tensorflow_imported_before_placement_is_accepted_only_on_the_right_gpus() -> None:
     assert decide(("2",), None, True, {"CUDA_VISIBLE_DEVICES": "2"}) is None
     assert decide((), None, True, {}) is None  # a CPU task: nothing to place
-    with pytest.raises(WorkerPlacementError, match=r"started TensorFlow \(listed its devices\) before tensorspark placed it"):
+    with pytest.raises(
+        WorkerPlacementError,
+        match=r"started TensorFlow \(listed its devices\) before tensorspark placed it",
+    ):
         decide(("2",), None, True, {})
     with pytest.raises(WorkerPlacementError):
         decide(("2",), None, True, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
@@ -96,7 +99,14 @@ def test_importing_tensorflow_and_keras_does_not_start_its_devices() -> None:
         "print(a, b, s())\n"
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
     assert out.stdout.split() == ["False", "False", "True"]
 
 
@@ -121,8 +131,12 @@ def test_tensorflow_seeing_no_gpu_names_the_address_and_the_causes() -> None:
 def test_the_warn_setting_lets_a_rehearsal_run_on_the_cpu() -> None:
     warning = check_visible(Pin(("0",), "0"), 0, {}, {"TENSORSPARK_GPU_CHECK": "warn"})
     assert warning is not None
-    assert "['0']" in warning and warning.endswith("TENSORSPARK_GPU_CHECK=warn: this task runs on the CPU.")
-    with pytest.raises(DeviceError, match=r"TENSORSPARK_GPU_CHECK must be one of \['error', 'warn'\]"):
+    assert "['0']" in warning and warning.endswith(
+        "TENSORSPARK_GPU_CHECK=warn: this task runs on the CPU."
+    )
+    with pytest.raises(
+        DeviceError, match=r"TENSORSPARK_GPU_CHECK must be one of \['error', 'warn'\]"
+    ):
         check_visible(Pin(("0",), "0"), 0, {}, {"TENSORSPARK_GPU_CHECK": "ignore"})
 
 
@@ -144,7 +158,9 @@ def test_gpus_requested_reads_the_task_amount() -> None:
     assert not gpus.requested({})
     assert not gpus.requested({"spark.task.resource.gpu.amount": " "})
     assert gpus.requested({"spark.task.resource.gpu.amount": "0.5"})
-    with pytest.raises(ConfigurationError, match=r"spark.task.resource.gpu.amount must be a number.*'one'"):
+    with pytest.raises(
+        ConfigurationError, match=r"spark.task.resource.gpu.amount must be a number.*'one'"
+    ):
         gpus.requested({"spark.task.resource.gpu.amount": "one"})
 
 
@@ -153,7 +169,10 @@ def test_local_mode_with_gpus_is_refused_with_what_to_do() -> None:
         check_settings("local[2]", GPU_CONF)
     text = str(info.value)
     assert "Spark does not schedule GPUs in local mode" in text
-    assert "local-cluster[1,<cores>,<MiB>]" in text and "spark.worker.resource.gpu.discoveryScript" in text
+    assert (
+        "local-cluster[1,<cores>,<MiB>]" in text
+        and "spark.worker.resource.gpu.discoveryScript" in text
+    )
     assert "Received: master='local[2]', spark.task.resource.gpu.amount='1'" in text
     assert check_settings("local[2]", {}) == 0.0
     assert check_settings("local-cluster[1,2,1024]", GPU_CONF) == 1.0
@@ -184,5 +203,7 @@ def test_plan_logs_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
         ({k: v for k, v in GPU_CONF.items() if k != "spark.executor.cores"}, 8, 8),  # unknown
     ],
 )
-def test_task_slots_count_one_task_per_gpu(values: dict[str, Any], parallelism: int, slots: int) -> None:
+def test_task_slots_count_one_task_per_gpu(
+    values: dict[str, Any], parallelism: int, slots: int
+) -> None:
     assert tsconf.task_slots(_Context("spark://h:7077", values, parallelism)) == slots

@@ -14,7 +14,9 @@ HEAVY = ("tensorflow", "keras", "pyspark", "hdfs", "requests", "matplotlib")
 
 def _loaded_after(code: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
     script = f"{code}\nimport sys\nprint(' '.join(m for m in {modules!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     return out.stdout.split()
 
 
@@ -26,7 +28,9 @@ def test_a_public_name_loads_its_module_on_first_use() -> None:
     assert _loaded_after("import tensorspark; tensorspark.ConfigurationError") == []
     session = ("tensorspark.session",)
     assert _loaded_after("import tensorspark", session) == []
-    assert _loaded_after("import tensorspark; tensorspark.SparkSession", session) == ["tensorspark.session"]
+    assert _loaded_after("import tensorspark; tensorspark.SparkSession", session) == [
+        "tensorspark.session"
+    ]
 
 
 def test_every_public_name_resolves() -> None:

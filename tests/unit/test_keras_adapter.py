@@ -17,7 +17,11 @@ from tensorspark.training.result import EpochSnapshots
 def mlp(seed: int = 0, loss: str = "sparse_categorical_crossentropy") -> keras.Model:
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
-        [keras.Input((12,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3, activation="softmax")]
+        [
+            keras.Input((12,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
     )
     model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
     return model
@@ -98,7 +102,12 @@ def test_weights_round_trip_and_names_match_the_driver_model() -> None:
     adapter = KerasTrainer(keras_io.serialize_model(driver), key="names")
     assert list(adapter.get_weights()) == weight_names(driver)
     layers = [layer.name for layer in driver.layers]
-    assert weight_names(driver) == [f"{layers[0]}/kernel", f"{layers[0]}/bias", f"{layers[1]}/kernel", f"{layers[1]}/bias"]
+    assert weight_names(driver) == [
+        f"{layers[0]}/kernel",
+        f"{layers[0]}/bias",
+        f"{layers[1]}/kernel",
+        f"{layers[1]}/bias",
+    ]
 
     new = {k: np.full_like(v, 0.25) for k, v in adapter.get_weights().items()}
     adapter.set_weights(new)
@@ -117,7 +126,10 @@ def test_adapters_of_one_run_share_the_cached_model() -> None:
 
 def test_uncompiled_model_is_refused() -> None:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    with pytest.raises(ConfigurationError, match=r"must be compiled .*Received: model 'sequential.*' \(not compiled\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"must be compiled .*Received: model 'sequential.*' \(not compiled\)",
+    ):
         validate_model(model)
 
 
@@ -131,19 +143,25 @@ def test_several_inputs_are_refused() -> None:
 
 def test_features_that_do_not_fit_the_input_are_refused() -> None:
     with pytest.raises(
-        ConfigurationError, match=r"must hold 12 numbers .*input shape \(None, 12\)\. Received: .*shape \(10,\)"
+        ConfigurationError,
+        match=r"must hold 12 numbers .*input shape \(None, 12\)\. Received: .*shape \(10,\)",
     ):
         check_example(mlp(), np.zeros(10), 1, what="data=RDD")
 
 
 def test_one_hot_labels_with_a_sparse_loss_are_refused() -> None:
-    with pytest.raises(ConfigurationError, match=r"expects one integer class id per example. Received: .*shape \(3,\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"expects one integer class id per example. Received: .*shape \(3,\)",
+    ):
         check_example(mlp(), np.zeros(12), np.eye(3)[1], what="data=RDD")
 
 
 def test_class_ids_with_a_categorical_loss_are_refused() -> None:
     model = mlp(loss="categorical_crossentropy")
-    with pytest.raises(ConfigurationError, match=r"expects labels shaped like the model's output \(None, 3\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"expects labels shaped like the model's output \(None, 3\)"
+    ):
         check_example(model, np.zeros(12), 2, what="data=RDD")
     in_dtype, label_dtype = check_example(model, np.zeros(12), np.eye(3)[2], what="data=RDD")
     assert (in_dtype, label_dtype) == (np.float32, np.float32)
@@ -151,16 +169,23 @@ def test_class_ids_with_a_categorical_loss_are_refused() -> None:
 
 def test_custom_layer_without_custom_objects_is_named() -> None:
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((12,)), Scale(name="scale"), keras.layers.Dense(3, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((12,)), Scale(name="scale"), keras.layers.Dense(3, activation="softmax")]
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    with pytest.raises(ConfigurationError, match=r"custom class\(es\) 'Scale'.*custom_objects=\{'Scale': Scale\}"):
+    with pytest.raises(
+        ConfigurationError, match=r"custom class\(es\) 'Scale'.*custom_objects=\{'Scale': Scale\}"
+    ):
         model_payload(model, None)
     payload, copy = model_payload(model, {"Scale": Scale})
     assert isinstance(copy.layers[0], Scale) and payload
 
 
 def test_snapshots_round_trip_through_the_wire_format() -> None:
-    sets = [{"a/kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"a/kernel": np.ones((2, 3), np.float32)}]
+    sets = [
+        {"a/kernel": np.arange(6, dtype=np.float32).reshape(2, 3)},
+        {"a/kernel": np.ones((2, 3), np.float32)},
+    ]
     again = decode_snapshots(encode_snapshots(sets))
     assert len(again) == 2
     for got, want in zip(again, sets, strict=True):
@@ -189,7 +214,9 @@ def test_evaluate_blocks_matches_model_evaluate_for_each_weight_set() -> None:
     plan = EvalPlan(key="eval-test", custom_objects=None, batch_size=16)
     blocks = iter([(x[:60], y[:60]), (x[60:], y[60:])])
 
-    stats = evaluate_blocks(plan, _Value(payload), _Value(encode_snapshots([first, second])), blocks, 0)
+    stats = evaluate_blocks(
+        plan, _Value(payload), _Value(encode_snapshots([first, second])), blocks, 0
+    )
 
     for entry, weights in zip(stats["epochs"], (first, second), strict=True):
         model.set_weights([weights[n] for n in weight_names(model)])

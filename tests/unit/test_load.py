@@ -37,12 +37,21 @@ def test_eight_clients_push_and_pull_without_errors() -> None:
                 deadline = time.monotonic() + SECONDS
                 seq = 0
                 while time.monotonic() < deadline and seq < MAX_PUSHES:
-                    meta = {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
+                    meta = {
+                        "partition": partition,
+                        "epoch": 0,
+                        "seq": seq,
+                        "attempt": 0,
+                        "samples": 1,
+                        "base_version": 0,
+                    }
                     t0 = time.perf_counter()
                     result = client.push(delta, meta)
                     latencies[partition].append(time.perf_counter() - t0)
                     if result.status != "applied":
-                        raise AssertionError(f"push {seq} of partition {partition}: {result.status}")
+                        raise AssertionError(
+                            f"push {seq} of partition {partition}: {result.status}"
+                        )
                     seq += 1
                     sent[partition] = seq
                     client.pull()

@@ -24,7 +24,9 @@ def _epochs(data: PartitionData) -> list[list[tuple[int, np.ndarray, bool]]]:
 
 
 def test_batches_cover_every_row_once_per_epoch_in_order(tmp_path) -> None:
-    blocks = rows_to_blocks(iter(_rows(10)), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=3)
+    blocks = rows_to_blocks(
+        iter(_rows(10)), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=3
+    )
     with PartitionData(blocks, batch_size=4, num_epoch=3, spill_dir=str(tmp_path)) as data:
         epochs = _epochs(data)
         assert data.rows == 10
@@ -39,7 +41,9 @@ def test_batches_cover_every_row_once_per_epoch_in_order(tmp_path) -> None:
 def test_shuffle_is_seeded_and_differs_per_epoch(tmp_path) -> None:
     def run(seed: int) -> list[np.ndarray]:
         blocks = rows_to_blocks(iter(_rows(50)), ["x", "y"], [None, None], block_rows=7)
-        with PartitionData(blocks, 8, 2, shuffle=True, seed=seed, partition=1, spill_dir=str(tmp_path)) as data:
+        with PartitionData(
+            blocks, 8, 2, shuffle=True, seed=seed, partition=1, spill_dir=str(tmp_path)
+        ) as data:
             return [np.concatenate([b for _, b, _ in ep]) for ep in _epochs(data)]
 
     a, b = run(1), run(1)
@@ -60,10 +64,16 @@ def test_single_epoch_streams_without_spilling(tmp_path) -> None:
 
 
 def test_bad_rows_name_the_problem() -> None:
-    with pytest.raises(ConfigurationError, match="RDD element 1 has 3 items but feed_name_list has 2"):
+    with pytest.raises(
+        ConfigurationError, match="RDD element 1 has 3 items but feed_name_list has 2"
+    ):
         list(rows_to_blocks(iter([(1, 2), (1, 2, 3)]), ["x:0", "y:0"], [None, None], 10))
     with pytest.raises(ConfigurationError, match="do not have one common shape"):
-        list(rows_to_blocks(iter([([1, 2], 0), ([1], 0)]), ["x:0", "y:0"], [np.dtype("float32"), None], 10))
+        list(
+            rows_to_blocks(
+                iter([([1, 2], 0), ([1], 0)]), ["x:0", "y:0"], [np.dtype("float32"), None], 10
+            )
+        )
 
 
 def test_memory_stays_bounded_for_a_large_partition(tmp_path) -> None:
@@ -75,7 +85,9 @@ def test_memory_stays_bounded_for_a_large_partition(tmp_path) -> None:
             yield (np.zeros(256, np.float32), i)
 
     tracemalloc.start()
-    blocks = rows_to_blocks(gen(), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=256)
+    blocks = rows_to_blocks(
+        gen(), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=256
+    )
     with PartitionData(blocks, 64, 2, spill_dir=str(tmp_path)) as data:
         for _, batches in data.epochs():
             for _ in batches:

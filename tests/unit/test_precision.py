@@ -34,7 +34,9 @@ def _functional() -> Any:
 
     inputs = keras.Input((6,))
     hidden = keras.layers.Dense(4, name="a")(inputs)
-    return keras.Model(inputs, [keras.layers.Dense(2, name="b")(hidden), keras.layers.Dense(1, name="c")(hidden)])
+    return keras.Model(
+        inputs, [keras.layers.Dense(2, name="b")(hidden), keras.layers.Dense(1, name="c")(hidden)]
+    )
 
 
 def _policies(model: Any) -> dict[str, str]:
@@ -42,7 +44,11 @@ def _policies(model: Any) -> dict[str, str]:
 
 
 def test_check_policy_accepts_the_three_values_only() -> None:
-    assert [check_policy(v) for v in (None, "mixed_float16", "mixed_bfloat16")] == [None, "mixed_float16", "mixed_bfloat16"]
+    assert [check_policy(v) for v in (None, "mixed_float16", "mixed_bfloat16")] == [
+        None,
+        "mixed_float16",
+        "mixed_bfloat16",
+    ]
     for bad in ("float16", "bfloat16", "", 16):
         with pytest.raises(ConfigurationError) as info:
             check_policy(bad)
@@ -56,15 +62,21 @@ def test_mixed_config_keeps_outputs_and_explicit_policies() -> None:
     model = _sequential()
     config = {"class_name": "Sequential", "config": model.get_config()}
     mixed = mixed_config(config, "mixed_bfloat16")
-    layers = {entry["config"]["name"]: entry["config"]["dtype"] for entry in mixed["config"]["layers"]}
+    layers = {
+        entry["config"]["name"]: entry["config"]["dtype"] for entry in mixed["config"]["layers"]
+    }
     assert layers["hidden"]["config"]["name"] == "mixed_bfloat16"
     assert layers["explicit16"]["config"]["name"] == "mixed_float16"  # the user's choice stays
     assert layers["out"]["config"]["name"] == "float32"  # the output layer stays float32
-    (input_dtype,) = [e["config"]["dtype"] for e in mixed["config"]["layers"] if e["class_name"] == "InputLayer"]
+    (input_dtype,) = [
+        e["config"]["dtype"] for e in mixed["config"]["layers"] if e["class_name"] == "InputLayer"
+    ]
     assert input_dtype == "float32"  # a plain dtype, not a policy: left alone
     assert config["config"]["layers"][1]["config"]["dtype"]["config"]["name"] == "float32"  # a copy
     functional = _functional()
-    mixed = mixed_config({"class_name": "Functional", "config": functional.get_config()}, "mixed_float16")
+    mixed = mixed_config(
+        {"class_name": "Functional", "config": functional.get_config()}, "mixed_float16"
+    )
     names = {e["config"]["name"]: e["config"].get("dtype") for e in mixed["config"]["layers"]}
     assert names["a"]["config"]["name"] == "mixed_float16"
     assert names["b"]["config"]["name"] == names["c"]["config"]["name"] == "float32"
@@ -73,7 +85,11 @@ def test_mixed_config_keeps_outputs_and_explicit_policies() -> None:
 def test_bfloat16_rebuild_computes_in_bfloat16_with_float32_variables() -> None:
     data = keras_io.serialize_model(_sequential())
     model = keras_io.deserialize_model(data, compile=True, mixed_precision="mixed_bfloat16")
-    assert _policies(model) == {"hidden": "mixed_bfloat16", "explicit16": "mixed_float16", "out": "float32"}
+    assert _policies(model) == {
+        "hidden": "mixed_bfloat16",
+        "explicit16": "mixed_float16",
+        "out": "float32",
+    }
     assert model.dtype_policy.name == "mixed_bfloat16"
     assert model.get_layer("hidden").compute_dtype == "bfloat16"
     assert {str(w.dtype) for w in model.weights} == {"float32"}
@@ -116,7 +132,9 @@ def test_mixed_inference_returns_float32_close_to_float32_inference() -> None:
     mixed = KerasLoader(mixed_precision="mixed_bfloat16").load(data)(x)
     assert mixed.dtype == np.float32
     np.testing.assert_allclose(mixed, exact, atol=0.05)
-    assert repr(KerasLoader()) != repr(KerasLoader(mixed_precision="mixed_bfloat16"))  # cache keys differ
+    assert repr(KerasLoader()) != repr(
+        KerasLoader(mixed_precision="mixed_bfloat16")
+    )  # cache keys differ
 
 
 def test_policy_scope_is_restored() -> None:

@@ -32,8 +32,14 @@ class _Terminal(io.StringIO):
 
 
 def _entry(version: int, partition: int, loss: float, samples: int = 10, **metrics: float) -> dict:
-    return {"time": 1000.0 + version, "version": version, "partition": partition, "loss": loss,
-            "samples": samples, "metrics": metrics}
+    return {
+        "time": 1000.0 + version,
+        "version": version,
+        "partition": partition,
+        "loss": loss,
+        "samples": samples,
+        "metrics": metrics,
+    }
 
 
 def test_format_duration() -> None:
@@ -50,7 +56,9 @@ def test_plain_lines_every_interval_with_the_fields() -> None:
     assert not progress.is_terminal
     progress.update(100, {"epoch": "1/2", "loss": "0.52", "updates/s": "12.5"}, eta=90.0)
     clock.now += 4
-    progress.update(200, {"epoch": "1/2", "loss": "0.50", "updates/s": "12.5"}, eta=80.0)  # within the interval
+    progress.update(
+        200, {"epoch": "1/2", "loss": "0.50", "updates/s": "12.5"}, eta=80.0
+    )  # within the interval
     clock.now += 7
     progress.update(600, {"epoch": "2/2", "loss": "0.41", "updates/s": "13.0"}, eta=30.0)
     progress.close()
@@ -115,19 +123,35 @@ def test_loss_average_is_sample_weighted_over_the_window_and_counts_each_push_on
 def test_sync_rounds_share_a_version_and_every_partition_counts() -> None:
     averager = LossAverager()
     assert len(averager.add([_entry(1, 1, 1.0), _entry(1, 0, 3.0)])) == 2
-    assert averager.add([_entry(1, 1, 1.0), _entry(1, 0, 3.0), _entry(2, 0, 5.0)])[0].loss == pytest.approx(3.0)
+    assert averager.add([_entry(1, 1, 1.0), _entry(1, 0, 3.0), _entry(2, 0, 5.0)])[
+        0
+    ].loss == pytest.approx(3.0)
 
 
 def _push(client: ParameterClient, partition: int, epoch: int, seq: int, loss: float) -> None:
-    meta = {"partition": partition, "attempt": 0, "epoch": epoch, "seq": seq, "samples": 50,
-            "base_version": 0, "loss": loss, "metrics": {"accuracy": 0.5}}
+    meta = {
+        "partition": partition,
+        "attempt": 0,
+        "epoch": epoch,
+        "seq": seq,
+        "samples": 50,
+        "base_version": 0,
+        "loss": loss,
+        "metrics": {"accuracy": 0.5},
+    }
     client.push({"w": np.zeros(4, np.float32)}, meta)
 
 
 def _info(server: ParameterServer, **fields: object) -> RunInfo:
     """What a run tells its listeners at its start, with the dashboard at a fixed URL."""
-    base: dict = {"name": "train", "mode": "async", "num_epoch": None, "num_partitions": None,
-                  "total_samples": None, "dashboard_url": "http://127.0.0.1:1/?token=t"}
+    base: dict = {
+        "name": "train",
+        "mode": "async",
+        "num_epoch": None,
+        "num_partitions": None,
+        "total_samples": None,
+        "dashboard_url": "http://127.0.0.1:1/?token=t",
+    }
     return RunInfo(**{**base, **fields}, status=server.status())  # type: ignore[arg-type]
 
 
@@ -136,16 +160,22 @@ def test_monitor_reads_the_server_and_writes_tensorboard(tmp_path: Path) -> None
 
     out = io.StringIO()
     with ParameterServer({"w": np.zeros(4, np.float32)}) as server:
-        with ParameterClient(server.url, timeout=10, ps_timeout=10, **server.client_options()) as client:
+        with ParameterClient(
+            server.url, timeout=10, ps_timeout=10, **server.client_options()
+        ) as client:
             _push(client, 0, 0, 0, 9.0)  # an earlier run on a reused server: not counted
             from tensorspark.tensorboard import TensorBoardListener
 
-            monitor = ListenerList([
-                ProgressListener(Progress(400, desc="job", stream=out, interval=1e-9)),
-                TensorBoardListener(str(tmp_path / "tb")),
-            ])
+            monitor = ListenerList(
+                [
+                    ProgressListener(Progress(400, desc="job", stream=out, interval=1e-9)),
+                    TensorBoardListener(str(tmp_path / "tb")),
+                ]
+            )
             monitor.on_run_start(_info(server, total_samples=400, num_epoch=2, name="job"))
-            for seq, (partition, epoch, loss) in enumerate([(0, 0, 2.0), (1, 0, 1.0), (0, 1, 0.5), (1, 1, 0.5)]):
+            for seq, (partition, epoch, loss) in enumerate(
+                [(0, 0, 2.0), (1, 0, 1.0), (0, 1, 0.5), (1, 1, 0.5)]
+            ):
                 _push(client, partition, epoch, seq + 1, loss)
                 monitor.on_poll(server.status())
             monitor.on_run_end(None)
@@ -175,7 +205,9 @@ def test_tensorboard_dir_must_be_local() -> None:
         TensorBoardWriter("hdfs://nn:8020/tb")
 
 
-def test_a_failing_display_is_logged_once_and_never_stops_training(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_display_is_logged_once_and_never_stops_training(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class _Broken(io.StringIO):
         def write(self, text: str) -> int:
             raise OSError(28, "No space left on device")

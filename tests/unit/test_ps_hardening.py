@@ -46,10 +46,26 @@ def _params(n: int = 3) -> dict[str, np.ndarray]:
 
 
 def _meta(seq: int = 0, **changes: object) -> dict:
-    return {"partition": 0, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0, **changes}
+    return {
+        "partition": 0,
+        "epoch": 0,
+        "seq": seq,
+        "attempt": 0,
+        "samples": 1,
+        "base_version": 0,
+        **changes,
+    }
 
 
-def _request(method: str, target: str, body: bytes, *, signed: bool = True, headers: dict | None = None, cl: str | None = None) -> bytes:
+def _request(
+    method: str,
+    target: str,
+    body: bytes,
+    *,
+    signed: bool = True,
+    headers: dict | None = None,
+    cl: str | None = None,
+) -> bytes:
     """Raw request bytes; signed with SECRET unless told otherwise; ``cl`` replaces the
     Content-Length text."""
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1"]
@@ -72,7 +88,9 @@ def _answer(sock: socket.socket, head_only: bool = False) -> tuple[int, dict[str
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+    }
     length = 0 if head_only else int(headers.get("content-length", "0"))
     while len(rest) < length:
         chunk = sock.recv(65536)
@@ -86,7 +104,11 @@ def _exchange(port: int, data: bytes, head_only: bool = False) -> tuple[int, dic
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
         code, headers, body = _answer(sock, head_only)
-    return code, headers, json.loads(body) if headers.get("content-type") == "application/json" and body else {}
+    return (
+        code,
+        headers,
+        json.loads(body) if headers.get("content-type") == "application/json" and body else {},
+    )
 
 
 def _wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -120,7 +142,9 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
     n = 1_000_000  # a 4 MB model: bodies up to 8 MB + 4 MiB
     with ServerProcess(params=n) as host:
         max_body = 2 * n * 4 + 4 * 1024 * 1024
-        with ParameterClient(host.url, secret=SECRET) as client:  # warm: buffers, first-request imports
+        with ParameterClient(
+            host.url, secret=SECRET
+        ) as client:  # warm: buffers, first-request imports
             client.push({"w": np.ones(n, np.float32)}, _meta())
             client.pull()
         time.sleep(0.3)
@@ -142,7 +166,9 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
                 socks.append(sock)
             for sock in socks[:64]:
                 assert _answer(sock)[0] == 401
-            with ParameterClient(host.url, secret=SECRET) as client:  # answered after the heads above
+            with ParameterClient(
+                host.url, secret=SECRET
+            ) as client:  # answered after the heads above
                 assert client.pull()[0] == 1
                 assert client.status()["inflight_bodies"] == 0
             time.sleep(0.5)
@@ -157,12 +183,18 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
 # ---------------------------------------------------------------------- 2. hang-ups
 
 
-def test_a_client_hanging_up_mid_body_is_logged_at_debug_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_client_hanging_up_mid_body_is_logged_at_debug_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     n = 400_000  # 1.6 MB pushes: read by the server's direct path; /join bodies by Tornado's
     with ParameterServer(_params(n), secret=SECRET, public_status=True) as server:
         push = wire.encode_bytes({"w": np.ones(n, np.float32)}, _meta())
-        for path, body in (("/push", push), ("/join", b'{"partition": 0, "attempt": 0}'), ("/push", push)):
+        for path, body in (
+            ("/push", push),
+            ("/join", b'{"partition": 0, "attempt": 0}'),
+            ("/push", push),
+        ):
             data = _request("POST", path, body)
             with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
                 sock.sendall(data[: data.index(b"\r\n\r\n") + 4 + len(body) // 2])
@@ -181,18 +213,23 @@ def test_a_client_hanging_up_mid_body_is_logged_at_debug_and_counted(caplog: pyt
 
 
 @pytest.mark.parametrize(
-    "text", ["+1048576", "1_048_576", "+5", "5_0", "0x10", "-1", "1 0", "5, 5", "5.0", "", "٥", "9" * 19]
+    "text",
+    ["+1048576", "1_048_576", "+5", "5_0", "0x10", "-1", "1 0", "5, 5", "5.0", "", "٥", "9" * 19],
 )
 def test_content_length_must_be_plain_digits(server: ParameterServer, text: str) -> None:
     for signed in (True, False):
-        code, headers, answer = _exchange(server.port, _request("POST", "/push", b"", signed=signed, cl=text))
+        code, headers, answer = _exchange(
+            server.port, _request("POST", "/push", b"", signed=signed, cl=text)
+        )
         assert code == 400 and "Content-Length" in answer["error"], (text, code, answer)
     assert server.version == 0
 
 
 def test_two_content_lengths_or_a_chunked_body_are_refused(server: ParameterServer) -> None:
     body = wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta())
-    twice = _request("POST", "/push", body, headers={"Content-Length": str(len(body) + auth.TRAILER_BYTES)})
+    twice = _request(
+        "POST", "/push", body, headers={"Content-Length": str(len(body) + auth.TRAILER_BYTES)}
+    )
     code, _, answer = _exchange(server.port, twice)
     assert code == 400 and "more than one Content-Length" in answer["error"]
     chunked = b"POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
@@ -213,16 +250,28 @@ class _Headers(dict):
 # ---------------------------------------------------------------------- 4. HEAD
 
 
-def test_head_and_other_methods_get_405_with_allow_and_the_connection_stays_usable(server: ParameterServer) -> None:
+def test_head_and_other_methods_get_405_with_allow_and_the_connection_stays_usable(
+    server: ParameterServer,
+) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        for method, path, allow in (("HEAD", "/status", "GET"), ("HEAD", "/push", "POST"), ("OPTIONS", "/pull", "GET"), ("PUT", "/join", "POST")):
+        for method, path, allow in (
+            ("HEAD", "/status", "GET"),
+            ("HEAD", "/push", "POST"),
+            ("OPTIONS", "/pull", "GET"),
+            ("PUT", "/join", "POST"),
+        ):
             sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             code, headers, body = _answer(sock, head_only=method == "HEAD")
             assert (code, headers["allow"]) == (405, allow)
-            assert method == "HEAD" or f"{method} is not allowed on {path}" in json.loads(body)["error"]
+            assert (
+                method == "HEAD"
+                or f"{method} is not allowed on {path}" in json.loads(body)["error"]
+            )
         sock.sendall(_request("GET", "/pull", b""))  # the same connection still works
         assert _answer(sock)[0] == 200
-    code, _, _ = _exchange(server.port, b"HEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n", head_only=True)
+    code, _, _ = _exchange(
+        server.port, b"HEAD /nothing HTTP/1.1\r\nHost: x\r\n\r\n", head_only=True
+    )
     assert code == 404
 
 
@@ -255,20 +304,36 @@ def test_a_zero_size_tensor_with_impossible_dimensions_is_a_400(server: Paramete
 
 
 def test_metadata_numbers_out_of_range_are_a_400() -> None:
-    with ParameterServer(_params(), secret=SECRET) as server:  # the default combiner: 1/(staleness+1)
-        cases = [("base_version", -(10**310)), ("base_version", -1), ("seq", 2**63), ("partition", -1),
-                 ("epoch", 10**30), ("attempt", -5), ("samples", 2**53), ("samples", -1)]
+    with ParameterServer(
+        _params(), secret=SECRET
+    ) as server:  # the default combiner: 1/(staleness+1)
+        cases = [
+            ("base_version", -(10**310)),
+            ("base_version", -1),
+            ("seq", 2**63),
+            ("partition", -1),
+            ("epoch", 10**30),
+            ("attempt", -5),
+            ("samples", 2**53),
+            ("samples", -1),
+        ]
         for key, value in cases:
             body = wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta(**{key: value}))
             code, _, answer = _exchange(server.port, _request("POST", "/push", body))
-            assert code == 400 and f"field {key!r} must be an integer from 0 to" in answer["error"], (key, answer)
+            assert (
+                code == 400 and f"field {key!r} must be an integer from 0 to" in answer["error"]
+            ), (key, answer)
         for metrics in ({f"m{i}": 1.0 for i in range(257)}, {"m" * 201: 1.0}):
             body = wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta(metrics=metrics))
             code, _, answer = _exchange(server.port, _request("POST", "/push", body))
             assert code == 400 and "metrics" in answer["error"]
         assert server.version == 0 and server.status()["workers"] == []
-        big = wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta(base_version=2**63 - 1, seq=2**63 - 1))
-        assert _exchange(server.port, _request("POST", "/push", big))[0] == 200  # the edge of the range
+        big = wire.encode_bytes(
+            {"w": np.ones(3, np.float32)}, _meta(base_version=2**63 - 1, seq=2**63 - 1)
+        )
+        assert (
+            _exchange(server.port, _request("POST", "/push", big))[0] == 200
+        )  # the edge of the range
     with ParameterServer(_params(), secret=SECRET, mode="sync", num_workers=2) as sync:
         body = wire.encode_bytes({"w": np.ones(3, np.float32)}, _meta(partition=2))
         code, _, answer = _exchange(sync.port, _request("POST", "/push", body))
@@ -285,10 +350,14 @@ def test_deeply_nested_or_oversized_json_is_refused(server: ParameterServer) -> 
         for body in (b"[" * 60_000, b'{"a": ' * 20 + b"1" + b"}" * 20):
             code, _, answer = _exchange(server.port, _request("POST", path, body))
             assert code == 400 and "nested deeper than 16 levels" in answer["error"]
-    code, _, answer = _exchange(server.port, _request("POST", "/leave", b'{"partition": 0, "attempt": 0, "state": "gone"}'))
+    code, _, answer = _exchange(
+        server.port, _request("POST", "/leave", b'{"partition": 0, "attempt": 0, "state": "gone"}')
+    )
     assert code == 400 and "'state' must be" in answer["error"]
     assert server.status()["workers"] == []
-    check_json_depth('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[", "b": "\\\\\\"[["}')  # brackets in strings do not count
+    check_json_depth(
+        '{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[", "b": "\\\\\\"[["}'
+    )  # brackets in strings do not count
     with pytest.raises(RequestError):
         check_json_depth("[" * 17)
 
@@ -341,7 +410,9 @@ def test_a_slow_body_is_cut_off_after_the_body_timeout(caplog: pytest.LogCapture
 
 def test_bodies_in_flight_are_bounded_and_the_client_retries_a_busy_server() -> None:
     n = 300_000  # 1.2 MB pushes
-    with ParameterServer(_params(n), combiner="delta", secret=SECRET, max_inflight_bodies=2) as server:
+    with ParameterServer(
+        _params(n), combiner="delta", secret=SECRET, max_inflight_bodies=2
+    ) as server:
         push = wire.encode_bytes({"w": np.ones(n, np.float32)}, _meta())
         held = []
         for _ in range(2):  # two heads accepted, their bodies never finished: in flight
@@ -350,7 +421,9 @@ def test_bodies_in_flight_are_bounded_and_the_client_retries_a_busy_server() -> 
             sock.sendall(data[: data.index(b"\r\n\r\n") + 4])
             assert _answer(sock, head_only=True)[0] == 100
             held.append(sock)
-        code, headers, answer = _exchange(server.port, _request("POST", "/push", push, headers={"Expect": "100-continue"}))
+        code, headers, answer = _exchange(
+            server.port, _request("POST", "/push", push, headers={"Expect": "100-continue"})
+        )
         assert code == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
         assert "receiving 2 request bodies" in answer["error"]
         assert server.status()["busy_refusals"] == 1
@@ -358,14 +431,22 @@ def test_bodies_in_flight_are_bounded_and_the_client_retries_a_busy_server() -> 
         with ParameterClient(server.url, secret=SECRET, ps_timeout=20) as client:
             assert client.push({"w": np.ones(n, np.float32)}, _meta()).status == "applied"
         assert server.status()["busy_refusals"] > 1 and server.version == 1
-    with ParameterServer(_params(n), secret=SECRET, max_inflight_bodies=1) as busy, socket.create_connection(("127.0.0.1", busy.port), timeout=10) as sock:
+    with (
+        ParameterServer(_params(n), secret=SECRET, max_inflight_bodies=1) as busy,
+        socket.create_connection(("127.0.0.1", busy.port), timeout=10) as sock,
+    ):
         data = _request("POST", "/push", push)
         sock.sendall(data[:1000])  # holds the only room until the client's ps_timeout passes
         _wait_for(lambda: busy.status()["inflight_bodies"] == 1)
-        with ParameterClient(busy.url, secret=SECRET, ps_timeout=1.0) as client, pytest.raises(ParameterServerError, match="answered 503: .*retry shortly") as info:
+        with (
+            ParameterClient(busy.url, secret=SECRET, ps_timeout=1.0) as client,
+            pytest.raises(ParameterServerError, match="answered 503: .*retry shortly") as info,
+        ):
             client.push({"w": np.ones(n, np.float32)}, _meta())
         assert info.value.status == 503
-    with pytest.raises(ConfigurationError, match="max_inflight_bytes must be at least max_body_bytes"):
+    with pytest.raises(
+        ConfigurationError, match="max_inflight_bytes must be at least max_body_bytes"
+    ):
         ParameterServer(_params(), max_body_bytes=1000, max_inflight_bytes=999)
     for bad in ({"body_timeout": 0}, {"max_inflight_bodies": 0}, {"max_inflight_bytes": True}):
         with pytest.raises(ConfigurationError, match=f"Received: {next(iter(bad))}="):

@@ -35,7 +35,9 @@ from tests.unit.ps_probes import (
 RSS_BOUND = 24 * 1024 * 1024
 
 _FUZZ = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
@@ -89,7 +91,9 @@ def test_after_the_fuzzing_the_server_is_whole(server: ServerProcess, corpus: Co
         np.testing.assert_array_equal(params[name], expected, err_msg=name)
     assert version >= corpus.applied
     records = server.records()
-    assert records["levels"].get("ERROR", 0) == 0 and records["levels"].get("CRITICAL", 0) == 0, records["errors"]
+    assert records["levels"].get("ERROR", 0) == 0 and records["levels"].get("CRITICAL", 0) == 0, (
+        records["errors"]
+    )
     growth = server.rss() - server.baseline
     assert growth < RSS_BOUND, f"RSS grew by {growth / 2**20:.1f} MiB"
     assert status["inflight_bodies"] == 0 and status["inflight_bytes"] == 0

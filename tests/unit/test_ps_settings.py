@@ -60,8 +60,14 @@ def test_a_custom_combiner_cannot_be_sharded() -> None:
 
 def test_json_round_trip_for_a_shard_process() -> None:
     values: dict[str, object] = {
-        "combiner": "nesterov", "port": (41000, 41010), "mode": "sync", "secret": SECRET,
-        "compression": "bf16", "public_status": True, "shards": 2, "max_inflight_bodies": 7,
+        "combiner": "nesterov",
+        "port": (41000, 41010),
+        "mode": "sync",
+        "secret": SECRET,
+        "compression": "bf16",
+        "public_status": True,
+        "shards": 2,
+        "max_inflight_bodies": 7,
     }
     settings = ServerSettings(**values)  # type: ignore[arg-type]
     again = ServerSettings.from_json(json.loads(json.dumps(settings.to_json())))

@@ -32,9 +32,13 @@ def makespan(order: LongestFirst[Trial], slots: int) -> float:
     running: list[tuple[float, int, Trial]] = []
     now = 0.0
     while True:
-        while len(running) < slots and (
-            trial := order.next([(t.params, now - (end - seconds(t))) for end, _, t in running])
-        ) is not None:
+        while (
+            len(running) < slots
+            and (
+                trial := order.next([(t.params, now - (end - seconds(t))) for end, _, t in running])
+            )
+            is not None
+        ):
             heapq.heappush(running, (now + seconds(trial), trial.index, trial))
         if not running:
             return now
@@ -82,7 +86,10 @@ def test_cost_orders_from_the_start_and_keeps_ties_in_order() -> None:
 @pytest.mark.parametrize(
     ("cost", "message"),
     [
-        (lambda p: p["missing"], r"cost\(\{'learning_rate': 0.0001, 'units': 64\}\) raised KeyError"),
+        (
+            lambda p: p["missing"],
+            r"cost\(\{'learning_rate': 0.0001, 'units': 64\}\) raised KeyError",
+        ),
         (lambda p: float("nan"), r"must return a finite number. Received: nan for"),
         (lambda p: "big", r"must return a finite number. Received: 'big' for"),
         (lambda p: None, r"must return a finite number. Received: None for"),

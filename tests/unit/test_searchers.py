@@ -78,7 +78,10 @@ def test_random_draws_on_demand_reproducibly_from_its_seed() -> None:
     ("make", "message"),
     [
         (lambda: GridSearcher({"lr": LogUniform(1e-4, 1e-1)}), r"cannot be expanded by a grid"),
-        (lambda: RandomSearcher(SPACE, 0), r"`n_trials` must be a positive integer. Received: n_trials=0"),
+        (
+            lambda: RandomSearcher(SPACE, 0),
+            r"`n_trials` must be a positive integer. Received: n_trials=0",
+        ),
         (lambda: RandomSearcher({}, 3), r"`space` must be a non-empty dict"),
     ],
 )
@@ -149,7 +152,12 @@ class LocalLauncher:
 
 
 CONFIG = TrialConfig(
-    epochs=2, batch_size=1, metric="loss", mode="min", seed=0, early_stopping_patience=None,
+    epochs=2,
+    batch_size=1,
+    metric="loss",
+    mode="min",
+    seed=0,
+    early_stopping_patience=None,
     return_weights=False,
 )
 
@@ -177,7 +185,12 @@ class HillClimber(Searcher):
         return trial
 
     def tell(
-        self, trial: Trial, score: float | None, values_per_epoch: Sequence[float], seconds: float, failed: bool
+        self,
+        trial: Trial,
+        score: float | None,
+        values_per_epoch: Sequence[float],
+        seconds: float,
+        failed: bool,
     ) -> None:
         self.told.append((trial.index, score, list(values_per_epoch)))
         assert score is not None and not failed and seconds == pytest.approx(0.08)
@@ -191,7 +204,12 @@ def test_the_loop_asks_when_a_slot_frees_and_tells_each_score() -> None:
     results, _ = run_search(launcher, CONFIG, searcher, parallel=2, progress=False, timeout=60)
     assert [t.params["x"] for t in results] == [8.0, 4.0, 2.0, 1.0]
     assert [t.index for t in results] == [0, 1, 2, 3]
-    assert searcher.told == [(0, 8.0, [9.0, 8.0]), (1, 4.0, [5.0, 4.0]), (2, 2.0, [3.0, 2.0]), (3, 1.0, [2.0, 1.0])]
+    assert searcher.told == [
+        (0, 8.0, [9.0, 8.0]),
+        (1, 4.0, [5.0, 4.0]),
+        (2, 2.0, [3.0, 2.0]),
+        (3, 1.0, [2.0, 1.0]),
+    ]
     # Asked again while trial 0 ran (a free slot), it answered None and the loop waited.
     assert searcher.running_seen[:2] == [0, 1]
 
@@ -199,7 +217,9 @@ def test_the_loop_asks_when_a_slot_frees_and_tells_each_score() -> None:
 def test_the_loop_fills_every_slot_and_records_failures() -> None:
     trials = [Trial(i, {"x": x}) for i, x in enumerate([3.0, -1.0, 2.0, 5.0])]
     searcher = Recorder(trials)
-    results, _ = run_search(LocalLauncher(meet=2), CONFIG, searcher, parallel=2, progress=False, timeout=60)
+    results, _ = run_search(
+        LocalLauncher(meet=2), CONFIG, searcher, parallel=2, progress=False, timeout=60
+    )
     assert [t.ok for t in results] == [True, False, True, True]  # trials 0 and 1 ran at once
     assert results[1].error == "ValueError: negative x"
     told = {index: (score, failed) for index, score, _, _, failed in searcher.told}
@@ -208,7 +228,9 @@ def test_the_loop_fills_every_slot_and_records_failures() -> None:
 
 def test_max_trials_stops_asking() -> None:
     searcher = Recorder([Trial(i, {"x": float(i)}) for i in range(5)])
-    results, _ = run_search(LocalLauncher(), CONFIG, searcher, parallel=2, progress=False, timeout=60, max_trials=3)
+    results, _ = run_search(
+        LocalLauncher(), CONFIG, searcher, parallel=2, progress=False, timeout=60, max_trials=3
+    )
     assert [t.index for t in results] == [0, 1, 2]
 
 
@@ -221,7 +243,9 @@ def test_max_trials_stops_asking() -> None:
 )
 def test_the_loop_refuses_what_it_cannot_run(trials: list[Any], message: str) -> None:
     with pytest.raises(TuningError, match=message):
-        run_search(LocalLauncher(), CONFIG, Recorder(trials), parallel=1, progress=False, timeout=60)
+        run_search(
+            LocalLauncher(), CONFIG, Recorder(trials), parallel=1, progress=False, timeout=60
+        )
 
 
 _X = np.zeros((4, 3), dtype="float32")
@@ -231,8 +255,14 @@ _Y = np.zeros(4, dtype="int64")
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"search": object()}, r"`search` must be 'grid', 'random' or a searcher.*Received: search=<object"),
-        ({"search": HillClimber()}, r"`space` must be None when `search` is a searcher.*Received: space="),
+        (
+            {"search": object()},
+            r"`search` must be 'grid', 'random' or a searcher.*Received: search=<object",
+        ),
+        (
+            {"search": HillClimber()},
+            r"`space` must be None when `search` is a searcher.*Received: space=",
+        ),
         (
             {"search": HillClimber(), "space": None, "cost": lambda p: 1},
             r"`cost` orders search='grid' or 'random' only.*Received: cost=<function",
@@ -243,7 +273,12 @@ _Y = np.zeros(4, dtype="int64")
 def test_tune_checks_a_searcher_before_using_spark(kwargs: dict, message: str) -> None:
     from tensorspark.tuning import tune
 
-    args: dict = {"build": lambda p: None, "space": {"units": [1]}, "train": (_X, _Y), "metric": "loss"}
+    args: dict = {
+        "build": lambda p: None,
+        "space": {"units": [1]},
+        "train": (_X, _Y),
+        "metric": "loss",
+    }
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=message):
         tune(None, **args)  # type: ignore[arg-type]

@@ -16,12 +16,25 @@ def _params() -> dict[str, np.ndarray]:
     return {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
 
 
-def _meta(partition: int = 0, epoch: int = 0, seq: int = 0, base: int = 0, samples: int = 10) -> dict:
-    return {"partition": partition, "epoch": epoch, "seq": seq, "attempt": 0, "samples": samples, "base_version": base}
+def _meta(
+    partition: int = 0, epoch: int = 0, seq: int = 0, base: int = 0, samples: int = 10
+) -> dict:
+    return {
+        "partition": partition,
+        "epoch": epoch,
+        "seq": seq,
+        "attempt": 0,
+        "samples": samples,
+        "base_version": base,
+    }
 
 
 def _client(server: sps.ParameterServer) -> sps.ParameterClient:
-    return sps.ParameterClient(server.url, **server.client_options()) if hasattr(server, "client_options") else sps.ParameterClient(server.url)
+    return (
+        sps.ParameterClient(server.url, **server.client_options())
+        if hasattr(server, "client_options")
+        else sps.ParameterClient(server.url)
+    )
 
 
 def _port_open(port: int) -> bool:
@@ -88,7 +101,9 @@ def test_mismatched_push_is_rejected_and_changes_nothing() -> None:
         with pytest.raises(ParameterServerError, match="400"):
             client.push({"W": np.ones((784, 10), np.float32)}, _meta())
         with pytest.raises(ParameterServerError, match="expected float32"):
-            client.push({"W": np.ones((784, 10), np.float64), "b": np.ones(10, np.float32)}, _meta())
+            client.push(
+                {"W": np.ones((784, 10), np.float64), "b": np.ones(10, np.float32)}, _meta()
+            )
         assert server.version == 0 and server.params()["W"].sum() == 0
 
 
@@ -118,7 +133,9 @@ def test_sync_round_is_the_sample_weighted_average() -> None:
         def push(partition: int, delta: float, samples: int) -> None:
             with _client(server) as c:
                 c.join(partition, 0)
-                results[partition] = c.push({"w": np.full(2, delta)}, _meta(partition, samples=samples))
+                results[partition] = c.push(
+                    {"w": np.full(2, delta)}, _meta(partition, samples=samples)
+                )
 
         threads = [threading.Thread(target=push, args=a) for a in ((0, 1.0, 30), (1, 4.0, 10))]
         for t in threads:

@@ -41,7 +41,14 @@ def _delta(value: float = 1.0) -> dict[str, np.ndarray]:
 
 
 def _meta(seq: int = 0, partition: int = 0) -> dict:
-    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
+    return {
+        "partition": partition,
+        "epoch": 0,
+        "seq": seq,
+        "attempt": 0,
+        "samples": 1,
+        "base_version": 0,
+    }
 
 
 def _raw(
@@ -50,7 +57,9 @@ def _raw(
     """One request with exactly these headers; returns (status, JSON or {"bytes": n})."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
-        conn.request(method, path, body=body, headers={"Content-Length": str(len(body)), **(headers or {})})
+        conn.request(
+            method, path, body=body, headers={"Content-Length": str(len(body)), **(headers or {})}
+        )
         response = conn.getresponse()
         data = response.read()
     finally:
@@ -60,7 +69,9 @@ def _raw(
     return response.status, {"bytes": len(data)}
 
 
-def _signed(method: str, path: str, body: bytes, secret: bytes = SECRET) -> tuple[bytes, dict[str, str]]:
+def _signed(
+    method: str, path: str, body: bytes, secret: bytes = SECRET
+) -> tuple[bytes, dict[str, str]]:
     """``body`` followed by its signature, and the signed headers."""
     headers, trailer = auth.Signer(secret).sign(method, path, body)
     return body + trailer, headers
@@ -99,7 +110,9 @@ def test_unsigned_wrong_tampered_and_replayed_requests_get_401_and_change_nothin
     assert _raw(server, "POST", "/push", body)[0] == 401
     assert _raw(server, "GET", "/pull")[0] == 401
     assert _raw(server, "POST", "/join", b'{"partition": 0, "attempt": 0}')[0] == 401
-    assert _raw(server, "POST", "/push", *_signed("POST", "/push", body, secret=b"y" * 32))[0] == 401
+    assert (
+        _raw(server, "POST", "/push", *_signed("POST", "/push", body, secret=b"y" * 32))[0] == 401
+    )
     tampered = wire.encode_bytes(_delta(5.0), _meta())
     signed, headers = _signed("POST", "/push", body)
     code, answer = _raw(server, "POST", "/push", tampered + signed[len(body) :], headers)
@@ -107,7 +120,13 @@ def test_unsigned_wrong_tampered_and_replayed_requests_get_401_and_change_nothin
     # A tampered signature (on a fresh head: the head above used its nonce up), no
     # signature after the body, a body shorter than one.
     signed, headers = _signed("POST", "/push", body)
-    code, answer = _raw(server, "POST", "/push", signed[:-1] + b"0" if signed[-1:] != b"0" else signed[:-1] + b"1", headers)
+    code, answer = _raw(
+        server,
+        "POST",
+        "/push",
+        signed[:-1] + b"0" if signed[-1:] != b"0" else signed[:-1] + b"1",
+        headers,
+    )
     assert code == 401 and "signature is wrong" in answer["error"]
     assert _raw(server, "POST", "/push", body, _signed("POST", "/push", body)[1])[0] == 401
     code, answer = _raw(server, "GET", "/pull", b"x" * 10, _signed("GET", "/pull", b"")[1])
@@ -149,7 +168,10 @@ def test_public_status_opens_status_only() -> None:
 
 
 def test_authentication_can_be_turned_off_and_a_server_makes_its_own_secret() -> None:
-    with ParameterServer(_params(), authenticate=False) as server, ParameterClient(server.url) as client:
+    with (
+        ParameterServer(_params(), authenticate=False) as server,
+        ParameterClient(server.url) as client,
+    ):
         assert client.push(_delta(), _meta()).status == "applied"
         assert server.client_options() == {} and server.status_token is None
     with ParameterServer(_params()) as server:
@@ -176,12 +198,30 @@ def test_oversized_and_malformed_pushes_get_4xx_with_a_message(server: Parameter
         "truncated": (good[:-8], "truncated"),
         "short": (good[:5], "too short"),
         "bad header": (good[:12] + b"\xff" + good[13:], "not valid UTF-8 JSON"),
-        "unknown tensor": (wire.encode_bytes({**_delta(), "extra": np.zeros(1, np.float32)}, _meta()), "unknown tensors ['extra']"),
-        "missing tensor": (wire.encode_bytes({"w": _delta()["w"]}, _meta()), "missing tensors ['b']"),
-        "wrong dtype": (wire.encode_bytes({**_delta(), "b": np.zeros(3, np.float64)}, _meta()), "expected float32[3], received float64[3]"),
-        "wrong shape": (wire.encode_bytes({**_delta(), "b": np.zeros(4, np.float32)}, _meta()), "expected float32[3], received float32[4]"),
-        "bad meta": (wire.encode_bytes(_delta(), {**_meta(), "seq": "1"}), "field 'seq' must be an integer"),
-        "huge loss": (wire.encode_bytes(_delta(), {**_meta(), "loss": 10**400, "seq": 5, "epoch": 5}), "")
+        "unknown tensor": (
+            wire.encode_bytes({**_delta(), "extra": np.zeros(1, np.float32)}, _meta()),
+            "unknown tensors ['extra']",
+        ),
+        "missing tensor": (
+            wire.encode_bytes({"w": _delta()["w"]}, _meta()),
+            "missing tensors ['b']",
+        ),
+        "wrong dtype": (
+            wire.encode_bytes({**_delta(), "b": np.zeros(3, np.float64)}, _meta()),
+            "expected float32[3], received float64[3]",
+        ),
+        "wrong shape": (
+            wire.encode_bytes({**_delta(), "b": np.zeros(4, np.float32)}, _meta()),
+            "expected float32[3], received float32[4]",
+        ),
+        "bad meta": (
+            wire.encode_bytes(_delta(), {**_meta(), "seq": "1"}),
+            "field 'seq' must be an integer",
+        ),
+        "huge loss": (
+            wire.encode_bytes(_delta(), {**_meta(), "loss": 10**400, "seq": 5, "epoch": 5}),
+            "",
+        ),
     }
     for name, (body, message) in cases.items():
         code, error = push(body)
@@ -226,7 +266,10 @@ def test_unreachable_server_error_names_the_address() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
         client = ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=0.5)
-        with pytest.raises(ParameterServerConnectionError, match=f"127.0.0.1:{port} within ps_timeout=0.5s .*Usual causes"):
+        with pytest.raises(
+            ParameterServerConnectionError,
+            match=f"127.0.0.1:{port} within ps_timeout=0.5s .*Usual causes",
+        ):
             client.pull()
 
 
@@ -240,9 +283,22 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
         [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
         ],
         check=True,
         capture_output=True,
@@ -267,14 +323,18 @@ def test_tls_round_trip(certificate: tuple[str, str]) -> None:
                 unverified.pull()
         # Plain HTTP to the TLS port is not answered.
         with pytest.raises(ParameterServerConnectionError):
-            ParameterClient(server.url.replace("https", "http"), secret=SECRET, ps_timeout=0.3).pull()
+            ParameterClient(
+                server.url.replace("https", "http"), secret=SECRET, ps_timeout=0.3
+            ).pull()
 
 
 def test_tls_configuration_errors(certificate: tuple[str, str], tmp_path: Path) -> None:
     cert, key = certificate
     with pytest.raises(ConfigurationError, match="ssl_keyfile needs ssl_certfile"):
         ParameterServer(_params(), ssl_keyfile=key)
-    with pytest.raises(ConfigurationError, match="cannot load the parameter server's TLS certificate"):
+    with pytest.raises(
+        ConfigurationError, match="cannot load the parameter server's TLS certificate"
+    ):
         ParameterServer(_params(), ssl_certfile=str(tmp_path / "missing.pem"))
     with pytest.raises(ConfigurationError, match="Received: ssl_cafile="):
         ParameterClient("https://127.0.0.1:1", ssl_cafile=str(tmp_path / "missing.pem"))
@@ -283,6 +343,9 @@ def test_tls_configuration_errors(certificate: tuple[str, str], tmp_path: Path) 
 def test_a_signing_client_against_a_server_without_authentication_gets_a_clear_400() -> None:
     with ParameterServer(_params(), authenticate=False) as server:
         with ParameterClient(server.url, secret=SECRET, ps_timeout=1) as client:
-            with pytest.raises(ParameterServerError, match=r"answered 400: .*does not check signatures.*without secret="):
+            with pytest.raises(
+                ParameterServerError,
+                match=r"answered 400: .*does not check signatures.*without secret=",
+            ):
                 client.push(_delta(), _meta())
         assert _unchanged(server)

@@ -37,7 +37,14 @@ def _model() -> dict[str, np.ndarray]:
 
 
 def _meta(seq: int, partition: int = 0) -> dict:
-    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 4, "base_version": 0}
+    return {
+        "partition": partition,
+        "epoch": 0,
+        "seq": seq,
+        "attempt": 0,
+        "samples": 4,
+        "base_version": 0,
+    }
 
 
 def _free(port: int) -> bool:
@@ -48,7 +55,9 @@ def _free(port: int) -> bool:
 def test_layout_balances_bytes_and_round_trips_plain_and_compressed() -> None:
     params = _model()
     layout = Layout.plan(params, 3)
-    sizes = [sum((p.hi - p.lo) * params[p.name].itemsize for p in pieces) for pieces in layout.shards]
+    sizes = [
+        sum((p.hi - p.lo) * params[p.name].itemsize for p in pieces) for pieces in layout.shards
+    ]
     assert max(sizes) - min(sizes) <= 4096 * 4 * 2  # within two split steps
     assert Layout.from_json(json.loads(json.dumps(layout.to_json()))) == layout
     whole = layout.assemble(layout.split(params))
@@ -56,7 +65,9 @@ def test_layout_balances_bytes_and_round_trips_plain_and_compressed() -> None:
     encoded = {"dense/kernel": encode("int8", params["dense/kernel"], 256)}
     parts = layout.split(encoded)  # slices of codes and scales, no copy
     pieces = [decode(part[k]) for part in parts for k in part]  # type: ignore[arg-type]
-    np.testing.assert_array_equal(np.concatenate(pieces), decode(encoded["dense/kernel"]).reshape(-1))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(
+        np.concatenate(pieces), decode(encoded["dense/kernel"]).reshape(-1)
+    )  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="ps_shards=5 leaves shards .* without parameters"):
         Layout.plan({"b": np.zeros(10, np.float32), "c": np.zeros(10, np.float32)}, 5)
 
@@ -64,14 +75,22 @@ def test_layout_balances_bytes_and_round_trips_plain_and_compressed() -> None:
 def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
     params = _model()
     events: list[tuple[int, str]] = []
-    with ShardedServer(params, "delta", shards=2, compression="int8",
-                       on_push=lambda meta, status: events.append((meta["seq"], status))) as server:
+    with ShardedServer(
+        params,
+        "delta",
+        shards=2,
+        compression="int8",
+        on_push=lambda meta, status: events.append((meta["seq"], status)),
+    ) as server:
         client = ShardedClient(server.urls, server.layout, **server.client_options())
         assert client.join(0, 0)["progress"] is None
         version, pulled = client.pull(0)
         assert version == 0 and pulled["dense/kernel"].shape == (300, 100)
         feedback = ErrorFeedback("int8")
-        delta = {k: np.full(v.shape, 0.5 if v.dtype.kind == "f" else 1, v.dtype) for k, v in params.items()}
+        delta = {
+            k: np.full(v.shape, 0.5 if v.dtype.kind == "f" else 1, v.dtype)
+            for k, v in params.items()
+        }
         first = client.push(feedback.encode(delta), _meta(0))
         assert (first.status, first.version) == ("applied", 1)
         assert client.push(feedback.encode(delta), _meta(0)).status == "duplicate"
@@ -102,7 +121,9 @@ def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
 
         status = server.status()
         assert status["applied_pushes"] == 2 and status["diverged_pushes"] == 1
-        assert len(status["shards"]) == 2 and status["num_params"] == sum(v.size for v in params.values())
+        assert len(status["shards"]) == 2 and status["num_params"] == sum(
+            v.size for v in params.values()
+        )
         assert status["workers"][0]["bytes_received"] > 0 and status["bytes_sent"] > 0
         token = server.status_token
         with urllib.request.urlopen(f"{server.url}/status?token={token}", timeout=10) as answer:
@@ -113,7 +134,11 @@ def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
         client.leave(0, 1, "done")
         client.close()
         pids, ports = server.pids, [*server.ports, server.port]
-    assert events == [(0, "applied"), (1, "applied"), (2, "diverged")]  # shard 0's pushes, no duplicates
+    assert events == [
+        (0, "applied"),
+        (1, "applied"),
+        (2, "diverged"),
+    ]  # shard 0's pushes, no duplicates
     assert all(process_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
 
 
@@ -121,21 +146,29 @@ def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path:
     params = _model()
     manager = CheckpointManager(str(tmp_path), keep=5)
     with ShardedServer(params, "nesterov", shards=3, mode="sync", num_workers=2) as server:
-        clients = [ShardedClient(server.urls, server.layout, **server.client_options()) for _ in range(2)]
+        clients = [
+            ShardedClient(server.urls, server.layout, **server.client_options()) for _ in range(2)
+        ]
         for p, client in enumerate(clients):
             client.join(p, 0)
         delta = {k: np.full(v.shape, 0.1, v.dtype) for k, v in params.items()}
         for seq in range(2):
             results: list[sps.PushResult] = []
             threads = [
-                threading.Thread(target=lambda c=c, p=p, s=seq, out=results: out.append(c.push(delta, _meta(s, p))))
+                threading.Thread(
+                    target=lambda c=c, p=p, s=seq, out=results: out.append(
+                        c.push(delta, _meta(s, p))
+                    )
+                )
                 for p, c in enumerate(clients)
             ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(30)
-            assert [r.status for r in results] == ["applied", "applied"] and results[0].version == seq + 1
+            assert [r.status for r in results] == ["applied", "applied"] and results[
+                0
+            ].version == seq + 1
         checkpointer = Checkpointer(server, manager, interval=3600)
         path = checkpointer.save_now()
         assert path is not None
@@ -144,18 +177,32 @@ def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path:
             client.close()
     checkpoint = manager.latest()
     assert checkpoint is not None and checkpoint.version == 2
-    assert sorted(checkpoint.state) == sorted(f"{kind}/{k}" for kind in ("gathered", "momentum") for k in params)
+    assert sorted(checkpoint.state) == sorted(
+        f"{kind}/{k}" for kind in ("gathered", "momentum") for k in params
+    )
     np.testing.assert_allclose(checkpoint.state["momentum/dense/bias"], 0.1 * 0.9 + 0.1)
     for k in params:
         np.testing.assert_array_equal(checkpoint.params[k], expected[k])
     state = (checkpoint.state, checkpoint.state_meta)
-    with ShardedServer(checkpoint.params, "nesterov", shards=2, mode="sync", num_workers=1, version=2,
-                       progress=checkpoint.progress, combiner_state=state) as again:
+    with ShardedServer(
+        checkpoint.params,
+        "nesterov",
+        shards=2,
+        mode="sync",
+        num_workers=1,
+        version=2,
+        progress=checkpoint.progress,
+        combiner_state=state,
+    ) as again:
         snap = again.snapshot()
         assert snap.version == 2 and snap.progress == checkpoint.progress
-        np.testing.assert_array_equal(snap.state["momentum/dense/kernel"], checkpoint.state["momentum/dense/kernel"])
+        np.testing.assert_array_equal(
+            snap.state["momentum/dense/kernel"], checkpoint.state["momentum/dense/kernel"]
+        )
     with sps.ParameterServer(checkpoint.params, "nesterov", combiner_state=state) as single:
-        np.testing.assert_array_equal(single.snapshot().state["momentum/out/kernel"], checkpoint.state["momentum/out/kernel"])
+        np.testing.assert_array_equal(
+            single.snapshot().state["momentum/out/kernel"], checkpoint.state["momentum/out/kernel"]
+        )
 
 
 def _bindable(port: int) -> bool:
@@ -185,7 +232,9 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
     with _busy_after_two_free() as busy:
         port = busy.getsockname()[1]
         server = ShardedServer(_model(), shards=2, port=port - 2)  # shard 1 gets the busy port
-        with pytest.raises(ParameterServerError, match=f"shard 1: .*port 127.0.0.1:{port} is already in use"):
+        with pytest.raises(
+            ParameterServerError, match=f"shard 1: .*port 127.0.0.1:{port} is already in use"
+        ):
             server.start()
         assert all(process_gone(pid) for pid in server.pids) and _free(port - 2) and _free(port - 1)
     with pytest.raises(ConfigurationError, match="built-in combiners"):

@@ -43,7 +43,11 @@ def test_a_lost_executor_is_named_with_its_partition() -> None:
 def test_a_sync_run_says_why_it_stopped_and_how_to_go_on() -> None:
     lost = spark_failure(Py4JJavaError(BARRIER))
     assert isinstance(lost, ExecutorLostError)
-    status = {"round": 7, "version": 7, "workers": [{"partition": 0, "host": "10.0.0.11"}, {"partition": 1, "host": "10.0.0.12"}]}
+    status = {
+        "round": 7,
+        "version": 7,
+        "workers": [{"partition": 0, "host": "10.0.0.11"}, {"partition": 1, "host": "10.0.0.12"}],
+    }
     message = str(sync_executor_lost(lost, status))
     assert message.startswith(
         "mode='sync' lost executor 4 mid-run (partition 1 at 10.0.0.12): executor 4 was lost while it ran"
@@ -54,5 +58,9 @@ def test_a_sync_run_says_why_it_stopped_and_how_to_go_on() -> None:
 
 
 def test_other_failures_stay_worker_errors() -> None:
-    err = spark_failure(Py4JJavaError("Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times: OutOfMemoryError"))
+    err = spark_failure(
+        Py4JJavaError(
+            "Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times: OutOfMemoryError"
+        )
+    )
     assert type(err) is WorkerError

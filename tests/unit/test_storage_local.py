@@ -177,19 +177,27 @@ def test_ranged_reads_statuses_and_streamed_writes(store: LocalStorage, tmp_path
         for i in range(0, len(data), 1000):
             out.write(data[i : i + 1000])
     assert store.read_bytes(path) == data
-    assert list(store.read_range(path, 10, 2500, block=1000)) == [data[10:1010], data[1010:2010], data[2010:2510]]
+    assert list(store.read_range(path, 10, 2500, block=1000)) == [
+        data[10:1010],
+        data[1010:2010],
+        data[2010:2510],
+    ]
     assert b"".join(store.read_range(path, len(data) - 5, 100)) == data[-5:]
     status = store.status(path)
     assert status is not None and (status.size, status.is_dir) == (len(data), False)
     assert store.status(str(tmp_path / "missing")) is None
     (tmp_path / "d" / "sub").mkdir()
-    assert [(os.path.basename(s.path), s.is_dir) for s in store.list_status(str(tmp_path / "d"))] == [
+    assert [
+        (os.path.basename(s.path), s.is_dir) for s in store.list_status(str(tmp_path / "d"))
+    ] == [
         ("f.bin", False),
         ("sub", True),
     ]
 
 
-def test_a_streamed_write_that_fails_leaves_the_old_file_and_no_temporary(store: LocalStorage, tmp_path: Path) -> None:
+def test_a_streamed_write_that_fails_leaves_the_old_file_and_no_temporary(
+    store: LocalStorage, tmp_path: Path
+) -> None:
     path = str(tmp_path / "f.bin")
     store.write_bytes(path, b"old")
     with pytest.raises(RuntimeError, match="writer died"), store.open_writer(path) as out:

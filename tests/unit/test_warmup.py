@@ -64,7 +64,9 @@ def test_dynamic_allocation_turns_it_off_unless_asked_for_and_never_keeps_alive(
 
 
 def test_gpus_start_the_workers_without_importing_tensorflow() -> None:
-    sc = _Context({"spark.task.resource.gpu.amount": "0.5", "spark.executor.resource.gpu.amount": "0"})
+    sc = _Context(
+        {"spark.task.resource.gpu.amount": "0.5", "spark.executor.resource.gpu.amount": "0"}
+    )
     assert tsconf.gpu_amounts(sc) == {"spark.task.resource.gpu.amount": "0.5"}
     planned = plan_for(sc)
     assert planned.pools == ("rdd",) and not planned.import_tensorflow
@@ -72,12 +74,16 @@ def test_gpus_start_the_workers_without_importing_tensorflow() -> None:
     assert plan_for(_Context({"spark.executor.resource.gpu.amount": "0"})).import_tensorflow
 
 
-def test_workers_that_are_not_reused_are_reported_and_not_warmed(caplog: pytest.LogCaptureFixture) -> None:
+def test_workers_that_are_not_reused_are_reported_and_not_warmed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     sc = _Context({"spark.python.worker.reuse": "false"})
     planned = plan_for(sc)
     assert planned.pools == ()
     (warning,) = planned.warnings
-    assert "spark.python.worker.reuse=false" in warning and "spark.python.worker.reuse=true" in warning
+    assert (
+        "spark.python.worker.reuse=false" in warning and "spark.python.worker.reuse=true" in warning
+    )
     assert plan_for(sc, requested=False).warnings == planned.warnings  # said even when off
     with caplog.at_level(logging.INFO, logger="tensorspark.warmup"):
         warm = WarmUp(sc, planned).start()
@@ -86,11 +92,20 @@ def test_workers_that_are_not_reused_are_reported_and_not_warmed(caplog: pytest.
 
 
 def test_conf_values_are_checked() -> None:
-    with pytest.raises(ConfigurationError, match=r"spark.tensorspark.warmup.pools must be 'auto' or .*Received: 'rdd,gpu'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"spark.tensorspark.warmup.pools must be 'auto' or .*Received: 'rdd,gpu'",
+    ):
         plan_for(_Context({"spark.tensorspark.warmup.pools": "rdd,gpu"}))
-    with pytest.raises(ConfigurationError, match=r"spark.tensorspark.warmup.enabled must be true or false. Received: 'yes'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"spark.tensorspark.warmup.enabled must be true or false. Received: 'yes'",
+    ):
         plan_for(_Context({"spark.tensorspark.warmup.enabled": "yes"}))
-    with pytest.raises(ConfigurationError, match=r"spark.tensorspark.warmup.keepAlive must be a number of seconds >= 0"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"spark.tensorspark.warmup.keepAlive must be a number of seconds >= 0",
+    ):
         plan_for(_Context({"spark.tensorspark.warmup.keepAlive": "-1"}))
     assert plan_for(_Context({"spark.tensorspark.warmup.keepAlive": "0"})).keep_alive_s == 0.0
     assert plan_for(_Context({})).keep_alive_s == tsconf.DEFAULT_KEEP_ALIVE_S

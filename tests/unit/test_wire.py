@@ -23,7 +23,9 @@ arrays = st.sampled_from(sorted(wire.DTYPES)).flatmap(
 )
 tensor_maps = st.dictionaries(st.text(min_size=1, max_size=8), arrays, min_size=0, max_size=4)
 metas = st.dictionaries(
-    st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.booleans(), st.none()), max_size=3
+    st.text(max_size=5),
+    st.one_of(st.integers(), st.text(max_size=5), st.booleans(), st.none()),
+    max_size=3,
 )
 
 
@@ -60,9 +62,13 @@ def test_random_bytes_are_refused_cleanly(data: bytes) -> None:
 
 @_FUZZ
 @given(tensor_maps, st.data())
-def test_mutated_messages_are_refused_cleanly(tensors: dict[str, np.ndarray], data: st.DataObject) -> None:
+def test_mutated_messages_are_refused_cleanly(
+    tensors: dict[str, np.ndarray], data: st.DataObject
+) -> None:
     message = bytearray(wire.encode_bytes(tensors, {"seq": 1}))
-    flips = data.draw(st.lists(st.tuples(st.integers(0, len(message) - 1), st.integers(0, 255)), max_size=4))
+    flips = data.draw(
+        st.lists(st.tuples(st.integers(0, len(message) - 1), st.integers(0, 255)), max_size=4)
+    )
     for pos, value in flips:
         message[pos] = value
     cut = data.draw(st.integers(0, len(message)))
@@ -71,10 +77,18 @@ def test_mutated_messages_are_refused_cleanly(tensors: dict[str, np.ndarray], da
 
 
 @_FUZZ
-@given(st.recursive(st.none() | st.integers() | st.text(max_size=4) | st.floats(), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=4) | st.floats(),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+        max_leaves=20,
+    )
+)
 def test_any_json_header_is_refused_or_accepted_cleanly(header: object) -> None:
     text = json.dumps(header).encode()
-    _decode_or_refuse(wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, len(text)) + text + b"\0" * 64)
+    _decode_or_refuse(
+        wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, len(text)) + text + b"\0" * 64
+    )
 
 
 def _with_header(header: object, data: bytes = b"") -> bytes:
@@ -88,23 +102,133 @@ def _with_header(header: object, data: bytes = b"") -> bytes:
     [
         (b"TSPW", "too short"),
         (b"TSPX" + bytes(8), "bad magic"),
-        (wire.MAGIC + struct.pack("<HHI", 9, 0, 0), "wire format version 9 received, but this tensorspark speaks version 2"),
+        (
+            wire.MAGIC + struct.pack("<HHI", 9, 0, 0),
+            "wire format version 9 received, but this tensorspark speaks version 2",
+        ),
         (wire.MAGIC + struct.pack("<HHI", 1, 0, 0), "run different tensorspark versions"),
-        (wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 1000), "header length 1000 does not fit"),
+        (
+            wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 1000),
+            "header length 1000 does not fit",
+        ),
         (_with_header([1, 2]), "must be a JSON object with a 'tensors' list"),
         (_with_header({"tensors": [], "meta": []}), "'meta' must be a JSON object"),
         (_with_header({"tensors": [5]}), "entry 0 is not an object"),
-        (_with_header({"tensors": [{"name": "", "dtype": "float32", "shape": [], "offset": 0, "nbytes": 4}]}, bytes(8)), "no valid name"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "object", "shape": [], "offset": 0, "nbytes": 4}]}, bytes(8)), "unknown dtype 'object'"),
-        (_with_header({"tensors": [{"name": "a", "dtype": ["float32"], "shape": [], "offset": 0, "nbytes": 4}]}, bytes(8)), "unknown dtype ['float32']"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [True], "offset": 0, "nbytes": 4}]}, bytes(8)), "invalid shape"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}]}, bytes(8)), "invalid shape"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [2], "offset": 0, "nbytes": 4}]}, bytes(8)), "do not match dtype float32 and shape [2]"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]}, bytes(8)), "lies outside the message"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [1], "offset": 2, "nbytes": 4}]}, bytes(8)), "lies outside the message"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [1], "offset": -8, "nbytes": 4}]}, bytes(8)), "invalid offset"),
-        (_with_header({"tensors": [{"name": "a", "dtype": "float32", "shape": [], "offset": 0, "nbytes": 4}] * 2}, bytes(8)), "appears twice"),
-        (wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 20000) + b"[" * 10000 + b"]" * 10000, "not valid UTF-8 JSON"),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "", "dtype": "float32", "shape": [], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "no valid name",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "object", "shape": [], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "unknown dtype 'object'",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": ["float32"], "shape": [], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "unknown dtype ['float32']",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [True], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "invalid shape",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "invalid shape",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [2], "offset": 0, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "do not match dtype float32 and shape [2]",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}
+                    ]
+                },
+                bytes(8),
+            ),
+            "lies outside the message",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [1], "offset": 2, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "lies outside the message",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [1], "offset": -8, "nbytes": 4}
+                    ]
+                },
+                bytes(8),
+            ),
+            "invalid offset",
+        ),
+        (
+            _with_header(
+                {
+                    "tensors": [
+                        {"name": "a", "dtype": "float32", "shape": [], "offset": 0, "nbytes": 4}
+                    ]
+                    * 2
+                },
+                bytes(8),
+            ),
+            "appears twice",
+        ),
+        (
+            wire.MAGIC + struct.pack("<HHI", wire.VERSION, 0, 20000) + b"[" * 10000 + b"]" * 10000,
+            "not valid UTF-8 JSON",
+        ),
     ],
 )
 def test_malformed_messages_name_the_problem(message: bytes, error: str) -> None:
@@ -133,7 +257,10 @@ def test_layout_is_zero_copy_and_handles_odd_arrays() -> None:
 def test_a_50_mb_tensor_round_trips_without_copies() -> None:
     big = np.random.default_rng(0).random(12_500_000, dtype=np.float32)  # 50 MB
     parts = wire.encode({"w": big}, {"version": 3})
-    assert any(isinstance(p, memoryview) and np.shares_memory(np.frombuffer(p, np.uint8), big) for p in parts)
+    assert any(
+        isinstance(p, memoryview) and np.shares_memory(np.frombuffer(p, np.uint8), big)
+        for p in parts
+    )
     buf = bytearray(wire.encoded_size(parts))
     offset = 0
     for p in parts:

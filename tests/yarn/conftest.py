@@ -72,7 +72,9 @@ def _compiled_launcher(classpath: str) -> Path:
     if not javac.is_file():
         found = shutil.which("javac")
         if found is None:
-            pytest.fail("The YARN tests need a JDK 17 (javac) to compile tests/hdfs/minicluster/YarnMiniCluster.java.")
+            pytest.fail(
+                "The YARN tests need a JDK 17 (javac) to compile tests/hdfs/minicluster/YarnMiniCluster.java."
+            )
         javac = Path(found)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="yarn-launcher-", dir=cache))  # renamed into place when done
@@ -152,7 +154,9 @@ class YarnCluster:
     # ------------------------------------------------------------------ applications
 
     def _rest(self, path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.rm_web_url}/ws/v1/cluster/{path}", timeout=10) as response:
+        with urllib.request.urlopen(
+            f"{self.rm_web_url}/ws/v1/cluster/{path}", timeout=10
+        ) as response:
             return dict(json.load(response))
 
     def app(self, app_id: str) -> dict[str, Any]:
@@ -181,7 +185,9 @@ class YarnCluster:
             for log_dir in nm["log_dirs"].split(","):
                 for container in sorted(Path(log_dir, app_id).glob("container_*")):
                     logs[container.name] = {
-                        name: (container / name).read_text(errors="replace") if (container / name).exists() else ""
+                        name: (container / name).read_text(errors="replace")
+                        if (container / name).exists()
+                        else ""
                         for name in ("stdout", "stderr")
                     }
         return logs
@@ -295,7 +301,15 @@ class YarnCluster:
         ``timeout`` (the test then fails: a run must never hang).
         """
         spark_submit = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
-        command = [str(spark_submit), "--master", "yarn", "--deploy-mode", deploy_mode, "--name", name]
+        command = [
+            str(spark_submit),
+            "--master",
+            "yarn",
+            "--deploy-mode",
+            deploy_mode,
+            "--name",
+            name,
+        ]
         for key, value in {**self.submit_conf(), **(conf or {})}.items():
             command += ["--conf", f"{key}={value}"]
         command += [str(app), *args]
@@ -319,7 +333,9 @@ class YarnCluster:
             pytest.fail(f"spark-submit {name} did not end within {timeout:.0f} s:\n{text[-6000:]}")
         text = out.decode(errors="replace")
         ids = APP_ID.findall(text)
-        return Submission(process.returncode, text, ids[0] if ids else None, time.monotonic() - started)
+        return Submission(
+            process.returncode, text, ids[0] if ids else None, time.monotonic() - started
+        )
 
     # ------------------------------------------------------------------ life cycle
 
@@ -331,7 +347,9 @@ class YarnCluster:
             try:
                 self.process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                logger.warning("the YARN mini cluster ignored SIGTERM for %.0f s; killing it", STOP_TIMEOUT_S)
+                logger.warning(
+                    "the YARN mini cluster ignored SIGTERM for %.0f s; killing it", STOP_TIMEOUT_S
+                )
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=STOP_TIMEOUT_S)
@@ -374,7 +392,9 @@ def start_yarn(base: Path, classpath: str) -> YarnCluster:
     deadline = started + START_TIMEOUT_S
     while not details_file.exists():
         if process.poll() is not None:
-            pytest.fail(f"The YARN mini cluster exited with {process.returncode} while starting:\n{partial.log_tail()}")
+            pytest.fail(
+                f"The YARN mini cluster exited with {process.returncode} while starting:\n{partial.log_tail()}"
+            )
         if time.monotonic() > deadline:
             partial.stop()
             pytest.fail(
@@ -405,7 +425,9 @@ def running_yarn() -> Iterator[YarnCluster]:
     with tempfile.TemporaryDirectory(prefix="tensorspark-yarn-") as tmp:
         cluster = start_yarn(Path(tmp), classpath)
         try:
-            logger.info("YARN mini cluster up in %.1f s (RM %s)", cluster.startup_s, cluster.rm_web_url)
+            logger.info(
+                "YARN mini cluster up in %.1f s (RM %s)", cluster.startup_s, cluster.rm_web_url
+            )
             yield cluster
         finally:
             cluster.stop()

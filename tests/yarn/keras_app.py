@@ -21,7 +21,9 @@ def main(argv: list[str]) -> int:
     from tensorspark.datasets import load_mnist_rdd
 
     data_dir, epochs = argv[0], int(argv[1])
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("tensorspark").setLevel(logging.INFO)
     sc = SparkContext.getOrCreate()
     try:
@@ -35,7 +37,9 @@ def main(argv: list[str]) -> int:
             ]
         )
         model.compile(
-            optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
         )
         sess = sps.SparkSession(sc, model, name="yarn_keras", batch_size=64, sync_interval=50)
         history = sess.fit(rdd, epochs=epochs, progress=False)

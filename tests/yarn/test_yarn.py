@@ -39,7 +39,10 @@ def _nodes_with_containers(cluster: YarnCluster, app_id: str) -> int:
     return sum(
         1
         for nm in cluster.node_managers
-        if any(Path(d, app_id).is_dir() and any(Path(d, app_id).iterdir()) for d in nm["log_dirs"].split(","))
+        if any(
+            Path(d, app_id).is_dir() and any(Path(d, app_id).iterdir())
+            for d in nm["log_dirs"].split(",")
+        )
     )
 
 
@@ -47,11 +50,15 @@ def _checkpoints(cluster: YarnCluster, path: str) -> list[str]:
     return [n for n in cluster.client().list(path) if n.endswith(".safetensors")]
 
 
-def test_client_mode_mnist_on_hdfs(yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path) -> None:
+def test_client_mode_mnist_on_hdfs(
+    yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path
+) -> None:
     checkpoints = f"/user/{USER}/yarn_client_ckpt"
     run = yarn_cluster.submit(
         EXAMPLE,
-        _mnist(yarn_data, "yarn_client", "--checkpoint-dir", f"{yarn_cluster.hdfs_url}{checkpoints}"),
+        _mnist(
+            yarn_data, "yarn_client", "--checkpoint-dir", f"{yarn_cluster.hdfs_url}{checkpoints}"
+        ),
         deploy_mode="client",
         name="tensorspark-yarn-client",
         cwd=tmp_path,
@@ -71,7 +78,9 @@ def test_client_mode_mnist_on_hdfs(yarn_cluster: YarnCluster, yarn_data: str, tm
     assert yarn_cluster.wait_no_containers() == []
 
 
-def test_cluster_mode_result_reaches_the_user(yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path) -> None:
+def test_cluster_mode_result_reaches_the_user(
+    yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path
+) -> None:
     folder = f"/user/{USER}/yarn_cluster"
     run = yarn_cluster.submit(
         EXAMPLE,
@@ -115,11 +124,15 @@ def test_cluster_mode_result_reaches_the_user(yarn_cluster: YarnCluster, yarn_da
 
 def test_keras_fit_client_mode(yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path) -> None:
     run = yarn_cluster.submit(
-        KERAS_APP, [yarn_data, "2"], deploy_mode="client", name="tensorspark-yarn-keras", cwd=tmp_path
+        KERAS_APP,
+        [yarn_data, "2"],
+        deploy_mode="client",
+        name="tensorspark-yarn-keras",
+        cwd=tmp_path,
     )
     assert run.returncode == 0, run.tail()
     [losses] = re.findall(r"^keras loss by epoch: (.+)$", run.output, re.M)
-    first, last = (float(v) for v in losses.split()[::len(losses.split()) - 1])
+    first, last = (float(v) for v in losses.split()[:: len(losses.split()) - 1])
     assert last < first
     [accuracy] = re.findall(r"^keras accuracy: (\d\.\d+)$", run.output, re.M)
     assert float(accuracy) >= 0.83
@@ -129,10 +142,16 @@ def test_keras_fit_client_mode(yarn_cluster: YarnCluster, yarn_data: str, tmp_pa
     assert yarn_cluster.wait_no_containers() == []
 
 
-def test_missing_data_fails_the_application(yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path) -> None:
+def test_missing_data_fails_the_application(
+    yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path
+) -> None:
     missing = f"{yarn_cluster.hdfs_url}/data/no-such-folder"
     run = yarn_cluster.submit(
-        EXAMPLE, _mnist(missing, "yarn_missing_data"), deploy_mode="client", name="tensorspark-yarn-missing", cwd=tmp_path
+        EXAMPLE,
+        _mnist(missing, "yarn_missing_data"),
+        deploy_mode="client",
+        name="tensorspark-yarn-missing",
+        cwd=tmp_path,
     )
     assert run.returncode != 0
     assert (
@@ -148,7 +167,9 @@ def test_missing_data_fails_the_application(yarn_cluster: YarnCluster, yarn_data
     assert yarn_cluster.wait_no_containers() == []
 
 
-def test_unreachable_server_fails_the_application(yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path) -> None:
+def test_unreachable_server_fails_the_application(
+    yarn_cluster: YarnCluster, yarn_data: str, tmp_path: Path
+) -> None:
     # Cluster mode, with a server host set for the whole cluster that is not the driver's
     # (docs/cluster.md warns against it): the server binds 127.0.0.1 in the AM's container
     # but executors are told 127.0.0.2, where nothing listens.
