@@ -25,7 +25,7 @@ from tensorspark.checkpoint.format import (
     encode_checkpoint,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
-from tensorspark.storage import Storage
+from tensorspark.storage import Storage, open_location
 from tensorspark.storage.options import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -94,7 +94,7 @@ class CheckpointManager:
             options = StorageOptions.from_conf(
                 conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
             )
-            storage, path = options.open(location)
+            storage, path = open_location(location, options)
         else:
             path = location if path is None else path
         self._storage = storage
@@ -298,7 +298,7 @@ def load_checkpoint(
     options = StorageOptions.from_conf(
         conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
     )
-    storage, path = options.open(location)
+    storage, path = open_location(location, options)
     if location.rstrip("/").endswith(SUFFIX):
         where = location.rstrip("/")
         try:

@@ -38,6 +38,7 @@ from tensorspark.datasets.idx import (
     parse_idx,
 )
 from tensorspark.errors import ConfigurationError
+from tensorspark.storage import open_location
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -82,7 +83,7 @@ def upload_idx_files(
             f"folder must hold the idx files {', '.join(IDX_FILES)} (optionally .gz). "
             f"Received: folder={str(folder)!r}, which lacks {', '.join(missing)}."
         )
-    storage, root = options.open(location)
+    storage, root = open_location(location, options)
     storage.makedirs(root)
     written = []
     for path in files.values():

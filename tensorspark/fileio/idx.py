@@ -33,7 +33,7 @@ from tensorspark.fileio.listing import Listed
 from tensorspark.fileio.rangefile import gunzip, stream
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec
-from tensorspark.storage import Storage
+from tensorspark.storage import Storage, open_location
 from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def inspect(
     rows = 0
     kinds: tuple[str, str | None] | None = None
     for item in features:
-        storage, path = options.open(item.location)
+        storage, path = open_location(item.location, options)
         gz = item.location.lower().endswith(".gz")
         dtype, shape, header = _header(storage, path, item.size, gz, item.location)
         width = math.prod(shape[1:])
@@ -163,7 +163,7 @@ def inspect(
                     f"idx file {item.location} has no labels file beside it (the same name with "
                     f"'labels' for 'images'); training and evaluation need one"
                 )
-            l_storage, l_path = options.open(labels.location)
+            l_storage, l_path = open_location(labels.location, options)
             l_gz = labels.location.lower().endswith(".gz")
             l_dtype, l_shape, l_header = _header(
                 l_storage, l_path, labels.size, l_gz, labels.location

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage import LocalStorage, Storage
+from tensorspark.storage import LocalStorage, Storage, open_location
 from tensorspark.storage.base import FileStatus
 from tensorspark.storage.options import StorageOptions
 
@@ -104,7 +104,7 @@ def list_files(
     out: list[Listed] = []
     seen: set[str] = set()
     for location in paths:
-        storage, path = options.open(location)
+        storage, path = open_location(location, options)
         matches = _expand(storage, path)
         if not matches:
             raise ConfigurationError(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.fileio.listing import location_of
+from tensorspark.storage import open_location
 from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class OutputDir:
             raise ConfigurationError(
                 f"Argument `{argument}` must be a folder's path or URL. Received: {argument}={location!r}"
             )
-        self.storage, self.path = options.open(location)
+        self.storage, self.path = open_location(location, options)
         self.options = options
         status = self.storage.status(self.path)
         if status is not None and not status.is_dir:

@@ -25,7 +25,7 @@ from tensorspark.fileio.listing import Listed
 from tensorspark.fileio.rangefile import RangeFile
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec, check_width
-from tensorspark.storage import Storage
+from tensorspark.storage import Storage, open_location
 from tensorspark.storage.options import StorageOptions
 
 _BUFFER = 1 << 20  # pyarrow's read buffer per column chunk
@@ -104,7 +104,7 @@ def inspect(
     shards: list[Shard] = []
     rows = 0
     for index, item in enumerate(listed):
-        storage, path = options.open(item.location)
+        storage, path = open_location(item.location, options)
         try:
             meta = _open(storage, path, item.size).metadata
         except (ConfigurationError, StorageError):

@@ -26,7 +26,7 @@ from tensorspark.fileio import idx, parquet, tfrecord
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec, to_block
 from tensorspark.partition import EpochBatches, rebatch, with_last
-from tensorspark.storage import Storage
+from tensorspark.storage import Storage, open_location
 
 
 class FileEpochs:
@@ -102,7 +102,7 @@ class FileEpochs:
     def _open(self, index: int) -> tuple[Storage, str]:
         location = self.spec.files[index]
         if location not in self._storages:
-            self._storages[location] = self.spec.storage.open(location)
+            self._storages[location] = open_location(location, self.spec.storage)
         return self._storages[location]
 
     def _read(self, shard: Shard) -> Iterator[RawChunk]:

@@ -39,7 +39,7 @@ from tensorspark.fileio import example
 from tensorspark.fileio.output import OutputDir, PartTarget, WrittenFiles
 from tensorspark.fileio.source import COMPRESSIONS
 from tensorspark.fileio.tfrecord import RecordWriter
-from tensorspark.storage import AUTH_MODES
+from tensorspark.storage import AUTH_MODES, open_location
 from tensorspark.storage.options import StorageOptions
 
 _ROW = "__tensorspark_row"
@@ -132,7 +132,7 @@ def _write_task(
 
     partition, _ = jobs.task_context()
     index = partition if partition is not None else 0
-    storage, path = target.options.open(target.location(index))
+    storage, path = open_location(target.location(index), target.options)
     with storage.open_writer(path) as sink:
         writer = RecordWriter(sink, gzip=gzip)
         for batch in batches:

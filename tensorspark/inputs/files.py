@@ -45,6 +45,7 @@ from tensorspark.inputs.base import (
 )
 from tensorspark.inputs.rdd import run_partitions
 from tensorspark.partition import EpochSource
+from tensorspark.storage import open_location
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def _write_task(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    storage, path = target.options.open(target.location(index))
+    storage, path = open_location(target.location(index), target.options)
     score = scoring.predictor()
     rows = 0
     with storage.open_writer(path) as sink:

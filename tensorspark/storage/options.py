@@ -16,7 +16,7 @@ from tensorspark.arguments import positive_number
 from tensorspark.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from tensorspark.storage.base import Storage
+    pass
 
 #: How WebHDFS may authenticate.
 AUTH_MODES = ("insecure", "token", "kerberos")
@@ -100,16 +100,6 @@ class StorageOptions:
     def timeout(self) -> tuple[float, float]:
         """``(connect, read)`` seconds, as ``requests`` takes them."""
         return (self.connect_timeout, self.read_timeout)
-
-    def open(self, location: str) -> tuple[Storage, str]:
-        """The storage holding ``location`` and its path there (no network call).
-
-        Raises:
-            ConfigurationError: see :func:`tensorspark.storage.open_storage`.
-        """
-        from tensorspark.storage import open_location  # the package imports this module
-
-        return open_location(location, self)
 
 
 def located(conf: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
