@@ -24,7 +24,8 @@ the results as JSON to stdout (and ``--output``).
 
 Usage::
 
-    python bench/cluster_vs_local.py [--epochs 2] [--partitions 2] [--no-yarn] [--output cluster.json]
+    python bench/cluster_vs_local.py [--epochs 2] [--partitions 2] [--no-yarn] \
+        [--output cluster.json]
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ def yarn(args: argparse.Namespace) -> dict[str, Any]:
                 file=sys.stderr,
             )  # noqa: T201
         return {
-            "master": "yarn (client mode): MiniYARNCluster, 2 NodeManagers, 2 executors x 1 core, HDFS input",
+            "master": (
+                "yarn (client mode): MiniYARNCluster, 2 NodeManagers, 2 executors x 1 core, "
+                "HDFS input"
+            ),
             "cluster_startup_seconds": round(cluster.startup_s, 2),
             "submit_seconds": round(run.seconds, 2),
             **timings,

@@ -233,9 +233,12 @@ def main(argv: list[str] | None = None) -> int:
                 row = run_config(sc, name, train, test, args, seed)
                 runs[name].append(row)
                 print(
-                    f"{name:>24} seed {seed}: acc {[round(e['test_accuracy'], 4) for e in row['epochs']]}, "
-                    f"to {args.target}: epoch {row['epoch_to_target']}, {row['seconds_to_target']} s, "
-                    f"{row['bytes_per_sample_to_target']} B/sample; run {row['bytes_per_sample_run']:.1f} B/sample",
+                    f"{name:>24} seed {seed}: "
+                    f"acc {[round(e['test_accuracy'], 4) for e in row['epochs']]}, "
+                    f"to {args.target}: epoch {row['epoch_to_target']}, "
+                    f"{row['seconds_to_target']} s, "
+                    f"{row['bytes_per_sample_to_target']} B/sample; "
+                    f"run {row['bytes_per_sample_run']:.1f} B/sample",
                     flush=True,
                 )
         rows = {name: summarize(rs) for name, rs in runs.items()}
@@ -245,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios(rows, rows["default"])
     print(f"medians over {args.repeats} run(s) of each:")
     print(
-        f"{'config':>24} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} {'t target':>9} {'t ratio':>8}"
+        f"{'config':>24} {'B/sample':>9} {'fewer x':>8} {'final acc':>9} {'d acc':>7} "
+        f"{'t target':>9} {'t ratio':>8}"
     )
     for name, row in rows.items():
         bps = row["bytes_per_sample_to_target"]
@@ -253,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         tt = row["seconds_to_target"]
         tr = row.get("time_to_target_vs_default")
         print(
-            f"{name:>24} {bps if bps is None else round(bps, 1)!s:>9} {few if few is None else round(few, 1)!s:>8} "
+            f"{name:>24} {bps if bps is None else round(bps, 1)!s:>9} "
+            f"{few if few is None else round(few, 1)!s:>8} "
             f"{row['final_test_accuracy']:>9.4f} {row.get('accuracy_minus_default', 0):>+7.4f} "
             f"{tt if tt is None else round(tt, 2)!s:>9} {tr if tr is None else round(tr, 2)!s:>8}"
         )

@@ -220,7 +220,8 @@ def main() -> None:
                 {"cold": cold, "warm": warm, "test_accuracy_warm": accuracy}
             )
             print(
-                f"{name}: cold {cold['samples_per_s']:.0f} samples/s, warm {warm['samples_per_s']:.0f}, accuracy {accuracy:.4f}",
+                f"{name}: cold {cold['samples_per_s']:.0f} samples/s, "
+                f"warm {warm['samples_per_s']:.0f}, accuracy {accuracy:.4f}",
                 flush=True,
             )
         summary = {}

@@ -189,7 +189,8 @@ def run_first_calls(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=2))
     for v, row in summary.items():
         print(
-            f"first call, {v:8s}: {row['first_s']:5.1f} s against {row['warm_s']:.1f} s warm = {row['ratio']:.2f}x",
+            f"first call, {v:8s}: {row['first_s']:5.1f} s against {row['warm_s']:.1f} s warm "
+            f"= {row['ratio']:.2f}x",
             file=sys.stderr,
         )
 
@@ -363,7 +364,8 @@ def main() -> None:
         f"DataFrame, array<float> column {report['dataframe']['rows_per_s']:,.0f} rows/s "
         f"({report['dataframe']['ratio']:.2f}x); "
         f"RDD {report['rdd']['rows_per_s']:,.0f} rows/s ({report['rdd']['ratio']:.2f}x); "
-        f"cold first call {report['dataframe_binary']['cold_seconds']:.1f} s (binary DataFrame, the first); "
+        f"cold first call {report['dataframe_binary']['cold_seconds']:.1f} s "
+        f"(binary DataFrame, the first); "
         f"model load {local_load_s:.2f} s (single), {min(driver_load_s):.2f} s (driver); "
         f"max |diff| RDD {max_abs_diff:.1e}, DataFrame {df_max_abs_diff:.1e}, "
         f"binary {binary_max_abs_diff:.1e}; results in {out}"

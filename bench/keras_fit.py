@@ -373,10 +373,13 @@ def main() -> None:
     for key, row in summary.items():
         target = row["seconds_to_target"]
         print(
-            f"{key:22s} {row['seconds']:6.2f} s = {row['ratio_vs_single']:.2f}x single-process model.fit "
-            f"({single_s:.2f} s; {row['ratio_vs_single_with_import']:.2f}x with its {import_s:.1f} s import); "
+            f"{key:22s} {row['seconds']:6.2f} s = {row['ratio_vs_single']:.2f}x "
+            f"single-process model.fit "
+            f"({single_s:.2f} s; {row['ratio_vs_single_with_import']:.2f}x "
+            f"with its {import_s:.1f} s import); "
             f"to {args.target}: {'-' if target is None else f'{target:.2f} s'} "
-            f"(single {single_to_target if single_to_target is None else round(single_to_target, 2)} s); "
+            f"(single "
+            f"{single_to_target if single_to_target is None else round(single_to_target, 2)} s); "
             f"accuracy gap {row['accuracy_gap']:.4f}",
             file=sys.stderr,
         )

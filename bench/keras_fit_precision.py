@@ -11,7 +11,8 @@ epoch, and the time to reach the target test accuracy, and writes them as JSON.
 
     python bench/keras_fit_precision.py                 # 60,000 rows, 3 epochs
     python bench/keras_fit_precision.py --quick         # smoke run: 6,000 rows, 1 epoch
-    python bench/keras_fit_precision.py --mixed-precision mixed_bfloat16 --out bench/results/keras_fit_mixed_bfloat16.json
+    python bench/keras_fit_precision.py --mixed-precision mixed_bfloat16 \
+        --out bench/results/keras_fit_mixed_bfloat16.json
 
 With ``--mixed-precision P`` both sides run twice in the same process, in float32 and under
 ``P`` (single process: the hidden layer built under Keras's policy ``P``, the output layer

@@ -101,8 +101,10 @@ def main() -> None:
                                 result["delayer_overruns"] = held["overruns"]
                             runs.append(result)
                             print(  # noqa: T201
-                                f"sync_interval {sync_interval:>3} {label:>7}: {result['samples_per_sec']:9.0f} samples/s "
-                                f"({result['train_seconds']:.2f} s, accuracy {result['accuracy']:.4f})",
+                                f"sync_interval {sync_interval:>3} {label:>7}: "
+                                f"{result['samples_per_sec']:9.0f} samples/s "
+                                f"({result['train_seconds']:.2f} s, "
+                                f"accuracy {result['accuracy']:.4f})",
                                 file=sys.stderr,
                             )
             finally:
@@ -128,7 +130,9 @@ def main() -> None:
             "delayed_over_clean": round(statistics.median(delayed) / statistics.median(clean), 3),
         }
     result = {
-        "benchmark": f"netns cluster: {args.delay_ms:g} ms more latency on one of two worker hosts' links",
+        "benchmark": (
+            f"netns cluster: {args.delay_ms:g} ms more latency on one of two worker hosts' links"
+        ),
         "epochs": EPOCHS,
         "partitions": 2,
         "cpu_count": os.cpu_count(),

@@ -99,11 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bandwidth = memory_bandwidth()
     print(
-        f"memory bandwidth (one core, copy, read + write): {bandwidth / 1e9:.1f} GB/s; cores: {os.cpu_count()}"
+        f"memory bandwidth (one core, copy, read + write): {bandwidth / 1e9:.1f} GB/s; "
+        f"cores: {os.cpu_count()}"
     )
     header = (
-        f"{'params':>6} {'shards':>6} {'codec':>5} {'upd/s':>7} {'CPU ms/upd':>10} {'busiest ms':>10} "
-        f"{'in KB/upd':>10} {'out KB/upd':>10} {'CPU cap':>8} {'mem cap':>8} {'net cap':>8} {'workers':>7}  limited by"
+        f"{'params':>6} {'shards':>6} {'codec':>5} {'upd/s':>7} {'CPU ms/upd':>10} "
+        f"{'busiest ms':>10} "
+        f"{'in KB/upd':>10} {'out KB/upd':>10} {'CPU cap':>8} {'mem cap':>8} {'net cap':>8} "
+        f"{'workers':>7}  limited by"
     )
     print(header)
     rows = []
@@ -124,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 caps = row["ceilings_updates_per_s"]
                 print(
                     f"{size:>6} {shards:>6} {codec:>5} {row['updates_per_s']:>7.1f} "
-                    f"{row['server_cpu_s_per_update'] * 1e3:>10.2f} {row['busiest_cpu_s_per_update'] * 1e3:>10.2f} "
-                    f"{row['received_bytes_per_update'] / 1e3:>10.0f} {row['sent_bytes_per_update'] / 1e3:>10.0f} "
-                    f"{caps['loop CPU']:>8.0f} {caps['memory bandwidth']:>8.0f} {caps['network 10 Gbit/s']:>8.0f} "
+                    f"{row['server_cpu_s_per_update'] * 1e3:>10.2f} "
+                    f"{row['busiest_cpu_s_per_update'] * 1e3:>10.2f} "
+                    f"{row['received_bytes_per_update'] / 1e3:>10.0f} "
+                    f"{row['sent_bytes_per_update'] / 1e3:>10.0f} "
+                    f"{caps['loop CPU']:>8.0f} {caps['memory bandwidth']:>8.0f} "
+                    f"{caps['network 10 Gbit/s']:>8.0f} "
                     f"{row['workers_at_1_sync_per_s']:>7}  {row['limited_by']}",
                     flush=True,
                 )
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{size}: most workers {row['workers_at_1_sync_per_s']} (shards {row['shards']}, "
             f"{row['compression'] or 'float32'}, limited by {row['limited_by']})"
             + (
-                f"; target {target}: {'met' if row['workers_at_1_sync_per_s'] >= target else 'NOT met'}"
+                f"; target {target}: "
+                f"{'met' if row['workers_at_1_sync_per_s'] >= target else 'NOT met'}"
                 if target
                 else ""
             )

@@ -167,19 +167,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{cores} cores; {n:,} float32 = {nbytes / MB:.0f} MB each way")
     print(
         f"loopback TCP {tcp['mb_per_s']:.0f} MB/s: {one_way * 1e3:.1f} ms per message, CPU "
-        f"{tcp['send_cpu_s_per_message'] * 1e3:.1f} ms sending + {tcp['recv_cpu_s_per_message'] * 1e3:.1f} ms receiving"
+        f"{tcp['send_cpu_s_per_message'] * 1e3:.1f} ms sending + "
+        f"{tcp['recv_cpu_s_per_message'] * 1e3:.1f} ms receiving"
         " (rounds: " + ", ".join(f"{r['mb_per_s']:.0f}" for r in tcp_rounds) + " MB/s)"
     )
     print(
         f"per update, besides the transfer: GMAC {steps['gmac_s'] * 1e3:.1f} ms (x2), "
-        f"NaN/Inf check {steps['finite_check_s'] * 1e3:.1f} ms, apply {steps['apply_s'] * 1e3:.1f} ms"
+        f"NaN/Inf check {steps['finite_check_s'] * 1e3:.1f} ms, "
+        f"apply {steps['apply_s'] * 1e3:.1f} ms"
     )
     print(
-        f"CPU floor per update: {floor * 1e3:.1f} ms signed ({floor_unsigned * 1e3:.1f} ms unsigned); "
-        f"at 1.0x TCP an update has {2 * one_way * 1e3:.1f} ms, {cores * 2 * one_way * 1e3:.1f} ms of CPU on {cores} cores"
+        f"CPU floor per update: {floor * 1e3:.1f} ms signed "
+        f"({floor_unsigned * 1e3:.1f} ms unsigned); "
+        f"at 1.0x TCP an update has {2 * one_way * 1e3:.1f} ms, "
+        f"{cores * 2 * one_way * 1e3:.1f} ms of CPU on {cores} cores"
     )
     print(
-        f"best possible push+pull vs TCP on this machine: {r_max:.2f}x signed, {r_max_unsigned:.2f}x unsigned"
+        f"best possible push+pull vs TCP on this machine: {r_max:.2f}x signed, "
+        f"{r_max_unsigned:.2f}x unsigned"
     )
     rows = []
     for shards in [int(s) for s in args.shards.split(",") if s.strip()]:
@@ -191,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"measured, {shards} shard(s): {row['mb_per_s']:.0f} MB/s = {row['vs_tcp']:.2f}x TCP, "
             f"{1e3 / row['updates_per_s']:.1f} ms per update; CPU per update: server "
-            f"{row['server_cpu_s_per_update'] * 1e3:.1f} ms + client {row['client_cpu_s_per_update'] * 1e3:.1f} ms"
+            f"{row['server_cpu_s_per_update'] * 1e3:.1f} ms + "
+            f"client {row['client_cpu_s_per_update'] * 1e3:.1f} ms"
             f" (floor {floor * 1e3:.1f} ms)"
         )
     verdicts = {}
@@ -209,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             "measured_share_of_cores": None if measured is None else measured / available,
         }
         print(
-            f"target {ratio:.2f}x TCP with {shards} shard(s): {available * 1e3:.1f} ms of CPU per update on {cores} cores; "
+            f"target {ratio:.2f}x TCP with {shards} shard(s): "
+            f"{available * 1e3:.1f} ms of CPU per update on {cores} cores; "
             f"the floor alone fills {floor / available:.0%} of it"
             + (
                 ""

@@ -19,7 +19,8 @@ Two parts (``--part``):
 Writes JSON (``--out``) and exits non-zero when an assertion fails::
 
     .venv/bin/python bench/ps_fuzz.py --requests 100000 --out bench/results/hardening/ps_fuzz.json
-    .venv/bin/python bench/ps_fuzz.py --part half-open --tree /tmp/ps-before --out /tmp/half_open_before.json
+    .venv/bin/python bench/ps_fuzz.py --part half-open --tree /tmp/ps-before \
+        --out /tmp/half_open_before.json
 """
 
 from __future__ import annotations
@@ -243,7 +244,13 @@ import numpy as np
 import tensorspark
 from tensorspark.ps.server import ParameterServer
 with ParameterServer({"w": np.zeros(%d, np.float32)}, secret=b"s" * 32) as server:
-    print(json.dumps({"port": server.port, "pid": os.getpid(), "max_body": server.max_body_bytes, "module": tensorspark.__file__}), flush=True)
+    info = {
+        "port": server.port,
+        "pid": os.getpid(),
+        "max_body": server.max_body_bytes,
+        "module": tensorspark.__file__,
+    }
+    print(json.dumps(info), flush=True)
     sys.stdin.readline()
 """
 
@@ -279,7 +286,8 @@ def run_half_open(tree: Path, params: int, connections: int, hold: float) -> dic
         for _ in range(connections):
             head = (
                 f"POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {info['max_body']}\r\n"
-                f"X-Tensorspark-Time: {time.time():.6f}\r\nX-Tensorspark-Nonce: {os.urandom(16).hex()}\r\n\r\n"
+                f"X-Tensorspark-Time: {time.time():.6f}\r\n"
+                f"X-Tensorspark-Nonce: {os.urandom(16).hex()}\r\n\r\n"
             )
             sock = socket.create_connection(("127.0.0.1", info["port"]), timeout=10)
             sock.sendall(head.encode() + b"x" * 1000)
@@ -346,8 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         half = run_half_open(args.tree, args.params, args.connections, args.hold)
         result["half_open"] = half
         print(
-            f"half-open: {half['connections']} connections declaring {half['max_body_bytes']} bytes each: "
-            f"RSS {half['rss_before_bytes'] / 2**20:.1f} -> {half['rss_after_bytes'] / 2**20:.1f} MiB "
+            f"half-open: {half['connections']} connections declaring "
+            f"{half['max_body_bytes']} bytes each: "
+            f"RSS {half['rss_before_bytes'] / 2**20:.1f} -> "
+            f"{half['rss_after_bytes'] / 2**20:.1f} MiB "
             f"(+{half['rss_growth_bytes'] / 2**20:.2f} MiB) [{half['tree']}]",
             flush=True,
         )
@@ -358,13 +368,16 @@ def main(argv: list[str] | None = None) -> int:
         result["fuzz"] = fuzz
         ok = all(fuzz["checks"].values())
         print(
-            f"fuzz: {fuzz['probes']} probes in {fuzz['seconds']:.0f} s ({fuzz['corpus_probes']} corpus, "
-            f"{fuzz['drawn_probes']} drawn, {fuzz['hang_ups']} hang-ups); statuses {fuzz['statuses']}"
+            f"fuzz: {fuzz['probes']} probes in {fuzz['seconds']:.0f} s "
+            f"({fuzz['corpus_probes']} corpus, "
+            f"{fuzz['drawn_probes']} drawn, {fuzz['hang_ups']} hang-ups); "
+            f"statuses {fuzz['statuses']}"
         )
         print(f"  honest clients: {fuzz['honest']}")
         print(
             f"  RSS growth: max {fuzz['rss_growth_max_bytes'] / 2**20:.1f} MiB, final "
-            f"{fuzz['rss_growth_final_bytes'] / 2**20:.1f} MiB (bound {args.rss_bound / 2**20:.0f} MiB); "
+            f"{fuzz['rss_growth_final_bytes'] / 2**20:.1f} MiB "
+            f"(bound {args.rss_bound / 2**20:.0f} MiB); "
             f"log records {fuzz['log_records']['levels']}"
         )
         print(f"  checks: {fuzz['checks']}")

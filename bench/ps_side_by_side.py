@@ -31,7 +31,12 @@ import json, sys, numpy as np
 import tensorspark
 from tensorspark.ps.server import ParameterServer
 with ParameterServer({"w": np.zeros(int(sys.argv[1]), np.float32)}) as s:
-    print(json.dumps({"url": s.url, "secret": s.client_options()["secret"].hex(), "module": tensorspark.__file__}), flush=True)
+    info = {
+        "url": s.url,
+        "secret": s.client_options()["secret"].hex(),
+        "module": tensorspark.__file__,
+    }
+    print(json.dumps(info), flush=True)
     sys.stdin.readline()
 """
 
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         "median_pair_ratio": statistics.median(ratios),
     }
     print(
-        f"{args.params} params, {args.clients} clients: before {result['before_median']:.2f} updates/s, after "
+        f"{args.params} params, {args.clients} clients: "
+        f"before {result['before_median']:.2f} updates/s, after "
         f"{result['after_median']:.2f}; median pair ratio {result['median_pair_ratio']:.3f} "
         f"(pairs {min(ratios):.2f} to {max(ratios):.2f})"
     )

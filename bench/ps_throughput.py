@@ -27,7 +27,8 @@ same bytes the TCP baseline streams (compressed, fewer cross the wire: ``wire MB
 Prints a table and writes JSON::
 
     .venv/bin/python bench/ps_throughput.py --seconds 3 --out bench-results/ps_throughput.json
-    .venv/bin/python bench/ps_throughput.py --sizes "" --shards 1,2,4 --compressions none,bf16,int8 \
+    .venv/bin/python bench/ps_throughput.py --sizes "" --shards 1,2,4 \
+        --compressions none,bf16,int8 \
         --out bench/results/ps_throughput_shards.json      # the sharded rows alone
 
 The machine is shared: keep ``--seconds`` small. Targets (from the issue): 25M push+pull
@@ -445,8 +446,10 @@ def _run_row(
     row["vs_tcp"] = row["mb_per_s"] / baselines[size]["tcp_mb_per_s"]
     row["vs_memcpy"] = row["mb_per_s"] / baselines[size]["memcpy_mb_per_s"]
     print(
-        f"{size:>6} {c:>7} {'on' if authenticate else 'off':>5} {row['updates_per_s']:>10.0f} {row['mb_per_s']:>8.0f} "
-        f"{row['vs_tcp']:>7.2f} {row['vs_memcpy']:>9.2f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}",
+        f"{size:>6} {c:>7} {'on' if authenticate else 'off':>5} "
+        f"{row['updates_per_s']:>10.0f} {row['mb_per_s']:>8.0f} "
+        f"{row['vs_tcp']:>7.2f} {row['vs_memcpy']:>9.2f} "
+        f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}",
         flush=True,
     )
     return row
@@ -495,12 +498,14 @@ def main(argv: list[str] | None = None) -> int:
             "tcp_mb_per_s": measure_tcp(nbytes, args.seconds),
         }
         print(
-            f"{size:>4}: memcpy {baselines[size]['memcpy_mb_per_s']:.0f} MB/s, loopback TCP {baselines[size]['tcp_mb_per_s']:.0f} MB/s"
+            f"{size:>4}: memcpy {baselines[size]['memcpy_mb_per_s']:.0f} MB/s, "
+            f"loopback TCP {baselines[size]['tcp_mb_per_s']:.0f} MB/s"
         )
 
     runs = []
     print(
-        f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} {'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}"
+        f"{'params':>6} {'clients':>7} {'auth':>5} {'updates/s':>10} {'MB/s':>8} {'vs TCP':>7} "
+        f"{'vs memcpy':>9} {'p50 ms':>8} {'p99 ms':>8}"
     )
     plan = [(s, c, True) for s in sizes for c in clients if s in args.sizes.split(",")]
     for size, c, authenticate in plan:
@@ -508,12 +513,15 @@ def main(argv: list[str] | None = None) -> int:
     shard_runs = []
     if args.shards:
         print(
-            "one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes both ways "
-            "(float32: what crosses the wire; compressed: what the client gets done) over loopback TCP "
+            "one client, push+pull through 1..N shards; 'vs TCP' counts the model's bytes "
+            "both ways "
+            "(float32: what crosses the wire; compressed: what the client gets done) "
+            "over loopback TCP "
             "measured just before the row (the machine drifts); each row twice, in ABBA order"
         )
         print(
-            f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} {'TCP MB/s':>8} {'vs TCP':>7} "
+            f"{'params':>6} {'shards':>6} {'codec':>5} {'updates/s':>10} {'MB/s':>8} "
+            f"{'TCP MB/s':>8} {'vs TCP':>7} "
             f"{'wire MB/s':>9} {'srv CPU ms/upd':>14} {'p50 ms':>8}"
         )
         counts = [int(x) for x in args.shards.split(",")]
@@ -536,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["wire_mb_per_s"] = row["updates_per_s"] * wire_bytes / MB
                     shard_runs.append(row)
                     print(
-                        f"{size:>6} {n_shards:>6} {codec:>5} {row['updates_per_s']:>10.1f} {row['mb_per_s']:>8.0f} "
+                        f"{size:>6} {n_shards:>6} {codec:>5} {row['updates_per_s']:>10.1f} "
+                        f"{row['mb_per_s']:>8.0f} "
                         f"{tcp:>8.0f} {row['vs_tcp']:>7.2f} {row['wire_mb_per_s']:>9.0f} "
                         f"{row['server_cpu_s_per_update'] * 1e3:>14.1f} {row['p50_ms']:>8.1f}",
                         flush=True,
@@ -551,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
                         == (size, n_shards, codec)
                     ]
                     print(
-                        f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP (runs {', '.join(f'{v:.2f}' for v in mine)})"
+                        f"{size} {codec} {n_shards} shard(s): {statistics.mean(mine):.2f}x TCP "
+                        f"(runs {', '.join(f'{v:.2f}' for v in mine)})"
                     )
     auth_cost: dict[int, float] = {}
     auth_pairs: dict[int, list[dict[str, float]]] = {}
@@ -564,13 +574,15 @@ def main(argv: list[str] | None = None) -> int:
             auth_cost[c] = 1 - statistics.median(p["signed"] / p["unsigned"] for p in pairs)
             costs = sorted(1 - p["signed"] / p["unsigned"] for p in pairs)
             print(
-                f"{args.auth_size:>6} {c:>7}  auth cost {auth_cost[c]:+.1%} (pairs {costs[0]:+.0%} to {costs[-1]:+.0%}): "
+                f"{args.auth_size:>6} {c:>7}  auth cost {auth_cost[c]:+.1%} "
+                f"(pairs {costs[0]:+.0%} to {costs[-1]:+.0%}): "
                 "signed/unsigned updates/s per pair "
                 + " ".join(f"{p['signed']:.0f}/{p['unsigned']:.0f}" for p in pairs),
                 flush=True,
             )
         print(
-            f"authentication cost at {args.auth_size} (median over {args.auth_pairs} pairs of adjacent "
+            f"authentication cost at {args.auth_size} "
+            f"(median over {args.auth_pairs} pairs of adjacent "
             f"{args.auth_seconds:g} s windows, same clients, ABBA order): "
             + ", ".join(f"{c} clients {v:+.1%}" for c, v in auth_cost.items())
         )

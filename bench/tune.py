@@ -550,10 +550,12 @@ def main() -> None:
     )
     for base in baselines:
         print(
-            f"{report['trials']} trials: sequential ({base['runner']}, {base['threads']} TF thread(s)) "
+            f"{report['trials']} trials: sequential "
+            f"({base['runner']}, {base['threads']} TF thread(s)) "
             f"{base['elapsed_s']:.1f}s, tune on {args.master} warm {spark['elapsed_s']:.1f}s: "
             f"speed-up {base['speedup']:.2f}x; "
-            f"slots kept busy: {' / '.join(f'{c:.2f}' for c in spark['concurrency'])} of {spark['slots']}; "
+            f"slots kept busy: {' / '.join(f'{c:.2f}' for c in spark['concurrency'])} "
+            f"of {spark['slots']}; "
             f"{cores} plain processes without Spark, trials in the space's order: "
             f"{ceiling['elapsed_s']:.1f}s, speed-up {base['plain_parallel_speedup']:.2f}x; "
             f"tune reaches {ceiling['spark_efficiency']:.0%} of it",

@@ -13,7 +13,8 @@ warm-up on and off, for three kinds of first job:
   warmed second);
 * ``jvm``: a DataFrame aggregation that runs in the JVM only (no Python worker).
 
-    python bench/warmup_interference.py [--offsets 0,1,3] [--out bench/results/warmup_interference.json]
+    python bench/warmup_interference.py [--offsets 0,1,3] \
+        [--out bench/results/warmup_interference.json]
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def main() -> None:
             }
             rows.append(row)
             print(
-                f"{job:18s} {offset:3.0f} s after the session: {row['latency_off_s']:5.2f} s without warm-up, "
+                f"{job:18s} {offset:3.0f} s after the session: "
+                f"{row['latency_off_s']:5.2f} s without warm-up, "
                 f"{row['latency_on_s']:5.2f} s with ({row['delay_s']:+.2f} s)",
                 file=sys.stderr,
             )

@@ -1,6 +1,7 @@
 """The YARN side of ``bench/cluster_vs_local.py``: run by ``spark-submit --master yarn``.
 
-    spark-submit --master yarn --deploy-mode client bench/yarn_mnist_app.py DATA_DIR PARTITIONS EPOCHS
+    spark-submit --master yarn --deploy-mode client bench/yarn_mnist_app.py \
+        DATA_DIR PARTITIONS EPOCHS
 
 Times what the standalone and local parts of the benchmark time: the SparkContext's start
 (on YARN: the application is accepted, the ApplicationMaster starts, both executors

@@ -1,7 +1,8 @@
 """Train the seed's MNIST softmax model on Spark and print its test accuracy.
 
     python examples/spark_mnist.py [--data-dir D] [--partitions N] [--epochs E]
-    spark-submit --master spark://host:7077 --py-files dist/tensorspark-*.whl examples/spark_mnist.py
+    spark-submit --master spark://host:7077 --py-files dist/tensorspark-*.whl \
+        examples/spark_mnist.py
 
 The same as ``tensorspark mnist``. The code lives in :mod:`tensorspark.examples.spark_mnist`
 so that the pyspark shell can import it

@@ -89,7 +89,8 @@ def check_training_mode(
         raise ConfigurationError(f"mode must be one of {modes}. Received: mode={mode!r}")
     if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
         raise ConfigurationError(
-            f"max_staleness needs mode='async' and a value >= 0. Received: max_staleness={max_staleness!r}, mode={mode!r}"
+            "max_staleness needs mode='async' and a value >= 0. Received: "
+            f"max_staleness={max_staleness!r}, mode={mode!r}"
         )
     if on_divergence not in DIVERGENCE:
         raise ConfigurationError(

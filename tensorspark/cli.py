@@ -127,7 +127,8 @@ def format_status(status: Mapping[str, Any]) -> str:
     if averager.latest is not None:
         metrics = "".join(f"  {k} {v:.4g}" for k, v in averager.latest.metrics.items())
         lines.append(
-            f"global loss {averager.latest.loss:.4g}{metrics} (moving average of the last {DEFAULT_LOSS_WINDOW} pushes)"
+            f"global loss {averager.latest.loss:.4g}{metrics} (moving average of the last "
+            f"{DEFAULT_LOSS_WINDOW} pushes)"
         )
     workers = status.get("workers") or []
     if not workers:

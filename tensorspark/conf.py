@@ -66,7 +66,8 @@ def _port(text: str) -> int | tuple[int, int]:
         return port
     except ValueError:
         raise ConfigurationError(
-            f"{PREFIX}server.port must be a port (0-65535) or a range 'first-last'. Received: {text!r}"
+            f"{PREFIX}server.port must be a port (0-65535) or a range 'first-last'. Received: "
+            f"{text!r}"
         ) from None
 
 

@@ -248,7 +248,8 @@ def arrow_column_to_numpy(arr: Any, dtype: np.dtype | None) -> np.ndarray:
             lengths = np.diff(offsets)
             if len(lengths) and not (lengths == lengths[0]).all():
                 raise ConfigurationError(
-                    "an array column has rows of different lengths; every row must have the same shape"
+                    "an array column has rows of different lengths; every row must have the same "
+                    "shape"
                 )
             width = int(lengths[0]) if len(lengths) else 0
             values = (

@@ -88,11 +88,11 @@ def check_settings(master: str, conf: Mapping[str, str]) -> float:
     master = master.strip()
     if per_task > 0 and master.startswith("local") and not master.startswith("local-cluster"):
         raise ConfigurationError(
-            f"Spark does not schedule GPUs in local mode: every task would wait forever for "
-            f"its {tsconf.TASK_GPU_KEY}. On one machine use master 'local-cluster[1,<cores>,<MiB>]' "
+            "Spark does not schedule GPUs in local mode: every task would wait forever for its "
+            f"{tsconf.TASK_GPU_KEY}. On one machine use master 'local-cluster[1,<cores>,<MiB>]' "
             "with spark.worker.resource.gpu.amount and spark.worker.resource.gpu.discoveryScript "
-            f"(README, 'GPUs'), or a cluster manager; or unset {tsconf.TASK_GPU_KEY}. "
-            f"Received: master={master!r}, {tsconf.TASK_GPU_KEY}={conf.get(tsconf.TASK_GPU_KEY)!r}"
+            f"(README, 'GPUs'), or a cluster manager; or unset {tsconf.TASK_GPU_KEY}. Received: "
+            f"master={master!r}, {tsconf.TASK_GPU_KEY}={conf.get(tsconf.TASK_GPU_KEY)!r}"
         )
     return per_task
 
@@ -122,7 +122,8 @@ def plan(sc: Any, job: str, conf: tsconf.ConfSnapshot | None = None) -> float:
         )
     else:
         logger.info(
-            "%s: %g GPU(s) per task (%s): each task's TensorFlow sees only the GPUs Spark assigned it",
+            "%s: %g GPU(s) per task (%s): each task's TensorFlow sees only the GPUs Spark assigned "
+            "it",
             job,
             per_task,
             tsconf.TASK_GPU_KEY,
@@ -331,12 +332,12 @@ def _moved(
     else:
         had = f"started TensorFlow with {f'GPU(s) {list(pinned)}' if pinned else 'no GPU'}"
     return WorkerPlacementError(
-        f"This Python worker (pid {os.getpid()}) {had} ({VISIBLE_ENV}={visible!r}), but "
-        f"Spark assigned this task GPU(s) {list(assigned)}. A "
-        "process cannot move to other GPUs once TensorFlow has started, so the task stops here, "
-        "before any work; PySpark ends this worker and Spark retries the task in a fresh one "
-        "(spark.task.maxFailures). To avoid such retries give each executor one GPU "
-        f"({tsconf.EXECUTOR_GPU_KEY} = {tsconf.TASK_GPU_KEY}) or set spark.python.worker.reuse=false."
+        f"This Python worker (pid {os.getpid()}) {had} ({VISIBLE_ENV}={visible!r}), but Spark "
+        f"assigned this task GPU(s) {list(assigned)}. A process cannot move to other GPUs once "
+        "TensorFlow has started, so the task stops here, before any work; PySpark ends this worker "
+        "and Spark retries the task in a fresh one (spark.task.maxFailures). To avoid such retries "
+        f"give each executor one GPU ({tsconf.EXECUTOR_GPU_KEY} = {tsconf.TASK_GPU_KEY}) or set "
+        "spark.python.worker.reuse=false."
     )
 
 

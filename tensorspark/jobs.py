@@ -34,13 +34,15 @@ CANCEL_WAIT_S = 30.0
 # A traceback ends where Spark's own text resumes: a JVM frame, or (Spark Connect) the
 # error's SQLSTATE and the JVM stack trace.
 _TRACEBACK = re.compile(
-    r"(Traceback \(most recent call last\):.*?)(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)",
+    r"(Traceback \(most recent call last\):.*?)"
+    r"(?:\n\s+at |\n\tat |\s+SQLSTATE: |\n\s*JVM stacktrace:|\Z)",
     re.S,
 )
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
 # "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
 # exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
-# unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40) (host executor 4)".
+# unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40)
+# (host executor 4)".
 _EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+) ([^)\n]*)\) Reason: ([^\n]*)")
 _LOST_PARTITION = re.compile(
     r"(?:barrier task \w+Task\(\d+, (\d+)\)|Lost task (\d+)\.\d+ in stage)"

@@ -76,7 +76,10 @@ class TensorBoardWriter:
 
         self._tf = tf
         self.logdir = text
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{id(self):x}.tensorspark"
+        name = (
+            f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}."
+            f"{id(self):x}.tensorspark"
+        )
         self.path = os.path.join(text, name)
         self._writer: Any = tf.io.TFRecordWriter(self.path)
         self._write(tf.compat.v1.Event(wall_time=time.time(), step=0, file_version="brain.Event:2"))
@@ -84,7 +87,8 @@ class TensorBoardWriter:
         logger.info("writing TensorBoard summaries to %s", self.path)
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
-        """Record ``tag = value`` at ``step`` (the model version) and ``wall_time`` (default now)."""
+        """Record ``tag = value`` at ``step`` (the model version) and ``wall_time`` (default
+        now)."""
         if self._writer is None:
             raise ConfigurationError(f"this TensorBoardWriter for {self.logdir!r} is closed")
         tf = self._tf

@@ -1,4 +1,5 @@
-"""tensorspark's binary wire format (version 2): parameter-server bodies, TF1 graph specs and evaluation snapshots.
+"""tensorspark's binary wire format (version 2): parameter-server bodies, TF1 graph specs and
+evaluation snapshots.
 
 A message is a fixed preamble, a JSON header, then the raw little-endian bytes of each
 tensor, laid out once::

@@ -301,10 +301,11 @@ class _Loop:
             self.feedback.reset()  # the refused update's rounding error must not come back
         if response.status == "diverged" and self.config.on_divergence == "fail":
             raise DivergenceError(
-                f"worker for partition {self.partition} (attempt {self.attempt}) produced non-finite "
-                f"parameters (NaN/Inf) in epoch {epoch}, mini-batches {batches[0]}-{batches[1]}; the "
-                "server rejected the update. Lower the learning rate, check the input data for "
-                "NaN/Inf, or pass on_divergence='skip' to drop such updates and carry on."
+                f"worker for partition {self.partition} (attempt {self.attempt}) produced "
+                f"non-finite parameters (NaN/Inf) in epoch {epoch}, mini-batches "
+                f"{batches[0]}-{batches[1]}; the server rejected the update. Lower the learning "
+                "rate, check the input data for NaN/Inf, or pass on_divergence='skip' to drop such "
+                "updates and carry on."
             )
         self.version, self.base = response.version, response.params
         self.model.set_weights(self.base)

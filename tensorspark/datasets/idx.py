@@ -31,8 +31,12 @@ IDX_FILES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
 
 #: The four MNIST files and the well-known SHA-256 of each gzipped file.
 MNIST_SHA256 = {
-    "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+    "train-images-idx3-ubyte.gz": (
+        "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"
+    ),
+    "train-labels-idx1-ubyte.gz": (
+        "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"
+    ),
     "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
     "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
 }

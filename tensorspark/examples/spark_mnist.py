@@ -6,10 +6,10 @@ From the pyspark shell (as in the original TensorOnSpark README)::
     >>> mnist.train(sc=sc, user='alice', name='mnist_try', sync_interval=100,
     ...             batch_size=100, num_partition=2, num_epoch=2)
 
-As a script: ``python examples/spark_mnist.py`` or ``tensorspark mnist`` (start ``local[*]`` Spark themselves) or
-``spark-submit --py-files tensorspark.whl examples/spark_mnist.py``. The idx files are
-read through Spark (``sc.binaryFiles``), so ``--data-dir`` may be a local folder,
-``file:///...`` or ``hdfs://namenode:port/data``.
+As a script: ``python examples/spark_mnist.py`` or ``tensorspark mnist`` (start
+``local[*]`` Spark themselves) or ``spark-submit --py-files tensorspark.whl
+examples/spark_mnist.py``. The idx files are read through Spark (``sc.binaryFiles``), so
+``--data-dir`` may be a local folder, ``file:///...`` or ``hdfs://namenode:port/data``.
 """
 
 from __future__ import annotations
@@ -159,8 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--data-dir",
         default=None,
-        help="idx files: a local folder, file:// or hdfs:// URL (default: a checkout's MNIST_data/; "
-        "installed, ./MNIST_data if it exists, else ~/.cache/tensorspark/MNIST_data)",
+        help="idx files: a local folder, file:// or hdfs:// URL (default: a checkout's "
+        "MNIST_data/; installed, ./MNIST_data if it exists, else ~/.cache/tensorspark/MNIST_data)",
     )
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)

@@ -193,8 +193,8 @@ def values(
         items: Sequence[bytes] = feature.bytes_list.value
         if len(items) != 1:
             raise ConfigurationError(
-                f"{where}: feature {name!r} is a bytes_list of {len(items)} items; raw-byte features "
-                "must hold one item (the values' bytes, read as feature_dtype)"
+                f"{where}: feature {name!r} is a bytes_list of {len(items)} items; raw-byte "
+                "features must hold one item (the values' bytes, read as feature_dtype)"
             )
         dtype = raw_dtype if raw_dtype is not None else np.dtype(np.uint8)
         data = items[0]
@@ -207,7 +207,8 @@ def values(
     if raw_dtype is not None:
         raise ConfigurationError(
             f"{where}: feature {name!r} is a {kind}; feature_dtype says how raw bytes (a "
-            f"bytes_list) are read, and numbers carry their own type. Received: feature_dtype={raw_dtype.str!r}"
+            "bytes_list) are read, and numbers carry their own type. Received: "
+            f"feature_dtype={raw_dtype.str!r}"
         )
     if kind == "float_list":
         return np.array(feature.float_list.value, dtype=np.float32)

@@ -126,12 +126,14 @@ def inspect(
         features = [f for f in features if _split_of(f.location) == split]
         if not features:
             raise ConfigurationError(
-                f"Argument `split` matches no idx file; the files' splits are {splits}. Received: split={split!r}"
+                f"Argument `split` matches no idx file; the files' splits are {splits}. Received: "
+                f"split={split!r}"
             )
     elif len(splits) > 1:
         if "train" not in splits:
             raise ConfigurationError(
-                f"{argument} holds idx files of several splits {splits}; pick one with split= or a glob"
+                f"{argument} holds idx files of several splits {splits}; pick one with split= or a "
+                "glob"
             )
         logger.info(
             "idx files of splits %s found; reading split='train' (pass split= for another)", splits
@@ -176,14 +178,15 @@ def inspect(
             l_width = math.prod(l_shape[1:])
             if label_width is not None and l_width != label_width:
                 raise ConfigurationError(
-                    f"Labels of the wrong length: idx file {labels.location} holds {l_width} values per "
-                    f"record; the model takes {label_width} per record."
+                    f"Labels of the wrong length: idx file {labels.location} holds {l_width} "
+                    f"values per record; the model takes {label_width} per record."
                 )
             label_dtype = l_dtype.str
         these = (dtype.str, label_dtype)
         if kinds is not None and these != kinds:
             raise ConfigurationError(
-                f"idx header mismatch: {item.location} (and its labels) hold {these}, earlier files {kinds}"
+                f"idx header mismatch: {item.location} (and its labels) hold {these}, earlier "
+                f"files {kinds}"
             )
         kinds = these
         index = len(files)
@@ -335,7 +338,8 @@ def read_shard(
             ys = next(y_stream, None)
             if ys is None:
                 raise ConfigurationError(
-                    f"idx labels file {spec.files[shard.labels]} ends before its images file {location}"
+                    f"idx labels file {spec.files[shard.labels]} ends before its images file "
+                    f"{location}"
                 )
             y = np.frombuffer(ys, l_dtype).reshape(-1, l_width)
         yield RawChunk(

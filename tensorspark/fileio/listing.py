@@ -117,8 +117,8 @@ def list_files(
             found.extend(_walk(storage, match.path) if match.is_dir else [match])
         if not found:
             raise ConfigurationError(
-                f"Argument `{argument}` names only folders without files (names starting with "
-                f"'_' or '.' are left out): {storage.location(path)}. Received: {argument}={location!r}"
+                f"Argument `{argument}` names only folders without files (names starting with '_' "
+                f"or '.' are left out): {storage.location(path)}. Received: {argument}={location!r}"
             )
         for status in found:
             where = location_of(storage, status.path)

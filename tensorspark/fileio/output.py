@@ -68,15 +68,16 @@ class OutputDir:
     ) -> None:
         if not isinstance(location, str) or not location:
             raise ConfigurationError(
-                f"Argument `{argument}` must be a folder's path or URL. Received: {argument}={location!r}"
+                f"Argument `{argument}` must be a folder's path or URL. Received: "
+                f"{argument}={location!r}"
             )
         self.storage, self.path = open_location(location, options)
         self.options = options
         status = self.storage.status(self.path)
         if status is not None and not status.is_dir:
             raise ConfigurationError(
-                f"Argument `{argument}` must name a folder; {self.storage.location(self.path)} is a file. "
-                f"Received: {argument}={location!r}"
+                f"Argument `{argument}` must name a folder; {self.storage.location(self.path)} is "
+                f"a file. Received: {argument}={location!r}"
             )
         if status is not None:
             present = [
@@ -87,9 +88,9 @@ class OutputDir:
             if present:
                 raise ConfigurationError(
                     f"Argument `{argument}` must be a new or empty folder; "
-                    f"{self.storage.location(self.path)} already holds {present[:5]}"
-                    f"{' ...' if len(present) > 5 else ''}. Choose another folder or delete those files. "
-                    f"Received: {argument}={location!r}"
+                    f"{self.storage.location(self.path)} already holds "
+                    f"{present[:5]}{' ...' if len(present) > 5 else ''}. Choose another folder or "
+                    f"delete those files. Received: {argument}={location!r}"
                 )
         self.location = location_of(self.storage, self.path)
         self._staging = posixpath.join(self.path, f"_temporary-{uuid.uuid4().hex[:12]}")

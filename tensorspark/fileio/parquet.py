@@ -119,9 +119,9 @@ def inspect(
             _check_columns(schema, features, label, raw_dtype, feature_width, item.location)
         elif not schema.equals(first_schema):
             raise ConfigurationError(
-                f"The Parquet files' schemas differ: {listed[0].location} has {_describe(first_schema)}, "
-                f"{item.location} has {_describe(schema)}. Read files of one schema together "
-                f"(a glob or folder per schema). Received: {argument}"
+                f"The Parquet files' schemas differ: {listed[0].location} has "
+                f"{_describe(first_schema)}, {item.location} has {_describe(schema)}. Read files "
+                f"of one schema together (a glob or folder per schema). Received: {argument}"
             )
         names = {features, label} - {None}
         for group in range(meta.num_row_groups):
@@ -279,8 +279,8 @@ def _check_rows(
     if (lengths % itemsize).any():
         bad = int(np.flatnonzero(lengths % itemsize)[0])
         raise ConfigurationError(
-            f"{where}, row {first_row + bad}: its {role} holds {int(lengths[bad])} bytes, not a whole "
-            f"number of {spec.raw_dtype or 'uint8'} values; check feature_dtype"
+            f"{where}, row {first_row + bad}: its {role} holds {int(lengths[bad])} bytes, not a "
+            f"whole number of {spec.raw_dtype or 'uint8'} values; check feature_dtype"
         )
     widths = lengths // itemsize
     expected = spec.feature_width() if role == "feature" else spec.label_width()

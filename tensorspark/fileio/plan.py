@@ -99,7 +99,8 @@ def plan_files(
         )
     if fmt != "idx" and source.features is None:
         raise ConfigurationError(
-            f"Argument `features` must name the {fmt} column or feature of the features. Received: {what}"
+            f"Argument `features` must name the {fmt} column or feature of the features. Received: "
+            f"{what}"
         )
     if (
         source.one_hot is not None
@@ -107,8 +108,8 @@ def plan_files(
         and math.prod(feed.label_shape) != source.one_hot
     ):
         raise ConfigurationError(
-            f"Argument `one_hot` makes labels of {source.one_hot} values; the model takes labels of shape "
-            f"{list(feed.label_shape)}. Received: one_hot={source.one_hot}"
+            f"Argument `one_hot` makes labels of {source.one_hot} values; the model takes labels "
+            f"of shape {list(feed.label_shape)}. Received: one_hot={source.one_hot}"
         )
     feature_width = None if feed.feature_shape is None else math.prod(feed.feature_shape)
     label_width = (

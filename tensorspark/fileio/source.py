@@ -187,17 +187,20 @@ def files(
         positive_int("one_hot", one_hot, minimum=2)
     if compression is not None and compression not in COMPRESSIONS:
         raise ConfigurationError(
-            f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: compression={compression!r}"
+            f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: "
+            f"compression={compression!r}"
         )
     if compression is not None and format not in (None, "tfrecord"):
         raise ConfigurationError(
-            f"Argument `compression` is for TFRecord files. Received: compression={compression!r}, format={format!r}"
+            f"Argument `compression` is for TFRecord files. Received: compression={compression!r}, "
+            f"format={format!r}"
         )
     positive_int("shuffle_buffer", shuffle_buffer, minimum=0)
     positive_int("num_partitions", num_partitions, allow_none=True)
     if split is not None and (not isinstance(split, str) or format not in (None, "idx")):
         raise ConfigurationError(
-            f"Argument `split` picks the idx files of a folder (e.g. 'train'). Received: split={split!r}, format={format!r}"
+            "Argument `split` picks the idx files of a folder (e.g. 'train'). Received: "
+            f"split={split!r}, format={format!r}"
         )
     if auth not in AUTH_MODES:
         raise ConfigurationError(

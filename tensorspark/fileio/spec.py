@@ -139,7 +139,8 @@ def check_width(
         if expected is None or got == expected:
             return
         raise ConfigurationError(
-            f"Records differ in length: {where} holds {got} {what} values, earlier records {expected}."
+            f"Records differ in length: {where} holds {got} {what} values, earlier records "
+            f"{expected}."
         )
     if got != expected:
         hint = (

@@ -2,7 +2,8 @@
 
 A TFRecord file is a sequence of records, each framed as::
 
-    uint64 length (little-endian) | uint32 masked CRC-32C of length | data | uint32 masked CRC-32C of data
+    uint64 length (little-endian) | uint32 masked CRC-32C of length
+        | data | uint32 masked CRC-32C of data
 
 (TensorFlow's ``tensorflow/core/lib/io/record_writer.cc``), optionally GZIP-compressed as a
 whole. TensorFlow's own reader only opens paths of its own file systems, not our storage

@@ -186,7 +186,8 @@ def write_tfrecord(
     positive_int("num_shards", num_shards, allow_none=True)
     if compression is not None and compression not in COMPRESSIONS:
         raise ConfigurationError(
-            f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: compression={compression!r}"
+            f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: "
+            f"compression={compression!r}"
         )
     if auth not in AUTH_MODES:
         raise ConfigurationError(

@@ -11,9 +11,9 @@ How it works (the seed's "large scale deployment", made robust):
    disk, HDFS, anything :mod:`tensorspark.storage` reads), or a source object such as the
    TF1-session source. The source gives the model's input and output shapes, so the column,
    its type and the length of its first row are checked *before* any job starts.
-2. The source's :meth:`~tensorspark.models.base.ModelSource.payload` (bytes; Keras's ``.keras`` format for Keras
-   models, never a pickle of a live object) goes out once with ``sc.broadcast``, under an id
-   derived on the driver from the payload's content.
+2. The source's :meth:`~tensorspark.models.base.ModelSource.payload` (bytes; Keras's
+   ``.keras`` format for Keras models, never a pickle of a live object) goes out once with
+   ``sc.broadcast``, under an id derived on the driver from the payload's content.
 3. On executors, each Python worker process is prepared for TensorFlow (only the task's
    GPUs visible, ``spark.task.cpus`` threads: :func:`tensorspark.tfthreads.prepare_worker`),
    then loads the model once through the bounded per-process cache of

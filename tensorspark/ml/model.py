@@ -54,7 +54,8 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
         """The trained Keras model (the object itself: changing it changes this model)."""
         if self._keras is None:
             raise ConfigurationError(
-                "This KerasModel holds no Keras model; get one from KerasEstimator.fit or KerasModel.load."
+                "This KerasModel holds no Keras model; get one from KerasEstimator.fit or "
+                "KerasModel.load."
             )
         return self._keras
 
@@ -89,8 +90,9 @@ class KerasModel(Model, KerasParams, MLReadable["KerasModel"], MLWritable):
         classes = 2 if binary else (width if width > 1 else 0)  # 0: a regression
         if self.getTopK() > classes:
             raise ConfigurationError(
-                f"KerasModel param topK must be at most the number of classes of a classifier; "
-                f"this model has {classes or 'none (one output: a regression)'}. Received: topK={self.getTopK()}"
+                "KerasModel param topK must be at most the number of classes of a classifier; this "
+                f"model has {classes or 'none (one output: a regression)'}. Received: "
+                f"topK={self.getTopK()}"
             )
         if self.getProbabilityCol() and width == 1 and not binary:
             raise ConfigurationError(

@@ -129,7 +129,8 @@ def check_training_params(owner: KerasParams) -> None:
         value = owner.getOrDefault(param)
         if value < 1:
             raise ConfigurationError(
-                f"{_name(owner)} param {param.name} must be a positive integer. Received: {param.name}={value!r}"
+                f"{_name(owner)} param {param.name} must be a positive integer. Received: "
+                f"{param.name}={value!r}"
             )
     check_transform_params(owner)
     if owner.getMode() not in MODES:
@@ -139,7 +140,8 @@ def check_training_params(owner: KerasParams) -> None:
     rate = owner.getLearningRate()
     if rate is not None and not rate > 0:
         raise ConfigurationError(
-            f"{_name(owner)} param learningRate must be a positive number. Received: learningRate={rate!r}"
+            f"{_name(owner)} param learningRate must be a positive number. Received: "
+            f"learningRate={rate!r}"
         )
 
 
@@ -151,7 +153,8 @@ def check_transform_params(owner: KerasParams) -> None:
     """
     if owner.getBatchSize() < 1:
         raise ConfigurationError(
-            f"{_name(owner)} param batchSize must be a positive integer. Received: batchSize={owner.getBatchSize()!r}"
+            f"{_name(owner)} param batchSize must be a positive integer. Received: "
+            f"batchSize={owner.getBatchSize()!r}"
         )
     if owner.getTopK() < 0:
         raise ConfigurationError(
@@ -188,6 +191,6 @@ def new_columns(owner: KerasParams, df: Any, names: list[str]) -> None:
     for name in names:
         if name in df.columns:
             raise ConfigurationError(
-                f"{_name(owner)} would add column {name!r}, which the DataFrame already has; "
-                f"set predictionCol/probabilityCol/topKCol to new names. Received: columns {df.columns}"
+                f"{_name(owner)} would add column {name!r}, which the DataFrame already has; set "
+                f"predictionCol/probabilityCol/topKCol to new names. Received: columns {df.columns}"
             )

@@ -13,8 +13,9 @@ The metadata goes through Spark (``DefaultParamsWriter``: local disk, HDFS, what
 Spark's file systems reach); the ``.keras`` file through :mod:`tensorspark.storage`
 (local disk, or HDFS over WebHDFS: ``spark.tensorspark.webhdfs.url`` or
 ``dfs.namenode.http-address`` in the Spark conf, as the user Spark writes as,
-:func:`tensorspark.connect.spark_user`), written under a temporary name and renamed. The ``.keras`` file is written first and the metadata last, so a folder with
-metadata is complete.
+:func:`tensorspark.connect.spark_user`), written under a temporary name and renamed. The
+``.keras`` file is written first and the metadata last, so a folder with metadata is
+complete.
 
 Under Spark Connect the metadata is written by the Connect server and the ``.keras`` file by
 this client: save to a location both see (HDFS; a local path is only shared when the
@@ -122,10 +123,11 @@ class KerasReader(MLReader[Any]):
             data = storage.read_bytes(location)
         except StorageError as err:
             raise ConfigurationError(
-                f"{path!r} has tensorspark metadata but its Keras model {storage.location(location)} "
-                f"cannot be read: {err}. Under Spark Connect, save and load on storage that both "
-                "this client and the cluster see (e.g. hdfs://...): a local path puts Spark's "
-                "metadata on the Connect server's disk and the .keras file on this client's."
+                f"{path!r} has tensorspark metadata but its Keras model "
+                f"{storage.location(location)} cannot be read: {err}. Under Spark Connect, save "
+                "and load on storage that both this client and the cluster see (e.g. hdfs://...): "
+                "a local path puts Spark's metadata on the Connect server's disk and the .keras "
+                "file on this client's."
             ) from err
         instance = self.cls._from_saved(data, entry)
         DefaultParamsReader.getAndSetParams(instance, metadata)
@@ -151,5 +153,6 @@ def read_metadata(path: str, spark: Any) -> dict[str, Any]:
         ) from err
     except (TypeError, ValueError, json.JSONDecodeError) as err:
         raise ConfigurationError(
-            f"{path!r} is not a saved tensorspark model: its metadata is not Spark ML's JSON ({err})."
+            f"{path!r} is not a saved tensorspark model: its metadata is not Spark ML's JSON "
+            f"({err})."
         ) from err

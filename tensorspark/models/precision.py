@@ -54,7 +54,8 @@ def check_policy(value: Any) -> str | None:
     if value is None or (isinstance(value, str) and value in POLICIES):
         return value  # type: ignore[no-any-return]
     raise ConfigurationError(
-        f"Argument `mixed_precision` must be one of {list(POLICIES)}. Received: mixed_precision={value!r}"
+        f"Argument `mixed_precision` must be one of {list(POLICIES)}. Received: "
+        f"mixed_precision={value!r}"
     )
 
 

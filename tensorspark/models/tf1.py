@@ -140,9 +140,9 @@ def check_row(feeds: Sequence[Any], row: Any, feed_name_list: Sequence[str]) -> 
         expected = tensor.shape
         if expected.rank is not None and not expected[1:].is_compatible_with(shape):
             raise ConfigurationError(
-                f"a row for {tensor.name} has shape {list(shape)}, which does not fit the placeholder's "
-                f"shape {expected.as_list()} (one example per RDD element, without the batch dimension). "
-                f"Received: shape={list(shape)}"
+                f"a row for {tensor.name} has shape {list(shape)}, which does not fit the "
+                f"placeholder's shape {expected.as_list()} (one example per RDD element, without "
+                f"the batch dimension). Received: shape={list(shape)}"
             )
 
 
@@ -409,7 +409,8 @@ class TF1SessionSource(ModelSource):
             ) from None
         if not hasattr(self._fetch, "shape"):
             raise ConfigurationError(
-                f"predict needs an output tensor, not an operation. Received: fetches={self._fetch.name!r}"
+                "predict needs an output tensor, not an operation. Received: "
+                f"fetches={self._fetch.name!r}"
             )
         self._spec = export_graph(sess, [self._fetch], feed_name_list, ())
 

@@ -133,7 +133,8 @@ class Limits:
         if inflight_bytes < max_body_bytes:
             raise ConfigurationError(
                 "max_inflight_bytes must be at least max_body_bytes (a body of the largest size "
-                f"must fit). Received: max_inflight_bytes={inflight_bytes}, max_body_bytes={max_body_bytes}"
+                f"must fit). Received: max_inflight_bytes={inflight_bytes}, "
+                f"max_body_bytes={max_body_bytes}"
             )
         return cls(
             int(max_body_bytes), int(max_inflight_bodies), int(inflight_bytes), float(body_timeout)

@@ -39,9 +39,10 @@ large body incrementally as its pieces arrive (:class:`BlockHasher`).
 
 A replay is refused by two checks on the head: the timestamp must lie within ``window``
 seconds of the server's clock, and a nonce is accepted once (it is remembered as soon as
-the head signature verifies, so a replayed head is refused before its body is read). The nonce cache is bounded: when it is
-full, the oldest nonces are dropped and the oldest timestamp still accepted is raised past
-theirs, so a dropped nonce can never be replayed (:class:`Verifier`).
+the head signature verifies, so a replayed head is refused before its body is read). The
+nonce cache is bounded: when it is full, the oldest nonces are dropped and the oldest
+timestamp still accepted is raised past theirs, so a dropped nonce can never be replayed
+(:class:`Verifier`).
 
 The dashboard in a browser cannot sign requests; for ``GET /`` and ``GET /status`` only,
 the server also accepts ``?token=<status_token(secret)>``, an HMAC of a fixed string under
@@ -334,7 +335,8 @@ class Verifier:
     ) -> None:
         if window <= 0 or max_nonces < 1:
             raise ConfigurationError(
-                f"auth window must be > 0 and max_nonces >= 1. Received: window={window!r}, max_nonces={max_nonces!r}"
+                f"auth window must be > 0 and max_nonces >= 1. Received: window={window!r}, "
+                f"max_nonces={max_nonces!r}"
             )
         self._secret = secret
         self._mac = BodyMac(body_key(secret))
@@ -395,7 +397,8 @@ class Verifier:
         if abs(now - ts) > self.window:
             raise AuthenticationError(
                 f"the request's timestamp is {now - ts:+.1f}s off the server's clock (allowed: "
-                f"{self.window:g}s): a replayed request, or the clocks of driver and executor differ"
+                f"{self.window:g}s): a replayed request, or the clocks of driver and executor "
+                "differ"
             )
         expected = sign_head(self._secret, method, path, ts_text, nonce, length)
         if not hmac.compare_digest(expected.encode(), _ascii(head)):

@@ -38,9 +38,9 @@ On a connection that has had no request accepted yet, a body of at least
 server has accepted its head (``Expect: 100-continue``), so a refusal (401, 413, 503)
 arrives before the body is sent. Once a request on the connection has been answered 200,
 large bodies go at once (the wait costs a round trip); a refusal then closes the
-connection mid-body, and the request is retried on a new one, which waits again. A 503 with ``Retry-After`` (the server
-is receiving as many bodies as it allows at once) is retried with backoff, like a
-network error, until ``ps_timeout``.
+connection mid-body, and the request is retried on a new one, which waits again. A 503
+with ``Retry-After`` (the server is receiving as many bodies as it allows at once) is
+retried with backoff, like a network error, until ``ps_timeout``.
 """
 
 from __future__ import annotations
@@ -307,9 +307,9 @@ class ParameterClient:
                 self.close()
                 raise ParameterServerError(
                     f"the parameter server at {self.url} presented a certificate that does not "
-                    f"verify: {err.verify_message}. Pass ssl_cafile= (spark.tensorspark.ssl.cafile) "
-                    "with the CA that signed the server's certificate, and make sure the "
-                    "certificate names the server's host.",
+                    f"verify: {err.verify_message}. Pass ssl_cafile= "
+                    "(spark.tensorspark.ssl.cafile) with the CA that signed the server's "
+                    "certificate, and make sure the certificate names the server's host.",
                     url=f"{self.url}{path}",
                 ) from None
             except OSError as err:  # refused, unreachable, timed out: retried until the deadline
@@ -447,12 +447,13 @@ class ParameterClient:
         within = (
             f"ps_timeout={self.ps_timeout:g}s"
             if waited >= self.ps_timeout
-            else f"{waited:g}s (the run's ps_timeout={self.ps_timeout:g}s since the job started had passed)"
+            else f"{waited:g}s (the run's ps_timeout={self.ps_timeout:g}s since the job started "
+            "had passed)"
         )
         return ParameterServerConnectionError(
             f"cannot reach the parameter server at {self.url} within {within} "
-            f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from the "
-            "executors (set server_host / spark.driver.host to an address they can route to), a "
-            "firewall blocks the port, or the driver died.",
+            f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from "
+            "the executors (set server_host / spark.driver.host to an address they can route to), "
+            "a firewall blocks the port, or the driver died.",
             url=f"{self.url}{path}",
         )

@@ -232,7 +232,8 @@ class NesterovCombiner(WeightCombiner):
             or not 0 <= outer_momentum < 1
         ):
             raise ConfigurationError(
-                f"outer_momentum must be a number in [0, 1). Received: outer_momentum={outer_momentum!r}"
+                "outer_momentum must be a number in [0, 1). Received: "
+                f"outer_momentum={outer_momentum!r}"
             )
         self.outer_lr = float(outer_lr)
         self.outer_momentum = float(outer_momentum)
@@ -342,7 +343,8 @@ def get_combiner(value: WeightCombiner | str | None, **options: Any) -> WeightCo
     options = {k: v for k, v in options.items() if v is not None}
     if options and not (isinstance(value, str) and value.lower() == "nesterov"):
         raise ConfigurationError(
-            f"{sorted(options)} apply to weight_combiner='nesterov'. Received: weight_combiner={value!r}"
+            f"{sorted(options)} apply to weight_combiner='nesterov'. Received: "
+            f"weight_combiner={value!r}"
         )
     if value is None:
         return DynSGDCombiner()

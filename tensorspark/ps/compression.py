@@ -76,7 +76,8 @@ class Compression:
             value = getattr(self, name)
             if value is not None and value not in CODECS:
                 raise ConfigurationError(
-                    f"compression {name} codec must be one of {CODECS} or None. Received: {name}={value!r}"
+                    f"compression {name} codec must be one of {CODECS} or None. Received: "
+                    f"{name}={value!r}"
                 )
         if (
             isinstance(self.block, bool)
@@ -85,8 +86,8 @@ class Compression:
             or self.block & (self.block - 1)
         ):
             raise ConfigurationError(
-                f"compression block must be a power of two from 8 to {MAX_BLOCK} (blocks then never straddle "
-                f"two shards). Received: block={self.block!r}"
+                f"compression block must be a power of two from 8 to {MAX_BLOCK} (blocks then "
+                f"never straddle two shards). Received: block={self.block!r}"
             )
 
     @property
@@ -120,7 +121,8 @@ def get_compression(value: Compression | str | None) -> Compression | None:
         if name in CODECS:
             return Compression(name, name)
     raise ConfigurationError(
-        f"compression must be None, one of {CODECS} or a tensorspark.Compression. Received: compression={value!r}"
+        f"compression must be None, one of {CODECS} or a tensorspark.Compression. Received: "
+        f"compression={value!r}"
     )
 
 

@@ -80,7 +80,8 @@ def read_body(
     length_text = headers.get("content-length", "0")
     if not length_text.isascii() or not length_text.isdigit():
         raise http.client.HTTPException(
-            f"the parameter server at {url} answered without a valid Content-Length: {length_text[:40]!r}"
+            f"the parameter server at {url} answered without a valid Content-Length: "
+            f"{length_text[:40]!r}"
         )
     length = int(length_text)
     body = buffer_for(length)

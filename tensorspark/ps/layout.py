@@ -72,7 +72,8 @@ class Layout:
         for name, arr in arrays.items():
             if name.endswith("]") and "[" in name:
                 raise ConfigurationError(
-                    f"ps_shards>1 names split tensors '<name>[lo:hi]'; rename the parameter. Received: {name!r}"
+                    "ps_shards>1 names split tensors '<name>[lo:hi]'; rename the parameter. "
+                    f"Received: {name!r}"
                 )
             size, item = arr.size, max(1, arr.itemsize)
             end = offset + arr.nbytes
@@ -93,8 +94,8 @@ class Layout:
         empty = [i for i, pieces in enumerate(shards) if not pieces]
         if empty:
             raise ConfigurationError(
-                f"ps_shards={n} leaves shards {empty} without parameters: the model ({total} bytes in "
-                f"{len(arrays)} tensors) is too small to deal out that many ways (tensors under "
+                f"ps_shards={n} leaves shards {empty} without parameters: the model ({total} bytes "
+                f"in {len(arrays)} tensors) is too small to deal out that many ways (tensors under "
                 f"{align} numbers are not split). Use fewer shards. Received: ps_shards={n}"
             )
         shapes = tuple((name, tuple(int(d) for d in arr.shape)) for name, arr in arrays.items())

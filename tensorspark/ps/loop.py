@@ -299,7 +299,8 @@ class LoopServer:
         if not call.done.wait(timeout):
             raise ParameterServerError(
                 f"the {self._what}'s loop did not run {what} within {timeout:g}s: it is stalled "
-                "(an on_push callback that blocks, or a machine out of memory). Make on_push quick.",
+                "(an on_push callback that blocks, or a machine out of memory). Make on_push "
+                "quick.",
                 url=self.url,
             )
         if call.error is not None:

@@ -128,7 +128,8 @@ class ParameterServer(LoopServer):
             max_body_bytes=body_bytes,
             ssl_certfile=s.ssl_certfile,
             ssl_keyfile=s.ssl_keyfile,
-            # The body timeout is the request handler's own (a 408, counted); Tornado's only backs it up.
+            # The body timeout is the request handler's own (a 408, counted); Tornado's only
+            # backs it up.
             body_timeout=self.limits.body_timeout + 60,
         )
         self._secret: bytes | None = None
@@ -176,7 +177,8 @@ class ParameterServer(LoopServer):
 
     def _started(self) -> None:
         logger.info(
-            "parameter server listening at %s (mode=%s, combiner=%s, compression=%s, authentication %s)",
+            "parameter server listening at %s (mode=%s, combiner=%s, compression=%s, "
+            "authentication %s)",
             self.url,
             self.mode,
             self.combiner.name,

@@ -226,8 +226,8 @@ def check_settings(
         arr = np.array(value, copy=True)
         if arr.dtype.name not in wire.DTYPES:
             raise ConfigurationError(
-                f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot hold. "
-                f"Allowed: {sorted(wire.DTYPES)}"
+                f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot "
+                f"hold. Allowed: {sorted(wire.DTYPES)}"
             )
         arrays[str(name)] = arr
     return arrays
@@ -246,6 +246,7 @@ def check_compression(compression: Compression | None, combiner: WeightCombiner,
         and mode == "async"
     ):
         raise ConfigurationError(
-            f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; use "
-            f"'dynsgd', 'delta' or 'nesterov' with compression. Received: compression={compression.name!r}"
+            f"compression sends deltas, but weight_combiner={combiner.name!r} takes whole weights; "
+            "use 'dynsgd', 'delta' or 'nesterov' with compression. Received: "
+            f"compression={compression.name!r}"
         )

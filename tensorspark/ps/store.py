@@ -152,7 +152,8 @@ class Store:
         """How many partitions take part in each sync round (for the next rounds)."""
         if self.mode == "sync" and (num_workers is None or num_workers < 1):
             raise ConfigurationError(
-                f"mode='sync' needs num_workers >= 1 (the partitions in each round). Received: num_workers={num_workers!r}"
+                "mode='sync' needs num_workers >= 1 (the partitions in each round). Received: "
+                f"num_workers={num_workers!r}"
             )
         self.num_workers = num_workers
 

@@ -117,7 +117,8 @@ def check_tensors(model: Mapping[str, np.ndarray], tensors: Mapping[str, Any]) -
         if arr.shape != ref.shape or arr.dtype != ref.dtype:
             raise RequestError(
                 400,
-                f"tensor {name!r}: expected {ref.dtype}{list(ref.shape)}, received {arr.dtype}{list(arr.shape)}",
+                f"tensor {name!r}: expected {ref.dtype}{list(ref.shape)}, received "
+                f"{arr.dtype}{list(arr.shape)}",
             )
 
 

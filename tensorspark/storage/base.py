@@ -45,7 +45,8 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def location(self, path: str) -> str:
-        """The user-facing location of ``path`` (``webhdfs://nn:9870/a/b``, ``/a/b``), for messages."""
+        """The user-facing location of ``path`` (``webhdfs://nn:9870/a/b``, ``/a/b``), for
+        messages."""
 
     @abc.abstractmethod
     def write_bytes(self, path: str, data: bytes) -> None:

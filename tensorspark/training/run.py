@@ -135,8 +135,8 @@ class ServerHost:
             expected = {k: (v.shape, v.dtype) for k, v in server.snapshot().params.items()}
             if expected != {k: (v.shape, v.dtype) for k, v in params.items()}:
                 raise ConfigurationError(
-                    "server_reusable=True but this run's parameters differ from the running server's; "
-                    "call close() first to start a fresh server"
+                    "server_reusable=True but this run's parameters differ from the running "
+                    "server's; call close() first to start a fresh server"
                 )
             server.num_workers = num_workers
             server.reset_progress()
@@ -248,7 +248,8 @@ def combiner_state_of(
         return checkpoint.state, checkpoint.state_meta
     if saved is not None:
         logger.warning(
-            "checkpoint %s holds the state of weight_combiner=%r; this run uses %r and starts its own",
+            "checkpoint %s holds the state of weight_combiner=%r; this run uses %r and starts its "
+            "own",
             checkpoint.path,
             saved,
             combiner.name,
@@ -273,13 +274,13 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
         or "a partition"
     )
     return ExecutorLostError(
-        f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync run "
-        "trains every partition in the same rounds, as one Spark barrier stage, and Spark does not "
-        "rerun a barrier stage whose task was lost, so the run stopped. The server had completed "
-        f"{status.get('round', 0)} rounds (version {status.get('version')}); with checkpoint_dir set, "
-        "the run's last checkpoint holds them: run again with resume=True to continue from there once "
-        "the cluster has a task slot per partition, or use mode='async', which carries on when "
-        "executors come and go.",
+        f"mode='sync' lost executor {', '.join(err.executors)} mid-run ({where}): {err}. A sync "
+        "run trains every partition in the same rounds, as one Spark barrier stage, and Spark does "
+        "not rerun a barrier stage whose task was lost, so the run stopped. The server had "
+        f"completed {status.get('round', 0)} rounds (version {status.get('version')}); with "
+        "checkpoint_dir set, the run's last checkpoint holds them: run again with resume=True to "
+        "continue from there once the cluster has a task slot per partition, or use mode='async', "
+        "which carries on when executors come and go.",
         executors=err.executors,
         partitions=err.partitions,
     )
@@ -310,9 +311,11 @@ def check_partitions(
     if num_partitions > slots:
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
-            f"but the cluster has only {slots} task slots (defaultParallelism={connect.default_parallelism(sc)}, "
-            f"spark.task.cpus={tsconf.cpus_per_task(sc, conf)}{_gpu_settings(conf)}). Repartition the data to at most {slots} partitions, add "
-            "executors/cores (dynamic allocation cannot grow a barrier stage), or use mode='async'."
+            f"but the cluster has only {slots} task slots "
+            f"(defaultParallelism={connect.default_parallelism(sc)}, "
+            f"spark.task.cpus={tsconf.cpus_per_task(sc, conf)}{_gpu_settings(conf)}). Repartition "
+            f"the data to at most {slots} partitions, add executors/cores (dynamic allocation "
+            "cannot grow a barrier stage), or use mode='async'."
         )
 
 

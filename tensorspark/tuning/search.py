@@ -242,7 +242,8 @@ def tune(
     """
     if not callable(build):
         raise ConfigurationError(
-            f"Argument `build` must be a function params -> compiled keras.Model. Received: build={build!r}"
+            "Argument `build` must be a function params -> compiled keras.Model. Received: "
+            f"build={build!r}"
         )
     positive_int("epochs", epochs)
     positive_int("batch_size", batch_size)
@@ -254,7 +255,8 @@ def tune(
             positive_int(name, value)
     if not isinstance(metric, str) or not metric:
         raise ConfigurationError(
-            f"Argument `metric` must be a non-empty string such as 'val_accuracy'. Received: metric={metric!r}"
+            "Argument `metric` must be a non-empty string such as 'val_accuracy'. Received: "
+            f"metric={metric!r}"
         )
     if mode not in _MODES:
         raise ConfigurationError(
@@ -266,7 +268,8 @@ def tune(
         )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ConfigurationError(
-            f"Argument `timeout` must be a positive number of seconds. Received: timeout={timeout!r}"
+            "Argument `timeout` must be a positive number of seconds. Received: "
+            f"timeout={timeout!r}"
         )
     policy = check_policy(mixed_precision)
     frames = is_dataframe(train)
@@ -274,8 +277,8 @@ def tune(
     val_xy = None if frames else _as_arrays("validation", validation, required=False)
     if validation is None and metric.startswith("val_"):
         raise ConfigurationError(
-            f"Argument `validation` is needed for metric={metric!r}: pass validation=(x_val, y_val) "
-            "or optimise a training metric. Received: validation=None"
+            f"Argument `validation` is needed for metric={metric!r}: pass validation=(x_val, "
+            "y_val) or optimise a training metric. Received: validation=None"
         )
     if seed is None:
         seed = secrets.randbelow(2**31 - 1)
@@ -295,11 +298,11 @@ def tune(
     sc = connect.spark_handle(sc)
     conf = ConfSnapshot.take(sc)
     gpus.plan(sc, "tensorspark tune", conf)
-    # By default as many trials are in flight as there are slots (with GPUs, one per GPU), so every submitted trial
-    # starts at once and the order chosen is the order run. (One more, queued in Spark,
-    # saved nothing measurable: a freed slot waited 0.06-0.12 s for its next trial either
-    # way. And the order in which Spark queues jobs sent from several threads at once is
-    # a race.)
+    # By default as many trials are in flight as there are slots (with GPUs, one per GPU),
+    # so every submitted trial starts at once and the order chosen is the order run. (One
+    # more, queued in Spark, saved nothing measurable: a freed slot waited 0.06-0.12 s for
+    # its next trial either way. And the order in which Spark queues jobs sent from several
+    # threads at once is a race.)
     if frames:
         check_dataframes(train, validation, features_col, label_col)
     total = expected_total(searcher, max_trials)

@@ -119,8 +119,8 @@ def plan_warm_up(
     import_tf = not gpus
     if gpus:
         notes.append(
-            f"GPUs configured ({', '.join(f'{k}={v}' for k, v in sorted(gpus.items()))}): workers are "
-            "started without importing TensorFlow, which each task imports after setting "
+            f"GPUs configured ({', '.join(f'{k}={v}' for k, v in sorted(gpus.items()))}): workers "
+            "are started without importing TensorFlow, which each task imports after setting "
             "CUDA_VISIBLE_DEVICES from its GPUs"
         )
     return WarmUpPlan(
@@ -152,7 +152,8 @@ def plan_for(
         return WarmUpPlan(
             (),
             notes=(
-                "skipped under Spark Connect (no SparkContext to see the cluster's other jobs with)",
+                "skipped under Spark Connect (no SparkContext to see the cluster's other jobs "
+                "with)",
             ),
         )
     conf = tsconf.snapshot(sc, conf)

@@ -255,7 +255,10 @@ def _launch(
 def new_cluster(
     root: Path, host: str = "127.0.0.1", worker_hosts: tuple[WorkerHost, ...] | None = None
 ) -> StandaloneCluster:
-    """Describes a cluster under ``root`` with its Master on free ports of ``host``; starts nothing."""
+    """Describes a cluster under ``root`` with its Master on free ports of ``host``.
+
+    Starts nothing.
+    """
     for folder in ("logs", "work", "local"):
         (root / folder).mkdir()
     return StandaloneCluster(
@@ -291,7 +294,9 @@ def start_worker(
     cores: int = WORKER_CORES,
     worker_opts: Callable[[int], list[str]] | None = None,
 ) -> None:
-    """Launches Worker ``index`` on its host (its folders under the cluster's root); returns at once.
+    """Launches Worker ``index`` on its host (its folders under the cluster's root).
+
+    Returns at once.
 
     ``cores`` is what the Worker offers; ``worker_opts(index)`` gives its Java ``-D`` settings
     (``SPARK_WORKER_OPTS``), e.g. the GPU resources it declares.

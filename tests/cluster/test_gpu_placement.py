@@ -332,7 +332,8 @@ def _build(params: dict[str, Any]) -> keras.Model:
     assigned = ",".join(ctx.resources()["gpu"].addresses)
     if os.environ.get("CUDA_VISIBLE_DEVICES") != assigned:
         raise AssertionError(
-            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, task GPUs {assigned!r}"
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
+            f"task GPUs {assigned!r}"
         )
     return mlp(params["seed"])
 

@@ -164,11 +164,12 @@ def test_spark_submit_with_wheel_and_conf_port_range(
     _wait_completed(idle_cluster, "tensorspark-submit-test")
 
 
-SHELL_SCRIPT = """\
-import tensorspark.examples.spark_mnist as mnist
-acc = mnist.train(sc=sc, user='alice', name='mnist_try', sync_interval=100, batch_size=100, num_partition=2, num_epoch=2, data_dir={data!r})
-print("shell accuracy: %.4f" % acc)
-"""
+SHELL_SCRIPT = (
+    "import tensorspark.examples.spark_mnist as mnist\n"
+    "acc = mnist.train(sc=sc, user='alice', name='mnist_try', sync_interval=100, "
+    "batch_size=100, num_partition=2, num_epoch=2, data_dir={data!r})\n"
+    'print("shell accuracy: %.4f" % acc)\n'
+)
 
 
 @pytest.mark.timeout(900)

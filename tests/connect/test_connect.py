@@ -192,7 +192,8 @@ def test_rdd_only_calls_are_refused_with_the_dataframe_alternative(
     tf1_session = sps.SparkSession(spark, sess)
     with pytest.raises(
         ConfigurationError,
-        match=r"run\(feed_rdd=...\), the TF1 graph path, needs an RDD and a SparkContext, which Spark Connect does not have.*fit\(\)",
+        match=r"run\(feed_rdd=...\), the TF1 graph path, needs an RDD and a SparkContext, "
+        r"which Spark Connect does not have.*fit\(\)",
     ):
         tf1_session.run(step, feed_rdd=[([1.0, 2.0],)], feed_name_list=[x.name])
     ks = sps.SparkSession(spark, small_mlp())

@@ -136,7 +136,10 @@ class Host:
 
 @dataclass
 class Network:
-    """A bridge on ``driver`` and :data:`HOSTS` namespaces on the same /24, created by :meth:`create`."""
+    """A bridge on ``driver`` and :data:`HOSTS` namespaces on the same /24.
+
+    Created by :meth:`create`.
+    """
 
     tag: str
     subnet: str  # "10.213.X"
@@ -188,7 +191,10 @@ class Network:
 
     def check_reachable(self) -> None:
         """Every host reaches the driver over the bridge (a TCP connection from inside it)."""
-        probe = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
+        probe = (
+            "import socket,sys; "
+            "socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
+        )
         with _listener(self.driver) as port:
             for host in self.hosts:
                 done = _run(
@@ -196,7 +202,8 @@ class Network:
                 )
                 if done.returncode != 0:
                     raise RuntimeError(
-                        f"{host.namespace} cannot reach the driver at {self.driver}:{port}: {done.stderr}"
+                        f"{host.namespace} cannot reach the driver at {self.driver}:{port}: "
+                        f"{done.stderr}"
                     )
 
     # ------------------------------------------------------------------ link faults
@@ -336,7 +343,8 @@ def skip_unless_possible() -> None:
     missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
     if missing:
         pytest.fail(
-            f"netns tests need {', '.join(missing)}: run scripts/setup.sh as root (apt: iproute2, iptables)"
+            f"netns tests need {', '.join(missing)}: run scripts/setup.sh as root "
+            "(apt: iproute2, iptables)"
         )
 
 
@@ -402,7 +410,10 @@ class NetnsCluster:
         wait_workers(self.spark, len(self.net.hosts))
 
     def kill_host(self, host: Host) -> list[int]:
-        """SIGKILL every process of ``host`` (Worker, executor, Python workers); returns their pids."""
+        """SIGKILL every process of ``host`` (Worker, executor, Python workers).
+
+        Returns their pids.
+        """
         pids = namespace_pids(host.namespace)
         kill_namespace(host.namespace)
         self.crashed.update((self.spark.root / "local" / f"worker-{host.index}").iterdir())

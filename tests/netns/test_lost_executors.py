@@ -226,13 +226,16 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     assert (info.value.executors, info.value.partitions) == ([executor], [partition])
     message = str(info.value)
     assert message.startswith(
-        f"mode='sync' lost executor {executor} mid-run (partition {partition} at {victim.address}): "
+        f"mode='sync' lost executor {executor} mid-run "
+        f"(partition {partition} at {victim.address}): "
         f"executor {executor} was lost while it ran the task of partition(s) [{partition}]"
     ), message[:400]
     assert "run again with resume=True" in message and "mode='async'" in message
     _assert_nothing_of_the_run_left(watch)
     if what == "host":
-        return  # one host left: a sync run of 2 partitions has no slots (it says so; see test_cluster_training)
+        # One host left: a sync run of 2 partitions has no slots (it says so; see
+        # test_cluster_training).
+        return
     # The remedy the message names: once the executor is replaced, resume finishes the run exactly.
     poll(
         lambda: int(lost_sc._jsc.sc().getExecutorMemoryStatus().size()) >= 3,

@@ -48,7 +48,8 @@ def test_seed_example_trains_on_spark(sc, fashion, image_label_rows) -> None:
     )
     accuracy = m.test_accuracy(fashion.test_images, one_hot(fashion.test_labels))
     print(
-        f"test accuracy {accuracy:.4f}, {result.seconds:.1f}s, {result.status['applied_pushes']} pushes"
+        f"test accuracy {accuracy:.4f}, {result.seconds:.1f}s, "
+        f"{result.status['applied_pushes']} pushes"
     )
     assert accuracy >= 0.80
     # The driver's session holds exactly the server's final parameters.

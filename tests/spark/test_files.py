@@ -206,7 +206,8 @@ def test_predict_writes_parquet_read_back_in_input_order(
     np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     with pytest.raises(
         ConfigurationError,
-        match=r"`output` must be a new or empty folder; .*preds already holds \['part-00000.parquet'",
+        match=r"`output` must be a new or empty folder; "
+        r".*preds already holds \['part-00000.parquet'",
     ):
         sps.predict(sc, model, sps.files(str(tmp_path / "in"), "pixels"), output=out)
 
@@ -229,7 +230,8 @@ def test_a_corrupt_tfrecord_fails_fit_with_the_file_and_offset(
     ks = sps.SparkSession(sc, mlp(), batch_size=2)
     with pytest.raises(
         ConfigurationError,
-        match=rf"TFRecord file://.*bad\.tfrecord is corrupt: bad CRC of the record at offset {3 * len(record)}",
+        match=r"TFRecord file://.*bad\.tfrecord is corrupt: "
+        rf"bad CRC of the record at offset {3 * len(record)}",
     ):
         ks.fit(sps.files(str(tmp_path / "bad.tfrecord"), "pixels", "y"), progress=False)
     assert ks.server is not None and not ks.server.running

@@ -349,7 +349,8 @@ def test_rdd_rows_that_do_not_fit_the_input_fail_the_action(
     result = predict(sc, model, sc.parallelize(["not numbers"], 1))
     with pytest.raises(
         Exception,
-        match=r"RDD elements must be numeric arrays.*Received: row 0 of this partition: 'not numbers'",
+        match=r"RDD elements must be numeric arrays.*"
+        r"Received: row 0 of this partition: 'not numbers'",
     ):
         result.collect()
 

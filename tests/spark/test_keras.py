@@ -186,7 +186,8 @@ def test_features_of_the_wrong_shape_are_refused(sc: SparkContext) -> None:
     ks = sps.SparkSession(sc, mlp(hidden=4))
     with pytest.raises(
         ConfigurationError,
-        match=r"must hold 784 numbers .*input shape \(None, 784\)\. Received: data=RDD, .*shape \(100,\)",
+        match=r"must hold 784 numbers .*input shape \(None, 784\)\. "
+        r"Received: data=RDD, .*shape \(100,\)",
     ):
         ks.fit(rdd)
     assert ks.server is None
@@ -210,7 +211,8 @@ def test_missing_dataframe_column_is_refused(
     ks = sps.SparkSession(sc, mlp(hidden=4))
     with pytest.raises(
         ConfigurationError,
-        match=r"`label_col` must name a column of the DataFrame, one of \['id', 'pixels', 'y'\]\. Received: label_col='label'",
+        match=r"`label_col` must name a column of the DataFrame, one of \['id', 'pixels', 'y'\]\. "
+        r"Received: label_col='label'",
     ):
         ks.fit(df, features_col="pixels")
     with pytest.raises(ConfigurationError, match=r"Received: features_col='features'"):

@@ -172,7 +172,8 @@ def test_bad_input_is_refused_with_the_param_named(
     est = KerasEstimator(model=small_mlp(), featuresCol="p0")
     with pytest.raises(
         ConfigurationError,
-        match=r"param featuresCol must name a column of type vector or array<number>.*Received: featuresCol='p0' of type double",
+        match=r"param featuresCol must name a column of type vector or array<number>.*"
+        r"Received: featuresCol='p0' of type double",
     ):
         est.fit(train)
     assembled = VectorAssembler(inputCols=PIXELS, outputCol="features").transform(train)
@@ -203,13 +204,15 @@ def test_bad_input_is_refused_with_the_param_named(
     scaler.write().save(str(tmp_path / "scaler"))
     with pytest.raises(
         ConfigurationError,
-        match=r"is not a saved tensorspark KerasModel: its Spark ML metadata names class 'org.apache.spark.ml.feature.StandardScalerModel'",
+        match=r"is not a saved tensorspark KerasModel: its Spark ML metadata names class "
+        r"'org.apache.spark.ml.feature.StandardScalerModel'",
     ):
         KerasModel.load(str(tmp_path / "scaler"))
     est.write().save(str(tmp_path / "estimator"))
     with pytest.raises(
         ConfigurationError,
-        match=r"names class 'tensorspark.ml.estimator.KerasEstimator'. Load it with KerasEstimator.load\(path\)",
+        match=r"names class 'tensorspark.ml.estimator.KerasEstimator'. "
+        r"Load it with KerasEstimator.load\(path\)",
     ):
         KerasModel.load(str(tmp_path / "estimator"))
     with pytest.raises(

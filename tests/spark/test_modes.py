@@ -56,7 +56,8 @@ def _train(sc, rows, fashion, *, num_epoch=2, shuffle=True, **kw):  # type: igno
 def test_each_mode_trains_to_the_bar(sc, rows, fashion, options) -> None:
     accuracy, result = _train(sc, sc.parallelize(rows, 2), fashion, **options)
     print(
-        f"{options}: accuracy {accuracy:.4f} in {result.seconds:.1f}s, status {result.status['applied_pushes']}"
+        f"{options}: accuracy {accuracy:.4f} in {result.seconds:.1f}s, "
+        f"status {result.status['applied_pushes']}"
     )
     assert accuracy >= 0.80
     if options["mode"] == "sync":
@@ -162,7 +163,8 @@ def test_task_retry_applies_every_batch_exactly_once(sc_retry, rows, fashion) ->
     expected = sum(2 * _syncs(p["rows"], 100, 20) for p in result.partitions)
     status = result.status
     print(
-        f"retry: accuracy {accuracy:.4f}, applied {status['applied_pushes']}, duplicates {status['duplicate_pushes']}"
+        f"retry: accuracy {accuracy:.4f}, applied {status['applied_pushes']}, "
+        f"duplicates {status['duplicate_pushes']}"
     )
     assert status["applied_pushes"] == expected
     assert status["duplicate_pushes"] == sum(p["counts"]["duplicate"] for p in result.partitions)

@@ -73,7 +73,8 @@ def test_progress_dashboard_url_and_tensorboard(  # type: ignore[no-untyped-def]
     ]
     # Not a terminal: plain lines; the last one has every field of the finished run.
     assert re.fullmatch(
-        rf"tiny: {2 * ROWS} samples \| epoch 2/2 \| loss [\d.e-]+ \| updates/s [\d.]+ \| elapsed \d+:\d\d",
+        rf"tiny: {2 * ROWS} samples \| epoch 2/2 \| loss [\d.e-]+ \| "
+        r"updates/s [\d.]+ \| elapsed \d+:\d\d",
         lines[-1],
     ), lines
     files = list((tmp_path / "tb").glob("events.out.tfevents.*"))

@@ -99,7 +99,8 @@ def test_status_without_credentials_says_what_to_pass(
     assert main(["status", server.url]) == 1
     err = capsys.readouterr().err
     assert err.startswith(
-        f"tensorspark status: error: {server.url}/status refused the request (401): pass the run's --secret"
+        f"tensorspark status: error: {server.url}/status refused the request (401): "
+        "pass the run's --secret"
     )
     assert main(["status", server.url, "--secret", "short"]) == 1
     assert "--secret must be at least 16 bytes" in capsys.readouterr().err

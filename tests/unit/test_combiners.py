@@ -111,7 +111,8 @@ def test_nesterov_options_are_checked() -> None:
         get_combiner("nesterov", outer_lr=0)
     with pytest.raises(
         ConfigurationError,
-        match=r"\['outer_lr'\] apply to weight_combiner='nesterov'. Received: weight_combiner='dynsgd'",
+        match=r"\['outer_lr'\] apply to weight_combiner='nesterov'. "
+        r"Received: weight_combiner='dynsgd'",
     ):
         get_combiner("dynsgd", outer_lr=0.5)
     assert isinstance(get_combiner("Nesterov", outer_lr=None), sps.NesterovCombiner)

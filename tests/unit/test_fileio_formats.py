@@ -188,7 +188,8 @@ def test_parquet_errors_name_the_column_the_files_and_the_row(tmp_path: Path) ->
     plan = plan_files({}, files(str(tmp_path / "c.parquet"), "x", "y"), FEED, default_partitions=1)
     with pytest.raises(
         ConfigurationError,
-        match=r"Features of the wrong length: Parquet file://.*c\.parquet \(row group 0\), row 5 holds 5 feature values; the model takes 6",
+        match=r"Features of the wrong length: Parquet file://.*c\.parquet \(row group 0\), "
+        r"row 5 holds 5 feature values; the model takes 6",
     ):
         _read_all(plan)
 
@@ -242,11 +243,14 @@ def test_tfrecord_corruption_names_the_file_and_the_record_offset(tmp_path: Path
     for name, message in (
         (
             "bad",
-            rf"TFRecord file://.*bad\.tfrecord is corrupt: bad CRC of the record at offset {second}$",
+            r"TFRecord file://.*bad\.tfrecord is corrupt: "
+            rf"bad CRC of the record at offset {second}$",
         ),
         (
             "cut",
-            rf"TFRecord file://.*cut\.tfrecord is truncated: the record at offset {2 * second} needs {second} bytes, the file has {second - 3} left",
+            r"TFRecord file://.*cut\.tfrecord is truncated: "
+            rf"the record at offset {2 * second} needs {second} bytes, "
+            rf"the file has {second - 3} left",
         ),
     ):
         plan = plan_files(
@@ -267,7 +271,8 @@ def test_tfrecord_features_of_the_wrong_length_name_the_record(tmp_path: Path) -
     plan = plan_files({}, files(str(tmp_path / "a.tfrecord"), "x", "y"), FEED, default_partitions=1)
     with pytest.raises(
         ConfigurationError,
-        match=r"Features of the wrong length: TFRecord .*a\.tfrecord, record at offset \d+ holds 4 feature values; the model takes 6",
+        match=r"Features of the wrong length: TFRecord .*a\.tfrecord, "
+        r"record at offset \d+ holds 4 feature values; the model takes 6",
     ):
         _read_all(plan)
     with pytest.raises(ConfigurationError, match=r"has no feature 'z'; it has \['x', 'y'\]"):
@@ -322,12 +327,14 @@ def test_idx_header_mismatches_are_refused_on_the_driver(tmp_path: Path) -> None
     _idx(tmp_path / "train-labels-idx1-ubyte", y[:4], False)
     with pytest.raises(
         ConfigurationError,
-        match=r"idx header mismatch: .*train-images-idx2-ubyte declares 5 records, its labels file .*train-labels-idx1-ubyte declares 4",
+        match=r"idx header mismatch: .*train-images-idx2-ubyte declares 5 records, "
+        r"its labels file .*train-labels-idx1-ubyte declares 4",
     ):
         plan_files({}, files(str(tmp_path), format="idx"), FEED, default_partitions=1)
     with pytest.raises(
         ConfigurationError,
-        match=r"Features of the wrong length: idx file .* holds records of shape \[6\] \(6 values\); the model takes 784",
+        match=r"Features of the wrong length: idx file .* holds records of shape \[6\] "
+        r"\(6 values\); the model takes 784",
     ):
         plan_files(
             {}, files(str(tmp_path), format="idx"), Feed((784,), "float32"), default_partitions=1
@@ -337,7 +344,8 @@ def test_idx_header_mismatches_are_refused_on_the_driver(tmp_path: Path) -> None
     )
     with pytest.raises(
         ConfigurationError,
-        match=r"does not hold what its header declares: shape \(5, 6\) of uint8 needs 42 bytes, the file has 41",
+        match=r"does not hold what its header declares: shape \(5, 6\) of uint8 needs 42 bytes, "
+        r"the file has 41",
     ):
         plan_files(
             {}, files(str(tmp_path), format="idx"), Feed((6,), "float32"), default_partitions=1

@@ -185,7 +185,8 @@ def test_plan_logs_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     assert gpus.plan(_Context("spark://h:7077", GPU_CONF), "tensorspark predict") == 1.0
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "tensorspark x: fit: no GPU resources requested (spark.task.resource.gpu.amount is not set): "
+        "tensorspark x: fit: no GPU resources requested "
+        "(spark.task.resource.gpu.amount is not set): "
         "TensorFlow runs on the CPU",
         "tensorspark predict: 1 GPU(s) per task (spark.task.resource.gpu.amount): each task's "
         "TensorFlow sees only the GPUs Spark assigned it",

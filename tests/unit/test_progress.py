@@ -64,9 +64,12 @@ def test_plain_lines_every_interval_with_the_fields() -> None:
     progress.close()
     lines = out.getvalue().splitlines()
     assert lines == [
-        "mnist: 100/1000 samples (10.0%) | epoch 1/2 | loss 0.52 | updates/s 12.5 | elapsed 0:00 | ETA 1:30",
-        "mnist: 600/1000 samples (60.0%) | epoch 2/2 | loss 0.41 | updates/s 13.0 | elapsed 0:11 | ETA 0:30",
-        "mnist: 600/1000 samples (60.0%) | epoch 2/2 | loss 0.41 | updates/s 13.0 | elapsed 0:11 | ETA ?",
+        "mnist: 100/1000 samples (10.0%) | epoch 1/2 | loss 0.52 | updates/s 12.5 | "
+        "elapsed 0:00 | ETA 1:30",
+        "mnist: 600/1000 samples (60.0%) | epoch 2/2 | loss 0.41 | updates/s 13.0 | "
+        "elapsed 0:11 | ETA 0:30",
+        "mnist: 600/1000 samples (60.0%) | epoch 2/2 | loss 0.41 | updates/s 13.0 | "
+        "elapsed 0:11 | ETA ?",
     ]
 
 
@@ -182,7 +185,8 @@ def test_monitor_reads_the_server_and_writes_tensorboard(tmp_path: Path) -> None
     lines = out.getvalue().splitlines()
     assert lines[0] == "tensorspark: live dashboard at http://127.0.0.1:1/?token=t"
     assert re.fullmatch(
-        r"job: 200/400 samples \(50\.0%\) \| epoch 2/2 \| loss 1 \| accuracy 0\.5 \| updates/s [\d.]+ \| "
+        r"job: 200/400 samples \(50\.0%\) \| epoch 2/2 \| loss 1 \| accuracy 0\.5 \| "
+        r"updates/s [\d.]+ \| "
         r"elapsed \d:\d\d \| ETA .*",
         lines[-1],
     ), lines[-1]

@@ -232,7 +232,10 @@ def test_two_content_lengths_or_a_chunked_body_are_refused(server: ParameterServ
     )
     code, _, answer = _exchange(server.port, twice)
     assert code == 400 and "more than one Content-Length" in answer["error"]
-    chunked = b"POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    chunked = (
+        b"POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n"
+    )
     code, _, answer = _exchange(server.port, chunked)
     assert code == 400 and "chunked" in answer["error"]
     assert server.version == 0

@@ -12,14 +12,17 @@ BARRIER = (
     ": org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a "
     "failed barrier ResultStage. Most recent failure reason: Stage failed because barrier task "
     "ResultTask(16, 1) finished unsuccessfully.\n"
-    "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command exited with code 137\n"
+    "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) "
+    "Reason: Command exited with code 137\n"
     "\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$3(DAGScheduler.scala:4568)\n"
 )
 # The same loss, the fourth time for one task of an ordinary stage.
 RETRIED = (
-    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 7.0 failed 4 "
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: "
+    "Task 0 in stage 7.0 failed 4 "
     "times, most recent failure: Lost task 0.3 in stage 7.0 (TID 21) (10.213.56.11 executor 9): "
-    "ExecutorLostFailure (executor 9 exited caused by one of the running tasks) Reason: Command exited with code 137\n"
+    "ExecutorLostFailure (executor 9 exited caused by one of the running tasks) "
+    "Reason: Command exited with code 137\n"
 )
 
 
@@ -50,7 +53,8 @@ def test_a_sync_run_says_why_it_stopped_and_how_to_go_on() -> None:
     }
     message = str(sync_executor_lost(lost, status))
     assert message.startswith(
-        "mode='sync' lost executor 4 mid-run (partition 1 at 10.0.0.12): executor 4 was lost while it ran"
+        "mode='sync' lost executor 4 mid-run (partition 1 at 10.0.0.12): "
+        "executor 4 was lost while it ran"
     )
     assert "Spark does not rerun a barrier stage whose task was lost" in message
     assert "The server had completed 7 rounds (version 7)" in message

@@ -73,7 +73,8 @@ def _compiled_launcher(classpath: str) -> Path:
         found = shutil.which("javac")
         if found is None:
             pytest.fail(
-                "The YARN tests need a JDK 17 (javac) to compile tests/hdfs/minicluster/YarnMiniCluster.java."
+                "The YARN tests need a JDK 17 (javac) to compile "
+                "tests/hdfs/minicluster/YarnMiniCluster.java."
             )
         javac = Path(found)
     cache.mkdir(parents=True, exist_ok=True)
@@ -193,7 +194,10 @@ class YarnCluster:
         return logs
 
     def am_logs(self, app_id: str) -> dict[str, str]:
-        """The ApplicationMaster's container logs (its first attempt): in cluster mode, the driver's."""
+        """The ApplicationMaster's container logs (its first attempt).
+
+        In cluster mode, the driver's.
+        """
         logs = self.container_logs(app_id)
         am = [name for name in logs if name.endswith("_01_000001")]
         assert am, f"no ApplicationMaster container log for {app_id} (found {sorted(logs)})"
@@ -393,7 +397,8 @@ def start_yarn(base: Path, classpath: str) -> YarnCluster:
     while not details_file.exists():
         if process.poll() is not None:
             pytest.fail(
-                f"The YARN mini cluster exited with {process.returncode} while starting:\n{partial.log_tail()}"
+                f"The YARN mini cluster exited with {process.returncode} while starting:\n"
+                f"{partial.log_tail()}"
             )
         if time.monotonic() > deadline:
             partial.stop()

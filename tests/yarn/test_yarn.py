@@ -155,7 +155,8 @@ def test_missing_data_fails_the_application(
     )
     assert run.returncode != 0
     assert (
-        "tensorspark.errors.ConfigurationError: location must be a folder with MNIST-format idx files. "
+        "tensorspark.errors.ConfigurationError: "
+        "location must be a folder with MNIST-format idx files. "
         f"Received: location='{missing}', which does not exist." in run.output
     ), run.tail()
     assert run.app_id is not None
