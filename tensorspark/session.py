@@ -2,10 +2,12 @@
 
 The facade of the seed's API (and the Keras one). Runs on the driver (Spark Connect: in the
 client). It checks the arguments at once, resolves the cluster-wide defaults from Spark conf
-(:mod:`tensorspark.conf`), and hands the work to the job layer: a training run
-(:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`) and
-inference (:mod:`tensorspark.inference`). The session holds the one
-:class:`~tensorspark.training.ServerHost` that owns its parameter server across runs.
+(:mod:`tensorspark.session_settings`, over :mod:`tensorspark.conf`; a TF1 session's own
+arguments: :mod:`tensorspark.tf1_arguments`), and hands the work to the job layer: a
+training run (:mod:`tensorspark.training`), the evaluation job
+(:mod:`tensorspark.evaluation`) and inference (:mod:`tensorspark.inference`). The session
+holds the one :class:`~tensorspark.training.ServerHost` that owns its parameter server
+across runs.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark import connect
-from tensorspark.arguments import check_training_mode, positive_int
+from tensorspark.arguments import positive_int
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunListener
-from tensorspark.ps.auth import as_secret
-from tensorspark.ps.combiners import WeightCombiner, get_combiner
-from tensorspark.ps.compression import Compression, get_compression
-from tensorspark.ps.settings import MODES, ServerSettings
-from tensorspark.training import RunSettings, Server, ServerHost, TrainResult
+from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.compression import Compression
+from tensorspark.session_settings import SettingsView, resolve_settings
+from tensorspark.tf1_arguments import check_graph_run, model_to_predict
+from tensorspark.training import Server, ServerHost, TrainResult
 from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.warmup.calls import keeps_workers_warm
@@ -33,15 +35,7 @@ from tensorspark.warmup.calls import keeps_workers_warm
 logger = logging.getLogger(__name__)
 
 
-def _is_keras_model(obj: Any) -> bool:
-    try:
-        import keras
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, keras.Model)
-
-
-class SparkSession:
+class SparkSession(SettingsView):
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
     Args:
@@ -96,9 +90,10 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
-        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a :class:`~tensorspark.Compression`:
-            deltas pushed (with error feedback) and weights pulled in that format; default
-            ``spark.tensorspark.compression``. README "Communication".
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
+            :class:`~tensorspark.Compression`: deltas pushed (with error feedback) and
+            weights pulled in that format; default ``spark.tensorspark.compression``.
+            README "Communication".
         outer_lr, outer_momentum: ``weight_combiner="nesterov"``'s (default 0.7 and 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
             default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
@@ -150,176 +145,53 @@ class SparkSession:
     ) -> None:
         sc = connect.spark_handle(sc)
         self.sc = sc
-        self.is_keras = _is_keras_model(session)
-        if not self.is_keras and not (hasattr(session, "graph") and hasattr(session, "run")):
-            raise ConfigurationError(
-                "session must be a tf.compat.v1.Session or a compiled keras.Model. "
-                f"Received: {type(session).__name__}"
-            )
         self.session = session
         self.user = user
-        sync_interval = positive_int("sync_interval", sync_interval)
-        batch_size = positive_int("batch_size", batch_size)
-        combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
-        check_training_mode(mode, MODES, max_staleness, on_divergence)
         self.custom_objects = custom_objects
-        conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
-        self.options = tsconf.resolve(
-            {
-                "server_host": server_host,
-                "server_bind_host": server_bind_host,
-                "server_port": server_port,
-                "ps_timeout": ps_timeout,
-                "secret": secret,
-                "ssl_certfile": ssl_certfile,
-                "ssl_keyfile": ssl_keyfile,
-                "ssl_cafile": ssl_cafile,
-                "checkpoint_dir": checkpoint_dir,
-                "checkpoint_interval": checkpoint_interval,
-                "keep_checkpoints": keep_checkpoints,
-                "compression": compression,
-                "ps_shards": ps_shards,
-            },
-            conf,
-            name or "tensorspark",
+        resolved = resolve_settings(
+            sc,
+            session,
+            user=user,
+            name=name,
+            server_host=server_host,
+            server_port=server_port,
+            sync_interval=sync_interval,
+            batch_size=batch_size,
+            weight_combiner=weight_combiner,
+            server_reusable=server_reusable,
+            mode=mode,
+            max_staleness=max_staleness,
+            ps_timeout=ps_timeout,
+            server_bind_host=server_bind_host,
+            seed=seed,
+            on_divergence=on_divergence,
+            secret=secret,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_cafile=ssl_cafile,
+            public_status=public_status,
+            max_body_bytes=max_body_bytes,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_interval=checkpoint_interval,
+            keep_checkpoints=keep_checkpoints,
+            resume=resume,
+            hdfs_auth=hdfs_auth,
+            hdfs_token=hdfs_token,
+            checkpoint_max_failures=checkpoint_max_failures,
+            compression=compression,
+            outer_lr=outer_lr,
+            outer_momentum=outer_momentum,
+            ps_shards=ps_shards,
+            warm_up=warm_up,
         )
-        server_host_value = self.options["server_host"] or tsconf.driver_host(sc, conf)
-        if not server_host_value:
-            raise ConfigurationError(
-                "cannot tell which address executors should use for the parameter server: set "
-                "server_host=, spark.tensorspark.server.host or spark.driver.host"
-            )
-        secret_bytes = None if self.options["secret"] is None else as_secret(self.options["secret"])
-        max_body = (
-            None if max_body_bytes is None else positive_int("max_body_bytes", max_body_bytes)
-        )
-        checkpoints = None
-        if self.options["checkpoint_dir"] is not None:
-            checkpoints = CheckpointManager(
-                self.options["checkpoint_dir"],
-                user=user,
-                conf=conf,
-                keep=int(self.options["keep_checkpoints"]),
-                auth=hdfs_auth,
-                token=hdfs_token,
-                max_failures=positive_int("checkpoint_max_failures", checkpoint_max_failures),
-            )
-        elif resume:
-            raise ConfigurationError(
-                "resume=True needs a checkpoint_dir (or spark.tensorspark.checkpoint.dir) to resume from"
-            )
-        self.checkpoints: CheckpointManager | None = checkpoints
+        self.is_keras = resolved.is_keras
+        self.options = resolved.options
+        self.checkpoints: CheckpointManager | None = resolved.checkpoints
         self.last_run: TrainResult | None = None
-        ps_timeout_s = float(self.options["ps_timeout"])
-        self._host = ServerHost(
-            RunSettings(
-                name=name or "tensorspark",
-                sync_interval=sync_interval,
-                batch_size=batch_size,
-                seed=int(seed),
-                on_divergence=on_divergence,
-                reusable=bool(server_reusable),
-                advertised_host=server_host_value,
-                ps_timeout=ps_timeout_s,
-                ssl_cafile=self.options["ssl_cafile"],
-                checkpoint_interval=float(self.options["checkpoint_interval"]),
-                resume=bool(resume),
-                server=ServerSettings(
-                    combiner=combiner,
-                    host=self.options["server_bind_host"] or server_host_value,
-                    port=self.options["server_port"],
-                    mode=mode,
-                    max_staleness=max_staleness,
-                    max_body_bytes=max_body,
-                    round_timeout=max(60.0, ps_timeout_s * 10),
-                    secret=secret_bytes,  # None: a fresh random secret for each server
-                    ssl_certfile=self.options["ssl_certfile"],
-                    ssl_keyfile=self.options["ssl_keyfile"],
-                    public_status=bool(public_status),
-                    compression=get_compression(self.options["compression"]),
-                    shards=positive_int("ps_shards", self.options["ps_shards"]),
-                ),
-            ),
-            checkpoints,
-        )
-        if self.is_keras:
-            from tensorspark.models.keras_checks import validate_model
-
-            validate_model(session)
+        self._host = ServerHost(resolved.run, resolved.checkpoints)
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
-        if warm_up is not None and not isinstance(warm_up, bool):
-            raise ConfigurationError(
-                f"warm_up must be True, False or None. Received: warm_up={warm_up!r}"
-            )
-        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=conf)
+        self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
-
-    # ------------------------------------------------------------------ settings
-
-    @property
-    def name(self) -> str:
-        return self._host.settings.name
-
-    @property
-    def mode(self) -> str:
-        return self._host.settings.server.mode
-
-    @property
-    def sync_interval(self) -> int:
-        return self._host.settings.sync_interval
-
-    @property
-    def batch_size(self) -> int:
-        return self._host.settings.batch_size
-
-    @property
-    def seed(self) -> int:
-        return self._host.settings.seed
-
-    @property
-    def on_divergence(self) -> str:
-        return self._host.settings.on_divergence
-
-    @property
-    def combiner(self) -> WeightCombiner:
-        return self._host.settings.server.combiner
-
-    @property
-    def max_staleness(self) -> int | None:
-        return self._host.settings.server.max_staleness
-
-    @property
-    def server_reusable(self) -> bool:
-        return self._host.settings.reusable
-
-    @property
-    def server_host(self) -> str:
-        """The address executors are told for the parameter server."""
-        return self._host.settings.advertised_host
-
-    @property
-    def server_bind_host(self) -> str:
-        return self._host.settings.server.host
-
-    @property
-    def server_port(self) -> int | tuple[int, int]:
-        return self._host.settings.server.port
-
-    @property
-    def ps_timeout(self) -> float:
-        return self._host.settings.ps_timeout
-
-    @property
-    def public_status(self) -> bool:
-        return self._host.settings.server.public_status
-
-    @property
-    def max_body_bytes(self) -> int | None:
-        return self._host.settings.server.max_body_bytes
-
-    @property
-    def resume(self) -> bool:
-        return self._host.settings.resume
 
     # ------------------------------------------------------------------ server
 
@@ -393,20 +265,9 @@ class SparkSession:
             "run(feed_rdd=...), the TF1 graph path,",
             "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
         )
-        if feed_dict:
-            raise ConfigurationError(
-                "pass either feed_dict (a local run) or feed_rdd (a distributed run), not both"
-            )
-        if run_metadata is not None:
-            raise ConfigurationError(
-                "run_metadata is only filled by local runs (without feed_rdd): executors' metadata "
-                "cannot be merged into one RunMetadata. Profile a local run instead."
-            )
-        num_epoch = positive_int("num_epoch", num_epoch)
-        if feed_name_list is None:
-            raise ConfigurationError(
-                "feed_name_list is required with feed_rdd, e.g. [x.name, y_.name]"
-            )
+        num_epoch, feed_name_list = check_graph_run(
+            feed_dict, run_metadata, num_epoch, feed_name_list
+        )
         from tensorspark.training.tf1 import train_graph
         from tensorspark.training.watch import run_listeners
 
@@ -603,20 +464,7 @@ class SparkSession:
         from tensorspark.inference import predict
 
         size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
-        model: Any = self.session
-        if not self.is_keras:
-            from tensorspark.inference import TF1SessionSource
-
-            if fetches is None or feed_name_list is None:
-                raise ConfigurationError(
-                    "predict() on a TF1 session needs fetches= (the output tensor) and "
-                    "feed_name_list= (the input placeholder's name), e.g. fetches=y, feed_name_list=[x.name]"
-                )
-            model = TF1SessionSource(self.session, fetches, feed_name_list)
-        elif fetches is not None or feed_name_list is not None:
-            raise ConfigurationError(
-                "fetches= and feed_name_list= are for TF1 sessions; this SparkSession wraps a Keras model"
-            )
+        model = model_to_predict(self.session, self.is_keras, fetches, feed_name_list)
         return predict(
             self.sc,
             model,

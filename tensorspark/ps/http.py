@@ -5,20 +5,20 @@ The endpoints and what a status-only server answers: :mod:`tensorspark.ps.routes
 Any other method on these paths gets 405 with an ``Allow`` header (``HEAD`` too, answered
 with headers only), any other path 404. No input is answered with a 5xx other than 503
 (bodies in flight at their limit; a ``Retry-After`` says the client may retry): what the
-head declares is checked before the body is read (:mod:`tensorspark.ps.admission`), and
-what the body holds before the store acts on it (:mod:`tensorspark.ps.validation`,
-:func:`tensorspark.wire.decode`).
+head declares is checked before the body is read (:mod:`tensorspark.ps.head_checks`,
+:mod:`tensorspark.ps.admission`), and what the body holds before the store acts on it
+(:mod:`tensorspark.ps.validation`, :func:`tensorspark.wire.decode`).
 
 Requests are handled by a small :class:`tornado.httputil.HTTPMessageDelegate` instead of
 ``tornado.web``: request bodies are copied once into a buffer sized from Content-Length
-and responses are written from the arrays' memory without joining them into one string,
-which is what keeps a 100 MB model near the loopback's speed.
+and responses are written from the arrays' memory without joining them into one string
+(:mod:`tensorspark.ps.responses`), which is what keeps a 100 MB model near the loopback's
+speed.
 
 A :class:`Router` is given everything it serves with through its constructor, as
 tornado's ``RequestHandler.initialize`` is: the store, the verifier, the request limits
 and the bodies in flight, whether the status is public and the function that makes
-``/status``. It reads no other
-object's attributes.
+``/status``. It reads no other object's attributes.
 
 Every answered request is counted in the store's traffic (:mod:`tensorspark.ps.ledger`):
 the request line, headers and body received, the status line, headers and body sent, to
@@ -36,7 +36,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 from tornado import httputil
 from tornado.ioloop import IOLoop
@@ -46,6 +45,8 @@ from tensorspark import wire
 from tensorspark.errors import AuthenticationError, WireFormatError
 from tensorspark.ps import auth, dashboard
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Admission, Limits, content_length
+from tensorspark.ps.head_checks import check_head
+from tensorspark.ps.responses import send
 from tensorspark.ps.routes import (
     ALLOWED,
     ROUTES,
@@ -178,7 +179,16 @@ class _Request(httputil.HTTPMessageDelegate):
             self._refuse(err, None)
             return None
         try:
-            self._check_head(headers, query, length)
+            self.signed = check_head(
+                self.method,
+                self.target,
+                headers,
+                length,
+                routes=settings.routes,
+                limits=settings.limits,
+                verifier=settings.verifier,
+                public_status=settings.public_status,
+            )
         except RequestError as err:
             self._refuse(err, length)
             return None
@@ -190,7 +200,8 @@ class _Request(httputil.HTTPMessageDelegate):
                     503,
                     f"the parameter server is receiving {settings.admission.bodies} request bodies "
                     f"({settings.admission.bytes} bytes) at once, its limit (max_inflight_bodies="
-                    f"{limits.max_inflight_bodies}, max_inflight_bytes={limits.max_inflight_bytes}); "
+                    f"{limits.max_inflight_bodies}, "
+                    f"max_inflight_bytes={limits.max_inflight_bytes}); "
                     "retry shortly",
                 ),
                 length,
@@ -215,57 +226,6 @@ class _Request(httputil.HTTPMessageDelegate):
                 )
             return self._read_body_directly(stream, headers)
         return None
-
-    def _check_head(self, headers: httputil.HTTPHeaders, query: str, length: int) -> None:
-        """Refuse a head whose route, size or signature is wrong (nothing allocated yet).
-
-        Raises:
-            RequestError: 404/405 (route), 413 (size), 400 (signed to a server without a
-                secret), 401 (authentication).
-        """
-        settings = self.settings
-        if (self.method, self.path) not in settings.routes:
-            allowed = next((m for m, p in settings.routes if p == self.path), None)
-            if allowed is None:
-                raise RequestError(404, f"no endpoint {shown(self.method)} {shown(self.path)}")
-            raise RequestError(
-                405, f"{shown(self.method)} is not allowed on {self.path}; use {allowed}"
-            )
-        limit = (
-            settings.limits.max_body_bytes
-            if self.path == "/push"
-            else settings.limits.max_json_bytes
-        )
-        if length > limit:
-            raise RequestError(
-                413, f"request body of {length} bytes exceeds the limit of {limit} bytes"
-            )
-        verifier = settings.verifier
-        if verifier is None:
-            if auth.HEADER_NONCE in headers or auth.HEADER_HEAD in headers:
-                # A signed request's body ends with its signature, which this server would
-                # take for part of the body.
-                raise RequestError(
-                    400,
-                    "this parameter server does not check signatures (authenticate=False); "
-                    "create the client without secret=",
-                )
-            return
-        if self._status_read_allowed(verifier, query):
-            return
-        try:
-            verifier.check_head(self.method, self.target, headers, length)
-        except AuthenticationError as err:
-            raise RequestError(401, str(err)) from None
-        self.signed = True
-
-    def _status_read_allowed(self, verifier: auth.Verifier, query: str) -> bool:
-        if (self.method, self.path) not in STATUS_ROUTES:
-            return False
-        if self.settings.public_status:
-            return True
-        token = parse_qs(query).get("token")
-        return token is not None and len(token) > 0 and verifier.check_status_token(token[-1])
 
     def _refuse(self, err: RequestError, length: int | None) -> None:
         """Answer a refused head without allocating its body.
@@ -311,7 +271,8 @@ class _Request(httputil.HTTPMessageDelegate):
         timeout = self.settings.limits.body_timeout
         self.settings.admission.count("body_timeouts")
         logger.debug(
-            "parameter server: %s %s: %d of %d body bytes arrived within %gs; closing the connection",
+            "parameter server: %s %s: %d of %d body bytes arrived within %gs; "
+            "closing the connection",
             self.method,
             self.path,
             self.received,
@@ -522,24 +483,8 @@ class _Request(httputil.HTTPMessageDelegate):
                 self.head_bytes + self.received,
                 head_size(f"HTTP/1.1 {code} {reason}", head) + wire.encoded_size(sent),
             )
-            chunks = wire.coalesce([p for p in sent if memoryview(p).nbytes])
-            # Headers and a small first chunk leave in one send (one TCP segment).
-            first = (
-                chunks.pop(0)
-                if chunks and isinstance(chunks[0], bytes) and len(chunks[0]) <= 256 * 1024
-                else None
-            )
-            try:
-                start = httputil.ResponseStartLine("HTTP/1.1", code, reason)
-                last = self.conn.write_headers(start, head, first)
-                for chunk in chunks:
-                    last = self.conn.write(chunk)
-                self.conn.finish()
-            except Exception:  # connection went away while answering
-                logger.debug(
-                    "parameter server: client went away during the response", exc_info=True
-                )
-                last = None
+            start = httputil.ResponseStartLine("HTTP/1.1", code, reason)
+            last = send(self.conn, start, head, sent)
         if on_sent is not None:
             if last is None or last.done():
                 on_sent()

@@ -14,13 +14,15 @@ with shards:
 * **Sync rounds**: each shard runs its rounds; a worker waits for all of its shards.
 * **NaN refusal**: the worker checks its whole update and tells every shard when any
   slice holds NaN/Inf, so all shards refuse it, not only the one holding the bad slice.
-* **Checkpoints**: :meth:`ShardedServer.snapshot` is a consistent cut. It finds, per
-  partition, the furthest push any shard applied, has every shard apply up to it and
-  hold newer pushes (they wait, unanswered), copies the slices, then lets the held
-  pushes through. The checkpoint is one file, written atomically as without shards.
-* **Status**: a small HTTP server on the driver (:class:`StatusFront`) serves ``/status``
-  (aggregated: the counts of pushes every shard applied, the traffic of all of them,
-  and a ``shards`` table) and the dashboard, which shows the shards.
+* **Checkpoints**: :meth:`ShardedServer.snapshot` is a consistent cut
+  (:mod:`tensorspark.ps.cuts`). It finds, per partition, the furthest push any shard
+  applied, has every shard apply up to it and hold newer pushes (they wait, unanswered),
+  copies the slices, then lets the held pushes through. The checkpoint is one file,
+  written atomically as without shards.
+* **Status**: a small HTTP server on the driver
+  (:class:`~tensorspark.ps.shard_status.StatusFront`) serves ``/status`` (aggregated: the
+  counts of pushes every shard applied, the traffic of all of them, and a ``shards``
+  table; :mod:`tensorspark.ps.shard_status`) and the dashboard, which shows the shards.
 
 If any shard cannot start, those started are stopped and the error names the shard; a
 stopped server leaves no process and no port behind, and the shards end with the driver.
@@ -39,66 +41,22 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
-from tornado import httputil
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
-from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.http import Router
+from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
-from tensorspark.ps.loop import LoopServer
-from tensorspark.ps.routes import StatusBooks
 from tensorspark.ps.settings import ServerSettings, check_settings, server_settings
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
+from tensorspark.ps.shard_status import StatusFront, aggregate_status
 from tensorspark.ps.store import Snapshot
 
 logger = logging.getLogger(__name__)
 
 _HEADROOM = 4 * 1024 * 1024
 _STATUS_TIMEOUT = 10.0
-Progress = dict[int, tuple[int, int]]
-
-
-class StatusFront(LoopServer):
-    """The driver's HTTP server of a sharded server: ``GET /status`` and the dashboard."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int | tuple[int, int],
-        *,
-        status: Callable[[], dict[str, Any]],
-        verifier: auth.Verifier | None,
-        public_status: bool,
-        ssl_certfile: str | None,
-        ssl_keyfile: str | None,
-    ) -> None:
-        super().__init__(
-            host,
-            port,
-            max_body_bytes=1 << 16,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            what="parameter server's status page",
-        )
-        self._status = status
-        self._verifier = verifier
-        self._public = public_status
-        self.books = StatusBooks()  # the loop thread's
-        self._limits = Limits.make(self.max_body_bytes)
-        self._admission = Admission(self._limits)
-
-    def _router(self) -> httputil.HTTPServerConnectionDelegate:
-        return Router(
-            self.books,
-            verifier=self._verifier,
-            limits=self._limits,
-            admission=self._admission,
-            public_status=self._public,
-            status=self._status,
-        )
 
 
 class ShardedServer:
@@ -147,7 +105,8 @@ class ShardedServer:
         arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
         if s.mode == "sync" and (num_workers is None or num_workers < 1):
             raise ConfigurationError(
-                f"mode='sync' needs num_workers >= 1 (the partitions in each round). Received: num_workers={num_workers!r}"
+                "mode='sync' needs num_workers >= 1 (the partitions in each round). "
+                f"Received: num_workers={num_workers!r}"
             )
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         self.layout = Layout.plan(arrays, shards, align)
@@ -285,7 +244,8 @@ class ShardedServer:
         )
         self._dispatcher.start()
         logger.info(
-            "parameter server of %d shards at %s (status page %s; mode=%s, combiner=%s, compression=%s)",
+            "parameter server of %d shards at %s "
+            "(status page %s; mode=%s, combiner=%s, compression=%s)",
             self.shards,
             ", ".join(self.urls),
             self.url,
@@ -344,7 +304,8 @@ class ShardedServer:
             if not shard.alive and shard.exit_reason != "stopped":
                 raise ParameterServerError(
                     f"parameter-server shard {shard.index} (pid {shard.pid}) exited while serving "
-                    f"(exit code {shard.returncode}); the run cannot go on without its slice of the model"
+                    f"(exit code {shard.returncode}); "
+                    "the run cannot go on without its slice of the model"
                 )
 
     def _event(self, event: dict[str, Any]) -> None:
@@ -433,36 +394,7 @@ class ShardedServer:
         if self._final is not None:
             return self._final[0]
         with self._cut_lock:
-            target: Progress = {}
-            for each in self._progress_each():
-                target = _furthest(target, each)
-            try:
-                for _ in range(
-                    100
-                ):  # each turn only moves the target past pushes already in flight
-                    held = [
-                        {int(p): (v[0], v[1]) for p, v in r.items()}
-                        for r, _ in self._all("hold", {"target": _json(target)})
-                    ]
-                    furthest = target
-                    for each in held:
-                        furthest = _furthest(furthest, each)
-                    if furthest == target:
-                        break
-                    target = furthest
-                reached = self._all(
-                    "wait",
-                    {"target": _json(target), "timeout": self.cut_timeout},
-                    timeout=self.cut_timeout + 30,
-                )
-                if not all(r for r, _ in reached):
-                    raise ParameterServerError(
-                        f"no consistent snapshot of the {self.shards} shards within {self.cut_timeout:g}s: "
-                        "some shard still misses pushes others applied"
-                    )
-                snaps = self._all("snapshot")
-            finally:
-                self._all("release")
+            target, snaps = line_up(self._all, self._progress_each(), self.shards, self.cut_timeout)
         parts, states, applied, versions = [], [], [], []
         for result, data in snaps:
             tensors, _ = wire.decode(data)
@@ -516,7 +448,8 @@ def split_state(layout: Layout, state: Mapping[str, np.ndarray]) -> list[dict[st
 
 
 def assemble_state(layout: Layout, states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The shards' combiner states gathered into whole-parameter arrays (see :func:`split_state`)."""
+    """The shards' combiner states gathered into whole-parameter arrays
+    (see :func:`split_state`)."""
     kinds: set[str] = {key.partition("/")[0] for state in states for key in state}
     out: dict[str, np.ndarray] = {}
     for kind in sorted(kinds):
@@ -533,83 +466,3 @@ def _shard_port(port: int | tuple[int, int], index: int) -> int | list[int]:
     if isinstance(port, tuple):
         return list(port)
     return 0 if int(port) == 0 else int(port) + 1 + index
-
-
-def _furthest(a: Progress, b: Mapping[int, tuple[int, int]]) -> Progress:
-    out = dict(a)
-    for p, t in b.items():
-        if p not in out or tuple(t) > out[p]:
-            out[p] = (int(t[0]), int(t[1]))
-    return out
-
-
-def _json(progress: Progress) -> dict[str, list[int]]:
-    return {str(p): [e, s] for p, (e, s) in progress.items()}
-
-
-_MIN = ("version", "applied_pushes", "samples", "round")
-_MAX = ("duplicate_pushes", "stale_pushes", "diverged_pushes")
-_SUM = (
-    "rejected_requests",
-    "unauthorized_requests",
-    "bytes_received",
-    "bytes_sent",
-    "num_params",
-    "model_bytes",
-    "inflight_bodies",
-    "inflight_bytes",
-    *EVENTS,
-)
-
-
-def aggregate_status(
-    each: list[dict[str, Any]],
-    urls: list[str],
-    front: Mapping[str, int],
-    *,
-    tls: bool,
-    started_at: float,
-) -> dict[str, Any]:
-    """One ``/status`` from the shards' (see :meth:`ShardedServer.status`): counts of
-    pushes as every shard saw them, traffic and refusals of all, a ``shards`` table."""
-    first = each[0]
-    out = {k: v for k, v in first.items() if k not in ("workers",)}
-    for key in _MIN:
-        out[key] = min(int(s.get(key, 0)) for s in each)
-    for key in _MAX:
-        out[key] = max(int(s.get(key, 0)) for s in each)
-    for key in _SUM:
-        out[key] = sum(int(s.get(key, 0)) for s in each) + int(front.get(key, 0))
-    out["updates_per_sec"] = min(float(s.get("updates_per_sec", 0.0)) for s in each)
-    workers: dict[int, dict[str, Any]] = {}
-    for shard in each:
-        for row in shard.get("workers", ()):
-            merged = workers.setdefault(
-                int(row["partition"]), dict(row, bytes_received=0, bytes_sent=0)
-            )
-            for key in ("pushes", "samples"):
-                merged[key] = min(int(merged[key]), int(row[key]))
-            merged["duplicates"] = max(int(merged["duplicates"]), int(row["duplicates"]))
-            merged["staleness"] = max(int(merged["staleness"]), int(row["staleness"]))
-            if (row["epoch"], row["seq"]) < (merged["epoch"], merged["seq"]):
-                merged["epoch"], merged["seq"] = row["epoch"], row["seq"]
-            merged["bytes_received"] += int(row.get("bytes_received", 0))
-            merged["bytes_sent"] += int(row.get("bytes_sent", 0))
-    out["workers"] = [workers[p] for p in sorted(workers)]
-    out["shards"] = [
-        {
-            "shard": i,
-            "url": url,
-            "version": s.get("version"),
-            "applied_pushes": s.get("applied_pushes"),
-            "num_params": s.get("num_params"),
-            "model_bytes": s.get("model_bytes"),
-            "bytes_received": s.get("bytes_received"),
-            "bytes_sent": s.get("bytes_sent"),
-            "updates_per_sec": s.get("updates_per_sec"),
-            "uptime": s.get("uptime"),
-        }
-        for i, (s, url) in enumerate(zip(each, urls, strict=True))
-    ]
-    out.update(tls=tls, started_at=min(float(s.get("started_at", started_at)) for s in each))
-    return out
