@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def process_gone(pid: int | None) -> bool:
@@ -12,3 +17,27 @@ def process_gone(pid: int | None) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def run_python(
+    code: str,
+    *,
+    unset: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter from the checkout, with this environment less
+    ``unset`` plus ``extra_env``; it must succeed (its stderr's tail is the message)."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done

@@ -33,9 +33,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
-from tensorspark.partition import EpochSource
+from tensorspark.partition import EpochSource, PartitionData
 
 #: A job's work on one partition (executor): ``(partition, attempt, source) -> one line``
 #: (JSON statistics). A frozen dataclass or a partial of plain values: it is shipped.
@@ -62,6 +63,18 @@ class Passes:
     num_epoch: int = 1
     shuffle: bool = False
     seed: int = 0
+
+    def over(self, blocks: Iterator[Block], partition: int) -> EpochSource:
+        """``blocks`` read as these passes ask (executor; bounded memory: later passes
+        replay a spill, see :class:`~tensorspark.partition.PartitionData`)."""
+        return PartitionData(
+            blocks,
+            self.batch_size,
+            self.num_epoch,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            partition=partition,
+        )
 
 
 class Reader(Protocol):

@@ -35,7 +35,7 @@ from tensorspark.inputs.base import (
 )
 from tensorspark.inputs.columns import FeatureShape, check_dataframe, predict_dataframe
 from tensorspark.jobs import task_context
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,7 @@ class ArrowReader:
 
     def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
         blocks = arrow_to_blocks(elements, self.columns, as_dtypes(self.dtypes))
-        return PartitionData(
-            blocks,
-            passes.batch_size,
-            passes.num_epoch,
-            shuffle=passes.shuffle,
-            seed=passes.seed,
-            partition=partition,
-        )
+        return passes.over(blocks, partition)
 
 
 def _arrow_task(

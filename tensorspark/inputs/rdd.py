@@ -38,7 +38,7 @@ from tensorspark.inputs.base import (
     refuse_output,
 )
 from tensorspark.jobs import task_context
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource
 
 #: Fewest rows per block an RDD partition is grouped into (larger batches: one batch).
 MIN_BLOCK_ROWS = 256
@@ -58,14 +58,7 @@ class RddReader:
             as_dtypes(self.dtypes),
             block_rows=max(passes.batch_size, MIN_BLOCK_ROWS),
         )
-        return PartitionData(
-            blocks,
-            passes.batch_size,
-            passes.num_epoch,
-            shuffle=passes.shuffle,
-            seed=passes.seed,
-            partition=partition,
-        )
+        return passes.over(blocks, partition)
 
 
 def _task(

@@ -7,16 +7,12 @@ mnist`` does, since what the user set reaches the JVM only when it is launched.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.processes import run_python
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 from tensorspark.examples.spark_mnist import parse_args, spark_context
@@ -30,24 +26,9 @@ finally:
 
 
 def example_conf(submit_args: str | None) -> list[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
-    }
-    if submit_args is not None:
-        env["PYSPARK_SUBMIT_ARGS"] = submit_args
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout.split()
+    unset = ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
+    extra = {} if submit_args is None else {"PYSPARK_SUBMIT_ARGS": submit_args}
+    return run_python(SCRIPT, unset=unset, extra_env=extra).stdout.split()
 
 
 def test_the_example_turns_sparks_progress_bar_off() -> None:

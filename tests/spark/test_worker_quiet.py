@@ -8,17 +8,14 @@ environment is exactly what the test gives it and its stderr can be read whole.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.processes import run_python
+
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # The driver never imports tensorspark or TensorFlow: every line TensorFlow prints comes
 # from the worker, which imports it only through prepare_worker().
@@ -58,23 +55,8 @@ LOG_LINE = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ \S+:\d+\] ", re.MULTILINE)
 
 
 def run_job(user_level: str | None) -> tuple[list[list[object]], str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TF_CPP_MIN_LOG_LEVEL", "PYSPARK_SUBMIT_ARGS")
-    }
-    if user_level is not None:
-        env["TF_CPP_MIN_LOG_LEVEL"] = user_level
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", JOB],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    level = {} if user_level is None else {"TF_CPP_MIN_LOG_LEVEL": user_level}
+    done = run_python(JOB, unset=("TF_CPP_MIN_LOG_LEVEL", "PYSPARK_SUBMIT_ARGS"), extra_env=level)
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 

@@ -8,18 +8,14 @@ The driver's version of tests/spark/test_worker_quiet.py: each case is a fresh i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.processes import run_python
 from tests.spark.test_worker_quiet import LOG_LINE, START_UP_LINES
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # TensorBoard's writer is where a driver's run imports TensorFlow when the user never did
 # (tensorboard_dir=); the scalar written runs ops, so the runtime is up afterwards.
@@ -36,19 +32,8 @@ print(json.dumps([os.environ.get("TF_CPP_MIN_LOG_LEVEL"), total]))
 
 
 def run_driver(user_level: str | None) -> tuple[list[object], str]:
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    if user_level is not None:
-        env["TF_CPP_MIN_LOG_LEVEL"] = user_level
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    level = {} if user_level is None else {"TF_CPP_MIN_LOG_LEVEL": user_level}
+    done = run_python(DRIVER, unset=("TF_CPP_MIN_LOG_LEVEL",), extra_env=level)
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
