@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quick start, command 2: set up, then lint, type-check and run every test set:
+# Quick start, command 2: set up, then check the formatting (ruff format, 100 columns),
+# lint, type-check and run every test set:
 # unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), yarn
 # (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
 # across network namespaces; root only), browser.
@@ -11,6 +12,7 @@ bash scripts/setup.sh
 # once (cached in ~/.m2).
 bash tests/hdfs/minicluster/classpath.sh >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2
+.venv/bin/ruff format --check tensorspark tests bench examples
 .venv/bin/ruff check tensorspark tests bench examples
 .venv/bin/mypy tensorspark
 exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
