@@ -66,7 +66,7 @@ def fit(
     )
     loader = KerasTrainerLoader(
         key=uuid.uuid4().hex,
-        custom_objects=custom_objects,
+        custom_objects=None if custom_objects is None else dict(custom_objects),  # a copy
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
     )
