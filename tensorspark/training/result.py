@@ -1,7 +1,7 @@
 """What a training run leaves on the driver: its result, and for Keras its History.
 
-Driver side. :class:`EpochSnapshots` runs on the parameter server's loop thread (it is a
-push listener); everything else is plain data.
+Driver side. :class:`EpochSnapshots` runs on the parameter server's callback thread (it is
+a push listener); everything else is plain data.
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ class EpochSnapshots:
     copied as that epoch's snapshot, overwriting the previous partition's. So when the run
     ends, snapshot *e* is the global model right after the last partition finished epoch *e*
     (in async mode, faster partitions may already have pushed some of epoch *e+1*). Runs on
-    the server's loop thread, where pushes are applied one at a time, so the copy is
-    consistent. Holds one copy of the weights per epoch.
+    the server's callback thread: a single server's loop thread, where pushes are applied
+    one at a time, so the copy is the weights right after that push; a sharded server's
+    event thread, which hears of a push after its shards applied it, so the copy may
+    include a few later pushes (as async mode allows anyway). Holds one copy of the weights
+    per epoch.
     """
 
     params: Callable[[], dict[str, np.ndarray]]
