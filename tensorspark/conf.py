@@ -36,10 +36,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from tensorspark import connect
+from tensorspark.arguments import positive_int, positive_number
 from tensorspark.errors import ConfigurationError
+
+T = TypeVar("T")
 
 PREFIX = "spark.tensorspark."
 
@@ -71,32 +75,30 @@ def _port(text: str) -> int | tuple[int, int]:
         ) from None
 
 
-def _positive_float(key: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
+def _positive(
+    key: str, convert: Callable[[str], Any], check: Callable[[str, Any], T], what: str
+) -> Callable[[str], T]:
+    """A parser of ``key``'s text: ``convert`` it, then ``check`` it with the argument
+    checks of :mod:`tensorspark.arguments`. ``what`` is what that check accepts, for the
+    message, which names the key and quotes the text as the conf wrote it."""
+
+    def parse(text: str) -> T:
         try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if value <= 0:
-            raise ConfigurationError(
-                f"{key} must be a positive number of seconds. Received: {text!r}"
-            )
-        return value
+            return check(key, convert(text))
+        except (ValueError, ConfigurationError):
+            raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
 
     return parse
+
+
+def _positive_float(key: str) -> Callable[[str], float]:
+    """A parser of a positive (finite) number of seconds (:func:`positive_number`)."""
+    return _positive(key, float, positive_number, "a positive number of seconds")
 
 
 def _positive_int(key: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ConfigurationError(f"{key} must be a positive integer. Received: {text!r}")
-        return value
-
-    return parse
+    """A parser of a positive whole number (:func:`positive_int`)."""
+    return _positive(key, int, positive_int, "a positive integer")
 
 
 def _flag(key: str) -> Callable[[str], bool]:
@@ -180,8 +182,9 @@ class ConfSnapshot(Mapping[str, str]):
     A read-only mapping of the SparkContext's conf (a Spark Connect session's: its session
     conf), plus :data:`HADOOP_SITE_KEYS` from the Hadoop site files on the driver's JVM
     classpath when the Spark conf sets neither ``KEY`` nor ``spark.hadoop.KEY``. The site
-    files are read lazily, at most once, the first time such a key is asked for (only
-    storage opening asks), so a call that opens no HDFS path never reaches them.
+    files are read lazily, at most once, the first time such a key is asked for: only
+    opening an ``hdfs://`` location asks (:class:`tensorspark.storage.options.SiteLookup`),
+    so a call that opens no HDFS path never reaches them.
     ``master`` is the cluster's master URL.
 
     Frozen in what it answers; thread-safe (the lazy site read is under a lock). Meant for
@@ -219,6 +222,11 @@ class ConfSnapshot(Mapping[str, str]):
         if self._master is None:
             self._master = connect.master(self._handle)
         return self._master
+
+    @property
+    def spark_conf(self) -> Mapping[str, str]:
+        """The Spark conf alone, without the site files' settings (reads no site file)."""
+        return MappingProxyType(self._values)
 
     def _site_values(self) -> dict[str, str]:
         """The :data:`HADOOP_SITE_KEYS` the Spark conf lacks, from the site files (once)."""
@@ -343,7 +351,7 @@ def task_slots(sc: Any, conf: ConfSnapshot | None = None) -> int:
     (one per GPU when each task takes one), executors counted as default parallelism over
     ``spark.executor.cores`` (when that is not set Spark's own limit applies unseen here)."""
     settings = snapshot(sc, conf)
-    parallelism = connect.default_parallelism(sc)
+    parallelism = connect.default_parallelism(sc, settings)
     per_cpu = cpus_per_task(sc, settings)
     slots = max(0, parallelism // per_cpu)
     per_task = gpu_amount(settings, TASK_GPU_KEY)

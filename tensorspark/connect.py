@@ -99,6 +99,15 @@ DATAFRAME_HINT = (
 )
 
 
+def is_dataframe(obj: Any) -> bool:
+    """Whether ``obj`` is a pyspark DataFrame, classic or Spark Connect: the one definition.
+
+    Asked by duck type, without importing pyspark (tuning asks before it knows it will need
+    Spark SQL). Runs anywhere; pure.
+    """
+    return hasattr(obj, "mapInArrow") and hasattr(obj, "schema")
+
+
 def require_dataframe(
     handle: Any, data: Any, argument: str, alternative: str = DATAFRAME_HINT
 ) -> None:
@@ -107,7 +116,7 @@ def require_dataframe(
     Raises:
         ConfigurationError: ``handle`` is a Connect session and ``data`` is no DataFrame.
     """
-    if is_connect(handle) and not hasattr(data, "mapInArrow"):
+    if is_connect(handle) and not is_dataframe(data):
         raise ConfigurationError(
             f"Under Spark Connect, argument `{argument}` must be a DataFrame: Spark Connect runs "
             f"DataFrame operations only (no RDDs, no SparkContext). {alternative} Received: "
@@ -187,16 +196,23 @@ def master(handle: Any) -> str:
     return str(handle.master)
 
 
-def default_parallelism(handle: Any) -> int:
-    """Spark's default parallelism (classic: ``sc.defaultParallelism``).
+def default_parallelism(handle: Any, conf: Mapping[str, str] | None = None) -> int:
+    """Spark's default parallelism (driver; classic: ``sc.defaultParallelism``).
 
-    Spark Connect does not expose it; ``spark.default.parallelism`` is read when set,
-    else one tiny job counts the partitions of ``spark.range``, which Spark splits by the
-    default parallelism (``spark.sql.leafNodeDefaultParallelism`` when that is set).
+    Spark Connect does not expose it; ``spark.default.parallelism`` is taken from ``conf``
+    when set, else one tiny job counts the partitions of ``spark.range``, which Spark splits
+    by the default parallelism (``spark.sql.leafNodeDefaultParallelism`` when that is set).
+
+    Args:
+        handle: a handle (:func:`spark_handle`).
+        conf: the call's Spark conf (a :class:`tensorspark.conf.ConfSnapshot`), so the
+            conf is not read again; None (a helper called on its own): the session's conf
+            is read here.
     """
     if not is_connect(handle):
         return int(handle.defaultParallelism)
-    explicit = handle.conf.get("spark.default.parallelism", None)
+    settings = conf_all(handle) if conf is None else conf
+    explicit = str(settings.get("spark.default.parallelism", "") or "").strip()
     if explicit:
         return int(explicit)
     from pyspark.sql import functions as F

@@ -4,18 +4,24 @@ Modelled on Keras callbacks (``keras.callbacks.Callback`` and ``CallbackList``):
 :class:`RunListener` overrides the hooks it cares about, each of which does nothing by
 default, and a :class:`ListenerList` calls every listener in turn, in the order given.
 
-The hooks, in the order a run calls them (all on the driver's main thread, never on the
-parameter server's loop thread, so a listener needs no locks):
+The hooks, in the order a run calls them (all on the driver, on the thread that called
+``fit``/``run``, never on a thread of the parameter server, so a listener needs no locks):
 
 * ``on_run_start(info)``: the server is up, the job is about to start (:class:`RunInfo`).
+  A stop requested in an earlier run is forgotten just before (as Keras resets
+  ``model.stop_training`` when ``fit`` starts), so a listener can watch run after run.
 * ``on_poll(status)``: about every half second while the job runs, with the server's
   ``/status`` JSON (what the progress bar, the dashboard and TensorBoard show).
-* ``on_epoch_end(epoch, metrics)``: as soon as every partition has ended ``epoch``, with
-  the training loss and compiled metrics the workers reported for it (sample-weighted
-  means over the partitions' pushes); epochs the server could not see end (a partition
-  without rows, a resumed partition) are delivered when the job ends, from the tasks'
-  own statistics. Validation metrics (``val_*``) are computed after the job and are in
-  the returned History only.
+* ``on_epoch_end(epoch, metrics)``: in order, as soon as every partition has ended
+  ``epoch``, with the training loss and compiled metrics the workers reported for it
+  (sample-weighted means over the partitions' pushes). A partition whose task has finished
+  (its worker left the server ``done``) has ended every epoch, so a partition without rows
+  holds nobody back. Live delivery needs the job's partition count: where it is not known
+  before the job (a Spark Connect DataFrame in async mode, ``RunInfo.num_partitions`` is
+  None), and for epochs the server could not see end (a partition resumed from a
+  checkpoint), epochs are delivered when the job ends, from the tasks' own statistics.
+  Validation metrics (``val_*``) are computed after the job and are in the returned
+  History only.
 * ``on_checkpoint(path)``: a checkpoint was written (seen at the next poll).
 * ``on_run_end(result)`` or ``on_run_failed(error)``: exactly one of them, last.
 
@@ -67,15 +73,18 @@ class RunListener:
     """Base class of whoever watches a run; every hook does nothing unless overridden.
 
     Subclass it and pass instances as ``SparkSession.fit(..., listeners=[...])`` (or
-    ``run``). Hooks run on the driver's main thread, one listener after another; keep
-    them quick, since the next poll waits for them. See the module for when each is called.
+    ``run``). Hooks run on the driver, on the thread that called ``fit``/``run``, one
+    listener after another; keep them quick, since the next poll waits for them. See the
+    module for when each is called.
     """
 
     #: Set by :meth:`request_stop`: why this listener wants the run stopped, else None.
+    #: Cleared when a run starts (before ``on_run_start``).
     stop_reason: str | None = None
 
     def request_stop(self, reason: str = "a listener asked to stop") -> None:
-        """Ask the run to stop at the driver's next poll (like Keras's ``stop_training``)."""
+        """Ask the run to stop at the driver's next poll (like Keras's ``stop_training``);
+        the request holds for the run in progress only."""
         self.stop_reason = str(reason)
 
     def on_run_start(self, info: RunInfo) -> None:
@@ -127,6 +136,17 @@ class ListenerList(RunListener):
                 return listener.stop_reason
         return None
 
+    @stop_reason.setter
+    def stop_reason(self, value: str | None) -> None:
+        """Only None: forget every listener's stop request (a run starts)."""
+        if value is not None:
+            raise ValueError(
+                "a ListenerList's stop_reason can only be cleared; call request_stop on one of "
+                f"its listeners. Received: stop_reason={value!r}"
+            )
+        for listener in self.listeners:
+            listener.stop_reason = None
+
     def request_stop(self, reason: str = "a listener asked to stop") -> None:
         raise TypeError(
             "request_stop is for a listener; a ListenerList stops when one of its listeners asks"
@@ -147,6 +167,8 @@ class ListenerList(RunListener):
                     )
 
     def on_run_start(self, info: RunInfo) -> None:
+        """Forget the listeners' stop requests of an earlier run, then call each."""
+        self.stop_reason = None
         self._call("on_run_start", info)
 
     def on_poll(self, status: Mapping[str, Any]) -> None:

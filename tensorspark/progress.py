@@ -277,7 +277,7 @@ class ProgressListener(RunListener):
             a ready :class:`Progress` to draw on. False still logs the dashboard's URL.
         loss_window: pushes averaged into the global loss.
 
-    Not thread-safe: its hooks are called from the driver's main thread.
+    Not thread-safe: its hooks are called on the driver's thread that called fit/run.
     """
 
     def __init__(

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
-from tensorspark.arguments import check_training_mode, positive_int
+from tensorspark.arguments import check_training_mode, positive_int, positive_number
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
 from tensorspark.ps.settings import MODES, ServerSettings
+from tensorspark.storage.options import check_auth
 from tensorspark.training import RunSettings, ServerHost
 
 
@@ -102,9 +103,9 @@ def resolve_settings(
     Raises:
         ConfigurationError: the first bad argument, named with what was received: a
             session that is neither a TF1 session nor a compiled Keras model, a bad
-            number or mode, no address for the parameter server, ``resume=True`` without
-            a checkpoint folder, a Keras model that cannot be trained here, or a
-            ``warm_up`` that is not a bool or None.
+            number or mode, an unknown ``hdfs_auth``, no address for the parameter
+            server, ``resume=True`` without a checkpoint folder, a Keras model that
+            cannot be trained here, or a ``warm_up`` that is not a bool or None.
     """
     is_keras = _is_keras_model(session)
     if not is_keras and not (hasattr(session, "graph") and hasattr(session, "run")):
@@ -116,6 +117,14 @@ def resolve_settings(
     batch_size = positive_int("batch_size", batch_size)
     combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
     check_training_mode(mode, MODES, max_staleness, on_divergence)
+    # The arguments with Spark conf defaults: the conf's text is checked by tsconf.resolve.
+    ps_timeout = positive_number("ps_timeout", ps_timeout, allow_none=True)
+    checkpoint_interval = positive_number(
+        "checkpoint_interval", checkpoint_interval, allow_none=True
+    )
+    keep_checkpoints = positive_int("keep_checkpoints", keep_checkpoints, allow_none=True)
+    max_body = positive_int("max_body_bytes", max_body_bytes, allow_none=True)
+    check_auth(hdfs_auth, "hdfs_auth")
     conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
     options = tsconf.resolve(
         {
@@ -143,7 +152,6 @@ def resolve_settings(
             "server_host=, spark.tensorspark.server.host or spark.driver.host"
         )
     secret_bytes = None if options["secret"] is None else as_secret(options["secret"])
-    max_body = None if max_body_bytes is None else positive_int("max_body_bytes", max_body_bytes)
     checkpoints = None
     if options["checkpoint_dir"] is not None:
         checkpoints = CheckpointManager(

@@ -7,7 +7,10 @@ Runs on executors, inside a Spark task. For its partition the loop
 2. builds the model once (a TF1 graph+session or a Keras model, through an adapter),
 3. pulls the global weights, trains ``sync_interval`` mini-batches, pushes its update
    and sets the global weights it gets back, until its epochs are done,
-4. leaves the server (``done`` or ``failed``) and returns its statistics.
+4. leaves the server (``done`` or ``failed``) and returns its statistics. ``done`` is
+   sent only once every epoch has run: the driver takes it as the partition's end of every
+   epoch (:mod:`tensorspark.training.watch`), which is how a partition without rows, which
+   never pushes, ends its epochs for the run's listeners.
 
 Adapters (``tensorspark.models``) differ in how they train a chunk of batches and move
 weights; this loop does not change with the model type.

@@ -16,7 +16,7 @@ from typing import Any
 from tensorspark.arguments import positive_int
 from tensorspark.data import binary_dtype
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage.options import AUTH_MODES, StorageOptions
+from tensorspark.storage.options import StorageOptions
 
 #: The formats ``files`` reads.
 FORMATS = ("parquet", "tfrecord", "idx")
@@ -202,11 +202,8 @@ def files(
             "Argument `split` picks the idx files of a folder (e.g. 'train'). Received: "
             f"split={split!r}, format={format!r}"
         )
-    if auth not in AUTH_MODES:
-        raise ConfigurationError(
-            f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}"
-        )
-    storage = StorageOptions(user=user, auth=auth, token=token)  # the job adds the conf's
+    # StorageOptions checks `auth`; the job adds the conf's HDFS location settings.
+    storage = StorageOptions(user=user, auth=auth, token=token)
     return FileSource(
         paths=paths,
         format=format,

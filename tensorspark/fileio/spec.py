@@ -42,12 +42,6 @@ class Feed:
     label_shape: tuple[int, ...] | None = None
     label_dtype: str | None = None
 
-    @property
-    def dtypes(self) -> tuple[str, str]:
-        """The ``(features, label)`` dtype names, as an input keeps them
-        (:attr:`tensorspark.inputs.base.Input.feed_dtypes`)."""
-        return self.feature_dtype, self.label_dtype or "float32"
-
 
 @dataclass(frozen=True)
 class ReadSpec:

@@ -39,8 +39,8 @@ from tensorspark.fileio import example
 from tensorspark.fileio.output import OutputDir, PartTarget, WrittenFiles
 from tensorspark.fileio.source import COMPRESSIONS
 from tensorspark.fileio.tfrecord import RecordWriter
-from tensorspark.storage import AUTH_MODES, open_location
-from tensorspark.storage.options import StorageOptions
+from tensorspark.storage import open_location
+from tensorspark.storage.options import StorageOptions, check_auth
 
 _ROW = "__tensorspark_row"
 
@@ -189,10 +189,7 @@ def write_tfrecord(
             f"Argument `compression` must be one of {COMPRESSIONS} or None. Received: "
             f"compression={compression!r}"
         )
-    if auth not in AUTH_MODES:
-        raise ConfigurationError(
-            f"Argument `auth` must be one of {AUTH_MODES}. Received: auth={auth!r}"
-        )
+    check_auth(auth)
     kinds = _kinds(df)
     sc = df.sparkSession.sparkContext
     gzip = compression == "GZIP"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from tensorspark.connect import is_dataframe  # the one definition, here for the jobs
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,
@@ -42,12 +43,14 @@ __all__ = [
     "Scoring",
     "input_for",
     "is_dataframe",
+    "pool_of",
     "predict_input_for",
     "require_input",
 ]
 
 #: The kinds of input, one module each, tried in this order (imported when first asked).
-#: Each has ``accepts(data)``, ``plan(...) -> Input`` and ``plan_predict(...) -> PredictInput``.
+#: Each has ``accepts(data)``, ``plan(...) -> Input`` and ``plan_predict(...) -> PredictInput``,
+#: and ``POOL``: the Python worker pool its jobs run in (``"rdd"`` when it says none).
 KINDS = ("tensorspark.inputs.files", "tensorspark.inputs.rdd", "tensorspark.inputs.dataframe")
 
 #: What :func:`input_for` accepts, as messages name it.
@@ -107,10 +110,15 @@ def predict_input_for(
     return planned
 
 
-def is_dataframe(value: Any) -> bool:
-    """Whether ``value`` is a pyspark DataFrame, classic or Spark Connect (driver; no
-    pyspark import: tuning asks before it knows it will need Spark SQL)."""
-    return hasattr(value, "mapInArrow") and hasattr(value, "schema")
+def pool_of(data: Any) -> str | None:
+    """The Python worker pool a job over ``data`` runs in: the ``POOL`` of the kind that
+    accepts it (``"rdd"``: RDD and files jobs; ``"dataframe"``: Arrow jobs), None when no
+    kind does (driver; no job).
+
+    Spark keeps separate Python workers per pool (:mod:`tensorspark.warmup`).
+    """
+    kind = _accepting(data)
+    return None if kind is None else str(getattr(kind, "POOL", "rdd"))
 
 
 def require_input(data: Any, argument: str = "data") -> None:
@@ -130,11 +138,19 @@ def _kind(data: Any, argument: str) -> ModuleType:
     Raises:
         ConfigurationError: none does.
     """
-    for name in KINDS:
-        module = importlib.import_module(name)
-        if module.accepts(data):
-            return module
+    kind = _accepting(data)
+    if kind is not None:
+        return kind
     raise ConfigurationError(
         f"Argument `{argument}` must be {ACCEPTED}. "
         f"Received: {argument} of type {type(data).__name__}"
     )
+
+
+def _accepting(data: Any) -> ModuleType | None:
+    """The first module of :data:`KINDS` whose ``accepts(data)`` is true, or None."""
+    for name in KINDS:
+        module = importlib.import_module(name)
+        if module.accepts(data):
+            return module
+    return None

@@ -4,8 +4,7 @@ An input has two halves, like a model (:mod:`tensorspark.models.base`):
 
 * driver side, an :class:`Input`: planned once per job from the user's data and what the
   model takes (:class:`ModelFeed`): its partitions, the first example checked (or the
-  files' metadata), the dtypes blocks are fed with; it runs a job of one task per
-  partition (:meth:`Input.job`);
+  files' metadata); it runs a job of one task per partition (:meth:`Input.job`);
 * executor side, its :class:`Reader`: a frozen dataclass of plain values, shipped with the
   job, that turns the task's partition into an
   :class:`~tensorspark.partition.EpochSource` of numpy blocks
@@ -126,14 +125,12 @@ class Input(abc.ABC):
     """A planned input, seen from the driver (never shipped: :attr:`reader` is).
 
     Attributes:
-        reader: the executor half.
-        feed_dtypes: the dtype names of the block's columns (``None``: as the data has it).
+        reader: the executor half (it holds the dtypes the block's columns are fed with).
         known_rows: the number of examples when known without a job (files' metadata),
             else ``None``.
     """
 
     reader: Reader
-    feed_dtypes: tuple[str | None, ...]
     known_rows: int | None = None
 
     @property
@@ -142,9 +139,18 @@ class Input(abc.ABC):
         """The input's partitions; ``None`` when only a job can tell (Spark Connect)."""
 
     def count_partitions(self) -> int:
-        """The input's partitions, by a small job where only that can tell (driver)."""
+        """The input's partitions, by a small job where only that can tell (driver).
+
+        Raises:
+            NotImplementedError: :attr:`num_partitions` is ``None`` and the kind does not
+                override this method (a kind that only a job can count must count them).
+        """
         known = self.num_partitions
-        assert known is not None, f"{type(self).__name__} must count its own partitions"
+        if known is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}.num_partitions is None (only a job can tell), so "
+                f"{type(self).__name__} must override count_partitions() to count them"
+            )
         return known
 
     @abc.abstractmethod

@@ -7,6 +7,10 @@ loss wants) and checks the first row (one small job); executor side,
 per row (:func:`~tensorspark.data.arrow_to_blocks`). Works under Spark Connect too, where
 the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
 
+Tuning plans its DataFrame data here too (:func:`plan_dataframe`, with its own
+:class:`~tensorspark.inputs.base.ModelFeed`) and each trial's task reads its rows with an
+:class:`ArrowReader` (:meth:`ArrowReader.blocks`).
+
 For inference (:class:`DataFramePredict`) the feature column is checked on the driver and
 the predictions are added as a column by an Arrow UDF (:mod:`tensorspark.inputs.columns`).
 """
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import connect
-from tensorspark.data import FEED_NAMES, arrow_to_blocks, as_dtypes, example_columns
+from tensorspark.data import FEED_NAMES, Block, arrow_to_blocks, as_dtypes, example_columns
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,
@@ -45,9 +49,17 @@ class ArrowReader:
     columns: tuple[str, ...]
     dtypes: tuple[str | None, ...]
 
+    def blocks(self, batches: Iterator[Any]) -> Iterator[Block]:
+        """``batches``' :attr:`columns` as numpy blocks of :attr:`dtypes` (executor; no
+        Python object per row).
+
+        Raises:
+            ConfigurationError: a column holds nulls, or arrays of different lengths.
+        """
+        return arrow_to_blocks(batches, self.columns, as_dtypes(self.dtypes))
+
     def open(self, partition: int, elements: Iterator[Any], passes: Passes) -> EpochSource:
-        blocks = arrow_to_blocks(elements, self.columns, as_dtypes(self.dtypes))
-        return passes.over(blocks, partition)
+        return passes.over(self.blocks(elements), partition)
 
 
 def _arrow_task(
@@ -72,7 +84,6 @@ class DataFrameInput(Input):
     def __init__(self, df: Any, reader: ArrowReader) -> None:
         self.df = df
         self.reader = reader
-        self.feed_dtypes = reader.dtypes
 
     @property
     def num_partitions(self) -> int | None:
@@ -150,6 +161,11 @@ def plan_dataframe_predict(
 
 
 # ---------------------------------------------------------------------- the kind's entry points
+
+
+#: The Python worker pool this kind's jobs run in (``mapInArrow``; tuning's trials over a
+#: DataFrame too).
+POOL = "dataframe"
 
 
 def accepts(data: Any) -> bool:

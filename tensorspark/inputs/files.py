@@ -76,7 +76,6 @@ class FileInput(Input):
         self.sc = sc
         self.plan = plan
         self.reader = FileReader(plan.spec)
-        self.feed_dtypes = tuple(plan.spec.feed.dtypes)
         self.known_rows = plan.rows
 
     @property
@@ -243,6 +242,11 @@ def plan_file_predict(
 
 
 # ---------------------------------------------------------------------- the kind's entry points
+
+
+#: The Python worker pool this kind's jobs run in: an RDD of the plan's shards
+#: (:func:`~tensorspark.inputs.rdd.run_partitions`).
+POOL = "rdd"
 
 
 def accepts(data: Any) -> bool:

@@ -96,7 +96,6 @@ class RddInput(Input):
     def __init__(self, rdd: Any, reader: RddReader) -> None:
         self.rdd = rdd
         self.reader = reader
-        self.feed_dtypes = reader.dtypes
 
     @property
     def num_partitions(self) -> int:
@@ -203,6 +202,10 @@ def plan_rdd_predict(rdd: Any, args: PredictArgs) -> RddPredict:
 
 
 # ---------------------------------------------------------------------- the kind's entry points
+
+
+#: The Python worker pool this kind's jobs run in (``RDD.mapPartitions``).
+POOL = "rdd"
 
 
 def accepts(data: Any) -> bool:

@@ -71,6 +71,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from tensorspark.arguments import positive_int, positive_number
 from tensorspark.errors import AuthenticationError, ConfigurationError
 
 SCHEME = "TSPS3"
@@ -328,20 +329,19 @@ class Verifier:
         max_nonces: bound on the remembered nonces.
 
     Thread-safe (one lock around the nonce cache).
+
+    Raises:
+        ConfigurationError: ``window`` is not a positive number of seconds (named as the
+            server's setting, ``auth_window``), or ``max_nonces`` not a positive integer.
     """
 
     def __init__(
         self, secret: bytes, window: float = DEFAULT_WINDOW, max_nonces: int = DEFAULT_NONCE_CACHE
     ) -> None:
-        if window <= 0 or max_nonces < 1:
-            raise ConfigurationError(
-                f"auth window must be > 0 and max_nonces >= 1. Received: window={window!r}, "
-                f"max_nonces={max_nonces!r}"
-            )
+        self.window = positive_number("auth_window", window)
+        self.max_nonces = positive_int("max_nonces", max_nonces)
         self._secret = secret
         self._mac = BodyMac(body_key(secret))
-        self.window = float(window)
-        self.max_nonces = int(max_nonces)
         self._nonces: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._floor = float("-inf")  # timestamps at or below this are refused (evicted nonces)
         self._lock = threading.Lock()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
+from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
 from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
@@ -100,12 +101,15 @@ class ServerSettings:
         resolve(self, "compression", get_compression(self.compression))
         resolve(self, "public_status", bool(self.public_status))
         check_mode(self.mode, self.max_staleness, self.combiner, self.compression)
-        if self.max_body_bytes is not None and (
-            isinstance(self.max_body_bytes, bool) or int(self.max_body_bytes) < 1
-        ):
-            raise ConfigurationError(
-                "max_body_bytes must be a positive number of bytes. "
-                f"Received: max_body_bytes={self.max_body_bytes!r}"
+        if self.max_body_bytes is not None:
+            resolve(
+                self,
+                "max_body_bytes",
+                whole_setting(
+                    "max_body_bytes",
+                    self.max_body_bytes,
+                    "max_body_bytes must be a positive number of bytes.",
+                ),
             )
         if not self.authenticate and self.secret is not None:
             raise ConfigurationError(
@@ -114,12 +118,12 @@ class ServerSettings:
             )
         if self.secret is not None:
             resolve(self, "secret", auth.as_secret(self.secret))
-        shards = self.shards
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ConfigurationError(
-                f"shards must be a positive integer. Received: shards={shards!r}"
-            )
-        if shards > 1 and builtin_name(self.combiner) is None:
+        resolve(
+            self,
+            "shards",
+            whole_setting("shards", self.shards, "shards must be a positive integer."),
+        )
+        if self.shards > 1 and builtin_name(self.combiner) is None:
             raise ConfigurationError(
                 "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it "
                 "must be one of the built-in combiners; use ps_shards=1 for a custom one. "
@@ -159,6 +163,38 @@ class ServerSettings:
             port=tuple(port) if isinstance(port, list) else int(port),
         )
         return cls(**values)
+
+
+def whole_setting(name: str, value: Any, refusal: str, *, minimum: int = 1) -> int:
+    """``value`` as :func:`~tensorspark.arguments.positive_int` checks it (an integer, not a
+    bool, of at least ``minimum``), refused in the server's own words: ``refusal`` ("shards
+    must be a positive integer."), then what was received ("Received: shards=0"). Pure.
+
+    Raises:
+        ConfigurationError: ``value`` is no such integer.
+    """
+    try:
+        return positive_int(name, value, minimum=minimum)
+    except ConfigurationError:
+        raise ConfigurationError(f"{refusal} Received: {name}={value!r}") from None
+
+
+def sync_workers(mode: str, num_workers: int | None) -> int | None:
+    """``num_workers`` as a server in ``mode`` takes it: the one check of it (driver).
+
+    Sync mode needs a positive integer: the partitions in each round. In async mode the
+    rounds do not use it, and it passes as given. Pure.
+
+    Raises:
+        ConfigurationError: sync mode and ``num_workers`` is not a positive integer.
+    """
+    if mode != "sync":
+        return num_workers
+    return whole_setting(
+        "num_workers",
+        num_workers,
+        "mode='sync' needs num_workers >= 1 (the partitions in each round).",
+    )
 
 
 def server_settings(

@@ -43,12 +43,18 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.errors import ParameterServerError
 from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
-from tensorspark.ps.settings import ServerSettings, check_settings, server_settings
+from tensorspark.ps.settings import (
+    ServerSettings,
+    check_settings,
+    server_settings,
+    sync_workers,
+    whole_setting,
+)
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
 from tensorspark.ps.store import Snapshot
@@ -94,20 +100,13 @@ class ShardedServer:
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
         **options: Any,
     ) -> None:
-        shards = options.get("shards") if settings is None else settings.shards
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 2:
-            raise ConfigurationError(
-                f"a sharded server needs shards >= 2. Received: shards={shards!r}"
-            )
         s = self.settings = server_settings(settings, combiner, options)
+        # One shard is a ParameterServer's job.
+        shards = whole_setting("shards", s.shards, "a sharded server needs shards >= 2.", minimum=2)
         self.combiner = s.combiner
         self.compression = s.compression
         arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
-        if s.mode == "sync" and (num_workers is None or num_workers < 1):
-            raise ConfigurationError(
-                "mode='sync' needs num_workers >= 1 (the partitions in each round). "
-                f"Received: num_workers={num_workers!r}"
-            )
+        num_workers = sync_workers(s.mode, num_workers)
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         self.layout = Layout.plan(arrays, shards, align)
         self.mode = s.mode

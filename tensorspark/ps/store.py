@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.errors import ConfigurationError
 from tensorspark.ps import compression as compress
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
@@ -48,7 +47,7 @@ from tensorspark.ps.rounds import (
     error_body,
     weighted_mean,
 )
-from tensorspark.ps.settings import check_settings
+from tensorspark.ps.settings import check_settings, sync_workers
 from tensorspark.ps.validation import MAX_SAMPLES, RequestError, check_tensors, int_field
 
 logger = logging.getLogger(__name__)
@@ -150,12 +149,7 @@ class Store:
 
     def set_num_workers(self, num_workers: int | None) -> None:
         """How many partitions take part in each sync round (for the next rounds)."""
-        if self.mode == "sync" and (num_workers is None or num_workers < 1):
-            raise ConfigurationError(
-                "mode='sync' needs num_workers >= 1 (the partitions in each round). Received: "
-                f"num_workers={num_workers!r}"
-            )
-        self.num_workers = num_workers
+        self.num_workers = sync_workers(self.mode, num_workers)
 
     @property
     def round_timeout(self) -> float:

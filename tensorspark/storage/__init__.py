@@ -16,7 +16,9 @@ a bare path under                 HDFS, as ``hdfs://`` above (``spark.hdfs.dir``
 The WebHDFS address for ``hdfs://`` locations is, in this order: ``spark.tensorspark.webhdfs.url``,
 ``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``
 (:class:`tensorspark.conf.ConfSnapshot` fills in ``dfs.namenode.http-address`` from the driver's
-``hdfs-site.xml``, e.g. ``HADOOP_CONF_DIR``'s, when the Spark conf has neither).
+``hdfs-site.xml``, e.g. ``HADOOP_CONF_DIR``'s, when the Spark conf has neither). That file is
+read only when an ``hdfs://`` location (or a bare path under ``spark.hdfs.dir``) is opened on
+the driver, never for local paths (:meth:`StorageOptions.hdfs_conf`).
 """
 
 from __future__ import annotations
@@ -94,7 +96,9 @@ def open_storage(
 def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]:
     """:func:`open_storage` with its arguments as one :class:`StorageOptions` (internal form).
 
-    Runs on the driver or on executors; makes no network call.
+    Runs on the driver or on executors; makes no network call. An ``hdfs://`` location with
+    no WebHDFS address in the Spark conf reads the driver's Hadoop site file, once per
+    ``options`` (:meth:`StorageOptions.hdfs_conf`); no other location reads it.
 
     Raises:
         ConfigurationError: see :func:`open_storage`.
@@ -126,7 +130,7 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
         storage = WebHDFSStorage(url, options, display=f"{scheme}://{parts.netloc}")
         return storage, normalize_path(unquote(parts.path))
     if scheme == "hdfs":
-        url = webhdfs_url(conf, location=location, namenode_host=parts.hostname)
+        url = webhdfs_url(options.hdfs_conf(), location=location, namenode_host=parts.hostname)
         display = f"hdfs://{parts.netloc}" if parts.netloc else "hdfs://"
         return WebHDFSStorage(url, options, display=display), normalize_path(unquote(parts.path))
     if scheme == "":  # a bare path under spark.hdfs.dir

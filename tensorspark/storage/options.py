@@ -3,20 +3,22 @@
 Public functions keep their plain keyword arguments (``user=``, ``auth=``, ``token=``,
 ``timeout=``) and turn them into one :class:`StorageOptions` at their boundary; everything
 below them (listing, readers, writers, :class:`~tensorspark.storage.webhdfs.WebHDFSStorage`)
-takes that one value. It holds plain values only, so it travels to executors as it is.
+takes that one value. It holds plain values, and on the driver the lookup of the Hadoop site
+files (:class:`SiteLookup`, made only from a :class:`~tensorspark.conf.ConfSnapshot`), which
+reads them only when an ``hdfs://`` location is opened; pickled for the executors, it carries
+what the driver looked up, never the SparkContext.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tensorspark.arguments import positive_number
+from tensorspark.conf import HADOOP_SITE_KEYS, ConfSnapshot
 from tensorspark.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    pass
 
 #: How WebHDFS may authenticate.
 AUTH_MODES = ("insecure", "token", "kerberos")
@@ -34,6 +36,65 @@ HDFS_DIR_KEY = "spark.hdfs.dir"
 LOCATION_KEYS = (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS, HDFS_DIR_KEY)
 
 
+def check_auth(auth: Any, argument: str = "auth") -> str:
+    """``auth`` when it is one of :data:`AUTH_MODES`: the one check of how storage
+    authenticates. Runs anywhere; pure.
+
+    Args:
+        auth: what the user passed.
+        argument: how the message names it (``"hdfs_auth"`` for a session's).
+
+    Raises:
+        ConfigurationError: any other value.
+    """
+    if not isinstance(auth, str) or auth not in AUTH_MODES:
+        raise ConfigurationError(
+            f"{argument} must be one of {AUTH_MODES}. Received: {argument}={auth!r}"
+        )
+    return auth
+
+
+class SiteLookup:
+    """The NameNode's address from the driver's Hadoop site files, asked for only when an
+    ``hdfs://`` location is opened (:meth:`StorageOptions.hdfs_conf`), at most once.
+
+    On the driver it holds the call's :class:`~tensorspark.conf.ConfSnapshot`, whose JVM
+    reads ``hdfs-site.xml`` (:data:`~tensorspark.conf.HADOOP_SITE_KEYS`). Pickled (options
+    shipped to executors, which have no JVM), it carries only what the driver looked up,
+    never the snapshot: the ``hdfs://`` locations tasks open are opened on the driver first
+    (listed, or made as the output folder), so their address travels with them. A lookup is
+    shared, not copied. Thread-safe (the lookup is under a lock).
+    """
+
+    __slots__ = ("_conf", "_found", "_lock")
+
+    def __init__(
+        self, conf: ConfSnapshot | None, found: tuple[tuple[str, str], ...] | None = None
+    ) -> None:
+        self._conf = conf
+        self._found = found  # None: not looked up yet
+        self._lock = threading.Lock()
+
+    def values(self) -> tuple[tuple[str, str], ...]:
+        """The site files' settings as ``(key, value)`` pairs; the first call reads them."""
+        with self._lock:
+            if self._found is None:
+                conf, self._conf = self._conf, None  # once answered, the snapshot goes
+                found = ((key, conf.get(key)) for key in HADOOP_SITE_KEYS if conf is not None)
+                self._found = tuple((key, value) for key, value in found if value)
+            return self._found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        with self._lock:
+            return (SiteLookup, (None, self._found or ()))
+
+    def __copy__(self) -> SiteLookup:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SiteLookup:
+        return self
+
+
 @dataclass(frozen=True)
 class StorageOptions:
     """How to reach the files, from the driver and the executors alike (plain values).
@@ -49,6 +110,9 @@ class StorageOptions:
         token: the delegation token for ``auth="token"``.
         connect_timeout: seconds each WebHDFS call may wait for its TCP connection.
         read_timeout: seconds each WebHDFS call may wait for the next bytes of the answer.
+        site: where ``conf`` names no WebHDFS address, the NameNode's from the Hadoop site
+            files, looked up only when an ``hdfs://`` location is opened (:class:`SiteLookup`;
+            not compared, not shown).
 
     Raises:
         ConfigurationError: an unknown ``auth`` or a timeout that is not a positive number.
@@ -60,12 +124,10 @@ class StorageOptions:
     token: str | None = field(default=None, repr=False)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    site: SiteLookup | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.auth not in AUTH_MODES:
-            raise ConfigurationError(
-                f"auth must be one of {AUTH_MODES}. Received: auth={self.auth!r}"
-            )
+        check_auth(self.auth)
         for name in ("connect_timeout", "read_timeout"):
             object.__setattr__(self, name, positive_number(name, getattr(self, name)))
 
@@ -81,20 +143,35 @@ class StorageOptions:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> StorageOptions:
         """Options from a public function's keyword arguments (``timeout``: the read
-        timeout), with the HDFS location settings of ``conf`` (a Spark conf as a mapping).
+        timeout), with the HDFS location settings of ``conf`` (a Spark conf as a mapping;
+        a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not read here).
 
         Raises:
             ConfigurationError: a bad ``auth`` or timeout, named as the caller's argument.
         """
         read = positive_number("timeout", timeout)
         connect = positive_number("connect_timeout", connect_timeout)
-        return cls(user, located(conf), auth, token, connect, read)
+        pairs, site = located(conf)
+        return cls(user, pairs, auth, token, connect, read, site)
 
     def with_conf(self, conf: Mapping[str, str] | None) -> StorageOptions:
-        """These options with the HDFS location settings of ``conf`` instead of their own."""
+        """These options with the HDFS location settings of ``conf`` instead of their own
+        (a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not read here)."""
+        pairs, site = located(conf)
         return StorageOptions(
-            self.user, located(conf), self.auth, self.token, self.connect_timeout, self.read_timeout
+            self.user, pairs, self.auth, self.token, self.connect_timeout, self.read_timeout, site
         )
+
+    def hdfs_conf(self) -> dict[str, str]:
+        """The settings that say where HDFS is, for opening an ``hdfs://`` location: ``conf``,
+        and when that names no WebHDFS address, the site files' (:attr:`site`; on the
+        driver the first call reads them). Thread-safe."""
+        conf = dict(self.conf)
+        if self.site is not None and not any(
+            k in conf for k in (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS)
+        ):
+            conf.update(self.site.values())
+        return conf
 
     @property
     def timeout(self) -> tuple[float, float]:
@@ -102,7 +179,17 @@ class StorageOptions:
         return (self.connect_timeout, self.read_timeout)
 
 
-def located(conf: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
-    """The settings of ``conf`` that say where HDFS is, as ``(key, value)`` pairs."""
-    conf = conf or {}
-    return tuple((k, conf[k]) for k in LOCATION_KEYS if conf.get(k))
+def located(
+    conf: Mapping[str, str] | None,
+) -> tuple[tuple[tuple[str, str], ...], SiteLookup | None]:
+    """The settings of ``conf`` that say where HDFS is, as ``(key, value)`` pairs, and the
+    lookup of the site files' when ``conf`` is a snapshot that names no WebHDFS address.
+
+    Reads no site file: a :class:`~tensorspark.conf.ConfSnapshot` gives its Spark conf
+    alone here, and :class:`SiteLookup` asks it for the rest when ``hdfs://`` is opened.
+    """
+    plain = conf.spark_conf if isinstance(conf, ConfSnapshot) else (conf or {})
+    pairs = tuple((k, plain[k]) for k in LOCATION_KEYS if plain.get(k))
+    named = any(k in dict(pairs) for k in (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS))
+    site = SiteLookup(conf) if isinstance(conf, ConfSnapshot) and not named else None
+    return pairs, site

@@ -41,13 +41,11 @@ from tensorspark.ps.server import ParameterServer
 from tensorspark.ps.settings import ServerSettings
 from tensorspark.ps.shards import ShardedServer
 from tensorspark.training.result import TrainResult
-from tensorspark.training.watch import RunWatch
+from tensorspark.training.watch import PushListener, RunWatch, push_fanout
 from tensorspark.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
-#: ``on_push(meta, status)``: called on the server's loop thread after each push; quick.
-PushListener = Callable[[dict[str, Any], str], None]
 #: A run's parameter server: one (a thread of the driver) or sharded (``ps_shards > 1``).
 Server = ParameterServer | ShardedServer
 #: ``make_job(server, broadcast) -> thunk``: the thunk runs and collects the Spark job.
@@ -181,7 +179,7 @@ class ServerHost:
         self._listener = listener
 
     def _on_push(self, meta: dict[str, Any], status: str) -> None:
-        """The server's push callback (its loop thread): forwards to the run's listener."""
+        """The server's push callback (its callback thread): forwards to the run's listener."""
         listener = self._listener
         if listener is not None:
             listener(meta, status)
@@ -312,7 +310,7 @@ def check_partitions(
         raise ConfigurationError(
             f"mode='sync' runs all {num_partitions} partitions at once (Spark barrier execution), "
             f"but the cluster has only {slots} task slots "
-            f"(defaultParallelism={connect.default_parallelism(sc)}, "
+            f"(defaultParallelism={connect.default_parallelism(sc, conf)}, "
             f"spark.task.cpus={tsconf.cpus_per_task(sc, conf)}{_gpu_settings(conf)}). Repartition "
             f"the data to at most {slots} partitions, add executors/cores (dynamic allocation "
             "cannot grow a barrier stage), or use mode='async'."
@@ -387,8 +385,10 @@ class TrainingRun:
                 they are not known before the job (a Spark Connect DataFrame in async mode).
             make_job: builds the job's thunk for the started server and the broadcast.
             payload: what the executors rebuild the model from (broadcast once).
-            on_push: called on the server's loop thread after each push of this run (e.g.
-                to snapshot epoch-end weights); must be quick.
+            on_push: called after each push of this run, on the server's callback thread
+                (a single server's loop thread, a sharded one's event thread), e.g. to
+                snapshot epoch-end weights; must be quick. Called even when a listener's
+                push accounting fails.
             listeners: who watches the run (:mod:`tensorspark.listeners`), called in
                 order on this thread; the facade makes the progress display and
                 TensorBoard ones (:func:`tensorspark.training.watch.run_listeners`).
@@ -408,13 +408,7 @@ class TrainingRun:
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
         watch = RunWatch(watchers, server, self.host.checkpoint_paths())
-
-        def pushed(meta: dict[str, Any], status: str) -> None:  # the server's loop thread
-            watch.on_push(meta, status)
-            if on_push is not None:
-                on_push(meta, status)
-
-        self.host.listen(pushed)
+        self.host.listen(push_fanout(watch.on_push, on_push))
         try:
             info = RunInfo(
                 name=name,

@@ -2,29 +2,42 @@
 
 :class:`RunWatch` sits between one run and its :class:`~tensorspark.listeners.ListenerList`:
 
-* :meth:`RunWatch.on_push` is a push listener of the parameter server (its loop thread,
-  quick): it sums each partition's reported loss and metrics per epoch and notes when
-  every partition has ended an epoch;
-* :meth:`RunWatch.poll` runs on the driver's main thread every half second while the job
-  runs: it hands the listeners the epochs that ended since (``on_epoch_end``), the
-  checkpoints written since (``on_checkpoint``) and the server's status (``on_poll``), and
-  raises :class:`~tensorspark.jobs.StopJob` once a listener asked to stop;
+* :meth:`RunWatch.on_push` is a push listener of the parameter server, called on the
+  server's thread that delivers push callbacks (a single server's loop thread; a sharded
+  server's event thread, which may lag its ``/status`` by a few pushes), quick: it sums
+  each partition's reported loss and metrics per epoch and notes when each partition has
+  ended an epoch;
+* :meth:`RunWatch.poll` runs on the driver's thread that called ``fit``/``run``, every
+  half second while the job runs: it hands the listeners the epochs that ended since
+  (``on_epoch_end``), the checkpoints written since (``on_checkpoint``) and the server's
+  status (``on_poll``), and raises :class:`~tensorspark.jobs.StopJob` once a listener
+  asked to stop;
 * :meth:`RunWatch.end` and :meth:`RunWatch.fail` close the run for the listeners.
 
+An epoch has ended when every partition has flagged its last push of it, or has
+finished: a partition whose worker left the server ``done`` has ended every epoch (the
+rule that lets a partition without rows, which never pushes, hold nobody back). The
+driver decides this from the server's ``/status`` worker table rather than having such a
+worker push an empty update: that push would be one more applied push and version, and
+the exactly-once books (the ledger's counts, a sync round) would have to tell it apart.
+Live delivery needs the run's partition count (``num_workers``); without it (Spark
+Connect in async mode) the epochs are delivered when the job ends.
+
 :func:`run_listeners` is where the facade turns ``progress`` and ``tensorboard_dir`` into
-listeners, once.
+listeners, once; :func:`push_fanout` joins a run's push callbacks.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tensorspark.jobs import StopJob
 from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.progress import ProgressListener
+from tensorspark.ps.validation import finite_float
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +62,46 @@ def run_listeners(
     return out
 
 
+def _count(value: Any) -> int | None:
+    """``value`` when it is a non-negative int (not a bool), else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+#: ``on_push(meta, status)``: called after each push on the server's callback thread (a
+#: single server's loop thread, a sharded server's event thread); quick.
+PushListener = Callable[[dict[str, Any], str], None]
+
+
+def push_fanout(*callbacks: PushListener | None) -> PushListener:
+    """One push callback that calls each of ``callbacks`` (None: skipped) in turn, each in
+    its own try: one that raises is logged (a warning with the traceback the first time,
+    later at DEBUG) and the next still runs, so a failing watcher never costs the run's
+    epoch snapshots. Called on the server's callback thread, one push at a time."""
+    chain = [c for c in callbacks if c is not None]
+    warned: set[int] = set()
+
+    def pushed(meta: dict[str, Any], status: str) -> None:
+        for index, callback in enumerate(chain):
+            try:
+                callback(meta, status)
+            except Exception:
+                level = logging.DEBUG if index in warned else logging.WARNING
+                warned.add(index)
+                logger.log(
+                    level, "push callback %r failed; training goes on", callback, exc_info=True
+                )
+
+    return pushed
+
+
 class EpochTotals:
-    """Per-epoch sums of what the partitions' pushes reported (server loop thread).
+    """Per-epoch sums of what the partitions' pushes reported (the server's push thread).
 
     Counts pushes the server applied or refused as diverged (a stale push is sent again
     and counted then; a duplicate was counted before). An epoch is complete when
-    ``expected()`` partitions have flagged their last push of it (``epoch_end``).
-    Thread-safe: :meth:`add` on the loop thread, :meth:`take_complete` on the driver's.
+    ``expected`` partitions have each flagged their last push of it (``epoch_end``) or
+    finished (see :meth:`take_complete`). Thread-safe: :meth:`add` on the thread that calls
+    the server's push callbacks, the ``take_*`` methods on the driver's polling thread.
     """
 
     def __init__(self) -> None:
@@ -63,24 +109,35 @@ class EpochTotals:
         self._sums: dict[int, dict[str, float]] = {}
         self._weights: dict[int, dict[str, float]] = {}
         self._ended: dict[int, set[int]] = {}
+        self._applied: dict[int, int] = {}  # pushes counted as applied, per partition
         self._delivered: set[int] = set()
 
     def add(self, meta: Mapping[str, Any], status: str) -> None:
-        if status not in ("applied", "diverged") or "epoch" not in meta:
+        """Count one push; a malformed field is skipped, never raised (a non-finite or
+        non-numeric metric is left out of that epoch's means)."""
+        if status not in ("applied", "diverged"):
             return
-        epoch, samples = int(meta["epoch"]), int(meta.get("samples", 0))
+        epoch, partition = _count(meta.get("epoch")), _count(meta.get("partition"))
+        samples = _count(meta.get("samples", 0))
+        if epoch is None or partition is None or samples is None:
+            return
+        metrics = meta.get("metrics")
+        values = {str(k): v for k, v in metrics.items()} if isinstance(metrics, Mapping) else {}
+        if "loss" in meta:
+            values["loss"] = meta["loss"]
         with self._lock:
             sums = self._sums.setdefault(epoch, {})
             weights = self._weights.setdefault(epoch, {})
             sums["samples"] = sums.get("samples", 0.0) + samples
-            values = dict(meta.get("metrics") or {})
-            if "loss" in meta:
-                values["loss"] = meta["loss"]
-            for name, value in values.items():
-                sums[name] = sums.get(name, 0.0) + float(value) * samples
-                weights[name] = weights.get(name, 0.0) + samples
+            for name, raw in values.items():
+                value = finite_float(raw)
+                if value is not None and name != "samples":
+                    sums[name] = sums.get(name, 0.0) + value * samples
+                    weights[name] = weights.get(name, 0.0) + samples
+            if status == "applied":
+                self._applied[partition] = self._applied.get(partition, 0) + 1
             if meta.get("epoch_end"):
-                self._ended.setdefault(epoch, set()).add(int(meta["partition"]))
+                self._ended.setdefault(epoch, set()).add(partition)
 
     def _metrics(self, epoch: int) -> dict[str, float]:
         sums, weights = self._sums.get(epoch, {}), self._weights.get(epoch, {})
@@ -91,17 +148,33 @@ class EpochTotals:
         out["samples"] = sums.get("samples", 0.0)
         return out
 
-    def take_complete(self, expected: int | None) -> list[tuple[int, dict[str, float]]]:
-        """The epochs every one of ``expected`` partitions has ended, not taken before, in
-        order (none while ``expected`` is unknown)."""
+    def take_complete(
+        self, expected: int | None, workers: Iterable[Mapping[str, Any]] = ()
+    ) -> list[tuple[int, dict[str, float]]]:
+        """The complete epochs not taken before, in order: up to the first epoch some
+        push was counted for that is not complete yet (none while ``expected`` is unknown).
+
+        Args:
+            expected: the run's partitions (the server's ``num_workers``).
+            workers: the server's ``/status`` worker rows. A partition whose worker left
+                ``"done"`` has ended every epoch, once every push the server applied from
+                it has been counted here (``pushes``): a partition without rows never
+                flags an epoch's end, and a sharded server's callbacks may lag its status.
+        """
         if not expected:
             return []
         with self._lock:
-            done = sorted(
-                e
-                for e, ended in self._ended.items()
-                if len(ended) >= expected and e not in self._delivered
-            )
+            finished = {
+                int(w["partition"])
+                for w in workers
+                if w.get("state") == "done"
+                and self._applied.get(int(w["partition"]), 0) >= int(w.get("pushes", 0))
+            }
+            done = []
+            for epoch in sorted(set(self._sums) - self._delivered):
+                if len(self._ended.get(epoch, set()) | finished) < expected:
+                    break
+                done.append(epoch)
             self._delivered.update(done)
             return [(e, self._metrics(e)) for e in done]
 
@@ -146,22 +219,27 @@ class RunWatch:
         self._announced = len(checkpoints)
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
-        """The server's push callback (its loop thread): counts the push; quick."""
+        """The server's push callback (the server's callback thread): counts the push;
+        quick, and never raises on a malformed push."""
         self.epochs.add(meta, status)
 
     def start(self, info: RunInfo) -> None:
+        """The run starts: the listeners' earlier stop requests are forgotten, then
+        ``on_run_start`` (driver, the thread of fit/run)."""
         self.listeners.on_run_start(info)
 
     def poll(self) -> None:
-        """Deliver what happened since the last poll (driver main thread).
+        """Deliver what happened since the last poll (driver, the thread of fit/run).
 
         Raises:
             StopJob: a listener asked to stop the run (its reason is the message).
         """
-        for epoch, metrics in self.epochs.take_complete(self.server.num_workers):
+        status = self.server.status()
+        workers = status.get("workers", ())
+        for epoch, metrics in self.epochs.take_complete(self.server.num_workers, workers):
             self.listeners.on_epoch_end(epoch, metrics)
         self._announce_checkpoints()
-        self.listeners.on_poll(self.server.status())
+        self.listeners.on_poll(status)
         reason = self.listeners.stop_reason
         if reason is not None:
             raise StopJob(reason)

@@ -13,24 +13,33 @@ Two launchers, one interface (:class:`Launcher`), chosen by :func:`launcher_for`
   function (:func:`tensorspark.connect.share`). The result comes back as one binary cell
   in tensorspark's wire format (JSON and raw arrays, no pickle).
 
+DataFrame data goes through the input seam's DataFrame kind (:mod:`tensorspark.inputs`):
+:func:`plan_frames` plans each DataFrame with
+:func:`~tensorspark.inputs.dataframe.plan_dataframe` (the columns as a model is fed them,
+the first row read; no model exists on the driver, so :class:`TuneFeed` stands for it), and
+the trial's task reads its rows with that kind's
+:class:`~tensorspark.inputs.dataframe.ArrowReader`. Whether the data is a DataFrame is
+asked of :func:`tensorspark.inputs.is_dataframe`.
+
 Each trial's job runs under the search's job group (Connect: tag), so :meth:`Launcher.cancel`
 stops every trial in flight. Driver side, except the ``*_task`` functions (executors).
-Whether the data is a DataFrame is asked of :func:`tensorspark.inputs.is_dataframe`, the
-input seam's one place for telling kinds apart.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from tensorspark import connect, jobs, wire
-from tensorspark.data import FEED_NAMES, arrow_to_blocks, column_type, example_columns
+from tensorspark.data import FEED_NAMES, column_type
 from tensorspark.errors import ConfigurationError
-from tensorspark.inputs import is_dataframe
+from tensorspark.fileio.spec import Feed
+from tensorspark.inputs import dataframe, is_dataframe, rdd
+from tensorspark.inputs.dataframe import ArrowReader, plan_dataframe
 from tensorspark.tuning.trial import Trial, TrialConfig, run_trial, run_trial_from_broadcast
 
 #: The column that tells training rows (0) from validation rows (1) in a trial's input.
@@ -50,48 +59,83 @@ class Launcher(Protocol):
         """Free what the trials shared (a broadcast)."""
 
 
-def check_dataframes(train: Any, validation: Any, features_col: str, label_col: str) -> None:
-    """Check the DataFrame data of a search before any trial runs (driver; one tiny job).
+#: What ``tune`` takes as data, as messages name it.
+ACCEPTED = (
+    "a tuple (x, y) of arrays with one row per example, or a DataFrame with `features_col` "
+    "and `label_col` (not an RDD or files)"
+)
+
+
+@dataclass(frozen=True)
+class TuneFeed:
+    """What a search's DataFrame data is fed as: the
+    :class:`~tensorspark.inputs.base.ModelFeed` :func:`plan_frames` plans it with (driver).
+
+    ``build`` runs on the executors only, so no model checks the first row: features are
+    fed as float32, labels as int64 class ids when the label column is integral
+    (``integer_labels``), else as float32.
+    """
+
+    integer_labels: bool
+    names: tuple[str, ...] = FEED_NAMES
+
+    def file_feed(self) -> Feed:
+        """Never asked: ``tune`` takes no files.
+
+        Raises:
+            ConfigurationError: always.
+        """
+        raise ConfigurationError(
+            f"Argument `train` must be {ACCEPTED}. Received: files (tensorspark.files(...))"
+        )
+
+    def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
+        """The dtype names of the block's columns (the row itself is the trials' to judge)."""
+        return ("float32", "int64" if self.integer_labels else "float32")
+
+
+@dataclass(frozen=True)
+class Frames:
+    """A search's DataFrame data as each trial's task reads it (driver; :attr:`reader` is
+    shipped): both sets' rows in one partition, marked by :data:`SPLIT`."""
+
+    source: Any
+    reader: ArrowReader
+
+
+def plan_frames(train: Any, validation: Any, features_col: str, label_col: str) -> Frames:
+    """Plan and check the DataFrame data of a search before any trial runs, through the
+    input seam's DataFrame kind (driver; one tiny job per DataFrame, no other).
 
     Raises:
         ConfigurationError: a column is missing or of an unusable type, the two DataFrames
-            differ in kind, or ``train`` is empty.
+            differ in kind, or one is empty.
     """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegralType
+
     if validation is not None and not is_dataframe(validation):
         raise ConfigurationError(
             "Argument `validation` must be a DataFrame like `train`. Received: validation of "
             f"type {type(validation).__name__}"
         )
-    for name, df in (("train", train), ("validation", validation)):
-        if df is None:
-            continue
-        example_columns(df, features_col, label_col, integer_labels=False)  # raises if unusable
-        if not df.select(features_col).head(1):
-            raise ConfigurationError(
-                f"Argument `{name}` is empty: there is nothing to train or score on."
-            )
-
-
-def _trial_input(train: Any, validation: Any, features_col: str, label_col: str) -> Any:
-    """One DataFrame of both sets' rows, in one partition (driver; no job)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegralType
-
-    integer = isinstance(column_type(train, label_col, "label_col"), IntegralType)
-    parts = [
-        df.select(
-            *example_columns(df, features_col, label_col, integer),
-            F.lit(split).cast("byte").alias(SPLIT),
-        )
-        for split, df in enumerate((train, validation))
+    feed = TuneFeed(isinstance(column_type(train, label_col, "label_col"), IntegralType))
+    planned = [
+        plan_dataframe(df, feed, argument=name, features_col=features_col, label_col=label_col)
+        for name, df in (("train", train), ("validation", validation))
         if df is not None
     ]
+    parts = [p.df.withColumn(SPLIT, F.lit(split).cast("byte")) for split, p in enumerate(planned)]
     data = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    return data.coalesce(1)
+    reader = planned[0].reader
+    return Frames(data.coalesce(1), ArrowReader((*reader.columns, SPLIT), (*reader.dtypes, "int8")))
 
 
 class BroadcastTrials:
     """Classic Spark with arrays: broadcast once, one ``parallelize`` job per trial."""
+
+    #: The Python worker pool the trials run in (RDD jobs).
+    pool: ClassVar[str] = rdd.POOL
 
     def __init__(
         self,
@@ -118,7 +162,14 @@ class BroadcastTrials:
 
 
 class ArrowTrials:
-    """One ``mapInArrow`` job of one task per trial: DataFrame data, or Spark Connect."""
+    """One ``mapInArrow`` job of one task per trial: DataFrame data, or Spark Connect.
+
+    ``source`` is what the task reads: the search's rows and their ``reader``, or with
+    ``arrays`` (shared arrays under Spark Connect) one row, and ``reader`` is ``None``.
+    """
+
+    #: The Python worker pool the trials run in.
+    pool: ClassVar[str] = dataframe.POOL
 
     def __init__(
         self,
@@ -128,17 +179,21 @@ class ArrowTrials:
         group: str,
         *,
         source: Any,
+        reader: ArrowReader | None = None,
         arrays: Any = None,
     ) -> None:
         self._spark = spark
         self._group = group
         self._source = source
+        self._reader = reader
         self._arrays = arrays
         self._build = build
         self._config = config
 
     def run(self, trial: Trial) -> dict[str, Any]:
-        fn = functools.partial(arrow_trial_task, self._build, self._arrays, self._config, trial)
+        fn = functools.partial(
+            arrow_trial_task, self._build, self._reader, self._arrays, self._config, trial
+        )
         with jobs.job_group(self._spark, self._group, f"tensorspark tune trial {trial.index}"):
             (row,) = self._source.mapInArrow(fn, "result binary").collect()
         tensors, meta = wire.decode(bytes(row.result))
@@ -156,6 +211,18 @@ class ArrowTrials:
             self._arrays.destroy()
 
 
+def _in_arrow(sc: Any, *, dataframes: bool) -> bool:
+    """Whether the trials run as ``mapInArrow`` jobs (:class:`ArrowTrials`): DataFrame
+    data, or Spark Connect."""
+    return dataframes or connect.is_connect(sc)
+
+
+def trial_pool(sc: Any, *, dataframes: bool) -> str:
+    """The Python worker pool :func:`launcher_for`'s trials run in (driver; no job), for
+    the warm-up queued before the data is shared."""
+    return ArrowTrials.pool if _in_arrow(sc, dataframes=dataframes) else BroadcastTrials.pool
+
+
 def launcher_for(
     sc: Any,
     build: Callable[[dict[str, Any]], Any],
@@ -163,17 +230,15 @@ def launcher_for(
     group: str,
     *,
     arrays: Mapping[str, Any] | None,
-    train_df: Any = None,
-    validation_df: Any = None,
-    features_col: str = "features",
-    label_col: str = "label",
+    frames: Frames | None = None,
 ) -> Launcher:
-    """The launcher for this search's data and Spark (driver; ``sc`` is a handle)."""
-    if train_df is not None:
-        source = _trial_input(train_df, validation_df, features_col, label_col)
-        return ArrowTrials(sc, build, config, group, source=source)
-    assert arrays is not None
-    if not connect.is_connect(sc):
+    """The launcher for this search's data (``arrays`` or ``frames``, one of them) and
+    Spark (driver; ``sc`` is a handle)."""
+    if frames is not None:
+        return ArrowTrials(sc, build, config, group, source=frames.source, reader=frames.reader)
+    if arrays is None:
+        raise ValueError("launcher_for needs arrays or frames; it received neither")
+    if not _in_arrow(sc, dataframes=False):
         return BroadcastTrials(sc, build, arrays, config, group)
     shared = connect.share(sc, dict(arrays), "the training data")
     return ArrowTrials(
@@ -186,6 +251,7 @@ def launcher_for(
 
 def arrow_trial_task(
     build: Callable[[dict[str, Any]], Any],
+    reader: ArrowReader | None,
     arrays: Any,
     config: TrialConfig,
     trial: Trial,
@@ -193,17 +259,18 @@ def arrow_trial_task(
 ) -> Iterator[Any]:
     """``mapInArrow`` body: gather the trial's data, train, yield the result (executor).
 
-    ``arrays`` (an :class:`~tensorspark.connect.Inline`) holds the data, or is ``None``:
-    then the input batches do (features, label and split columns).
+    The input batches hold the data (features, label and split columns), read by
+    ``reader``; or ``reader`` is ``None`` and ``arrays`` (an
+    :class:`~tensorspark.connect.Inline`) holds it.
     """
     import pyarrow as pa
 
-    if arrays is not None:
+    if reader is not None:
+        data = _arrays_from_batches(reader, batches)
+    else:
         for _ in batches:
             pass  # read to the end, so PySpark reuses this Python worker
         data = arrays.value
-    else:
-        data = _arrays_from_batches(batches)
     out = run_trial(build, data, config, trial)
     weights = out.pop("weights", None) or []
     out.pop("params", None)
@@ -214,19 +281,22 @@ def arrow_trial_task(
     )
 
 
-def _arrays_from_batches(batches: Iterator[Any]) -> dict[str, np.ndarray | None]:
-    """The training and validation arrays of a trial's input batches (executor)."""
-    blocks = list(
-        arrow_to_blocks(
-            batches, (*FEED_NAMES, SPLIT), [np.dtype(np.float32), None, np.dtype(np.int8)]
-        )
-    )
+def _arrays_from_batches(
+    reader: ArrowReader, batches: Iterator[Any]
+) -> dict[str, np.ndarray | None]:
+    """The training and validation arrays of a trial's input batches, read by ``reader``
+    (executor).
+
+    Raises:
+        ConfigurationError: no rows (the data changed since :func:`plan_frames` read it).
+    """
+    blocks = list(reader.blocks(batches))
     if not blocks:
-        raise ConfigurationError("the training data is empty: there is nothing to train on")
-    x = np.concatenate([b[0] for b in blocks])
-    y = np.concatenate([b[1] for b in blocks])
-    y = y.astype(np.int64 if y.dtype.kind in "iu" else np.float32, copy=False)
-    split = np.concatenate([b[2] for b in blocks])
+        raise ConfigurationError(
+            "Argument `train` is empty: there is nothing to train on. Received: no rows in "
+            "the trial's task"
+        )
+    x, y, split = (np.concatenate([b[i] for b in blocks]) for i in range(3))
     train, val = split == 0, split == 1
     return {
         "x": x[train],

@@ -23,11 +23,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorspark import connect, gpus
-from tensorspark.arguments import positive_int
+from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.models.precision import check_policy, policy_scope
-from tensorspark.tuning.launch import check_dataframes, is_dataframe, launcher_for
+from tensorspark.tuning.launch import (
+    ACCEPTED,
+    is_dataframe,
+    launcher_for,
+    plan_frames,
+    trial_pool,
+)
 from tensorspark.tuning.loop import expected_total, run_search
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.searchers import (
@@ -60,9 +66,9 @@ def _as_arrays(name: str, value: Any, required: bool) -> tuple[np.ndarray, np.nd
     if value is None and not required:
         return None
     if not isinstance(value, (tuple, list)) or len(value) != 2:
+        accepted = ACCEPTED if name == "train" else "a tuple (x, y) of arrays like `train`"
         raise ConfigurationError(
-            f"Argument `{name}` must be a tuple (x, y) of arrays with one row per example. "
-            f"Received: {name}={type(value).__name__}"
+            f"Argument `{name}` must be {accepted}. Received: {name}={type(value).__name__}"
         )
     x, y = np.asarray(value[0]), np.asarray(value[1])
     if x.ndim == 0 or y.ndim == 0 or len(x) != len(y) or len(x) == 0:
@@ -266,11 +272,7 @@ def tune(
         raise ConfigurationError(
             f"Argument `seed` must be an integer or None. Received: seed={seed!r}"
         )
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ConfigurationError(
-            "Argument `timeout` must be a positive number of seconds. Received: "
-            f"timeout={timeout!r}"
-        )
+    timeout = positive_number("timeout", timeout)
     policy = check_policy(mixed_precision)
     frames = is_dataframe(train)
     train_xy = None if frames else _as_arrays("train", train, required=True)
@@ -298,13 +300,14 @@ def tune(
     sc = connect.spark_handle(sc)
     conf = ConfSnapshot.take(sc)
     gpus.plan(sc, "tensorspark tune", conf)
+    # DataFrame data is planned through the input seam (its columns checked, its first row
+    # read: one tiny job per DataFrame) before any trial is sent.
+    planned = plan_frames(train, validation, features_col, label_col) if frames else None
     # By default as many trials are in flight as there are slots (with GPUs, one per GPU),
     # so every submitted trial starts at once and the order chosen is the order run. (One
     # more, queued in Spark, saved nothing measurable: a freed slot waited 0.06-0.12 s for
     # its next trial either way. And the order in which Spark queues jobs sent from several
     # threads at once is a race.)
-    if frames:
-        check_dataframes(train, validation, features_col, label_col)
     total = expected_total(searcher, max_trials)
     parallel = max_parallel or max(1, task_slots(sc, conf))
     if total is not None:
@@ -328,22 +331,16 @@ def tune(
         }
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
-    pool = "dataframe" if frames or connect.is_connect(sc) else "rdd"
     warming = warm_up(
-        sc, pools=(pool,), keep_alive=0.0, enabled=None, yield_to_jobs=False, conf=conf
+        sc,
+        pools=(trial_pool(sc, dataframes=frames),),
+        keep_alive=0.0,
+        enabled=None,
+        yield_to_jobs=False,
+        conf=conf,
     )
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
-    launcher = launcher_for(
-        sc,
-        build,
-        config,
-        group,
-        arrays=arrays,
-        train_df=train if frames else None,
-        validation_df=validation if frames else None,
-        features_col=features_col,
-        label_col=label_col,
-    )
+    launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
     start = time.monotonic()
     try:
         results, best_weights = run_search(

@@ -52,7 +52,9 @@ Rules it keeps:
 
 The package: :mod:`~tensorspark.warmup.plan` decides what to warm from the Spark conf
 (pure), :mod:`~tensorspark.warmup.runner` runs it on the driver (:class:`WarmUp`,
-:func:`warm_up`), :mod:`~tensorspark.warmup.tasks` is what the tasks run on the executors.
+:func:`warm_up`; :mod:`~tensorspark.warmup.guard` cancels its job only while Spark shows it
+running), :mod:`~tensorspark.warmup.tasks` is what the tasks run on the executors,
+:mod:`~tensorspark.warmup.calls` tells it which pool a session call uses.
 """
 
 from tensorspark.warmup.plan import (
@@ -64,7 +66,7 @@ from tensorspark.warmup.plan import (
     plan_warm_up,
     reuse_warning,
 )
-from tensorspark.warmup.runner import PoolReport, WarmUp, pool_of, warm_up
+from tensorspark.warmup.runner import PoolReport, WarmUp, warm_up
 from tensorspark.warmup.tasks import trace_once, warm_worker
 
 __all__ = [
@@ -76,7 +78,6 @@ __all__ = [
     "parse_pools",
     "plan_for",
     "plan_warm_up",
-    "pool_of",
     "reuse_warning",
     "trace_once",
     "warm_up",

@@ -1,9 +1,10 @@
 """A decorator for the session methods that run Spark jobs: it tells the warm-up which
 worker pool a call uses while the call runs (driver).
 
-The warm-up's job in that pool then does not step aside for the call's jobs (they would
-import TensorFlow themselves), and its keep-alive counts from the call's end (see
-:mod:`tensorspark.warmup`).
+The pool is the one the data's input kind names (:func:`tensorspark.inputs.pool_of`; files
+run in the RDD pool). The warm-up's job in that pool then does not step aside for the
+call's jobs (they would import TensorFlow themselves), and its keep-alive counts from the
+call's end (see :mod:`tensorspark.warmup`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from tensorspark.warmup.runner import pool_of
+from tensorspark.inputs import pool_of
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -17,6 +17,7 @@ from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
+from tensorspark.warmup.guard import JobGuard
 from tensorspark.warmup.plan import WarmUpPlan, plan_for
 from tensorspark.warmup.tasks import warm_batches, warm_rows
 
@@ -33,19 +34,6 @@ TICK_TIMEOUT_S = 20.0
 SUBMIT_WAIT_S = 5.0
 #: What Spark's UI shows for these jobs.
 DESCRIPTION = "tensorspark: warming Python workers"
-
-
-def pool_of(data: Any) -> str | None:
-    """The worker pool a job over ``data`` runs in: ``"rdd"``, ``"dataframe"`` or None
-    (driver; imports pyspark)."""
-    from pyspark import RDD
-    from pyspark.sql import DataFrame
-
-    if isinstance(data, RDD):
-        return "rdd"
-    if isinstance(data, DataFrame):
-        return "dataframe"
-    return None
 
 
 @dataclass
@@ -67,7 +55,8 @@ class PoolReport:
 
 
 class _Cancelled(Exception):
-    """Our job was cancelled: ``"timeout"`` or ``"yield"`` (another job arrived)."""
+    """Our job was cancelled: ``"timeout"``, ``"yield"`` (another job arrived) or
+    ``"closed"`` (:meth:`WarmUp.close`); or not started: ``"stopped"``."""
 
 
 @dataclass
@@ -126,10 +115,8 @@ class WarmUp:
         self._stop = threading.Event()
         self._warmed = threading.Event()  # every planned pool warmed (or given up)
         self._thread: threading.Thread | None = None
-        # Whether a job of ours is submitted or running (set and cleared under _lock): only
-        # then has close() a job to cancel. Cancelling the group of a finished job makes
-        # Spark log "WARN DAGScheduler: Failed to cancel job group ...".
-        self._in_job = False
+        # Our running job and its cancelling: only while Spark shows it (guard.py says why).
+        self._guard = JobGuard(sc, self.group)
 
     # ------------------------------------------------------------------ public
 
@@ -206,16 +193,14 @@ class WarmUp:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the keep-alive and cancel a warm-up job still running (only then: a
-        finished one has nothing to cancel), waiting up to ``timeout`` seconds for the
-        thread (0: not at all). Idempotent."""
-        with self._lock:
-            self._stop.set()  # under the lock: no job of ours starts after this
-            if self._in_job:
-                logger.debug("Warm-up: cancelling the running job of %s", self.group)
-                try:
-                    self.sc.cancelJobGroup(self.group)
-                except Exception:  # noqa: BLE001 - a stopped context has nothing left to cancel
-                    logger.debug("cancelling %s failed", self.group, exc_info=True)
+        finished one has nothing to cancel; one Spark has not registered yet is cancelled
+        by its watch once it has), waiting up to ``timeout`` seconds for the thread (0: not
+        at all). No job of ours starts after this. Idempotent."""
+        self._stop.set()
+        try:
+            self._guard.close()
+        except Exception:  # noqa: BLE001 - a stopped context has nothing left to cancel
+            logger.debug("cancelling %s failed", self.group, exc_info=True)
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
@@ -286,6 +271,11 @@ class WarmUp:
         except _Cancelled as why:
             if str(why) == "stopped":
                 return True  # closed before the job started: nothing to report
+            if str(why) == "closed":
+                with self._lock:
+                    report.error = "cancelled: the warm-up was closed"
+                logger.debug("Warm-up of the %s pool cancelled by close()", pool)
+                return True
             if str(why) == "yield":
                 with self._lock:
                     report.yielded += 1
@@ -345,59 +335,65 @@ class WarmUp:
 
         Raises:
             _Cancelled: cancelled after ``timeout`` seconds, or, with ``may_yield``, when
-                another job arrived (see the class docstring); ``"stopped"``: not started,
-                :meth:`close` was called.
+                another job arrived (see the class docstring), or by :meth:`close`
+                (``"closed"``); ``"stopped"``: not started, :meth:`close` was called.
         """
-        sc = self.sc
-        n = max(1, tsconf.task_slots(sc, self.conf))  # as many tasks as run at once: one per worker
+        n = max(1, tsconf.task_slots(self.sc, self.conf))  # a task per slot: one per worker
         done = threading.Event()
-        why: list[str] = []
-
-        def watch() -> None:
-            deadline = time.monotonic() + timeout
-            try:
-                while not done.wait(0.05):
-                    if time.monotonic() > deadline:
-                        why.append("timeout")
-                    elif may_yield and self._should_yield(pool):
-                        why.append("yield")
-                    else:
-                        continue
-                    with self._lock:
-                        if self._in_job:  # the job has not ended meanwhile
-                            sc.cancelJobGroup(self.group)
-                    return
-            except Exception:  # noqa: BLE001 - e.g. the user stopped the SparkContext (shell exit)
-                # The job itself fails or ends with the context; the watch only stops watching.
-                logger.debug("warm-up watch of the %s pool ended", pool, exc_info=True)
-
-        with self._lock:
-            if self._stop.is_set():
-                raise _Cancelled("stopped")
-            self._in_job = True
-        sc.setJobGroup(self.group, f"{DESCRIPTION} ({pool})", interruptOnCancel=True)
-        watcher = threading.Thread(target=watch, name=f"{self.group}-watch", daemon=True)
-        watcher.start()
+        if not self._guard.begin():
+            raise _Cancelled("stopped")
+        watcher = threading.Thread(
+            target=self._watch,
+            args=(pool, time.monotonic() + timeout, may_yield, done),
+            name=f"{self.group}-watch",
+            daemon=True,
+        )
         try:
-            if pool == "rdd":
-                fn = functools.partial(warm_rows, self.plan.import_tensorflow)
-                return list(sc.parallelize(range(n), n).map(fn).collect())
-            if self._sql is None:
-                raise ConfigurationError("no active SQL session to warm the DataFrame pool with")
-            fn_batches = functools.partial(warm_batches, self.plan.import_tensorflow)
-            frame = self._sql.range(0, n, 1, n).mapInArrow(
-                fn_batches, "pid long, started double, seconds double, warm boolean"
-            )
-            return [row.asDict() for row in frame.collect()]
+            self.sc.setJobGroup(self.group, f"{DESCRIPTION} ({pool})", interruptOnCancel=True)
+            watcher.start()
+            return self._collect(pool, n)
         except Exception as err:
-            if why:
-                raise _Cancelled(why[0]) from err
+            why = self._guard.end()
+            if why is not None:
+                raise _Cancelled(why) from err
             raise
         finally:
-            with self._lock:
-                self._in_job = False
+            self._guard.end()
             done.set()
-            watcher.join(1.0)
+            if watcher.is_alive():
+                watcher.join(1.0)
+
+    def _watch(self, pool: str, deadline: float, may_yield: bool, done: threading.Event) -> None:
+        """While our job runs (until ``done``): cancel it once closed, past ``deadline``, or
+        (``may_yield``) when it should step aside; the cancel is sent once Spark shows it."""
+        try:
+            while not done.wait(0.05):
+                if self._guard.closed:
+                    why = "closed"
+                elif time.monotonic() > deadline:
+                    why = "timeout"
+                elif may_yield and self._should_yield(pool):
+                    why = "yield"
+                else:
+                    continue
+                if self._guard.cancel(why):
+                    return
+        except Exception:  # noqa: BLE001 - e.g. the user stopped the SparkContext (shell exit)
+            # The job itself fails or ends with the context; the watch only stops watching.
+            logger.debug("warm-up watch of the %s pool ended", pool, exc_info=True)
+
+    def _collect(self, pool: str, n: int) -> list[dict[str, Any]]:
+        """Run ``n`` warm-up tasks in ``pool`` (this thread's job group); their rows."""
+        if pool == "rdd":
+            fn = functools.partial(warm_rows, self.plan.import_tensorflow)
+            return list(self.sc.parallelize(range(n), n).map(fn).collect())
+        if self._sql is None:
+            raise ConfigurationError("no active SQL session to warm the DataFrame pool with")
+        fn_batches = functools.partial(warm_batches, self.plan.import_tensorflow)
+        frame = self._sql.range(0, n, 1, n).mapInArrow(
+            fn_batches, "pid long, started double, seconds double, warm boolean"
+        )
+        return [row.asDict() for row in frame.collect()]
 
 
 def _sql_session() -> Any:

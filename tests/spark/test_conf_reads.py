@@ -1,5 +1,6 @@
 """Each public call reads the Spark conf from the JVM once (tensorspark.conf.ConfSnapshot),
-and the Hadoop site files at most once, however many steps of the call need the conf."""
+however many steps of the call need the conf; the Hadoop site files are read only when an
+hdfs:// location is opened (at most once), never for local files."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_one_predict_reads_the_conf_once(sc: SparkContext, reads: Reads, tmp_pat
     data = _files(tmp_path / "in")
     reads.reset()
     result = sps.predict(sc, str(model_file), data, batch_size=16)
-    assert (reads.conf, reads.site) == (1, 1)  # files: the WebHDFS address is looked up once
+    assert (reads.conf, reads.site) == (1, 0)  # local files: no WebHDFS address is needed
     assert len(result.collect()) == 64
     assert reads.conf == 1  # the job reads nothing more
 
@@ -92,7 +93,7 @@ def test_a_session_and_its_fit_and_predict_read_the_conf_once_each(
     assert reads.conf == 1
     reads.reset()
     ks.fit(data, epochs=1, validation_data=data, progress=False)
-    assert reads.conf == 1 and reads.site <= 1
+    assert reads.conf == 1 and reads.site == 0  # local files: no site file
     reads.reset()
     ks.predict(sc.parallelize(np.zeros((8, 4), np.float32), 2)).collect()
     assert reads.conf == 1

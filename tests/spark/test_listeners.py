@@ -1,5 +1,6 @@
 """Run listeners on real Spark: epoch ends reach a listener while the job still trains, in
-order, with the History's training values; a listener's stop request ends the run early."""
+order, with the History's training values, also with a partition that has no rows; a
+listener's stop request ends that run early, and the listener watches the next run anew."""
 
 from __future__ import annotations
 
@@ -128,3 +129,32 @@ def test_a_listener_stops_the_run_and_fit_returns_what_was_trained(sc: Any) -> N
     again = session.fit(_rdd(sc), epochs=1, progress=False)
     assert again.epoch == [0]
     assert session.last_run.stopped is None
+    # The same listener watches a later run from its start: its earlier request is forgotten
+    # (as Keras resets stop_training when fit starts), so that run stops at its own request,
+    # after epoch 1 again, not at its first poll.
+    assert stopper.stop_reason == "stop after epoch 1"
+    stopper.seen.clear()
+    later = session.fit(_rdd(sc), epochs=epochs, progress=False, listeners=[stopper])
+    assert session.last_run.stopped == "stop after epoch 1"
+    assert stopper.result is session.last_run
+    assert 2 <= len(later.epoch) < epochs
+    assert later.epoch == stopper.seen == list(range(len(later.epoch)))
+
+
+def test_a_partition_without_rows_does_not_hold_back_epoch_ends(sc: Any) -> None:
+    # Partition 0 is empty (as in a filtered DataFrame): its worker never pushes, and leaves.
+    data = sc.parallelize([], 1).union(_rdd(sc))
+    assert data.getNumPartitions() == 3
+    session = _session(sc)
+    recorder = _Recorder(session)
+    epochs = 20
+    history = session.fit(data, epochs=epochs, progress=False, listeners=[recorder])
+
+    assert [e for e in recorder.events if e[0] == "epoch"] == [("epoch", e) for e in range(epochs)]
+    total = epochs * ROWS
+    assert session.last_run.status["samples"] == total
+    live = [e for e, _, _, samples in recorder.epochs if samples < total]
+    assert live and live[0] == 0, [(e, s) for e, _, _, s in recorder.epochs]
+    for epoch, metrics, _, _ in recorder.epochs:
+        assert metrics["loss"] == pytest.approx(history.history["loss"][epoch], rel=1e-4)
+        assert metrics["samples"] == ROWS

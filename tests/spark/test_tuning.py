@@ -296,3 +296,71 @@ def test_a_searcher_of_ones_own_is_asked_and_told(sc, data) -> None:  # type: ig
     # Told each trial's score and its per-epoch values, as the trial recorded them.
     assert searcher.told == [(t.index, t.score, t.history["loss"], False) for t in result.trials]
     assert all(len(values) == 2 for _, _, values, _ in searcher.told)
+
+
+# ---------------------------------------------------------------------- DataFrame data
+
+
+def _frame(spark: Any, x: np.ndarray, y: np.ndarray) -> Any:
+    """``x`` and ``y`` as a cached DataFrame of one partition: its rows keep their order in
+    a trial's task, as the arrays' do."""
+    rows = [(xi.tolist(), int(yi)) for xi, yi in zip(x, y, strict=True)]
+    return spark.createDataFrame(rows, "pixels array<float>, label long").coalesce(1).cache()
+
+
+def test_dataframes_train_as_the_same_arrays_do(spark: Any, data: dict[str, np.ndarray]) -> None:
+    """A DataFrame search, planned and read through the input seam, trains each trial on
+    the rows the arrays hold: the same scores as the same search over the arrays."""
+    x, y, xv, yv = data["x"][:400], data["y"][:400], data["xv"][:200], data["yv"][:200]
+    args: dict[str, Any] = {
+        "space": {"units": [8, 16]},
+        "epochs": 1,
+        "batch_size": 64,
+        "metric": "val_accuracy",
+        "seed": 5,
+        "progress": False,
+    }
+    frames = tune(
+        spark,
+        build_mlp,
+        train=_frame(spark, x, y),
+        validation=_frame(spark, xv, yv),
+        features_col="pixels",
+        **args,
+    )
+    arrays = tune(spark, build_mlp, train=(x, y), validation=(xv, yv), **args)
+    assert [t.error for t in frames.trials] == [None, None]
+    assert frames.best_score > 0.3
+    assert [t.score for t in frames.trials] == pytest.approx(
+        [t.score for t in arrays.trials], rel=1e-5
+    )
+
+
+def test_dataframes_are_checked_by_the_input_seam_before_any_trial(
+    spark: Any, data: dict[str, np.ndarray]
+) -> None:
+    train = _frame(spark, data["x"][:20], data["y"][:20])
+    empty = train.limit(0)
+    args: dict[str, Any] = {"space": {"units": [8]}, "metric": "val_loss", "progress": False}
+    with pytest.raises(
+        TensorSparkError,
+        match=r"Argument `validation` is empty: there is nothing to use. "
+        r"Received: validation is empty",
+    ):
+        tune(spark, build_broken, train=train, validation=empty, features_col="pixels", **args)
+    with pytest.raises(
+        TensorSparkError, match=r"Argument `features_col` must name a column.*features_col='x'"
+    ):
+        tune(spark, build_broken, train=train, validation=train, features_col="x", **args)
+    with pytest.raises(
+        TensorSparkError,
+        match=r"`validation` must be a DataFrame like `train`. Received: validation of type tuple",
+    ):
+        tune(
+            spark,
+            build_broken,
+            train=train,
+            validation=(data["x"][:5], data["y"][:5]),
+            features_col="pixels",
+            **args,
+        )

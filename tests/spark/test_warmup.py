@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from pyspark import SparkContext
 
 import tensorspark as sps
 from tensorspark.data import first_element
-from tensorspark.warmup import WarmUp, plan_for
+from tensorspark.warmup import WarmUp, plan_for, runner
 
 
 def _worker(_: Any) -> tuple[int, bool, bool]:
@@ -344,4 +345,36 @@ def test_closing_a_running_warm_up_cancels_its_job(sc: SparkContext, tmp_path: P
         busy.join(60)
     report = warm.reports()["rdd"]
     assert report.error is not None and report.workers == 0, report  # cancelled, not run
+    assert not [line for line in warnings if "tensorspark-warmup-" in line], warnings
+
+
+def _no_running_job(sc: SparkContext, group: str) -> bool:
+    tracker = sc.statusTracker()
+    infos = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+    return not any(info is not None and info.status == "RUNNING" for info in infos)
+
+
+def test_closing_at_any_moment_of_a_submission_leaves_no_job_and_no_warning(
+    sc: SparkContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start() returns at once, so close() lands before, during or after the job's
+    # submission; the slots are taken, so the job cannot end on its own meanwhile.
+    monkeypatch.setattr(runner, "SUBMIT_WAIT_S", 0.0)
+    release = tmp_path / "release"
+    busy = _occupy_slots(sc, release)
+    try:
+        assert _until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30)
+        planned = plan_for(sc, requested=True, pools=("rdd",), keep_alive_s=0.0)
+        with _driver_warnings(sc) as warnings:
+            for delay in (0.0, 0.002, 0.01, 0.03, 0.1, 0.3):
+                warm = WarmUp(sc, planned, yield_to_jobs=False).start()
+                time.sleep(delay)
+                warm.close(timeout=30)
+                # Its job, submitted before or after the close, was cancelled: the thread
+                # did not wait for slots.
+                assert not warm.running, delay
+                assert _until(functools.partial(_no_running_job, sc, warm.group), 10), delay
+    finally:
+        release.touch()
+        busy.join(60)
     assert not [line for line in warnings if "tensorspark-warmup-" in line], warnings

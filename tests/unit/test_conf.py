@@ -325,3 +325,29 @@ def test_gpu_amounts_refuse_a_value_that_is_not_a_number() -> None:
     with pytest.raises(ConfigurationError, match=message):
         tsconf.gpu_amounts(sc)
     assert tsconf.GPU_AMOUNT_KEYS == (tsconf.TASK_GPU_KEY, tsconf.EXECUTOR_GPU_KEY)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf"])
+def test_a_timeout_must_be_finite(text: str) -> None:
+    key = "spark.tensorspark.ps.timeout"
+    with pytest.raises(ConfigurationError) as info:
+        tsconf.resolve({}, {key: text})
+    assert str(info.value) == f"{key} must be a positive number of seconds. Received: {text!r}"
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("ps_timeout", 0, r"`ps_timeout` must be a positive number of seconds or None"),
+        ("checkpoint_interval", -1.0, r"Received: checkpoint_interval=-1.0"),
+        ("keep_checkpoints", 2.5, r"Received: keep_checkpoints=2.5"),
+        ("max_body_bytes", "big", r"Received: max_body_bytes='big'"),
+        ("hdfs_auth", "basic", r"hdfs_auth must be one of .*Received: hdfs_auth='basic'"),
+    ],
+)
+def test_spark_session_checks_its_explicit_arguments(
+    argument: str, value: object, message: str
+) -> None:
+    sc = _Context({"spark.driver.host": "127.0.0.1"})
+    with pytest.raises(ConfigurationError, match=message):
+        SparkSession(sc, _TF1Session(), **{argument: value})  # type: ignore[arg-type]

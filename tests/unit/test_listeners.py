@@ -17,7 +17,7 @@ from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.progress import ProgressListener
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
-from tensorspark.training.watch import EpochTotals, RunWatch, run_listeners
+from tensorspark.training.watch import EpochTotals, RunWatch, push_fanout, run_listeners
 
 pytestmark = pytest.mark.unit
 
@@ -233,3 +233,151 @@ def test_the_watch_delivers_epoch_ends_checkpoints_and_a_stop_from_a_real_server
             recorder.request_stop("enough")
             with pytest.raises(StopJob, match="enough"):
                 watch.poll()
+
+
+def test_a_stop_request_holds_for_one_run_and_the_listener_watches_the_next() -> None:
+    calls: list[tuple[Any, ...]] = []
+    recorder = _Recorder("r", calls)
+    with ParameterServer({"w": np.zeros(4, np.float32)}, num_workers=1) as server:
+        first = RunWatch([recorder], server, [])
+        first.start(_info(server.status()))
+        recorder.request_stop("early stopping")
+        with pytest.raises(StopJob, match="early stopping"):
+            first.poll()
+        server.reset_progress()  # the next run on the same (reused) server
+        second = RunWatch([recorder], server, [])
+        second.start(_info(server.status()))
+        assert recorder.stop_reason is None
+        second.poll()  # not stopped at its first poll
+        second.poll()
+        recorder.request_stop("early stopping again")
+        with pytest.raises(StopJob, match="early stopping again"):
+            second.poll()
+    assert [c[1] for c in calls] == ["start", "start"]
+
+
+class _StopAtStart(RunListener):
+    def on_run_start(self, info: RunInfo) -> None:
+        self.request_stop("no budget left")
+
+
+def test_a_stop_requested_in_on_run_start_still_stops_that_run() -> None:
+    listeners = ListenerList([_StopAtStart()])
+    listeners.on_run_start(_info())
+    assert listeners.stop_reason == "no budget left"
+    with pytest.raises(ValueError, match="Received: stop_reason='x'"):
+        listeners.stop_reason = "x"
+
+
+def _done(partition: int, pushes: int) -> dict[str, Any]:
+    return {"partition": partition, "state": "done", "pushes": pushes}
+
+
+def test_a_finished_partition_has_ended_every_epoch() -> None:
+    totals = EpochTotals()
+    _push(totals, 0, 0, 1.0, 10, end=True)
+    _push(totals, 0, 1, 2.0, 10, end=True)
+    assert totals.take_complete(2) == []  # partition 1 (no rows) never pushes
+    running = {"partition": 1, "state": "active", "pushes": 0}
+    assert totals.take_complete(2, [running]) == []
+    failed = {"partition": 1, "state": "failed", "pushes": 0}
+    assert totals.take_complete(2, [failed]) == []  # a retry may still train it
+    taken = totals.take_complete(2, [_done(1, 0)])
+    assert taken == [(0, {"loss": 1.0, "samples": 10.0}), (1, {"loss": 2.0, "samples": 10.0})]
+    assert totals.take_complete(2, [_done(1, 0)]) == []  # each epoch once
+
+
+def test_a_finished_partition_counts_once_all_its_pushes_were_seen() -> None:
+    # A sharded server's push callbacks may come after its /status shows the worker done.
+    totals = EpochTotals()
+    _push(totals, 0, 0, 1.0, 10, end=True)
+    _push(totals, 1, 0, 3.0, 10)  # partition 1's epoch-end push is still on its way
+    assert totals.take_complete(2, [_done(1, 2)]) == []
+    _push(totals, 1, 0, 5.0, 10, end=True)
+    ((epoch, metrics),) = totals.take_complete(2, [_done(1, 2)])
+    assert (epoch, metrics) == (0, {"loss": 3.0, "samples": 30.0})
+
+
+def test_epochs_are_delivered_in_order() -> None:
+    totals = EpochTotals()
+    _push(totals, 0, 0, 1.0, 10, end=True)
+    _push(totals, 1, 0, 1.0, 10)  # partition 1 has not ended epoch 0 ...
+    _push(totals, 0, 1, 1.0, 10, end=True)
+    _push(totals, 1, 1, 1.0, 10, end=True)  # ... but flagged epoch 1 (resumed mid-epoch)
+    assert totals.take_complete(2) == []  # epoch 1 waits for epoch 0
+    assert [e for e, _ in totals.take_complete(2, [_done(1, 2)])] == [0, 1]
+
+
+def test_without_a_partition_count_epochs_wait_for_the_job_end() -> None:
+    totals = EpochTotals()
+    _push(totals, 0, 0, 1.0, 10, end=True)
+    assert totals.take_complete(None, [_done(0, 1)]) == []
+    assert totals.take_rest([{"epoch": 0, "samples": 10, "loss": 1.0}]) == [
+        (0, {"samples": 10.0, "loss": 1.0})
+    ]
+
+
+def test_a_malformed_push_is_skipped_and_a_non_finite_metric_left_out() -> None:
+    totals = EpochTotals()
+    for meta in (
+        {"epoch": "0", "partition": 0, "samples": 1},
+        {"epoch": 0, "partition": None, "samples": 1},
+        {"epoch": 0, "partition": 0, "samples": -1},
+        {"epoch": True, "partition": 0, "samples": 1},
+        {"partition": 0, "samples": 1},
+    ):
+        totals.add(meta, "applied")  # never raises on the server's thread
+    assert totals.take_complete(1, [_done(0, 0)]) == []  # nothing was counted
+    totals.add({"epoch": 0, "partition": 0, "samples": 10, "loss": 2.0, "metrics": [1]}, "applied")
+    metrics: dict[str, Any] = {"acc": float("nan"), "mae": "x", "mse": 1e400, "auc": 0.5}
+    totals.add(
+        {"epoch": 0, "partition": 0, "samples": 10, "loss": "bad", "metrics": metrics}, "applied"
+    )
+    totals.add({"epoch": 0, "partition": 0, "samples": 20, "loss": float("inf")}, "diverged")
+    ((_, got),) = totals.take_complete(1, [_done(0, 2)])
+    assert got == {"loss": 2.0, "auc": 0.5, "samples": 40.0}
+
+
+def test_an_empty_partition_does_not_hold_back_epoch_ends_from_a_real_server() -> None:
+    calls: list[tuple[Any, ...]] = []
+    watch: RunWatch | None = None
+
+    def on_push(meta: dict[str, Any], status: str) -> None:  # the server's loop thread
+        assert watch is not None
+        watch.on_push(meta, status)
+
+    with ParameterServer({"w": np.zeros(4, np.float32)}, num_workers=2, on_push=on_push) as server:
+        watch = RunWatch([_Recorder("r", calls)], server, [])
+        watch.start(_info(server.status()))
+        with ParameterClient(
+            server.url, timeout=10, ps_timeout=10, **server.client_options()
+        ) as client:
+            client.join(1, 0)
+            client.join(0, 0)
+            _client_push(client, 0, 0, 0, 2.0, end=True)
+            watch.poll()
+            assert [c[1] for c in calls] == ["start"]  # partition 1 is still running
+            client.leave(1, 0, "done")  # it had no rows: it never pushed
+            watch.poll()
+            assert calls[1:] == [("r", "epoch", 0, {"loss": 2.0, "accuracy": 0.5, "samples": 50.0})]
+            _client_push(client, 0, 1, 0, 1.0, end=True)
+            watch.poll()
+            assert [c[2] for c in calls[1:]] == [0, 1]
+
+
+def test_each_push_callback_runs_even_when_one_before_it_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[tuple[dict[str, Any], str]] = []
+
+    def broken(meta: dict[str, Any], status: str) -> None:
+        raise RuntimeError("watch is broken")
+
+    pushed = push_fanout(broken, None, lambda meta, status: seen.append((meta, status)))
+    with caplog.at_level(logging.DEBUG, logger="tensorspark.training.watch"):
+        pushed({"epoch": 0}, "applied")
+        pushed({"epoch": 1}, "applied")
+    assert seen == [({"epoch": 0}, "applied"), ({"epoch": 1}, "applied")]
+    levels = [r.levelno for r in caplog.records if "push callback" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.DEBUG]
+    assert "watch is broken" in caplog.text

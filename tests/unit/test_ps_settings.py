@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.ps import auth
 from tensorspark.ps.combiners import DeltaWeightCombiner, WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.server import ParameterServer
@@ -96,3 +97,47 @@ def test_a_server_takes_the_settings_or_the_keywords_not_both() -> None:
 def test_combiner_is_one_instance_per_settings() -> None:
     first, second = ServerSettings(), ServerSettings()
     assert isinstance(first.combiner, WeightCombiner) and first.combiner is not second.combiner
+
+
+@pytest.mark.parametrize("value", ["big", 1.5, True, -1])
+def test_max_body_bytes_must_be_a_whole_number_of_bytes(value: object) -> None:
+    message = (
+        f"max_body_bytes must be a positive number of bytes. Received: max_body_bytes={value!r}"
+    )
+    with pytest.raises(ConfigurationError) as info:
+        ServerSettings(max_body_bytes=value)  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_whole_settings_are_kept_as_ints() -> None:
+    whole: dict[str, object] = {"max_body_bytes": np.int64(1000), "shards": np.int64(2)}
+    settings = ServerSettings(**whole)  # type: ignore[arg-type]
+    assert type(settings.max_body_bytes) is int and type(settings.shards) is int
+    assert json.loads(json.dumps(settings.to_json()))["max_body_bytes"] == 1000
+
+
+def test_sync_servers_check_num_workers_alike() -> None:
+    params = {"w": np.zeros(4, np.float32)}
+    message = (
+        r"mode='sync' needs num_workers >= 1 \(the partitions in each round\). "
+        r"Received: num_workers=0"
+    )
+    with pytest.raises(ConfigurationError, match=message):
+        ParameterServer(params, mode="sync", num_workers=0)
+    with pytest.raises(ConfigurationError, match=message):
+        ShardedServer(params, mode="sync", shards=2, num_workers=0)
+    with pytest.raises(ConfigurationError, match=r"Received: num_workers=None"):
+        ShardedServer(params, mode="sync", shards=2)
+
+
+def test_a_sharded_server_refuses_a_shard_count_that_is_no_integer() -> None:
+    params = {"w": np.zeros(4, np.float32)}
+    with pytest.raises(ConfigurationError, match=r"Received: shards=2.0"):
+        ShardedServer(params, shards=2.0)
+
+
+def test_the_verifier_checks_its_window_and_nonce_bound() -> None:
+    with pytest.raises(ConfigurationError, match=r"Received: auth_window=0"):
+        auth.Verifier(SECRET, window=0)
+    with pytest.raises(ConfigurationError, match=r"Received: max_nonces=0"):
+        auth.Verifier(SECRET, max_nonces=0)
