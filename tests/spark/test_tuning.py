@@ -330,7 +330,6 @@ def test_dataframes_train_as_the_same_arrays_do(spark: Any, data: dict[str, np.n
     )
     arrays = tune(spark, build_mlp, train=(x, y), validation=(xv, yv), **args)
     assert [t.error for t in frames.trials] == [None, None]
-    assert frames.best_score > 0.3
     assert [t.score for t in frames.trials] == pytest.approx(
         [t.score for t in arrays.trials], rel=1e-5
     )
