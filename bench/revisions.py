@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,12 @@ def run_once(tree: Path, script: str, args: list[str], out: Path) -> dict[str, A
     return {"wall_s": round(time.monotonic() - started, 1), "result": doc}
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # runs the finally that removes the temporary worktree
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_term)
     args = parse_args(argv)
     extra = [a for a in args.args if a != "--"]
     base_sha = subprocess.run(
