@@ -102,10 +102,12 @@ DATAFRAME_HINT = (
 def is_dataframe(obj: Any) -> bool:
     """Whether ``obj`` is a pyspark DataFrame, classic or Spark Connect: the one definition.
 
-    Asked by duck type, without importing pyspark (tuning asks before it knows it will need
-    Spark SQL). Runs anywhere; pure.
+    Asked by duck type of the class, without importing pyspark (tuning asks before it knows
+    it will need Spark SQL), and without reading ``schema`` from the instance: that property
+    asks the JVM, or the Connect server, to analyse the plan. Runs anywhere; pure.
     """
-    return hasattr(obj, "mapInArrow") and hasattr(obj, "schema")
+    cls = type(obj)
+    return hasattr(cls, "mapInArrow") and hasattr(cls, "schema")
 
 
 def require_dataframe(

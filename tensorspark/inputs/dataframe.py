@@ -169,10 +169,9 @@ POOL = "dataframe"
 
 
 def accepts(data: Any) -> bool:
-    """Whether ``data`` is a pyspark DataFrame, classic or Spark Connect (driver)."""
-    from pyspark.sql import DataFrame
-
-    return isinstance(data, DataFrame)
+    """Whether ``data`` is a pyspark DataFrame, classic or Spark Connect (driver):
+    :func:`tensorspark.connect.is_dataframe`."""
+    return connect.is_dataframe(data)
 
 
 def plan(
