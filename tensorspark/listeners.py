@@ -27,9 +27,12 @@ The hooks, in the order a run calls them (all on the driver, on the thread that 
 
 A listener that raises is logged (a warning with the traceback, once per listener and
 hook) and training goes on. To stop the run on purpose, as ``model.stop_training = True``
-does in Keras, call :meth:`RunListener.request_stop`: the driver cancels the job at its
-next poll and the run returns the server's weights at that moment (every applied push,
-no partial one), with :attr:`~tensorspark.training.TrainResult.stopped` set.
+does in Keras, call :meth:`RunListener.request_stop`: at its next poll the driver tells
+the workers, in the server's answers (:mod:`tensorspark.ps.control`), to leave after
+their current sync (each push applied exactly once), no later epoch is delivered, and
+the run returns the server's weights once they have left, with
+:attr:`~tensorspark.training.TrainResult.stopped` set. Workers that have not left within
+``ps_timeout`` are cancelled.
 
 Adding a kind of observer (a tracker, a notifier) is one subclass of :class:`RunListener`
 passed as ``SparkSession.fit(..., listeners=[...])``; nothing else changes.
@@ -83,8 +86,9 @@ class RunListener:
     stop_reason: str | None = None
 
     def request_stop(self, reason: str = "a listener asked to stop") -> None:
-        """Ask the run to stop at the driver's next poll (like Keras's ``stop_training``);
-        the request holds for the run in progress only."""
+        """Ask the run to stop at the driver's next poll (like Keras's ``stop_training``):
+        the workers leave after their current sync; the request holds for the run in
+        progress only."""
         self.stop_reason = str(reason)
 
     def on_run_start(self, info: RunInfo) -> None:

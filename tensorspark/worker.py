@@ -7,7 +7,10 @@ Runs on executors, inside a Spark task. For its partition the loop
 2. builds the model once (a TF1 graph+session or a Keras model, through an adapter),
 3. pulls the global weights, trains ``sync_interval`` mini-batches, pushes its update
    and sets the global weights it gets back, until its epochs are done,
-4. leaves the server (``done`` or ``failed``) and returns its statistics. ``done`` is
+4. follows the run's control, which every answer of the server carries
+   (:mod:`tensorspark.ps.control`): a new learning rate from the next chunk on; a stop
+   ends the loop after the current sync (pushed and answered once, as any other),
+5. leaves the server (``done`` or ``failed``) and returns its statistics. ``done`` is
    sent only once every epoch has run: the driver takes it as the partition's end of every
    epoch (:mod:`tensorspark.training.watch`), which is how a partition without rows, which
    never pushes, ends its epochs for the run's listeners.
@@ -36,6 +39,7 @@ from tensorspark.models.base import TrainableModel
 from tensorspark.partition import EpochSource, PartitionData
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
+from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
 
@@ -137,6 +141,7 @@ def train_partition(
         model = build_model()
         try:
             loop = _Loop(partition, attempt, config, client, model, payload, resume_after, feedback)
+            loop.follow(read_control(joined))
             stats = loop.run(blocks)
         finally:
             model.close()
@@ -195,6 +200,21 @@ class _Loop:
         }
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
+        self.stopping = False  # the driver asked the run to stop (the control's ``stop``)
+        self.learning_rate: float | None = None  # the control's, once applied
+
+    def follow(self, control: Mapping[str, Any]) -> None:
+        """Apply the run's control from the server's last answer (see the module)."""
+        rate = control.get("learning_rate")
+        if rate is not None and rate != self.learning_rate:
+            setter = getattr(self.model, "set_learning_rate", None)
+            if setter is not None:
+                setter(rate)
+                self.learning_rate = rate
+                logger.info("partition %s: learning rate %g from now on", self.partition, rate)
+        if control.get("stop") and not self.stopping:
+            self.stopping = True
+            logger.info("partition %s: the driver stopped the run; leaving", self.partition)
 
     def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
@@ -216,6 +236,8 @@ class _Loop:
         )
         try:
             for epoch, batches in data.epochs():
+                if self.stopping:
+                    break
                 stats = _EpochStats()
                 chunk: list[Block] = []
                 first_index = 0
@@ -233,6 +255,8 @@ class _Loop:
                         chunk = []
                         stats.add(result)
                         self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
+                        if self.stopping:
+                            break
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
         finally:
@@ -245,6 +269,8 @@ class _Loop:
             "counts": self.counts,
             "seconds": time.time() - started,
             "version": self.version,
+            "stopped": self.stopping,
+            "learning_rate": self.learning_rate,
             # The Python worker's peak resident memory so far; a reused worker's figure
             # includes the tasks it ran before.
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
@@ -312,3 +338,4 @@ class _Loop:
             )
         self.version, self.base = response.version, response.params
         self.model.set_weights(self.base)
+        self.follow(read_control(response.meta))

@@ -335,6 +335,12 @@ class KerasTrainer:
     def set_weights(self, params: Mapping[str, np.ndarray]) -> None:
         self._core.set_weights(params)
 
+    def set_learning_rate(self, rate: float) -> None:
+        """The optimizer's learning rate from the next chunk on (a driver's callback, e.g.
+        ``ReduceLROnPlateau``, through the run's control; :mod:`tensorspark.ps.control`).
+        The compiled step reads the rate's variable, so nothing is traced again."""
+        self._core.model.optimizer.learning_rate = float(rate)
+
     def train_chunk(self, batches: list[Block]) -> dict[str, float]:
         """Train on ``batches`` in order in one compiled call; return sums over them."""
         if not batches:

@@ -35,6 +35,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
 from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.control import merge_control
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
 from tensorspark.ps.settings import MODES, ServerSettings, server_settings
@@ -227,6 +228,22 @@ class ParameterServer(LoopServer):
     def progress(self) -> dict[int, dict[str, int]]:
         """Per-partition last applied ``{"epoch", "seq"}``. Any thread (runs on the loop)."""
         return self._on_loop(self._store.progress, "progress()")
+
+    def set_control(self, updates: Mapping[str, Any]) -> dict[str, Any]:
+        """Change the run's control, which every answer to the workers carries from now on
+        (:mod:`tensorspark.ps.control`: ``stop``, ``learning_rate``); returns it. Any
+        thread (runs on the loop).
+
+        Raises:
+            ValueError: an unknown field or a bad value.
+        """
+        store = self._store
+
+        def change() -> dict[str, Any]:
+            store.control = merge_control(store.control, updates)
+            return dict(store.control)
+
+        return self._on_loop(change, "set_control()")
 
     def status(self) -> dict[str, Any]:
         """The JSON served at ``/status``. Any thread (runs on the loop)."""

@@ -323,6 +323,8 @@ class _Shard:
         if cmd == "num_workers":
             server.num_workers = args.get("value")
             return None, b""
+        if cmd == "control":
+            return server.set_control(args.get("value") or {}), b""
         if cmd == "reset_progress":
             server.reset_progress()
             return None, b""

@@ -362,6 +362,11 @@ class ShardedServer:
         self._all("num_workers", {"value": value})
         self._num_workers = value
 
+    def set_control(self, updates: Mapping[str, Any]) -> dict[str, Any]:
+        """Change the run's control on every shard (see
+        :meth:`ParameterServer.set_control`); returns shard 0's."""
+        return dict(self._all("control", {"value": dict(updates)})[0][0])
+
     def reset_progress(self) -> None:
         """Start a new run on every shard (see :meth:`ParameterServer.reset_progress`)."""
         self._all("reset_progress")

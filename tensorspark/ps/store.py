@@ -140,6 +140,7 @@ class Store:
         self._bodies = BodyPool()
         # A consistent snapshot across shards in progress: pushes beyond its target wait.
         self._hold = PushHold()
+        self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
 
     # ------------------------------------------------------------------ settings
 
@@ -205,6 +206,7 @@ class Store:
         and the version; a sync round left waiting is answered with 503."""
         self._progress.clear()
         self.ledger.forget_workers()
+        self.control = {}
         self.fail_round("a new run started on this parameter server")
 
     def count_refused(self, code: int) -> None:
@@ -251,6 +253,7 @@ class Store:
             "payload": "delta" if self.mode == "sync" else self.combiner.payload,
             "compression": None if self.compression is None else self.compression.to_json(),
             "wire": wire.VERSION,
+            "control": dict(self.control),
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
@@ -401,7 +404,9 @@ class Store:
         The arrays are lent (not recycled) until the response has left the socket.
         """
         params, release = self._sets.lend()
-        meta = {"version": self.version, "status": status}
+        meta: dict[str, Any] = {"version": self.version, "status": status}
+        if self.control:
+            meta["control"] = self.control
         if self._encoded is None:
             respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
             return

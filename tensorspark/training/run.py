@@ -407,7 +407,9 @@ class TrainingRun:
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
-        watch = RunWatch(watchers, server, self.host.checkpoint_paths())
+        # A stop request lets the workers leave after their current sync for ps_timeout.
+        stop_grace = self.settings.ps_timeout
+        watch = RunWatch(watchers, server, self.host.checkpoint_paths(), stop_grace)
         self.host.listen(push_fanout(watch.on_push, on_push))
         try:
             info = RunInfo(
@@ -435,8 +437,9 @@ class TrainingRun:
             watch.fail(err)
             raise
         partitions = [json.loads(r) for r in rows or ()]
-        stopped = watch.listeners.stop_reason if rows is None else None
-        # A stopped run has no task results: its epochs are those the listeners saw end.
+        stopped = watch.stopped
+        # A stopped run's epochs are those the listeners saw end (the workers left mid-epoch;
+        # a cancelled job, whose workers did not leave in time, has no task results).
         if stopped is None:
             epochs = jobs.aggregate_epochs(partitions)
         else:

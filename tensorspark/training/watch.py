@@ -10,8 +10,11 @@
 * :meth:`RunWatch.poll` runs on the driver's thread that called ``fit``/``run``, every
   half second while the job runs: it hands the listeners the epochs that ended since
   (``on_epoch_end``), the checkpoints written since (``on_checkpoint``) and the server's
-  status (``on_poll``), and raises :class:`~tensorspark.jobs.StopJob` once a listener
-  asked to stop;
+  status (``on_poll``); once a listener asked to stop, it tells the workers through the
+  server's answers (the run's control, :mod:`tensorspark.ps.control`), so each leaves
+  after its current sync and the job ends by itself, delivers no later epoch, and raises
+  :class:`~tensorspark.jobs.StopJob` (the job is cancelled) only when the job has not
+  ended ``stop_grace`` seconds later (at once with the default 0);
 * :meth:`RunWatch.end` and :meth:`RunWatch.fail` close the run for the listeners.
 
 An epoch has ended when every partition has flagged its last push of it, or has
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -205,10 +209,16 @@ class RunWatch:
         server: the run's parameter server (``status()``, ``num_workers``).
         checkpoints: the live list of checkpoint paths the run's checkpointer appends to
             (empty without checkpoints); those already in it are not announced.
+        stop_grace: seconds the workers have to leave by themselves after a stop request
+            before the job is cancelled (0: cancelled at once).
     """
 
     def __init__(
-        self, listeners: Iterable[RunListener] | ListenerList, server: Any, checkpoints: list[str]
+        self,
+        listeners: Iterable[RunListener] | ListenerList,
+        server: Any,
+        checkpoints: list[str],
+        stop_grace: float = 0.0,
     ) -> None:
         self.listeners = (
             listeners if isinstance(listeners, ListenerList) else ListenerList(listeners)
@@ -217,6 +227,10 @@ class RunWatch:
         self.epochs = EpochTotals()
         self._checkpoints = checkpoints
         self._announced = len(checkpoints)
+        self.stop_grace = float(stop_grace)
+        #: The stop request the run follows (the first listener's reason), else None.
+        self.stopped: str | None = None
+        self._stop_deadline = 0.0
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         """The server's push callback (the server's callback thread): counts the push;
@@ -236,13 +250,34 @@ class RunWatch:
         """
         status = self.server.status()
         workers = status.get("workers", ())
-        for epoch, metrics in self.epochs.take_complete(self.server.num_workers, workers):
-            self.listeners.on_epoch_end(epoch, metrics)
+        if self.stopped is None:
+            for epoch, metrics in self.epochs.take_complete(self.server.num_workers, workers):
+                self.listeners.on_epoch_end(epoch, metrics)
+                if self.listeners.stop_reason is not None:
+                    break  # as in Keras, no epoch after the one whose end asked to stop
         self._announce_checkpoints()
         self.listeners.on_poll(status)
-        reason = self.listeners.stop_reason
-        if reason is not None:
-            raise StopJob(reason)
+        if self.stopped is None and self.listeners.stop_reason is not None:
+            self._stop(self.listeners.stop_reason)
+        if self.stopped is not None and time.monotonic() >= self._stop_deadline:
+            if self.stop_grace > 0:
+                logger.warning(
+                    "the workers did not leave within %gs of the stop request; cancelling the job",
+                    self.stop_grace,
+                )
+            raise StopJob(self.stopped)
+
+    def _stop(self, reason: str) -> None:
+        """Tell the workers to leave after their current sync (the run's control)."""
+        self.stopped = reason
+        self._stop_deadline = time.monotonic() + self.stop_grace
+        try:
+            self.server.set_control({"stop": True})
+        except Exception:  # a server that cannot be told: the job is cancelled instead
+            logger.warning("could not tell the workers to stop; cancelling", exc_info=True)
+            self._stop_deadline = 0.0
+            return
+        logger.info("stop requested (%s): the workers leave after their current sync", reason)
 
     def _announce_checkpoints(self) -> None:
         while self._announced < len(self._checkpoints):
@@ -251,10 +286,11 @@ class RunWatch:
             self.listeners.on_checkpoint(path)
 
     def end(self, result: Any) -> None:
-        """The run ended: the epochs not delivered yet (from the tasks' statistics), the
-        last checkpoints, then ``on_run_end``."""
-        for epoch, metrics in self.epochs.take_rest(result.epochs):
-            self.listeners.on_epoch_end(epoch, metrics)
+        """The run ended: the epochs not delivered yet (from the tasks' statistics; none
+        after a stop), the last checkpoints, then ``on_run_end``."""
+        if self.stopped is None:
+            for epoch, metrics in self.epochs.take_rest(result.epochs):
+                self.listeners.on_epoch_end(epoch, metrics)
         self._announce_checkpoints()
         self.listeners.on_run_end(result)
 
