@@ -305,6 +305,7 @@ class SparkSession(SettingsView):
         tensorboard_dir: str | None = None,
         mixed_precision: str | None = None,
         listeners: Sequence[RunListener] | None = None,
+        callbacks: Sequence[Any] | None = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -323,7 +324,9 @@ class SparkSession(SettingsView):
                 features=..., label=...)`` (Parquet, TFRecord, idx): each task reads its
                 shards itself, every epoch, in bounded memory.
             epochs: passes over each partition.
-            validation_data: the same kinds of data, evaluated at each epoch's end.
+            validation_data: the same kinds of data, evaluated at each epoch's end; or
+                numpy arrays ``(x, y)`` / ``(x, y, sample_weight)``, evaluated on the driver
+                as each epoch ends, while the job runs (the only kind with ``callbacks``).
             features_col: DataFrame feature column.
             label_col: DataFrame label column.
             shuffle: shuffle rows within each partition every epoch (seeded by ``seed``).
@@ -341,6 +344,12 @@ class SparkSession(SettingsView):
                 happens (``val_*`` are computed after the run: see the returned History),
                 checkpoints and the end; one may ask to stop the run early
                 (``request_stop``). Called after the progress display and TensorBoard.
+            callbacks: ``keras.callbacks.Callback`` instances (``EarlyStopping``,
+                ``ModelCheckpoint``, ``CSVLogger``, ``ReduceLROnPlateau``, ...) called on the
+                driver as each epoch ends, while the job runs, with the driver's model
+                holding that epoch's server weights; ``model.stop_training`` stops the run
+                cleanly and a new learning rate reaches every worker at its next sync.
+                Per-batch hooks are refused (:mod:`tensorspark.training.callbacks`).
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -353,6 +362,7 @@ class SparkSession(SettingsView):
             WorkerError: a task failed; the message has the worker's traceback.
         """
         from tensorspark.models.precision import check_policy
+        from tensorspark.training.callbacks import check_callbacks
         from tensorspark.training.keras import fit
         from tensorspark.training.watch import run_listeners
 
@@ -377,6 +387,7 @@ class SparkSession(SettingsView):
             custom_objects=self.custom_objects,
             mixed_precision=check_policy(mixed_precision),
             conf=tsconf.ConfSnapshot.take(self.sc),
+            callbacks=check_callbacks(callbacks),
         )
         self.last_run = result
         return history

@@ -75,4 +75,3 @@ def read_control(meta: Mapping[str, Any]) -> dict[str, Any]:
         if rate > 0:
             out["learning_rate"] = float(rate)
     return out
-

@@ -4,6 +4,9 @@ The model's ``.keras`` bytes are checked by rebuilding them here, the data by it
 example, before any server starts. With ``validation_data``, the server's weights are
 copied when the last partition finishes each epoch (:class:`EpochSnapshots`), and after
 training one evaluation job scores every epoch's copy over the validation data, read once.
+With Keras ``callbacks`` (or ``validation_data`` as numpy arrays), the callbacks run and
+the arrays are evaluated on the driver at each epoch's end while the job runs
+(:mod:`tensorspark.training.callbacks`), and no validation job follows.
 """
 
 from __future__ import annotations
@@ -14,14 +17,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from tensorspark.conf import ConfSnapshot, snapshot
+from tensorspark.errors import ConfigurationError
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import KerasTrainerLoader, assign_weights, model_payload, read_weights
-from tensorspark.models.keras_checks import KerasFeed
+from tensorspark.models.keras_checks import KerasFeed, model_shapes
+from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import training_job
+from tensorspark.training.watch import push_fanout
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +47,7 @@ def fit(
     custom_objects: dict[str, Any] | None,
     mixed_precision: str | None = None,
     conf: ConfSnapshot | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
@@ -54,7 +61,17 @@ def fit(
     columns = {"features_col": features_col, "label_col": label_col}
     train = input_for(sc, data, feed, conf=conf, argument="data", **columns)
     val = None
-    if validation_data is not None:
+    arrays = validation_arrays(validation_data)
+    if arrays is not None:
+        arrays = _driver_validation(checked, arrays, feed)
+    elif validation_data is not None and callbacks:
+        raise ConfigurationError(
+            "with callbacks=, validation_data must be numpy arrays (x, y) or (x, y, "
+            "sample_weight): the driver evaluates them at each epoch's end while the job "
+            "runs, so the callbacks see val_* values; collect a small validation set to the "
+            f"driver. Received: validation_data={type(validation_data).__name__}"
+        )
+    elif validation_data is not None:
         val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **columns)
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
@@ -77,21 +94,39 @@ def fit(
         return training_job(train, bcast=bcast, loader=loader, config=config)
 
     known_rows = train.known_rows
+    driven = None  # the Keras callbacks, driven on this thread while the job runs
+    if callbacks or arrays is not None:
+        driven = KerasCallbacks(
+            callbacks,
+            model,
+            epochs=epochs,
+            steps=None if known_rows is None else -(-known_rows // settings.batch_size),
+            weights_at=snapshots.by_epoch.get,
+            server=lambda: host.server,
+            validation=arrays,
+            batch_size=settings.batch_size,
+        )
+        listeners = [*listeners, driven]
     result = run.execute(
         initial,
         num_partitions,
         make_job,
         payload,
-        on_push=snapshots.on_push,
+        on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
         listeners=listeners,
         num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
     assign_weights(model, result.params)
     validation = None
+    if driven is not None:
+        if driven.error is not None:
+            raise driven.error
+        driven.train_end()  # EarlyStopping(restore_best_weights=True) restores here
+        validation = driven.validation_rows if arrays is not None else None
     # A run a listener stopped is validated over the epochs it completed.
     done = epochs if result.stopped is None else len(result.epochs)
-    if val is not None and done:
+    if val is not None and done:  # (Spark data: one validation job after the run)
         sets = [snapshots.by_epoch.get(e, result.params) for e in range(done)]
         validation = run_evaluation(
             sc,
@@ -113,3 +148,18 @@ def fit(
     history = build_history(result.epochs, validation, snapshots, params, result, model)
     logger.info("%s: fit done: %s", settings.name, {k: v[-1] for k, v in history.history.items()})
     return history, result
+
+
+def _driver_validation(model: Any, arrays: tuple[Any, ...], feed: KerasFeed) -> tuple[Any, ...]:
+    """Validation arrays checked against the model by their first example, the features
+    shaped as the model's input (driver).
+
+    Raises:
+        ConfigurationError: the first example does not fit the model.
+    """
+    x, y, *rest = arrays
+    feed.check_row((x[0], y[0]), argument="validation_data", what="validation_data's first example")
+    shape = model_shapes(model)[0]
+    if tuple(x.shape[1:]) != shape:
+        x = x.reshape((len(x), *shape))
+    return (x, y, *rest)

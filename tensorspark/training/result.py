@@ -26,8 +26,8 @@ class TrainResult:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     #: Why a run listener stopped the run early (its ``request_stop`` reason), else None.
     #: A stopped run's ``epochs`` are those its listeners saw end; its ``partitions`` are
-    #: the tasks' results (``"stopped": true`` where the request reached one), or empty when the workers did not
-    #: leave within ``ps_timeout`` of the request and the job was cancelled.
+    #: the tasks' results (``"stopped": true`` where the request reached one), or empty
+    #: when the workers did not leave within ``ps_timeout`` and the job was cancelled.
     stopped: str | None = None
 
 

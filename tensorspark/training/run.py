@@ -410,7 +410,8 @@ class TrainingRun:
         # A stop request lets the workers leave after their current sync for ps_timeout.
         stop_grace = self.settings.ps_timeout
         watch = RunWatch(watchers, server, self.host.checkpoint_paths(), stop_grace)
-        self.host.listen(push_fanout(watch.on_push, on_push))
+        # ``on_push`` first: an epoch's weights are copied before the watch counts it ended.
+        self.host.listen(push_fanout(on_push, watch.on_push))
         try:
             info = RunInfo(
                 name=name,
