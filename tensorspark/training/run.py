@@ -407,9 +407,8 @@ class TrainingRun:
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
-        # A stop request lets the workers leave after their current sync for ps_timeout.
-        stop_grace = self.settings.ps_timeout
-        watch = RunWatch(watchers, server, self.host.checkpoint_paths(), stop_grace)
+        # After a stop request the workers have ps_timeout to leave by themselves.
+        watch = RunWatch(watchers, server, self.host.checkpoint_paths(), self.settings.ps_timeout)
         # ``on_push`` first: an epoch's weights are copied before the watch counts it ended.
         self.host.listen(push_fanout(on_push, watch.on_push))
         try:
@@ -439,8 +438,7 @@ class TrainingRun:
             raise
         partitions = [json.loads(r) for r in rows or ()]
         stopped = watch.stopped
-        # A stopped run's epochs are those the listeners saw end (the workers left mid-epoch;
-        # a cancelled job, whose workers did not leave in time, has no task results).
+        # A stopped run's epochs are those the listeners saw end (workers left mid-epoch).
         if stopped is None:
             epochs = jobs.aggregate_epochs(partitions)
         else:
