@@ -42,8 +42,8 @@ as Keras's ``fit`` would.
 
 from __future__ import annotations
 
-import logging
 import functools
+import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -254,8 +254,13 @@ class KerasCallbacks(RunListener):
                 )
 
     def on_epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
-        if self.error is not None:
-            return
+        self._guarded("on_epoch_end", functools.partial(self._epoch_end, epoch, metrics))
+        if self.stop_reason is None and epoch + 1 < self.epochs:
+            self._guarded("on_epoch_begin", functools.partial(self.list.on_epoch_begin, epoch + 1))
+
+    def _epoch_end(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        """The driver's model takes the epoch's weights, the validation arrays are
+        evaluated with them, then the callbacks hear of the epoch's end."""
         weights = self._weights_at(epoch)
         if weights:
             assign_weights(self.model, weights)
@@ -279,12 +284,8 @@ class KerasCallbacks(RunListener):
             logs.update({f"val_{k}": v for k, v in row.items()})
         self.last_logs = dict(logs)
         for watcher in self.nan_watchers:
-            self._guarded(
-                "on_batch_end", functools.partial(watcher.on_batch_end, epoch, dict(logs))
-            )
-        self._guarded("on_epoch_end", lambda: self.list.on_epoch_end(epoch, logs))
-        if self.stop_reason is None and epoch + 1 < self.epochs:
-            self._guarded("on_epoch_begin", lambda: self.list.on_epoch_begin(epoch + 1))
+            watcher.on_batch_end(epoch, dict(logs))
+        self.list.on_epoch_end(epoch, logs)
 
     def train_end(self) -> None:
         """``on_train_end``, once the driver's model holds the server's final weights

@@ -442,7 +442,7 @@ class TrainingRun:
         if stopped is None:
             epochs = jobs.aggregate_epochs(partitions)
         else:
-            epochs = watch.epochs.delivered_rows()
+            epochs = watch.heard_rows()
         result = TrainResult(
             params=server.params(),
             version=server.version,

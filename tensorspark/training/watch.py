@@ -231,6 +231,7 @@ class RunWatch:
         #: The stop request the run follows (the first listener's reason), else None.
         self.stopped: str | None = None
         self._stop_deadline = 0.0
+        self._heard: set[int] = set()  # the epochs the listeners were told of
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         """The server's push callback (the server's callback thread): counts the push;
@@ -252,6 +253,7 @@ class RunWatch:
         workers = status.get("workers", ())
         if self.stopped is None:
             for epoch, metrics in self.epochs.take_complete(self.server.num_workers, workers):
+                self._heard.add(epoch)
                 self.listeners.on_epoch_end(epoch, metrics)
                 if self.listeners.stop_reason is not None:
                     break  # as in Keras, no epoch after the one whose end asked to stop
@@ -266,6 +268,11 @@ class RunWatch:
                     self.stop_grace,
                 )
             raise StopJob(self.stopped)
+
+    def heard_rows(self) -> list[dict[str, Any]]:
+        """The epochs the listeners were told of, as ``aggregate_epochs`` rows (a stopped
+        run's epochs: those that ended after the stop are left out)."""
+        return [r for r in self.epochs.delivered_rows() if r["epoch"] in self._heard]
 
     def _stop(self, reason: str) -> None:
         """Tell the workers to leave after their current sync (the run's control)."""
