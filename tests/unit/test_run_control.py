@@ -13,7 +13,9 @@ import pytest
 
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.control import merge_control, read_control
+from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.server import ParameterServer
+from tensorspark.ps.shards import ShardedServer
 from tensorspark.worker import WorkerConfig, train_partition
 
 pytestmark = pytest.mark.unit
@@ -126,3 +128,21 @@ def test_a_worker_leaves_after_the_sync_whose_answer_says_stop() -> None:
         stats = train_partition(1, 0, _blocks(), _config(server), lambda: late)
         assert late.chunks == 0 and stats["stopped"] is True and stats["epochs"] == []
         assert late.rate == 0.5  # told at /join
+
+
+def test_a_sharded_server_puts_the_control_in_every_shard_s_answers() -> None:
+    params = {"a": np.zeros(3, np.float32), "b": np.zeros(5, np.float32)}
+    with ShardedServer(params, "delta", shards=2) as server:
+        client = ShardedClient(server.urls, server.layout, **server.client_options())
+        try:
+            assert client.join(0, 0)["control"] == {}
+            assert server.set_control({"stop": True}) == {"stop": True}
+            meta = {"partition": 0, "epoch": 0, "seq": 0, "attempt": 0, "samples": 1}
+            answer = client.push({k: np.ones_like(v) for k, v in params.items()}, meta)
+            assert answer.status == "applied"
+            assert read_control(answer.meta) == {"stop": True}
+            for url in server.urls:  # each shard answers with it
+                with ParameterClient(url, timeout=10, **server.client_options()) as one:
+                    assert one.join(1, 0)["control"] == {"stop": True}
+        finally:
+            client.close()
