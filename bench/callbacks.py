@@ -77,10 +77,8 @@ def main(argv: list[str] | None = None) -> None:
 
     limit_tf_threads(1)
     data = load_mnist(args.data_dir, download=False)
-    x = data.train_images[: args.rows].reshape(-1, 784).astype(np.float32) / 255.0
-    y = data.train_labels[: args.rows].astype(np.int64)
-    xt = data.test_images[:2000].reshape(-1, 784).astype(np.float32) / 255.0
-    yt = data.test_labels[:2000].astype(np.int64)
+    x, y = data.train_images[: args.rows], data.train_labels[: args.rows].astype(np.int64)
+    xt, yt = data.test_images[:2000], data.test_labels[:2000].astype(np.int64)
     conf = (
         SparkConf()
         .setMaster("local[2]")

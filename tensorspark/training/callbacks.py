@@ -262,6 +262,9 @@ class KerasCallbacks(RunListener):
         """The driver's model takes the epoch's weights, the validation arrays are
         evaluated with them, then the callbacks hear of the epoch's end."""
         weights = self._weights_at(epoch)
+        server = self._server()
+        if not weights and server is not None:  # no copy of that epoch: the weights now
+            weights = server.params()
         if weights:
             assign_weights(self.model, weights)
         logs = {k: float(v) for k, v in metrics.items() if k != "samples"}

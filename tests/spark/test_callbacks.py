@@ -17,6 +17,7 @@ import pytest
 
 import tensorspark as sps
 from tensorspark.errors import ConfigurationError
+from tensorspark.models.keras import read_weights
 
 ROWS = 256
 SCORES = [3.0, 1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 8.0]  # best at epoch 1, then worse
@@ -199,6 +200,36 @@ def test_terminate_on_nan_ends_a_diverging_run(sc: Any, sessions: list[sps.Spark
     assert result.status["diverged_pushes"] >= 1
     # The server refused the non-finite updates: the driver's weights are finite.
     assert all(np.isfinite(w).all() for w in session.session.get_weights())
+
+
+class _StopAt(keras.callbacks.Callback):
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if epoch == self.epoch:
+            self.model.stop_training = True
+
+
+def test_a_stop_in_sync_mode_ends_every_worker_after_the_same_round(
+    sc: Any, sessions: list[sps.SparkSession]
+) -> None:
+    session = _session(sc, sessions, mode="sync")
+    epochs = 100
+    history = session.fit(_rdd(sc), epochs=epochs, progress=False, callbacks=[_StopAt(0)])
+    result = session.last_run
+    assert history.epoch == [0]
+    assert result.stopped is not None
+    assert all(p["stopped"] for p in result.partitions)
+    assert result.status["duplicate_pushes"] == 0
+    # Both workers contributed to every round: they left after the same one.
+    pushes = [p["counts"]["applied"] for p in result.partitions]
+    assert pushes[0] == pushes[1] == result.status["round"]
+    mine = read_weights(session.session)  # the server's final weights (no callback chose)
+    assert mine.keys() == result.params.keys()
+    for name, value in result.params.items():
+        np.testing.assert_array_equal(mine[name], value)
 
 
 class _PerBatch(keras.callbacks.Callback):
