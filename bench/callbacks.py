@@ -50,26 +50,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_model() -> Any:
-    import keras
-
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((784,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import keras
     import numpy as np
     from pyspark import SparkConf, SparkContext
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from keras_fit import make_model  # the MLP of bench/keras_fit.py
 
     import tensorspark as sps
     from tensorspark.datasets.mnist import load_mnist
