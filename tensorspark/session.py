@@ -326,7 +326,8 @@ class SparkSession(SettingsView):
             epochs: passes over each partition.
             validation_data: the same kinds of data, evaluated at each epoch's end; or
                 numpy arrays ``(x, y)`` / ``(x, y, sample_weight)``, evaluated on the driver
-                as each epoch ends, while the job runs (the only kind with ``callbacks``).
+                as each epoch ends, while the job runs (with ``callbacks``, Spark data is
+                brought to the driver once, before the job, and evaluated so too).
             features_col: DataFrame feature column.
             label_col: DataFrame label column.
             shuffle: shuffle rows within each partition every epoch (seeded by ``seed``).

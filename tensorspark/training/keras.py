@@ -5,8 +5,9 @@ example, before any server starts. With ``validation_data``, the server's weight
 copied when the last partition finishes each epoch (:class:`EpochSnapshots`), and after
 training one evaluation job scores every epoch's copy over the validation data, read once.
 With Keras ``callbacks`` (or ``validation_data`` as numpy arrays), the callbacks run and
-the arrays are evaluated on the driver at each epoch's end while the job runs
-(:mod:`tensorspark.training.callbacks`), and no validation job follows.
+the validation rows are evaluated on the driver at each epoch's end while the job runs
+(:mod:`tensorspark.training.callbacks`; Spark validation data is first brought to the
+driver by one job, :mod:`tensorspark.training.collect`), and no validation job follows.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tensorspark.conf import ConfSnapshot, snapshot
-from tensorspark.errors import ConfigurationError
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import KerasTrainerLoader, assign_weights, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
+from tensorspark.training.collect import collect_arrays
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import training_job
@@ -64,15 +65,11 @@ def fit(
     arrays = validation_arrays(validation_data)
     if arrays is not None:
         arrays = _driver_validation(checked, arrays, feed)
-    elif validation_data is not None and callbacks:
-        raise ConfigurationError(
-            "with callbacks=, validation_data must be numpy arrays (x, y) or (x, y, "
-            "sample_weight): the driver evaluates them at each epoch's end while the job "
-            "runs, so the callbacks see val_* values; collect a small validation set to the "
-            f"driver. Received: validation_data={type(validation_data).__name__}"
-        )
     elif validation_data is not None:
         val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **columns)
+        if callbacks:  # evaluated on the driver while the job runs: its rows are brought here
+            rows = collect_arrays(sc, val, f"tensorspark {settings.name}: validation rows")
+            arrays, val = _driver_validation(checked, rows, feed), None
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions

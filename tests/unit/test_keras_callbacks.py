@@ -1,7 +1,8 @@
 """Keras callbacks on the driver, without Spark: which are refused (naming the callback and
 the hook), and the adapter driven by a run's events: each epoch's weights in the model,
 validation on the driver, a stop request from ``stop_training``, a new learning rate sent
-to a real server, a callback's error kept for ``fit`` to raise."""
+to a real server, a callback's error kept for ``fit`` to raise; the executor's trainer
+takes a new learning rate without tracing its step again."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunInfo
-from tensorspark.models.keras import read_weights
+from tensorspark.models import keras_io
+from tensorspark.models.keras import KerasTrainer, read_weights
 from tensorspark.ps.server import ParameterServer
 from tensorspark.training.callbacks import KerasCallbacks, check_callbacks
 
@@ -145,3 +147,23 @@ def test_a_callback_error_stops_the_run_and_is_kept_for_fit() -> None:
     driven.on_epoch_end(0, {"loss": 1.0})
     assert isinstance(driven.error, RuntimeError)
     assert driven.stop_reason is not None and "disk full" in driven.stop_reason
+
+
+def test_the_trainer_takes_a_new_learning_rate_in_its_compiled_step() -> None:
+    model = _model()
+    trainer = KerasTrainer(keras_io.serialize_model(model), key="rate", sync_interval=2)
+    rng = np.random.default_rng(0)
+    batches = [
+        (rng.normal(size=(4, 2)).astype(np.float32), rng.normal(size=(4, 1)).astype(np.float32))
+        for _ in range(2)
+    ]
+    before = trainer.get_weights()
+    trainer.train_chunk(batches)
+    moved = trainer.get_weights()
+    assert any(not np.array_equal(before[k], moved[k]) for k in before)
+    trainer.set_learning_rate(1e-30)  # traced already: the step reads the rate's variable
+    trainer.train_chunk(batches)
+    after = trainer.get_weights()
+    for name, value in moved.items():
+        np.testing.assert_allclose(after[name], value, rtol=0, atol=1e-12)
+    assert float(trainer.model.optimizer.learning_rate) == pytest.approx(1e-30)
