@@ -12,11 +12,13 @@ epoch ends across all partitions, while the Spark job still runs:
 * At each epoch's end: the driver's model is given the server's weights of that epoch
   (the copy taken right after the last partition's last push of the epoch; in async mode
   faster partitions may already have pushed some of the next epoch, as with the post-run
-  validation), the validation arrays (``validation_data=(x, y)`` or ``(x, y,
-  sample_weight)``) are evaluated with them on the driver (``model.evaluate``, which
-  calls the callbacks' test hooks as Keras's ``fit`` does), and the callbacks get
-  ``on_epoch_end(epoch, logs)`` with the training ``loss`` and metrics (sample-weighted
-  over the partitions) and the ``val_*`` values, then ``on_epoch_begin(epoch + 1)``.
+  validation), the validation rows (``validation_data=(x, y)`` or ``(x, y,
+  sample_weight)``; Spark data is collected to the driver once, before the job, by
+  :mod:`tensorspark.training.collect`) are evaluated with them on the driver
+  (``model.evaluate``, which calls the callbacks' test hooks as Keras's ``fit`` does),
+  and the callbacks get ``on_epoch_end(epoch, logs)`` with the training ``loss`` and
+  metrics (sample-weighted over the partitions) and the ``val_*`` values, then
+  ``on_epoch_begin(epoch + 1)``.
   ``ModelCheckpoint`` thus saves, and ``EarlyStopping`` remembers, that epoch's weights.
 * After the run, once the driver's model holds the server's final weights:
   ``on_train_end``, where ``EarlyStopping(restore_best_weights=True)`` puts back the best
