@@ -62,6 +62,7 @@ def _result(raw: dict[str, Any]) -> TrialResult:
         started_at=raw.get("started_at"),
         worker=raw.get("worker"),
         gpus=list(raw.get("gpus") or []),
+        pruned=bool(raw.get("pruned", False)),
     )
 
 
