@@ -205,3 +205,25 @@ def test_auto_mode_takes_the_study_direction() -> None:
 
 def test_no_optuna_object_leaves_the_search_to_tensorspark() -> None:
     assert _check(search="grid") is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"search": TPE}, r"`n_trials` is needed with an Optuna search"),
+        ({"pruner": optuna.pruners.MedianPruner()}, r"`pruner` needs an Optuna search"),
+        ({"search": TPE, "n_trials": 2, "space": {"x": [[1]]}}, r"`space\['x'\]` must hold"),
+    ],
+)
+def test_tune_checks_its_optuna_arguments_before_using_spark(kwargs: dict, message: str) -> None:
+    from tensorspark.tuning import tune
+
+    args: dict[str, Any] = {
+        "build": lambda p: None,
+        "space": {"units": [1, 2]},
+        "train": (np.zeros((4, 3), "float32"), np.zeros(4, "int64")),
+        "metric": "loss",
+    }
+    args.update(kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        tune(None, **args)  # type: ignore[arg-type]
