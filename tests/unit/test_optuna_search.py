@@ -227,3 +227,22 @@ def test_tune_checks_its_optuna_arguments_before_using_spark(kwargs: dict, messa
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=message):
         tune(None, **args)  # type: ignore[arg-type]
+
+
+def test_a_timed_out_search_fails_the_trials_in_flight_and_adds_none() -> None:
+    from tensorspark.tuning.loop import run_search
+    from tests.unit.test_searchers import CONFIG, LocalLauncher
+
+    study = optuna.create_study(direction="minimize")
+    searcher = OptunaSearcher(study, {"x": Uniform(0.0, 1.0)})
+    launcher = LocalLauncher()
+    launcher.gate.clear()  # the trials run until the search has timed out
+    try:
+        results, _ = run_search(
+            launcher, CONFIG, searcher, parallel=2, progress=False, timeout=0.5, max_trials=6
+        )
+    finally:
+        launcher.gate.set()
+    assert [t.index for t in results] == [0, 1]
+    assert all(t.error and t.error.startswith("TimeoutError") for t in results)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 2  # none made to fail
