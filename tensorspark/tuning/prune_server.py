@@ -100,8 +100,20 @@ class _ReportHandler(web.RequestHandler):
         except Exception:  # a pruner's failure must not stop a trial
             logger.exception("Trial %d: the pruner failed at epoch %d; going on", trial, epoch + 1)
             prune = False
-        logger.debug("trial %d epoch %d %s=%g: %s", trial, epoch + 1, "value", value, prune)
+        logger.debug("Trial %d epoch %d: %g, prune: %s", trial, epoch + 1, value, prune)
         self.finish({"decision": PRUNE if prune else GO_ON})
+
+
+def _log_request(handler: web.RequestHandler) -> None:
+    """One DEBUG line per request (tornado's own access log is INFO, one line per epoch)."""
+    logger.debug(
+        "%d %s %s (%s) %.1f ms",
+        handler.get_status(),
+        handler.request.method,
+        handler.request.uri,
+        handler.request.remote_ip,
+        1000.0 * handler.request.request_time(),
+    )
 
 
 def _parse(payload: bytes) -> tuple[int, int, float]:
@@ -171,7 +183,7 @@ class PruneServer(LoopServer):
             "pool": self._pool,
             "decide_timeout": self._decide_timeout,
         }
-        return web.Application([(PATH, _ReportHandler, options)])
+        return web.Application([(PATH, _ReportHandler, options)], log_function=_log_request)
 
     def _started(self) -> None:
         logger.info("Pruning endpoint listening at %s", self.url)

@@ -134,6 +134,8 @@ class TuneResult:
         per combination (the best score where combinations repeat, blank where every trial
         failed); parameters with many distinct values (random search) give a scatter
         coloured by the metric. One parameter gives a line of the best score per value.
+        Pruned trials are not part of a cell's or a line's best score: they are drawn as
+        an ``x`` (a cell of pruned trials only reads "pruned").
         The image is exactly ``figsize * dpi`` pixels. Uses matplotlib's Agg backend
         without touching the global backend; not thread-safe with other matplotlib use.
 
