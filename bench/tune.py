@@ -35,6 +35,9 @@ shared machine, use ``--quick`` for a smoke run.
 Usage::
 
     python bench/tune.py [--quick] [--master local[2]] [--output bench-tune.json]
+
+``--searches`` runs instead the comparison of grid, random, Optuna TPE and TPE with
+median pruning on one space and budget (:mod:`tune_searches`, its own options).
 """
 
 from __future__ import annotations
@@ -431,6 +434,12 @@ def _summary(runs: list[tuple[float, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--searches" in sys.argv:  # grid, random, TPE and TPE + pruning: bench/tune_searches.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import tune_searches
+
+        tune_searches.main([a for a in sys.argv[1:] if a != "--searches"])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 tiny trials: a smoke run")
     parser.add_argument("--master", default="local[2]")

@@ -27,8 +27,13 @@ The modules, from the bottom of the import graph up:
 * :mod:`~tensorspark.tuning.trial`: what travels to an executor, the training run there,
   :class:`TrialResult`, and the rule that ranks trials.
 * :mod:`~tensorspark.tuning.searchers`: the ask-and-tell protocol (:class:`Searcher`) and
-  the grid, random and longest-first searchers. A new searcher (e.g. Optuna's) is one
-  class there or in a module of its own, passed as ``tune(search=...)``.
+  the grid, random and longest-first searchers. A new searcher is one class there or in a
+  module of its own, passed as ``tune(search=...)``.
+* :mod:`~tensorspark.tuning.prune_link`: a trial's per-epoch reports to the driver, from
+  the executor (pruning).
+* :mod:`~tensorspark.tuning.prune_server`: the driver's signed endpoint that answers them.
+* :mod:`~tensorspark.tuning.optuna_search`: :class:`OptunaSearcher`, Optuna's samplers,
+  pruners and studies as a searcher (optuna imported only when used).
 * :mod:`~tensorspark.tuning.plot`: the sensitivity plot (matplotlib only when plotting).
 * :mod:`~tensorspark.tuning.result`: :class:`TuneResult` and its table.
 * :mod:`~tensorspark.tuning.report`: the per-trial log lines and progress display.
@@ -40,6 +45,7 @@ The modules, from the bottom of the import graph up:
 from __future__ import annotations
 
 from tensorspark.errors import TuningError
+from tensorspark.tuning.optuna_search import OptunaSearcher
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.search import tune
 from tensorspark.tuning.searchers import (
@@ -66,6 +72,7 @@ __all__ = [
     "IntRange",
     "LogUniform",
     "LongestFirstSearcher",
+    "OptunaSearcher",
     "RandomSearcher",
     "Running",
     "Searcher",

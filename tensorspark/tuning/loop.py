@@ -62,6 +62,7 @@ def _result(raw: dict[str, Any]) -> TrialResult:
         started_at=raw.get("started_at"),
         worker=raw.get("worker"),
         gpus=list(raw.get("gpus") or []),
+        pruned=bool(raw.get("pruned", False)),
     )
 
 
@@ -171,7 +172,10 @@ def run_search(
             start_more()
     except concurrent.futures.TimeoutError:
         logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
-        _record_cancelled(launcher, searcher, asked, by_index, total, timeout)
+        # Trials not asked yet are made and recorded only for a searcher that knows its
+        # total (an Optuna study would otherwise get failed trials that never ran).
+        known = total if getattr(searcher, "total", None) is not None else None
+        _record_cancelled(launcher, searcher, asked, by_index, known, timeout)
     except BaseException:  # KeyboardInterrupt included: stop the cluster's work too
         launcher.cancel()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -62,7 +62,10 @@ def plot_metric(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ok = [t for t in trials if t.ok]
-    scored = [(t.params, float(t.score)) for t in ok if t.score is not None]
+    # Pruned trials are drawn apart (an "x", or a "pruned" cell): their score is from an
+    # epoch before the last, not comparable with a finished trial's.
+    scored = [(t.params, float(t.score)) for t in ok if t.score is not None and not t.pruned]
+    cut = [(t.params, float(t.score)) for t in ok if t.score is not None and t.pruned]
     pick = max if mode == "max" else min
     image: Any = None
     if y is None:
@@ -70,6 +73,12 @@ def plot_metric(
         scores = [pick([s for p, s in scored if p[x] == v], default=float("nan")) for v in values]
         positions, labels, numeric = _axis(values)
         ax.plot(positions, scores, marker="o")
+        if cut:
+            where = dict(zip(values, positions, strict=True))
+            ax.scatter(
+                [where[p[x]] for p, _ in cut], [s for _, s in cut], marker="x", label="pruned"
+            )
+            ax.legend()
         if not numeric:
             ax.set_xticks(positions, labels)
         elif _looks_logarithmic(values):
@@ -90,6 +99,7 @@ def plot_metric(
             )
             ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
             ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+            cut_cells = {(p[x], p[y]) for p, _ in cut}
             if cells <= 64:
                 finite = grid[~np.isnan(grid)]
                 low, high = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
@@ -97,7 +107,8 @@ def plot_metric(
                     for j in range(len(xs)):
                         value = grid[i, j]
                         if math.isnan(value):
-                            text, colour = "failed", "0.3"
+                            text = "pruned" if (xs[j], ys[i]) in cut_cells else "failed"
+                            colour = "0.3"
                         else:
                             # viridis is dark at the low end, light at the high end.
                             light = high > low and (value - low) / (high - low) > 0.6
@@ -110,6 +121,17 @@ def plot_metric(
                 c=[s for _, s in scored],
                 cmap="viridis",
             )
+            if cut:
+                ax.scatter(
+                    [p[x] for p, _ in cut],
+                    [p[y] for p, _ in cut],
+                    c=[s for _, s in cut],
+                    cmap="viridis",
+                    norm=image.norm,
+                    marker="x",
+                    label="pruned",
+                )
+                ax.legend()
             if _looks_logarithmic(xs):
                 ax.set_xscale("log")
             if _looks_logarithmic(ys):
@@ -117,7 +139,8 @@ def plot_metric(
         fig.colorbar(image, ax=ax, label=metric)
         ax.set_ylabel(y)
     ax.set_xlabel(x)
-    ax.set_title(f"{metric} ({search} search, {len(ok)}/{len(trials)} ok)")
+    pruned = f", {len(cut)} pruned" if cut else ""
+    ax.set_title(f"{metric} ({search} search, {len(ok)}/{len(trials)} ok{pruned})")
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     fig.savefig(tmp, format="png", dpi=dpi)
     os.replace(tmp, path)

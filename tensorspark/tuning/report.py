@@ -32,6 +32,8 @@ class SearchProgress:
         """Count ``trial`` as done and show ``best``, the best trial so far (or ``None``)."""
         self.done += 1
         outcome = f"{self.metric}={trial.score:.4g}" if trial.ok else f"failed ({trial.error})"
+        if trial.ok and trial.pruned:
+            outcome = f"pruned after epoch {trial.epochs}, {outcome}"
         best_text = (
             f"best {self.metric}={best.score:.4g} {best.params}"
             if best is not None

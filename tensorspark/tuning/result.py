@@ -33,6 +33,8 @@ class TuneResult:
         elapsed_s: Wall-clock seconds of the whole search.
         best_weights: The best trial's weights as numpy arrays (``return_best_model``).
         best_model: The driver-side Keras model rebuilt with ``best_weights``, or ``None``.
+        study: The ``optuna.Study`` of an Optuna search (the one given as ``study=``, or
+            the in-memory one made for ``search=`` a sampler), else ``None``.
     """
 
     trials: list[TrialResult]
@@ -43,11 +45,18 @@ class TuneResult:
     elapsed_s: float
     best_weights: list[np.ndarray] | None = None
     best_model: Any = None
+    study: Any = None
 
     @property
     def succeeded(self) -> list[TrialResult]:
         """Trials that finished with a score."""
         return [t for t in self.trials if t.ok]
+
+    @property
+    def pruned(self) -> list[TrialResult]:
+        """Trials the search's pruner stopped early (they have a score, and count as
+        :attr:`succeeded`)."""
+        return [t for t in self.trials if t.ok and t.pruned]
 
     @property
     def failed(self) -> list[TrialResult]:
@@ -56,7 +65,8 @@ class TuneResult:
 
     @property
     def best_trial(self) -> TrialResult:
-        """The trial with the best score (ties: the earliest)."""
+        """The trial with the best score (ties: the earliest); a pruned trial only when
+        every trial with a score was pruned."""
         best: TrialResult | None = None
         for t in self.succeeded:
             if beats(t, best, self.mode):
@@ -77,10 +87,11 @@ class TuneResult:
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per trial, best first, failed trials last.
+        """One row per trial, best first, then pruned trials (best first), failed trials
+        last.
 
         Columns: ``trial``, one per parameter, the metric, ``epochs``, ``elapsed_s``,
-        ``status`` (``"ok"``/``"failed"``) and ``error``.
+        ``status`` (``"ok"``/``"pruned"``/``"failed"``) and ``error``.
         """
         import pandas as pd
 
@@ -94,19 +105,20 @@ class TuneResult:
             row[self.metric] = t.score
             row["epochs"] = t.epochs
             row["elapsed_s"] = round(t.elapsed_s, 3)
-            row["status"] = "ok" if t.ok else "failed"
+            row["status"] = ("pruned" if t.pruned else "ok") if t.ok else "failed"
             row["error"] = t.error
             rows.append(row)
         frame = pd.DataFrame(
             rows, columns=["trial", *names, self.metric, "epochs", "elapsed_s", "status", "error"]
         )
-        frame = frame.sort_values(
-            [self.metric, "trial"],
-            ascending=[self.mode == "min", True],
+        rank = frame["status"].map({"ok": 0, "pruned": 1, "failed": 2})
+        frame = frame.assign(_rank=rank).sort_values(
+            ["_rank", self.metric, "trial"],
+            ascending=[True, self.mode == "min", True],
             na_position="last",
             kind="mergesort",
         )
-        return frame.reset_index(drop=True)
+        return frame.drop(columns="_rank").reset_index(drop=True)
 
     def plot(
         self,
@@ -122,6 +134,8 @@ class TuneResult:
         per combination (the best score where combinations repeat, blank where every trial
         failed); parameters with many distinct values (random search) give a scatter
         coloured by the metric. One parameter gives a line of the best score per value.
+        Pruned trials are not part of a cell's or a line's best score: they are drawn as
+        an ``x`` (a cell of pruned trials only reads "pruned").
         The image is exactly ``figsize * dpi`` pixels. Uses matplotlib's Agg backend
         without touching the global backend; not thread-safe with other matplotlib use.
 

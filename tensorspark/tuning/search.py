@@ -13,6 +13,7 @@ fails only when every trial fails.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -35,6 +36,7 @@ from tensorspark.tuning.launch import (
     trial_pool,
 )
 from tensorspark.tuning.loop import expected_total, run_search
+from tensorspark.tuning.optuna_search import OptunaSearcher, optuna_searcher_for
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.searchers import (
     GridSearcher,
@@ -148,7 +150,7 @@ def tune(
     batch_size: int = 32,
     metric: str = "val_loss",
     mode: str = "auto",
-    search: str | Searcher = "grid",
+    search: str | Searcher | Any = None,
     n_trials: int | None = None,
     seed: int | None = None,
     early_stopping_patience: int | None = None,
@@ -158,6 +160,8 @@ def tune(
     progress: bool = True,
     timeout: float = 24 * 3600.0,
     mixed_precision: str | None = None,
+    pruner: Any = None,
+    study: Any = None,
 ) -> TuneResult:
     """Search hyperparameters with one Spark task per trial. Runs on the driver.
 
@@ -196,12 +200,15 @@ def tune(
         batch_size: Batch size per trial.
         metric: A key of Keras' history, e.g. ``"val_accuracy"``.
         mode: ``"max"``, ``"min"``, or ``"auto"`` (max for accuracy-like names).
-        search: ``"grid"`` (every combination) or ``"random"`` (``n_trials`` draws), or
+        search: ``"grid"`` (every combination; the default) or ``"random"`` (``n_trials``
+            draws), an Optuna sampler (e.g. ``optuna.samplers.TPESampler(seed=0)``: it
+            proposes ``n_trials`` trials from ``space``; see ``pruner`` and ``study``), or
             a searcher of your own (:class:`~tensorspark.tuning.Searcher`: ``ask`` for the
             next trial when a slot frees, ``tell`` each finished trial's score and
             per-epoch values), which proposes the parameters: ``space`` is then None.
-        n_trials: Number of trials for random search; with a searcher object, the most
-            trials to ask it for (default: until its ``ask`` returns None with none running).
+        n_trials: Number of trials for random or Optuna search; with a searcher object,
+            the most trials to ask it for (default: until its ``ask`` returns None with
+            none running).
         seed: Seed for sampling and, plus the trial index, for each trial's Keras seed.
             ``None`` draws one; it is kept in :attr:`TuneResult.seed`.
         early_stopping_patience: Stop a trial after this many epochs without improvement
@@ -231,6 +238,16 @@ def tune(
             ``dtype="float32"``, as Keras's mixed-precision guide advises);
             ``mixed_float16`` adds loss scaling when the model is compiled. The driver's
             ``return_best_model`` rebuild runs under it too. ``None``: as ``build`` makes it.
+        pruner: An Optuna pruner (e.g. ``optuna.pruners.MedianPruner()``), with ``search``
+            an Optuna sampler: each trial reports ``metric`` after every epoch from its
+            executor to the driver (a signed JSON endpoint that lives as long as the
+            search, :mod:`tensorspark.tuning.prune_server`), the pruner decides, and a
+            pruned trial stops at that epoch and frees its slot. ``None``: no pruning.
+        study: An existing ``optuna.Study`` to continue (e.g. ``optuna.load_study`` on an
+            RDB storage such as ``sqlite:///search.db``): its sampler and pruner are used
+            (``search`` and ``pruner`` are then left out), its finished trials inform the
+            sampler, ``n_trials`` new trials are added to it; ``mode="auto"`` takes its
+            direction. Pruned trials are told as PRUNED, failed ones as FAIL.
 
     With GPU scheduling (``spark.task.resource.gpu.amount``) each trial's TensorFlow sees
     only the GPUs Spark assigned its task, and by default as many trials run at once as
@@ -243,8 +260,9 @@ def tune(
         ConfigurationError: an argument is invalid, or ``cost`` raised or returned
             something other than a finite number, or GPUs per task were requested in
             local mode (nothing was run).
-        TuningError: every trial failed (the message summarises their errors), a searcher
-            proposed no trial, or its ask() returned something that cannot run.
+        TuningError: every trial failed (the message summarises their errors; a pruned
+            trial did not fail), a searcher proposed no trial, or its ask() returned
+            something that cannot run.
     """
     if not callable(build):
         raise ConfigurationError(
@@ -285,8 +303,29 @@ def tune(
     if seed is None:
         seed = secrets.randbelow(2**31 - 1)
     seed = int(seed)
-    searcher, search_name, max_trials = _searcher_for(space, search, n_trials, seed, cost)
     resolved_mode = _resolve_mode(metric, mode)
+    # An Optuna sampler, pruner or study (checked without importing optuna otherwise).
+    searcher: Searcher
+    optuna_search = optuna_searcher_for(
+        space,
+        search,
+        n_trials=n_trials,
+        cost=cost,
+        mode=mode,
+        resolved_mode=resolved_mode,
+        pruner=pruner,
+        study=study,
+    )
+    if optuna_search is not None:
+        searcher, search_name, resolved_mode = optuna_search
+        max_trials: int | None = int(n_trials)  # type: ignore[arg-type]
+    else:
+        searcher, search_name, max_trials = _searcher_for(
+            space, "grid" if search is None else search, n_trials, seed, cost
+        )
+    # Only a searcher that prunes gets the per-epoch reports (kept apart from whatever
+    # wraps the searcher later, so a wrapper need not pass them on).
+    judge = searcher if isinstance(searcher, OptunaSearcher) and searcher.prunes else None
     config = TrialConfig(
         epochs=int(epochs),
         batch_size=int(batch_size),
@@ -340,15 +379,25 @@ def tune(
         conf=conf,
     )
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
-    launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
-    start = time.monotonic()
+    channel = None
+    if judge is not None:  # the pruning endpoint: stopped below, whatever happens
+        from tensorspark.tuning.prune_server import open_channel
+
+        channel = open_channel(sc, conf, judge.should_prune)
+        config = dataclasses.replace(config, pruning=channel.link())
     try:
-        results, best_weights = run_search(
-            launcher, config, searcher, parallel, progress, timeout, max_trials
-        )
+        launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
+        start = time.monotonic()
+        try:
+            results, best_weights = run_search(
+                launcher, config, searcher, parallel, progress, timeout, max_trials
+            )
+        finally:
+            launcher.close()
     finally:
         warming.close(timeout=0.0)
-        launcher.close()
+        if channel is not None:
+            channel.stop()
     elapsed = time.monotonic() - start
     result = TuneResult(
         trials=results,
@@ -358,6 +407,7 @@ def tune(
         seed=seed,
         elapsed_s=elapsed,
         best_weights=best_weights,
+        study=searcher.study if isinstance(searcher, OptunaSearcher) else None,
     )
     if not results:
         raise TuningError(
@@ -370,10 +420,11 @@ def tune(
             f"Errors:\n{_summarise_errors(results)}"
         )
     logger.info(
-        "Tuning done in %.1fs: %d/%d trials ok, best %s=%.4g with %s",
+        "Tuning done in %.1fs: %d/%d trials ok (%d pruned), best %s=%.4g with %s",
         elapsed,
         len(result.succeeded),
         len(results),
+        len(result.pruned),
         metric,
         result.best_score,
         result.best_params,

@@ -27,6 +27,7 @@ __all__ = [
     "LogUniform",
     "Uniform",
     "check_search",
+    "distributions",
     "expand_space",
     "grid_params",
     "grid_size",
@@ -271,6 +272,16 @@ def _normalise_space(space: Any) -> dict[str, Distribution]:
                 f"(Uniform, LogUniform, IntRange, Choice). Received: {spec!r}"
             )
     return normalised
+
+
+def distributions(space: Any) -> dict[str, Distribution]:
+    """Every parameter of ``space`` as a :class:`Distribution` (a plain list becomes a
+    :class:`Choice`), checked. Pure; what other searchers translate (driver).
+
+    Raises:
+        ConfigurationError: the space is invalid.
+    """
+    return _normalise_space(space)
 
 
 def expand_space(

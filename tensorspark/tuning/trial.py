@@ -23,6 +23,7 @@ import numpy as np
 
 from tensorspark.errors import ConfigurationError, DivergenceError, WorkerPlacementError
 from tensorspark.tuning.feed import evaluation_dataset, training_dataset
+from tensorspark.tuning.prune_link import PruneLink, PruneReporter
 
 #: Longest traceback text kept per failed trial (the table stays readable).
 MAX_TRACEBACK_CHARS = 4000
@@ -41,6 +42,9 @@ class TrialConfig:
     return_weights: bool
     #: Keras dtype policy ``build`` runs under (:mod:`tensorspark.models.precision`).
     mixed_precision: str | None = None
+    #: Where each epoch's metric is reported while the trial trains, to be pruned or not
+    #: (:mod:`tensorspark.tuning.prune_link`); ``None``: no pruning.
+    pruning: PruneLink | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class TrialResult:
         worker: ``host:pid`` of the Python worker that ran it.
         gpus: The GPU addresses Spark assigned the trial's task (empty without GPU
             scheduling); its TensorFlow saw only those.
+        pruned: Whether the search's pruner stopped it after ``epochs`` epochs; its
+            ``score`` is then the best value until then, and it ranks below every trial
+            that ran to its end.
     """
 
     index: int
@@ -81,6 +88,7 @@ class TrialResult:
     started_at: float | None = None
     worker: str | None = None
     gpus: list[str] = field(default_factory=list)
+    pruned: bool = False
 
     @property
     def ok(self) -> bool:
@@ -96,16 +104,21 @@ def better(a: float, b: float | None, mode: str) -> bool:
 
 
 def beats(a: TrialResult, b: TrialResult | None, mode: str) -> bool:
-    """Whether finished trial ``a`` ranks above ``b``: a better score, or equal and earlier."""
+    """Whether finished trial ``a`` ranks above ``b``: a trial that ran to its end above a
+    pruned one, then a better score, or equal and earlier."""
     if b is None or b.score is None:
         return a.score is not None
     if a.score is None:
         return False
+    if a.pruned != b.pruned:
+        return b.pruned
     return better(a.score, b.score, mode) or (a.score == b.score and a.index < b.index)
 
 
-def _make_tracker(config: TrialConfig) -> Any:
-    """A Keras callback that tracks the best epoch, stops early and catches divergence.
+def _make_tracker(config: TrialConfig, index: int) -> Any:
+    """A Keras callback that tracks the best epoch, stops early, catches divergence and,
+    with ``config.pruning``, reports each epoch's metric to the driver and stops when it
+    says to prune (trial ``index``).
 
     Runs on the executor; keras is imported here so the driver need not import it.
     """
@@ -119,6 +132,8 @@ def _make_tracker(config: TrialConfig) -> Any:
             self.wait = 0
             self.diverged: str | None = None
             self.missing: list[str] | None = None
+            self.pruned = False
+            self.reporter = None if config.pruning is None else PruneReporter(config.pruning, index)
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             # Checked per epoch, not per batch: a per-batch check syncs the device every
@@ -148,6 +163,9 @@ def _make_tracker(config: TrialConfig) -> Any:
                 patience = config.early_stopping_patience
                 if patience is not None and self.wait >= patience:
                     self.model.stop_training = True
+            if self.reporter is not None and self.reporter.should_stop(epoch, value):
+                self.pruned = True
+                self.model.stop_training = True
 
     return _BestEpoch()
 
@@ -170,8 +188,8 @@ def run_trial(
         A dict of plain values: ``index``, ``params``, ``score``, ``epochs``,
         ``elapsed_s``, ``error``, ``traceback``, ``history``, ``started_at``, ``worker``,
         ``gpus`` (the task's GPU addresses), ``weights`` (a list of numpy arrays of the
-        best epoch, or ``None``) and, for a trial that succeeded, ``train_s``
-        (``elapsed_s`` without TensorFlow's import).
+        best epoch, or ``None``) and, for a trial that succeeded, ``pruned`` and
+        ``train_s`` (``elapsed_s`` without TensorFlow's import).
 
     Raises:
         WorkerPlacementError: this reused Python worker runs on other GPUs (retry-safe).
@@ -207,7 +225,7 @@ def run_trial(
             raise TypeError(
                 f"build(params) must return a compiled keras.Model. Received: {type(model)!r}"
             )
-        tracker = _make_tracker(config)
+        tracker = _make_tracker(config, trial.index)
         # Batches gathered on the training thread (tensorspark.tuning.feed): Keras's own pipeline
         # for arrays adds threads that only compete with the other trials for the cores.
         validation = None
@@ -234,6 +252,7 @@ def run_trial(
         if tracker.best is None:
             raise RuntimeError("the model trained no epoch")
         out["score"] = tracker.best
+        out["pruned"] = tracker.pruned
         if config.return_weights:
             out["weights"] = tracker.best_weights
     except WorkerPlacementError:
