@@ -153,6 +153,7 @@ def check_ids(model: Any, features: Any, what: str) -> None:
         if bad is None and ids.dtype.kind == "f" and not np.all(ids == np.floor(ids)):
             bad = ids[ids != np.floor(ids)][0]
         if bad is not None:
+            bad = bad.item() if hasattr(bad, "item") else bad
             raise ConfigurationError(
                 f"embedding layer {layer.name!r} has {rows} rows, so its ids must be whole "
                 f"numbers from 0 to {rows - 1}; hash or clip the ids into that range, or make "
