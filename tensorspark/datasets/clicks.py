@@ -101,16 +101,25 @@ def ctr_model(
     fields: int = 8,
     dim: int = 32,
     hidden: int = 64,
-    optimizer: Any = "adagrad",
-    learning_rate: float = 0.05,
+    optimizer: Any = "sgd",
+    learning_rate: float = 1.0,
+    row_lookup: bool = True,
     seed: int = 0,
 ) -> Any:
-    """The benchmark's model, compiled: ids ``[fields]`` -> one ``Embedding(rows, dim)``
+    """The benchmark's model, compiled: ids ``[fields]`` -> one ``rows x dim`` embedding
     table -> flattened -> ``Dense(hidden, relu)`` -> ``Dense(1, sigmoid)``, binary
-    cross-entropy. ``optimizer``: ``"adagrad"`` (row-sparse: untouched rows keep still),
-    ``"sgd"``, ``"adam"`` (dense moments: every row it ever touched keeps moving) or a
-    Keras optimizer."""
+    cross-entropy.
+
+    Args:
+        optimizer: ``"sgd"`` (row-sparse: a step changes only its batch's rows),
+            ``"adagrad"`` or ``"adam"`` (Keras updates every row of the table at every step;
+            Adam's moments keep moving rows the batch did not touch), or a Keras optimizer.
+        row_lookup: use :class:`~tensorspark.models.row_embedding.RowEmbedding` (reads only
+            the looked-up rows); False: ``keras.layers.Embedding``.
+    """
     import keras
+
+    from tensorspark.models.row_embedding import RowEmbedding
 
     keras.utils.set_random_seed(seed)
     if isinstance(optimizer, str):
@@ -119,10 +128,11 @@ def ctr_model(
             "sgd": keras.optimizers.SGD,
             "adam": keras.optimizers.Adam,
         }[optimizer](learning_rate=learning_rate)
+    table = RowEmbedding if row_lookup else keras.layers.Embedding
     model = keras.Sequential(
         [
             keras.Input((fields,), dtype="int32"),
-            keras.layers.Embedding(rows, dim, name="emb"),
+            table(rows, dim, name="emb"),
             keras.layers.Flatten(),
             keras.layers.Dense(hidden, activation="relu"),
             keras.layers.Dense(1, activation="sigmoid"),
