@@ -144,6 +144,8 @@ def train_partition(
             if access is not None and access.tables and isinstance(client, ParameterClient):
                 codec = None if compression is None else compression.push
                 loop.rows = RowSync(access, codec, loop.counts)
+                # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
+                loop.fresh = joined.get("version") == 0
             stats = loop.run(blocks)
         finally:
             model.close()
@@ -203,14 +205,18 @@ class _Loop:
         self.version = 0
         self.base: dict[str, np.ndarray] = {}
         self.rows: RowSync | None = None  # row-sparse sync of embedding tables
+        self.fresh = False  # row-sparse and the server at version 0: start from the model
 
     def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
-        self.version, self.base = self.client.pull(self.partition)
-        if self.rows is not None:
-            self.base = self.rows.start(self.base)
+        if self.rows is not None and self.fresh:
+            self.version, self.base = 0, self.rows.start(self.model.get_weights())
+        elif self.rows is not None:
+            self.version, pulled = self.client.pull(self.partition)
+            self.base = self.rows.start(pulled)
         else:
+            self.version, self.base = self.client.pull(self.partition)
             self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         data: EpochSource = (
