@@ -63,14 +63,22 @@ def row_sparse_optimizer(model: Any) -> bool:
     )
 
 
-def check_setup(model: Any, combiner: Any, mode: str, shards: int, embeddings: str) -> None:
+def check_setup(
+    model: Any,
+    combiner: Any,
+    mode: str,
+    shards: int,
+    embeddings: str,
+    available: int | None = None,
+) -> None:
     """Driver, when a session is made: refuse what row-sparse sync cannot do.
 
     Raises:
         ConfigurationError: the model has embedding tables, ``embeddings='sparse'`` and a
             combiner under which a push of changed rows differs from a whole push
             (``mean``, ``nesterov``, custom ones); or the tables do not fit twice more in
-            the driver's available memory (the server's copy and a checkpoint's).
+            the driver's available memory (the server's copy and a checkpoint's;
+            ``available``: bytes, default :func:`available_memory`).
     """
     from tensorspark.ps.sparse import supports
 
@@ -88,7 +96,7 @@ def check_setup(model: Any, combiner: Any, mode: str, shards: int, embeddings: s
             f"Received: weight_combiner={getattr(combiner, 'name', combiner)!r}"
         )
     table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
-    available = available_memory()
+    available = available_memory() if available is None else available
     if available is not None and table_bytes * _DRIVER_COPIES > available:
         raise ConfigurationError(
             f"the embedding tables take {table_bytes / 2**20:.0f} MiB, and the driver holds "

@@ -112,6 +112,7 @@ def deserialize_model(
     import keras
 
     import tensorspark.models.row_embedding  # noqa: F401  (registers RowEmbedding)
+    import tensorspark.models.row_optimizers  # noqa: F401  (registers RowAdagrad)
 
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ConfigurationError(
