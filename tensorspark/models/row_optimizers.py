@@ -7,11 +7,13 @@ does before every load, so models that use it need no ``custom_objects``.
 
 Keras 3's ``Adagrad`` computes its update over the whole table at every step, although
 the update of a row whose gradient is zero is zero: 48 s an epoch of 30k samples for a
-1M x 32 table here, against 4 s for this one. ``RowAdagrad`` adds the squares of a step's gradient slices to the
-looked-up rows' accumulators (an id repeated in a batch adds each occurrence's square, as
-Keras's Adagrad does with these slices), sums the slices per row and updates those rows
-only: Keras's arithmetic, restricted to the rows it changes (equal within float rounding). Dense
-gradients (every other weight) go through Keras's update unchanged.
+1M x 32 table here (SGD: 1.9 s). ``RowAdagrad`` adds the squares of a step's gradient
+slices to the looked-up rows' accumulators (an id repeated in a batch adds each
+occurrence's square, as Keras's Adagrad does with these slices), sums the slices per row
+and updates those rows only: Keras's arithmetic, restricted to the rows it changes (equal
+within float rounding). Measured on a 64k x 32 table: 4.0 s against Keras's 9.0 s for
+8,000 samples, compile included; the gap grows with the table. Dense gradients (every
+other weight) go through Keras's update unchanged.
 """
 
 from __future__ import annotations
