@@ -32,7 +32,8 @@ def main() -> None:
     parser.add_argument("--dense", action="store_true", help="embeddings='dense' (to compare)")
     args = parser.parse_args()
 
-    sc = SparkContext.getOrCreate(SparkConf().setAppName("ctr-embeddings"))
+    conf = SparkConf().setAppName("ctr-embeddings").setIfMissing("spark.master", "local[2]")
+    sc = SparkContext.getOrCreate(conf)
     train_log, test = click_log(args.train, seed=0), click_log(args.test, seed=1)
     train = sc.parallelize(list(zip(train_log.ids, train_log.labels)), args.partitions)
 
