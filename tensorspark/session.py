@@ -97,6 +97,9 @@ class SparkSession(SettingsView):
         outer_lr, outer_momentum: ``weight_combiner="nesterov"``'s (default 0.7 and 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
             default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
+        embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables sync row-sparse, only the
+            rows a worker changed and the rows the server changed since its copy (README
+            "Models with embedding tables"); ``"dense"``: whole, like every other weight.
         warm_up: warm the executors' Python workers in the background from now on
             (TensorFlow imported before the first job needs it), and keep them alive while
             the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
@@ -142,6 +145,7 @@ class SparkSession(SettingsView):
         outer_momentum: float | None = None,
         ps_shards: int | None = None,
         warm_up: bool | None = None,
+        embeddings: str = "sparse",
     ) -> None:
         sc = connect.spark_handle(sc)
         self.sc = sc
@@ -183,6 +187,7 @@ class SparkSession(SettingsView):
             outer_momentum=outer_momentum,
             ps_shards=ps_shards,
             warm_up=warm_up,
+            embeddings=embeddings,
         )
         self.is_keras = resolved.is_keras
         self.options = resolved.options

@@ -89,6 +89,7 @@ def resolve_settings(
     outer_momentum: float | None,
     ps_shards: int | None,
     warm_up: bool | None,
+    embeddings: str = "sparse",
 ) -> ResolvedSettings:
     """Check a :class:`~tensorspark.SparkSession`'s arguments and resolve its settings.
 
@@ -195,12 +196,16 @@ def resolve_settings(
             public_status=bool(public_status),
             compression=get_compression(options["compression"]),
             shards=positive_int("ps_shards", options["ps_shards"]),
+            embeddings=embeddings,
         ),
     )
     if is_keras:
+        from tensorspark.models.embeddings import check_setup
         from tensorspark.models.keras_checks import validate_model
 
         validate_model(session)
+        s = run.server
+        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings)
     if warm_up is not None and not isinstance(warm_up, bool):
         raise ConfigurationError(
             f"warm_up must be True, False or None. Received: warm_up={warm_up!r}"

@@ -42,6 +42,7 @@ from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.rowsync import RowSync
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,14 @@ def train_partition(
         model = build_model()
         try:
             loop = _Loop(partition, attempt, config, client, model, payload, resume_after, feedback)
+            # Embedding tables sync row-sparse when the server takes it (README "Models with
+            # embedding tables"); not through shards, whose layout cuts whole tensors.
+            access = getattr(model, "rows", None) if joined.get("rows") else None
+            if access is not None and access.tables and isinstance(client, ParameterClient):
+                codec = None if compression is None else compression.push
+                loop.rows = RowSync(access, codec, loop.counts)
+                # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
+                loop.fresh = joined.get("version") == 0
             loop.follow(read_control(joined))
             stats = loop.run(blocks)
         finally:
@@ -215,12 +224,20 @@ class _Loop:
         if control.get("stop") and not self.stopping:
             self.stopping = True
             logger.info("partition %s: the driver stopped the run; leaving", self.partition)
+        self.rows: RowSync | None = None  # row-sparse sync of embedding tables
+        self.fresh = False  # row-sparse and the server at version 0: start from the model
 
     def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config
         started = time.time()
-        self.version, self.base = self.client.pull(self.partition)
-        self.model.set_weights(self.base)
+        if self.rows is not None and self.fresh:
+            self.version, self.base = 0, self.rows.start(self.model.get_weights())
+        elif self.rows is not None:
+            self.version, pulled = self.client.pull(self.partition)
+            self.base = self.rows.start(pulled)
+        else:
+            self.version, self.base = self.client.pull(self.partition)
+            self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         data: EpochSource = (
             blocks
@@ -285,8 +302,6 @@ class _Loop:
         epoch_end: bool = False,
     ) -> None:
         samples = int(result.get("samples", 0))
-        local = self.model.get_weights()
-        delta = {k: local[k] - self.base[k] for k in self.base}
         meta: dict[str, Any] = {
             "partition": self.partition,
             "epoch": epoch,
@@ -305,6 +320,12 @@ class _Loop:
                 for k, v in result.items()
                 if k not in ("loss", "samples") and math.isfinite(v)
             }
+        rows: dict[str, Any] = {}
+        if self.rows is not None:  # tables: their changed rows (sets meta["rows"])
+            delta, rows = self.rows.update(meta)
+        else:
+            local = self.model.get_weights()
+            delta = {k: local[k] - self.base[k] for k in self.base}
         response: PushResult | None = None
         encoded = self.feedback.encode(delta) if self.feedback is not None else None
         for _ in range(_MAX_REBASES):
@@ -313,13 +334,13 @@ class _Loop:
                 update = delta if encoded is None else encoded
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
-            response = self.client.push(update, meta)
+            response = self.client.push({**update, **rows} if rows else update, meta)
             self.counts[response.status] = self.counts.get(response.status, 0) + 1
             if response.status != "stale":
                 break
             # Stale-synchronous rule: our base was too old; take the current weights as the
             # new base and push the same progress again on top of them.
-            self.version, self.base = response.version, response.params
+            self._rebase(response)
         assert response is not None
         if response.status == "stale":
             raise ParameterServerError(
@@ -328,6 +349,8 @@ class _Loop:
             )
         if response.status == "diverged" and self.feedback is not None:
             self.feedback.reset()  # the refused update's rounding error must not come back
+        if response.status == "diverged" and self.rows is not None:
+            self.rows.reset_residual()
         if response.status == "diverged" and self.config.on_divergence == "fail":
             raise DivergenceError(
                 f"worker for partition {self.partition} (attempt {self.attempt}) produced "
@@ -336,6 +359,14 @@ class _Loop:
                 "rate, check the input data for NaN/Inf, or pass on_divergence='skip' to drop such "
                 "updates and carry on."
             )
-        self.version, self.base = response.version, response.params
-        self.model.set_weights(self.base)
+        self._rebase(response)
+        if self.rows is not None:
+            self.rows.install()
+        else:
+            self.model.set_weights(self.base)
         self.follow(read_control(response.meta))
+
+    def _rebase(self, response: PushResult) -> None:
+        """Take the answer's version and weights as the new base (row-sparse: its rows)."""
+        self.version = response.version
+        self.base = response.params if self.rows is None else self.rows.absorb(response.params)

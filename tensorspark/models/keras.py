@@ -44,6 +44,7 @@ from tensorspark.data import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.base import ModelSource, PredictFn, Shape, sha256
+from tensorspark.models.embeddings import RowAccess
 from tensorspark.models.keras_checks import model_shapes, tensor_shape
 
 if TYPE_CHECKING:
@@ -324,10 +325,18 @@ class KerasTrainer:
             mixed_precision,
         )
         self._max_steps = max(1, int(sync_interval))
+        self._rows: RowAccess | None = None
 
     @property
     def model(self) -> keras.Model:
         return self._core.model
+
+    @property
+    def rows(self) -> RowAccess:
+        """Row access to the embedding tables, for row-sparse sync (made when first asked)."""
+        if self._rows is None:
+            self._rows = RowAccess(self._core.model, self._core.names)
+        return self._rows
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return self._core.get_weights()
@@ -346,6 +355,8 @@ class KerasTrainer:
         if not batches:
             return {"samples": 0}
         samples = sum(len(b[0]) for b in batches)
+        if self._rows is not None:
+            self._rows.saw([b[0] for b in batches])
         means = self._core.run_steps(True, batches, self._max_steps)
         sums: dict[str, float] = {"samples": samples}
         sums.update({k: v * samples for k, v in means.items()})

@@ -17,6 +17,7 @@ import numpy as np
 from tensorspark.data import FEED_NAMES, preview
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
+from tensorspark.models.embeddings import check_ids
 
 if TYPE_CHECKING:
     import keras
@@ -200,6 +201,7 @@ def check_example(
                     else ""
                 )
             )
+    check_ids(model, features, what)  # before Keras looks the ids up
     xb = x.reshape((1, *in_shape)).astype(input_dtype)
     yb = y.reshape((1, *y.shape)).astype(label_dtype)
     if loss not in _SPARSE_LOSSES and y.size == out_size and y.shape != tuple(out_shape):

@@ -111,6 +111,9 @@ def deserialize_model(
     import_tensorflow_quietly()
     import keras
 
+    import tensorspark.models.row_embedding  # noqa: F401  (registers RowEmbedding)
+    import tensorspark.models.row_optimizers  # noqa: F401  (registers RowAdagrad)
+
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ConfigurationError(
             f"Argument `data` must be the bytes of a .keras file. Received: {type(data).__name__}"

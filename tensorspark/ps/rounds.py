@@ -51,15 +51,22 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode("utf-8")
 
 
+def round_weights(contributions: list[Contribution]) -> tuple[list[float], int]:
+    """Each contribution's weight in the round's mean (its share of the samples, equal
+    shares when none counted samples), and the total of samples."""
+    total = sum(max(0, c.samples) for c in contributions)
+    weights = [
+        (c.samples / total) if total > 0 else 1.0 / len(contributions) for c in contributions
+    ]
+    return weights, total
+
+
 def weighted_mean(
     contributions: list[Contribution], names: Iterable[str]
 ) -> tuple[dict[str, np.ndarray], int]:
     """The contributions' deltas averaged by their samples (equal weights when none
     counted samples), and the total of samples."""
-    total = sum(max(0, c.samples) for c in contributions)
-    weights = [
-        (c.samples / total) if total > 0 else 1.0 / len(contributions) for c in contributions
-    ]
+    weights, total = round_weights(contributions)
     mean: dict[str, np.ndarray] = {}
     for name in names:
         acc: Any = 0.0

@@ -109,6 +109,7 @@ class ParameterServer(LoopServer):
             on_push=on_push,
             compression=s.compression,
             combiner_state=combiner_state,
+            row_sparse=s.embeddings == "sparse",
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression

@@ -73,6 +73,8 @@ class ServerSettings:
         shards: server processes (1: one server, a thread of the driver; see
             :mod:`tensorspark.ps.shards`).
         cut_timeout: with shards, seconds a consistent snapshot waits for them to line up.
+        embeddings: ``"sparse"``: embedding tables travel row-sparse where the combiner
+            allows (:mod:`tensorspark.ps.sparse`); ``"dense"``: whole, like every tensor.
     """
 
     combiner: WeightCombiner = field(default_factory=lambda: get_combiner(None))
@@ -94,6 +96,7 @@ class ServerSettings:
     max_inflight_bytes: int | None = None
     shards: int = 1
     cut_timeout: float = 30.0
+    embeddings: str = "sparse"
 
     def __post_init__(self) -> None:
         resolve = object.__setattr__  # frozen: resolving names is part of making it
@@ -101,6 +104,10 @@ class ServerSettings:
         resolve(self, "compression", get_compression(self.compression))
         resolve(self, "public_status", bool(self.public_status))
         check_mode(self.mode, self.max_staleness, self.combiner, self.compression)
+        if self.embeddings not in ("sparse", "dense"):
+            raise ConfigurationError(
+                f'embeddings must be "sparse" or "dense". Received: embeddings={self.embeddings!r}'
+            )
         if self.max_body_bytes is not None:
             resolve(
                 self,

@@ -45,10 +45,11 @@ from tensorspark.ps.rounds import (
     SyncRound,
     Timers,
     error_body,
-    weighted_mean,
+    round_weights,
 )
 from tensorspark.ps.settings import check_settings, sync_workers
-from tensorspark.ps.validation import MAX_SAMPLES, RequestError, check_tensors, int_field
+from tensorspark.ps.sparse import RowTables
+from tensorspark.ps.validation import MAX_SAMPLES, RequestError, int_field
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Store:
             deltas in its ``push`` codec (told at ``/join``) and every answer carries the
             weights in its ``pull`` codec. Pushes may be compressed either way.
         combiner_state: the combiner's state from a checkpoint (arrays, JSON part).
+        row_sparse: take row-sparse pushes of embedding tables (:mod:`tensorspark.ps.sparse`).
 
     Raises:
         ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot
@@ -113,6 +115,7 @@ class Store:
         on_push: Callable[[dict[str, Any], str], None] | None = None,
         compression: compress.Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        row_sparse: bool = True,
     ) -> None:
         self.combiner = get_combiner(combiner)
         self.compression = compress.get_compression(compression)
@@ -141,6 +144,7 @@ class Store:
         # A consistent snapshot across shards in progress: pushes beyond its target wait.
         self._hold = PushHold()
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
+        self._rows = RowTables(row_sparse, self.combiner)  # per-row versions of tables
 
     # ------------------------------------------------------------------ settings
 
@@ -197,6 +201,7 @@ class Store:
             "round": self._round.number,
         }
         status.update(self.ledger.status())
+        status.update(self._rows.status())
         return status
 
     # ------------------------------------------------------------------ requests
@@ -254,6 +259,7 @@ class Store:
             "compression": None if self.compression is None else self.compression.to_json(),
             "wire": wire.VERSION,
             "control": dict(self.control),
+            "rows": self._rows.enabled,
         }
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
@@ -311,7 +317,7 @@ class Store:
                 f"sync mode: a push's partition must be below num_workers={self.num_workers}, "
                 f"received {partition}",
             )
-        check_tensors(self._sets.current, tensors)
+        dense, rows = self._rows.split(self._sets.current, tensors, meta, self.version)
         if self._hold.holds_back(partition, epoch, seq):
             held = {k: compress.copy_tensor(v) for k, v in tensors.items()}
             self._hold.held.append(HeldPush(held, dict(meta), respond))
@@ -328,11 +334,11 @@ class Store:
             logger.debug(
                 "duplicate push partition=%s epoch=%s seq=%s ignored", partition, epoch, seq
             )
-            self._respond_params(respond, status)
+            self._respond_params(respond, status, meta)
             return False
         if status in ("stale", "diverged"):
             self.ledger.counters[f"{status}_pushes"] += 1
-            self._respond_params(respond, status)
+            self._respond_params(respond, status, meta)
             self._notify(meta, status)
             return False
         if self.mode == "sync":
@@ -351,7 +357,9 @@ class Store:
         pushed: Mapping[str, Any] = tensors
         if not self.combiner.accepts_encoded:
             pushed = {k: compress.as_array(v) for k, v in tensors.items()}
-        if self._combine_takes_out:
+        if rows is not None:  # row-sparse, in place (ps/sparse.py)
+            new = self._rows.apply(self._sets.current, dense, rows, info)
+        elif self._combine_takes_out:
             new = self.combiner.combine(
                 self._sets.current, pushed, info, out=self._sets.take_spare()
             )
@@ -360,7 +368,7 @@ class Store:
         self._sets.install(new)
         self.version += 1
         self._apply_bookkeeping(worker, meta, info.staleness)
-        self._respond_params(respond, "applied")
+        self._respond_params(respond, "applied", meta)
         self._notify(meta, "applied")
         return False
 
@@ -397,9 +405,9 @@ class Store:
         self.ledger.applied(worker, meta, staleness, self.version)
         self._hold.progressed(self._progress)
 
-    def _respond_params(self, respond: Respond, status: str) -> None:
+    def _respond_params(self, respond: Respond, status: str, push: dict | None = None) -> None:
         """Answer with the current parameters, written straight from their memory (or from
-        their compressed copy of this version).
+        their compressed copy of this version; a row-sparse ``push``: :mod:`~.sparse`).
 
         The arrays are lent (not recycled) until the response has left the socket.
         """
@@ -407,6 +415,10 @@ class Store:
         meta: dict[str, Any] = {"version": self.version, "status": status}
         if self.control:
             meta["control"] = self.control
+        if push is not None and self._rows.answers(push):
+            parts = self._rows.answer(params, push, meta, self.compression)
+            respond(200, parts, wire.CONTENT_TYPE, release)
+            return
         if self._encoded is None:
             respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
             return
@@ -471,7 +483,7 @@ class Store:
             self._round.arm(waiting_for)
             return
         pending = self._round.complete()
-        mean, total = weighted_mean(pending, self._sets.current)
+        _, total = round_weights(pending)
         info = PushInfo(
             partition=-1,
             samples=total,
@@ -479,12 +491,12 @@ class Store:
             current_version=self.version,
             active_workers=len(pending),
         )
-        self._sets.install(self.combiner.combine_round(self._sets.current, mean, info))
+        self._sets.install(self._rows.combine_round(self._sets.current, pending, info))
         self.version += 1  # one version per round, not per contribution
         for p in pending:
             self._apply_bookkeeping(self.ledger.workers[p.partition], p.meta, 0)
         for p in pending:
-            self._respond_params(p.respond, "applied")
+            self._respond_params(p.respond, "applied", p.meta)
         for p in pending:
             self._notify(p.meta, "applied")
 

@@ -1,0 +1,330 @@
+"""Benchmark: a click-through-rate model with a 1M x 32 embedding table, synced dense,
+row-sparse and row-sparse + int8, against single-process Keras.
+
+The model and data are :mod:`tensorspark.datasets.clicks`: 8 categorical fields, Zipf ids
+hashed into one table of 2**20 rows x 32 (128 MiB), ``Dense(64) -> Dense(1)`` on the 256
+flattened numbers, SGD (learning rate 1.0, batch 256), a synthetic click log with a
+logistic ground truth. The table is a :class:`~tensorspark.models.row_embedding.RowEmbedding`
+in every configuration (Keras's ``Embedding`` copies the table twice a step: 85 ms a step
+here, which would make every configuration slow alike).
+
+Configurations, in one run and one ``local[2]`` SparkContext (2 partitions, async DynSGD,
+``sync_interval=20``), Python workers not reused so each configuration's worker memory is
+its own:
+
+* ``dense``: ``embeddings='dense'``: the table travels whole (today's behaviour);
+* ``sparse``: the rows a worker changed, and back the rows changed since its copy;
+* ``sparse_int8``: the same with ``compression='int8'`` (one scale per row, error feedback);
+* ``sparse_int8_push``: int8 pushes, float32 answers (``Compression('int8', None)``);
+* ``single``: ``model.fit`` in this process, one TensorFlow thread (a Spark task's).
+
+Reported: test AUC and log loss after the last epoch, bytes per trained sample (the
+workers' bytes both ways as the server's socket counted them, headers included, over the
+samples applied), epoch time (the mean of epochs after the first, whose time includes
+starting the workers), samples/s over those epochs, the workers' peak RSS and the driver's
+RSS growth during the fit (the server's parameters, buffers and answers), rows pushed and
+pulled per sync, and a capacity estimate (see :func:`capacity`).
+
+    python bench/embeddings.py                         # writes bench/results/embeddings.json
+    python bench/embeddings.py --train 40000 --epochs 2 --configs sparse,single
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "sparse": {"embeddings": "sparse"},
+    "sparse_int8": {"embeddings": "sparse", "compression": "int8"},
+    "sparse_int8_push": {"embeddings": "sparse", "compression": ("int8", None)},
+    "dense": {"embeddings": "dense"},
+}
+LINK_BYTES_PER_S = 10e9 / 8  # a 10 Gbit/s link, each way
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train", type=int, default=100_000)
+    parser.add_argument("--test", type=int, default=40_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--sync-interval", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--configs", default="sparse,sparse_int8,dense,single")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embeddings.json"))
+    return parser.parse_args(argv)
+
+
+class RssPeak:
+    """The peak resident memory of this process while it runs (sampled every 20 ms)."""
+
+    def __init__(self) -> None:
+        self.start = rss()
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss())
+
+    def stop(self) -> int:
+        """Stop sampling; the growth over the start, in bytes."""
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak - self.start
+
+
+def rss() -> int:
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _import_tensorflow(_: int) -> int:
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    return os.getpid()
+
+
+def scores(model: Any, test: Any) -> dict[str, float]:
+    from tensorspark.datasets.clicks import auc, log_loss
+
+    p = model.predict(test.ids, batch_size=8192, verbose=0)
+    return {"auc": auc(test.labels, p), "log_loss": log_loss(test.labels, p)}
+
+
+def later_epochs(seconds: list[float]) -> float:
+    """Mean duration of the epochs after the first (``seconds``: since the start, at each end)."""
+    spans = [b - a for a, b in zip(seconds, seconds[1:], strict=False)]
+    return float(np.mean(spans)) if spans else float(seconds[0])
+
+
+def run_spark(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace) -> dict:
+    import tensorspark as sps
+    from tensorspark.datasets.clicks import ctr_model
+
+    model = ctr_model(learning_rate=args.lr)
+    spec = dict(CONFIGS[name])
+    if isinstance(spec.get("compression"), tuple):
+        spec["compression"] = sps.Compression(*spec["compression"])
+    session = sps.SparkSession(
+        sc,
+        model,
+        sync_interval=args.sync_interval,
+        batch_size=args.batch_size,
+        name=f"emb-{name}",
+        warm_up=False,
+        **spec,
+    )
+    peak = RssPeak()
+    started = time.perf_counter()
+    history = session.fit(train, epochs=args.epochs, progress=False)
+    fit_seconds = time.perf_counter() - started
+    driver_growth = peak.stop()
+    status = history.result.status
+    workers = history.worker_bytes
+    moved = sum(w["bytes_received"] + w["bytes_sent"] for w in workers.values())
+    samples = int(status["samples"])
+    epoch_s = later_epochs(history.epoch_seconds)
+    pushes = int(status["applied_pushes"])
+    out = {
+        "name": name,
+        "settings": {k: str(v) for k, v in CONFIGS[name].items()},
+        **scores(model, test),
+        "bytes_per_sample": moved / max(1, samples),
+        "bytes_per_sync": moved / max(1, pushes),
+        "samples": samples,
+        "pushes_applied": pushes,
+        "epoch_seconds": epoch_s,
+        "epoch_seconds_each": history.epoch_seconds,
+        "samples_per_s": args.train / epoch_s,
+        "fit_seconds": fit_seconds,
+        "worker_peak_rss_mib": [
+            int(p.get("peak_rss_bytes", 0)) / 2**20 for p in history.result.partitions
+        ],
+        "driver_rss_growth_mib": driver_growth / 2**20,
+        "rows_pushed_per_sync": status.get("rows_pushed_per_sync", 0.0),
+        "rows_pulled_per_sync": status.get("rows_pulled_per_sync", 0.0),
+        "loss": history.history["loss"],
+    }
+    print(json.dumps({k: v for k, v in out.items() if k != "epoch_seconds_each"}), flush=True)
+    return out
+
+
+def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
+    from tensorspark.datasets.clicks import ctr_model
+
+    model = ctr_model(learning_rate=args.lr)
+    peak = RssPeak()
+    ends = []
+    started = time.perf_counter()
+    for _ in range(args.epochs):
+        model.fit(train_log.ids, train_log.labels, batch_size=args.batch_size, epochs=1, verbose=0)
+        ends.append(time.perf_counter() - started)
+    growth = peak.stop()
+    epoch_s = later_epochs(ends)
+    out = {
+        "name": "single",
+        **scores(model, test),
+        "epoch_seconds": epoch_s,
+        "samples_per_s": args.train / epoch_s,
+        "process_rss_growth_mib": growth / 2**20,
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
+    """Workers one driver serves at one sync per second each, for a configuration: the
+    smaller of the server loop's ceiling (one core: the measured CPU of applying one such
+    push and answering it through a :class:`~tensorspark.ps.store.Store`, plus the 1.5 ms
+    of HTTP and bookkeeping per request measured in ``bench/ps_capacity.py``) and a
+    10 Gbit/s link's over the bytes of a sync."""
+    from tensorspark.ps.rows import rows_entry
+    from tensorspark.ps.store import Store
+
+    rng = np.random.default_rng(0)
+    table = np.zeros((1 << 20, 32), np.float32)
+    params = {
+        "emb/embeddings": table,
+        "dense/kernel": np.zeros((256, 64), np.float32),
+        "dense/bias": np.zeros(64, np.float32),
+        "dense_1/kernel": np.zeros((64, 1), np.float32),
+        "dense_1/bias": np.zeros(1, np.float32),
+    }
+    from tensorspark.ps.compression import Compression
+
+    setting = CONFIGS[row["name"]].get("compression")
+    compression = Compression(*setting) if isinstance(setting, tuple) else setting
+    codec = None if compression is None else "int8"
+    store = Store(params, compression=compression)
+    k = max(1, int(rows_per_push))
+    answered = []
+    seconds = 0.0
+    for seq in range(20):
+        ids = np.sort(rng.choice(table.shape[0], k, replace=False))
+        push: dict[str, Any] = {n: np.zeros_like(v) for n, v in params.items() if n[0] == "d"}
+        push.update(rows_entry("emb/embeddings", ids, np.ones((k, 32), np.float32), codec))
+        meta = {
+            "partition": 0,
+            "epoch": 0,
+            "seq": seq,
+            "attempt": 0,
+            "samples": 1,
+            "base_version": max(0, seq - 2),
+            "rows": ["emb/embeddings"],
+        }
+        t = time.process_time()
+        store.push(push, meta, lambda *a: answered.append(a))
+        seconds += time.process_time() - t
+    ms = seconds / 20 * 1000 + 1.5
+    loop = 1000.0 / ms
+    network = LINK_BYTES_PER_S / max(1.0, row["bytes_per_sync"] / 2)
+    return {
+        "server_ms_per_sync": ms,
+        "loop_ceiling": loop,
+        "network_ceiling": network,
+        "workers": int(min(loop, network)),
+        "ends_it": "loop CPU" if loop < network else "network",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from pyspark import SparkConf, SparkContext
+
+    from tensorspark.datasets.clicks import click_log, true_auc
+    from tensorspark.tfthreads import limit_tf_threads
+
+    limit_tf_threads(1)
+    train_log = click_log(args.train, seed=0)
+    test = click_log(args.test, seed=1)
+    names = args.configs.split(",")
+    conf = (
+        SparkConf()
+        .setMaster("local[2]")
+        .setAppName("bench-embeddings")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.python.worker.reuse", "false")
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .set("spark.driver.memory", "2g")
+    )
+    rows: dict[str, dict[str, Any]] = {}
+    sc = SparkContext(conf=conf) if any(n in CONFIGS for n in names) else None
+    try:
+        if sc is not None:
+            train = sc.parallelize(
+                list(zip(train_log.ids, train_log.labels, strict=True)), 2
+            ).cache()
+            train.count()
+            for name in names:
+                if name in CONFIGS:
+                    rows[name] = run_spark(sc, name, train, test, args)
+    finally:
+        if sc is not None:
+            sc.stop()
+    if "single" in names:
+        rows["single"] = run_single(train_log, test, args)
+    write(rows, args, true_auc(test))
+    return 0
+
+
+def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: float) -> None:
+    """Add the capacity estimates and the ratios, and write the JSON to ``args.out``."""
+    summary: dict[str, Any] = {}
+    dense = rows.get("dense")
+    for name, row in rows.items():
+        if name in CONFIGS and row["rows_pushed_per_sync"]:  # dense: bench/ps_capacity.py
+            row["capacity"] = capacity(row, row["rows_pushed_per_sync"])
+        if dense is not None and name in CONFIGS:
+            summary[name] = {
+                "fewer_bytes_than_dense": dense["bytes_per_sample"] / row["bytes_per_sample"],
+                "epoch_faster_than_dense": dense["epoch_seconds"] / row["epoch_seconds"],
+                "auc_minus_dense": row["auc"] - dense["auc"],
+            }
+        if "single" in rows and name in CONFIGS:
+            summary.setdefault(name, {})["samples_per_s_vs_single"] = (
+                row["samples_per_s"] / rows["single"]["samples_per_s"]
+            )
+            summary[name]["auc_minus_single"] = row["auc"] - rows["single"]["auc"]
+    result = {
+        "benchmark": "bench/embeddings.py",
+        "args": vars(args),
+        "model": "ids[8] -> RowEmbedding(2**20, 32) -> Dense(64, relu) -> Dense(1); SGD lr "
+        f"{args.lr}, batch {args.batch_size}",
+        "true_auc_of_test_log": best_auc,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "note": "2 cores shared with three other agents' work (tests, benchmarks) during "
+            "this run: times are noisy and pessimistic; bytes and rows are exact",
+        },
+        "configs": rows,
+        "summary": summary,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""Keras embedding tables: which weights sync row-sparse, the driver's checks, and the
+worker's row access.
+
+A Keras ``Embedding`` layer's table (found by the layer's type, nested models included)
+is synchronised row-sparse (:mod:`tensorspark.ps.sparse`, README "Models with embedding
+tables"); every other weight travels whole.
+
+* Driver: :func:`check_setup` refuses, when the session is made, a combiner under which
+  a row-sparse push is not sound and tables the driver cannot hold; :func:`check_ids`
+  refuses a first example whose ids lie outside a table.
+* Executors: :class:`RowAccess` reads and writes single rows of the tables and the other
+  weights by name, and says which rows a chunk may have changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorspark.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+#: Optimizers whose update of a row whose gradient is zero is zero (no momentum, no
+#: weight decay): with them, a chunk changes only the rows it looked up.
+ROW_SPARSE_OPTIMIZERS = ("SGD", "Adagrad", "RMSprop")
+#: Copies of the model the driver holds besides the Keras model: the server's parameters
+#: and a checkpoint's snapshot.
+_DRIVER_COPIES = 2
+
+
+def embedding_layers(model: Any) -> list[Any]:
+    """The ``keras.layers.Embedding`` layers of ``model``, nested models included."""
+    import keras
+
+    return [layer for layer in _walk(model) if isinstance(layer, keras.layers.Embedding)]
+
+
+def _walk(layer: Any) -> Iterator[Any]:
+    for child in getattr(layer, "layers", ()):
+        yield child
+        yield from _walk(child)
+
+
+def table_names(model: Any, names: Sequence[str]) -> list[str]:
+    """The names (``names``: one per ``model.weights``) of the embedding tables."""
+    tables = {id(layer.embeddings) for layer in embedding_layers(model)}
+    return [n for n, v in zip(names, model.weights, strict=True) if id(v) in tables]
+
+
+def row_sparse_optimizer(model: Any) -> bool:
+    """Whether the model's optimizer leaves rows with a zero gradient unchanged."""
+    opt = getattr(model, "optimizer", None)
+    if opt is None or type(opt).__name__ not in ROW_SPARSE_OPTIMIZERS:
+        return False
+    config = opt.get_config()
+    return (
+        not config.get("momentum") and not config.get("weight_decay") and not config.get("use_ema")
+    )
+
+
+def check_setup(
+    model: Any,
+    combiner: Any,
+    mode: str,
+    shards: int,
+    embeddings: str,
+    available: int | None = None,
+) -> None:
+    """Driver, when a session is made: refuse what row-sparse sync cannot do.
+
+    Raises:
+        ConfigurationError: the model has embedding tables, ``embeddings='sparse'`` and a
+            combiner under which a push of changed rows differs from a whole push
+            (``mean``, ``nesterov``, custom ones); or the tables do not fit twice more in
+            the driver's available memory (the server's copy and a checkpoint's;
+            ``available``: bytes, default :func:`available_memory`).
+    """
+    from tensorspark.ps.sparse import supports
+
+    layers = embedding_layers(model)
+    if not layers or embeddings != "sparse":
+        return
+    if not supports(combiner):
+        raise ConfigurationError(
+            f"the model has embedding tables ({', '.join(la.name for la in layers)}), which "
+            "sync row-sparse, but the combiner "
+            f"{getattr(combiner, 'name', type(combiner).__name__)!r} needs whole tensors: "
+            "'mean' moves every row towards the worker's copy and 'nesterov''s momentum moves "
+            "rows nobody pushed. Use weight_combiner='dynsgd' or 'delta', or pass "
+            "embeddings='dense' to sync the tables whole. "
+            f"Received: weight_combiner={getattr(combiner, 'name', combiner)!r}"
+        )
+    table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
+    available = available_memory() if available is None else available
+    if available is not None and table_bytes * _DRIVER_COPIES > available:
+        raise ConfigurationError(
+            f"the embedding tables take {table_bytes / 2**20:.0f} MiB, and the driver holds "
+            f"{_DRIVER_COPIES} more copies (the parameter server's and a checkpoint's), but only "
+            f"{available / 2**20:.0f} MiB are available. Use fewer rows (hash the ids into a "
+            "smaller table) or a driver with more memory. "
+            f"Received: tables of {table_bytes} bytes"
+        )
+    if shards > 1:
+        logger.info(
+            "ps_shards=%s: the embedding tables sync whole (row-sparse sync needs ps_shards=1)",
+            shards,
+        )
+    del mode  # sync and async alike: the sound combiners' rounds add the mean delta
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations on this machine (Linux), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def input_tables(model: Any) -> list[Any]:
+    """The embedding layers that look up the model's (first) input directly."""
+    first = model.inputs[0] if getattr(model, "inputs", None) else None
+    return [layer for layer in embedding_layers(model) if _input_of(layer) is first]
+
+
+def _input_of(layer: Any) -> Any:
+    try:
+        return layer.input
+    except (AttributeError, ValueError):  # a layer used more than once has no one input
+        return None
+
+
+def check_ids(model: Any, features: Any, what: str) -> None:
+    """Driver: refuse a first example whose ids, fed straight to an embedding table, are
+    not whole numbers in ``[0, rows)``.
+
+    Raises:
+        ConfigurationError: naming the table, its rows and the bad id.
+    """
+    layers = input_tables(model)
+    if not layers:
+        return
+    ids = np.asarray(features).reshape(-1)
+    if ids.size == 0 or ids.dtype.kind not in "iuf":
+        return
+    for layer in layers:
+        rows = int(layer.input_dim)
+        low, high = ids.min(), ids.max()
+        bad = low if low < 0 else high if high >= rows else None
+        if bad is None and ids.dtype.kind == "f" and not np.all(ids == np.floor(ids)):
+            bad = ids[ids != np.floor(ids)][0]
+        if bad is not None:
+            bad = bad.item() if hasattr(bad, "item") else bad
+            raise ConfigurationError(
+                f"embedding layer {layer.name!r} has {rows} rows, so its ids must be whole "
+                f"numbers from 0 to {rows - 1}; hash or clip the ids into that range, or make "
+                f"the table larger. Received: {what}, first example with id {bad!r}"
+            )
+
+
+class RowAccess:
+    """Executor: a compiled model's weights by name, single rows of its embedding tables,
+    and the rows a chunk may have changed. Not thread-safe (one task at a time).
+
+    Args:
+        model: the compiled Keras model.
+        names: the weights' names (one per ``model.weights``).
+    """
+
+    def __init__(self, model: Any, names: Sequence[str]) -> None:
+        self._vars = dict(zip(names, model.weights, strict=True))
+        self.tables = table_names(model, names)
+        looked_up = {id(layer.embeddings) for layer in input_tables(model)}
+        # Tables whose changed rows are among the chunk's ids (None: compare every row).
+        self._by_input = (
+            {n for n in self.tables if id(self._vars[n]) in looked_up}
+            if row_sparse_optimizer(model)
+            else set()
+        )
+        self._ids: np.ndarray | None = None
+
+    def saw(self, features: Sequence[np.ndarray]) -> None:
+        """Note the ids of a chunk's features (called before it trains)."""
+        if self._by_input:
+            flat = np.concatenate([np.asarray(f).reshape(-1) for f in features])
+            self._ids = np.unique(flat.astype(np.int64, copy=False))
+
+    def candidates(self, name: str) -> np.ndarray | None:
+        """The rows of table ``name`` the last chunk may have changed; None: any row."""
+        return self._ids if name in self._by_input else None
+
+    def read(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Copies of the named weights."""
+        return {n: np.array(self._vars[n].numpy()) for n in names}
+
+    def write(self, params: Mapping[str, np.ndarray]) -> None:
+        """Assign whole weights by name."""
+        for name, value in params.items():
+            self._vars[name].assign(value)
+
+    def read_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` of table ``name`` (a copy)."""
+        import tensorflow as tf
+
+        return np.asarray(tf.gather(self._vars[name].value, ids).numpy())
+
+    def write_rows(self, name: str, ids: np.ndarray, values: np.ndarray) -> None:
+        """Set rows ``ids`` of table ``name`` to ``values``."""
+        import tensorflow as tf
+
+        if ids.size:
+            self._vars[name].value.scatter_update(tf.IndexedSlices(values, ids))

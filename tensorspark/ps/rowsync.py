@@ -1,0 +1,145 @@
+"""The worker's side of row-sparse sync: push the rows that changed, take back the rows
+the server changed (executors).
+
+The worker keeps ``base``: the weights as the server last gave them (whole tensors, and
+every row of each table, kept up to date row by row). At a sync,
+
+1. the changed rows of each table are those where the model differs from ``base`` (only
+   the rows the chunk looked up are compared when the model's optimizer changes no other
+   row, see :class:`~tensorspark.models.embeddings.RowAccess`); their deltas are pushed
+   with their ids, the other weights' deltas whole;
+2. with int8 (or bf16/fp16) pushes, each table keeps the rounding error of its pushed rows
+   and adds it to the row's next delta (error feedback per row: a row's residual travels
+   the next time the row changes);
+3. the answer carries the rows the server changed since ``base``'s version; they go into
+   ``base``, and the model gets ``base``'s values back at every row it changed or the
+   answer brought, so model and ``base`` agree again, as after a dense sync.
+
+Not thread-safe: one per training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from tensorspark import wire
+from tensorspark.ps import compression as compress
+from tensorspark.ps.rows import IDS, ROWS, encode_rows, rows_entry
+
+
+class RowModel(Protocol):
+    """What row-sparse sync needs of a model adapter (``KerasTrainer.rows``)."""
+
+    tables: list[str]
+
+    def candidates(self, name: str) -> np.ndarray | None: ...
+
+    def read(self, names: list[str]) -> dict[str, np.ndarray]: ...
+
+    def write(self, params: Mapping[str, np.ndarray]) -> None: ...
+
+    def read_rows(self, name: str, ids: np.ndarray) -> np.ndarray: ...
+
+    def write_rows(self, name: str, ids: np.ndarray, values: np.ndarray) -> None: ...
+
+
+class RowSync:
+    """One worker's row-sparse state: ``base`` and the per-row rounding residuals.
+
+    Args:
+        model: the adapter's row access.
+        codec: the push codec (``None``: float32).
+        counts: the loop's counters; ``rows_pushed`` and ``rows_pulled`` are added to it.
+    """
+
+    def __init__(self, model: RowModel, codec: str | None, counts: dict[str, int]) -> None:
+        self.model = model
+        self.tables = list(model.tables)
+        self.codec = codec
+        self.counts = counts
+        counts.setdefault("rows_pushed", 0)
+        counts.setdefault("rows_pulled", 0)
+        self.base: dict[str, np.ndarray] = {}
+        self._residual: dict[str, np.ndarray] = {}
+        self._changed: dict[str, np.ndarray] = {}
+
+    def start(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Take the first (whole) pull as ``base`` (copied: the client reuses its buffers)
+        and give the model those weights; returns ``base``."""
+        self.base = {k: np.array(v, copy=True) for k, v in params.items()}
+        self.model.write(self.base)
+        return self.base
+
+    def update(self, meta: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The push: ``(whole deltas, row tensors)``; sets ``meta["rows"]``. The whole
+        deltas are compressed by the caller like a dense push's."""
+        dense_names = [k for k in self.base if k not in self.tables]
+        local = self.model.read(dense_names)
+        deltas = {k: local[k] - self.base[k] for k in dense_names}
+        rows: dict[str, wire.Tensor] = {}
+        for name in self.tables:
+            ids, values = self._changed_rows(name)
+            self._changed[name] = ids
+            rows.update(self._encode(name, ids, values))
+            self.counts["rows_pushed"] += int(ids.size)
+        meta["rows"] = list(self.tables)
+        return deltas, rows
+
+    def _changed_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        base = self.base[name]
+        ids = self.model.candidates(name)
+        if ids is None:
+            local = self.model.read([name])[name]
+            ids = np.flatnonzero((local != base).reshape(len(base), -1).any(axis=1))
+            return ids, local[ids] - base[ids]
+        values = self.model.read_rows(name, ids) - base[ids]
+        moved = values.reshape(len(ids), -1).any(axis=1)
+        return ids[moved], values[moved]
+
+    def _encode(self, name: str, ids: np.ndarray, values: np.ndarray) -> dict[str, wire.Tensor]:
+        if self.codec is None or ids.size == 0:
+            return rows_entry(name, ids, values)
+        residual = self._residual.get(name)
+        if residual is None:
+            residual = self._residual[name] = np.zeros_like(self.base[name])
+        values = values + residual[ids]
+        encoded = encode_rows(self.codec, values)
+        residual[ids] = values - compress.decode(encoded).reshape(values.shape)
+        return {name + IDS: ids.astype(np.int64, copy=False), name + ROWS: encoded}
+
+    def absorb(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Take an answer into ``base``: whole tensors copied, rows written; returns
+        ``base``. The tables' rows the answer brought are remembered for :meth:`install`."""
+        for name, value in params.items():
+            if name in self.base:
+                self.base[name] = np.array(value, copy=True)
+        for name in self.tables:
+            ids = params.get(name + IDS)
+            if ids is None:
+                continue
+            ids = np.asarray(ids, dtype=np.int64)
+            if ids.size:
+                self.base[name][ids] = np.asarray(params[name + ROWS]).reshape(
+                    (ids.size, *self.base[name].shape[1:])
+                )
+            self.counts["rows_pulled"] += int(ids.size)
+            changed = self._changed.get(name)
+            self._changed[name] = ids if changed is None else np.union1d(changed, ids)
+        return self.base
+
+    def install(self) -> None:
+        """Give the model ``base``: the whole tensors, and every row it changed or the
+        answer brought."""
+        self.model.write({k: v for k, v in self.base.items() if k not in self.tables})
+        for name in self.tables:
+            ids = self._changed.pop(name, None)
+            if ids is not None and ids.size:
+                self.model.write_rows(name, ids, self.base[name][ids])
+
+    def reset_residual(self) -> None:
+        """Forget the rounding residuals (after the server refused a non-finite update)."""
+        for residual in self._residual.values():
+            residual.fill(0.0)

@@ -1,0 +1,236 @@
+"""The parameter server's row-sparse tables: per-row versions, sparse apply and answers.
+
+A worker whose model has embedding tables pushes only the rows it changed
+(:mod:`tensorspark.ps.rows`) and gets back only the rows that changed on the server since
+the version its copy is at (its push's ``base_version``). For that the server keeps, per
+table, the version at which each row last changed (int64 per row: 8 bytes against the
+row's 4 x width). The answer is exact and needs no state per worker: a row the worker
+does not get back is one no push changed since the worker's copy, so its copy is the
+server's. A retried push whose first answer was lost names the same base version and
+gets the same rows (and any changed since).
+
+Which combiners a row-sparse push is sound under (:func:`supports`): those whose result
+for a row depends only on that row's delta, so rows nobody pushed stay as they are:
+``delta`` and ``dynsgd`` (async: ``global[ids] += scale * rows``; sync: the round's
+sample-weighted mean of the rows, added in float64 as the dense round does, so the
+weights equal the dense path's). Not sound: ``mean`` (its payload is weights: it moves
+every row towards the worker's possibly older copy), ``nesterov`` (its momentum moves
+rows that no push touched) and custom combiners (unknown). The driver refuses them at
+set-up (:mod:`tensorspark.models.embeddings`).
+
+Rows are updated in place. A dense answer still being written from the table (a worker's
+first pull) may then carry a row newer than its version says; that row has a newer
+version, so the worker gets it again at its next sync. Thread ownership: the store's loop
+thread (no locks), like :class:`~tensorspark.ps.store.Store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tensorspark import wire
+from tensorspark.ps import compression as compress
+from tensorspark.ps.combiners import (
+    DeltaWeightCombiner,
+    DynSGDCombiner,
+    PushInfo,
+    WeightCombiner,
+)
+from tensorspark.ps.compression import Compression
+from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
+from tensorspark.ps.rows import Rows, rows_entry, split
+from tensorspark.ps.validation import RequestError, check_tensors
+
+#: Combiners a row-sparse push is applied under (see the module docstring).
+SOUND = (DeltaWeightCombiner, DynSGDCombiner)
+
+
+def supports(combiner: WeightCombiner) -> bool:
+    """Whether pushes of changed rows give the same result as whole pushes under
+    ``combiner`` (exactly ``delta`` and ``dynsgd``, not subclasses that may differ)."""
+    return type(combiner) in SOUND
+
+
+class RowTables:
+    """The per-row versions of the tables pushed row-sparse (tracked from their first such
+    push, every row at the version then), and the rows pushed and pulled (``/status``).
+
+    Args:
+        enabled: whether row-sparse pushes are taken at all (``embeddings='sparse'``);
+            they are only under a combiner :func:`supports`.
+        combiner: the store's combiner.
+    """
+
+    def __init__(self, enabled: bool, combiner: WeightCombiner) -> None:
+        self.enabled = bool(enabled) and supports(combiner)
+        self.combiner = combiner
+        self.versions: dict[str, np.ndarray] = {}
+        self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
+
+    def split(
+        self,
+        params: Mapping[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
+        meta: Mapping[str, Any],
+        version: int,
+    ) -> tuple[Mapping[str, wire.Tensor], dict[str, Rows] | None]:
+        """A push's whole tensors and, row-sparse, its tables' rows (None: a whole push),
+        checked against the model (``version``: the store's now).
+
+        A row-sparse push's tables start being tracked. A whole push that holds a tracked
+        table marks all its rows changed at ``version + 1`` (the earliest version that
+        can apply it; a push not applied then only makes workers fetch rows again).
+
+        Raises:
+            RequestError: 400: the tensors do not match the model
+                (:func:`~tensorspark.ps.validation.check_tensors`,
+                :func:`~tensorspark.ps.rows.split`), or a row-sparse push reached a server
+                that takes none. Nothing has changed then.
+        """
+        if "rows" not in meta:
+            check_tensors(params, tensors)
+            self.changed_whole(tensors, version + 1)
+            return tensors, None
+        if not self.enabled:
+            raise RequestError(
+                400,
+                "this parameter server takes no row-sparse pushes (embeddings='dense', or the "
+                f"{self.combiner.name!r} combiner, which needs whole tensors)",
+            )
+        dense, rows = split(params, tensors, meta)
+        check_tensors({k: v for k, v in params.items() if k not in rows}, dense)
+        for name in rows:
+            if name not in self.versions:
+                self.versions[name] = np.full(params[name].shape[0], version, np.int64)
+        return dense, rows
+
+    def changed_whole(self, names: Any, version: int) -> None:
+        """Every row of the tracked tables among ``names`` changed at ``version``."""
+        for name in names:
+            rows = self.versions.get(name)
+            if rows is not None:
+                rows.fill(version)
+
+    def apply(
+        self,
+        params: dict[str, np.ndarray],
+        dense: Mapping[str, wire.Tensor],
+        rows: Mapping[str, Rows],
+        info: PushInfo,
+    ) -> dict[str, np.ndarray]:
+        """Async: apply one row-sparse push to ``params`` in place (and return them), the
+        whole tensors through the combiner and the tables' rows as it would."""
+        combiner = self.combiner
+        scale = 1.0 / (info.staleness + 1) if isinstance(combiner, DynSGDCombiner) else 1.0
+        if dense:  # the combiners sparse.supports take compressed deltas
+            pushed: Mapping[str, Any] = dense
+            params.update(combiner.combine({k: params[k] for k in dense}, pushed, info))
+        for name, part in rows.items():
+            if part.ids.size:
+                add_rows(params[name], part, scale)
+            self.versions[name][part.ids] = info.current_version + 1
+            self.counters["rows_pushed"] += int(part.ids.size)
+        self.counters["row_pushes"] += 1
+        return params
+
+    def combine_round(
+        self, params: dict[str, np.ndarray], pending: list[Contribution], info: PushInfo
+    ) -> dict[str, np.ndarray]:
+        """Sync: the parameters after a round. Whole contributions as the dense round
+        does; row-sparse ones in place, with the same float32 sums in the same order and
+        the same float64 addition, so the weights equal the dense path's."""
+        if not any("rows" in c.meta for c in pending):
+            mean, _ = weighted_mean(pending, params)
+            return self.combiner.combine_round(params, mean, info)
+        weights, _ = round_weights(pending)
+        parts = [self._contribution(params, c) for c in pending]
+        dense_names = [k for k in params if k not in self.versions]
+        mean = {}
+        acc: Any
+        for name in dense_names:
+            acc = 0.0
+            for weight, (dense, _) in zip(weights, parts, strict=True):
+                acc = acc + weight * compress.as_array(dense[name])
+            mean[name] = np.asarray(acc)
+        if dense_names:
+            params.update(
+                self.combiner.combine_round({k: params[k] for k in dense_names}, mean, info)
+            )
+        for name, versions in self.versions.items():
+            table = params[name]
+            ids = np.unique(np.concatenate([rows[name].ids for _, rows in parts]))
+            if ids.size:
+                acc = 0.0  # the dense round's sum, in its order and dtypes, over these rows
+                for weight, (_, rows) in zip(weights, parts, strict=True):
+                    full = np.zeros((ids.size, *table.shape[1:]), np.float32)
+                    full[np.searchsorted(ids, rows[name].ids)] = weight * rows[name].array()
+                    acc = acc + full  # rows a worker left out add 0, as in the dense sum
+                table[ids] = (table[ids].astype(np.float64) + acc).astype(table.dtype)
+            versions[ids] = info.current_version + 1
+            self.counters["rows_pushed"] += sum(int(rows[name].ids.size) for _, rows in parts)
+        self.counters["row_pushes"] += len(pending)
+        return params
+
+    def _contribution(
+        self, params: Mapping[str, np.ndarray], c: Contribution
+    ) -> tuple[Mapping[str, wire.Tensor], dict[str, Rows]]:
+        """A round's contribution as whole tensors and every tracked table's rows (a whole
+        contribution's table: all its rows). It was checked when it arrived."""
+        if "rows" in c.meta:
+            dense, rows = split(params, c.delta, c.meta)
+        else:
+            dense, rows = dict(c.delta), {}
+        for name in self.versions:
+            if name not in rows:
+                whole = compress.as_array(dense.pop(name))
+                rows[name] = Rows(np.arange(whole.shape[0], dtype=np.int64), whole)
+        return dense, rows
+
+    def answers(self, push: Mapping[str, Any]) -> bool:
+        """Whether the answer to ``push`` is row-sparse (it was, and tables are tracked)."""
+        return "rows" in push and bool(self.versions)
+
+    def answer(
+        self,
+        params: Mapping[str, np.ndarray],
+        push: Mapping[str, Any],
+        meta: dict[str, Any],
+        compression: Compression | None,
+    ) -> list[Any]:
+        """The wire parts of the answer to a row-sparse ``push``: the whole tensors and,
+        per table, the rows changed after the push's base version, in the pull codec."""
+        since = int(push["base_version"])
+        codec = None if compression is None else compression.pull
+        out: dict[str, wire.Tensor] = {}
+        for name, arr in params.items():
+            if name in self.versions:
+                continue
+            use = codec is not None and compress.compressible(arr)
+            out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
+        for name, versions in self.versions.items():
+            ids = np.flatnonzero(versions > since)
+            out.update(rows_entry(name, ids, params[name][ids], codec))
+            self.counters["rows_pulled"] += int(ids.size)
+        meta["rows"] = sorted(self.versions)
+        return wire.encode(out, meta)
+
+    def status(self) -> dict[str, Any]:
+        """Rows pushed and pulled, in total and per row-sparse push, for ``/status``."""
+        pushes = self.counters["row_pushes"]
+        return {
+            **self.counters,
+            "row_tables": sorted(self.versions),
+            "rows_pushed_per_sync": self.counters["rows_pushed"] / pushes if pushes else 0.0,
+            "rows_pulled_per_sync": self.counters["rows_pulled"] / pushes if pushes else 0.0,
+        }
+
+
+def add_rows(table: np.ndarray, part: Rows, scale: float) -> None:
+    """``table[ids] += scale * rows`` (float32), as the dense combiners add a delta."""
+    values = part.array()
+    if scale != 1.0:
+        values = values * np.float32(scale)
+    table[part.ids] += values

@@ -1,0 +1,78 @@
+"""Models with embedding tables on local Spark: row-sparse sync equals dense sync, trains,
+and bad set-ups are refused on the driver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pyspark import SparkContext
+
+import tensorspark as sps
+from tensorspark.datasets.clicks import auc, click_log, ctr_model
+from tensorspark.errors import ConfigurationError
+
+pytestmark = pytest.mark.spark
+
+ROWS, FIELDS, DIM = 4096, 4, 8
+
+
+def _rdd(sc: SparkContext, n: int, seed: int = 0):  # type: ignore[no-untyped-def]
+    log = click_log(n, rows=ROWS, fields=FIELDS, seed=seed)
+    return sc.parallelize(list(zip(log.ids, log.labels, strict=True)), 2), log
+
+
+def _model(optimizer: str = "adam", lr: float = 0.01):  # type: ignore[no-untyped-def]
+    return ctr_model(
+        rows=ROWS, fields=FIELDS, dim=DIM, hidden=8, optimizer=optimizer, learning_rate=lr
+    )
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_sync_mode_sparse_gives_the_dense_weights(sc: SparkContext, optimizer: str) -> None:
+    """Adam's dense moments move rows the chunk did not look up (every row is compared);
+    Adagrad changes only looked-up rows (only those are compared). Both equal dense sync."""
+    rdd, _ = _rdd(sc, 2000)
+    weights = {}
+    for kind in ("dense", "sparse"):
+        model = _model(optimizer)
+        ks = sps.SparkSession(
+            sc, model, mode="sync", sync_interval=5, batch_size=50, embeddings=kind
+        )
+        ks.fit(rdd, epochs=2)
+        weights[kind] = model.get_weights()
+    for dense, sparse in zip(weights["dense"], weights["sparse"], strict=True):
+        np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-6)
+    assert not np.array_equal(weights["sparse"][0], _model(optimizer).get_weights()[0])
+
+
+def test_fit_of_an_embedding_model_async_learns(sc: SparkContext) -> None:
+    rdd, _ = _rdd(sc, 8000)
+    _, test = _rdd(sc, 2000, seed=1)
+    model = _model("adagrad", 0.1)
+    ks = sps.SparkSession(sc, model, sync_interval=10, batch_size=64, compression="int8")
+    history = ks.fit(rdd, epochs=3)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    score = auc(test.labels, model.predict(test.ids, verbose=0))
+    assert score > 0.6
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [(-1, "Received: .*id -1"), (ROWS, f"Received: .*id {ROWS}")],
+)
+def test_ids_outside_the_table_are_refused_before_the_job(
+    sc: SparkContext, ids: int, match: str
+) -> None:
+    bad = np.zeros(FIELDS, np.int64)
+    bad[2] = ids
+    rdd = sc.parallelize([(bad, np.float32(1.0))] * 4, 2)
+    ks = sps.SparkSession(sc, _model())
+    with pytest.raises(ConfigurationError, match=match):
+        ks.fit(rdd, epochs=1)
+
+
+@pytest.mark.parametrize("combiner", ["mean", "nesterov"])
+def test_combiners_that_need_whole_tensors_are_refused(sc: SparkContext, combiner: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"Received: weight_combiner='{combiner}'"):
+        sps.SparkSession(sc, _model(), weight_combiner=combiner)
+    sps.SparkSession(sc, _model(), weight_combiner=combiner, embeddings="dense")  # allowed

@@ -1,0 +1,83 @@
+"""Embedding tables without Spark: which weights are tables, the driver's checks, and the
+row-sparse layer and optimizer against Keras's own."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from tensorspark.datasets.clicks import auc, click_log, ctr_model
+from tensorspark.errors import ConfigurationError
+from tensorspark.models import keras_io
+from tensorspark.models.embeddings import RowAccess, check_ids, check_setup, table_names
+from tensorspark.models.keras import weight_names
+from tensorspark.models.row_optimizers import RowAdagrad
+from tensorspark.ps.combiners import get_combiner
+
+pytestmark = pytest.mark.unit
+
+ROWS = 512
+
+
+def _model(row_lookup: bool = True, optimizer: object = "sgd") -> keras.Model:
+    return ctr_model(
+        rows=ROWS, fields=4, dim=4, hidden=4, optimizer=optimizer, row_lookup=row_lookup
+    )
+
+
+def test_tables_are_found_by_layer_type() -> None:
+    model = _model()
+    assert table_names(model, weight_names(model)) == ["emb/embeddings"]
+    access = RowAccess(model, weight_names(model))
+    assert access.tables == ["emb/embeddings"]
+    access.saw([np.array([[1, 2, 3, 9]]), np.array([[2, 2, 7, 9]])])
+    assert list(access.candidates("emb/embeddings")) == [1, 2, 3, 7, 9]  # SGD: looked-up rows
+    adam = RowAccess(_model(optimizer="adam"), weight_names(model))
+    adam.saw([np.array([[1, 2, 3, 9]])])
+    assert adam.candidates("emb/embeddings") is None  # Adam moves other rows: compare all
+
+
+def test_row_embedding_equals_keras_embedding_and_loads_without_custom_objects() -> None:
+    log = click_log(2048, rows=ROWS, fields=4)
+    weights = {}
+    for row_lookup in (True, False):
+        model = _model(row_lookup)
+        model.fit(log.ids, log.labels, batch_size=64, epochs=1, verbose=0, shuffle=False)
+        weights[row_lookup] = model.get_weights()
+    for a, b in zip(weights[True], weights[False], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    model = _model(optimizer=RowAdagrad(0.05))
+    again = keras_io.deserialize_model(keras_io.serialize_model(model))
+    assert type(again.layers[0]).__name__ == "RowEmbedding"
+    assert type(again.optimizer).__name__ == "RowAdagrad"
+
+
+def test_row_adagrad_equals_keras_adagrad() -> None:
+    log = click_log(2048, rows=ROWS, fields=4)
+    weights = {}
+    for name, opt in (("keras", keras.optimizers.Adagrad(0.05)), ("row", RowAdagrad(0.05))):
+        model = _model(optimizer=opt)
+        model.fit(log.ids, log.labels, batch_size=64, epochs=1, verbose=0, shuffle=False)
+        weights[name] = model.get_weights()
+        assert auc(log.labels, model.predict(log.ids, verbose=0)) > 0.5
+    for a, b in zip(weights["keras"], weights["row"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_ids_outside_the_table_are_refused() -> None:
+    model = _model()
+    check_ids(model, [0, 1, 2, ROWS - 1], "data=RDD")
+    for bad in ([0, -3, 1, 1], [0, ROWS, 1, 1], [0.5, 1, 1, 1]):
+        with pytest.raises(ConfigurationError, match=r"Received: data=RDD, first example with id"):
+            check_ids(model, np.array(bad), "data=RDD")
+
+
+def test_driver_set_up_checks() -> None:
+    model = _model()
+    check_setup(model, get_combiner("dynsgd"), "async", 1, "sparse")
+    check_setup(model, get_combiner("mean"), "async", 1, "dense")
+    with pytest.raises(ConfigurationError, match="Received: weight_combiner='nesterov'"):
+        check_setup(model, get_combiner("nesterov"), "sync", 1, "sparse")
+    with pytest.raises(ConfigurationError, match="Received: tables of 8192 bytes"):
+        check_setup(model, get_combiner("dynsgd"), "async", 1, "sparse", available=10_000)
