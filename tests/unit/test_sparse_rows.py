@@ -257,3 +257,15 @@ def test_worker_row_sync_against_a_server_tracks_the_global_weights(codec: str |
         assert counts["rows_pushed"] > 0 and counts["rows_pulled"] > 0
         for client, *_ in workers:
             client.close()
+
+
+def test_a_row_sparse_answer_carries_the_run_s_control() -> None:
+    """The stop and learning rate a driver sets (Keras callbacks) reach a worker that syncs
+    row-sparse: the sparse answer builds its own meta, which must still hold the control."""
+    with sps.ParameterServer(_params(), "delta") as server, _client(server) as client:
+        client.join(0, 0)
+        assert "control" not in client.push(_push([1]), _meta(seq=0, base=0)).meta
+        server.set_control({"stop": True, "learning_rate": 0.05})
+        answer = client.push(_push([2]), _meta(seq=1, base=1))
+        assert list(answer.params["emb/embeddings" + IDS]) == [2]
+        assert answer.meta["control"] == {"stop": True, "learning_rate": 0.05}
