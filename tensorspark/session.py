@@ -305,6 +305,7 @@ class SparkSession(SettingsView):
         tensorboard_dir: str | None = None,
         mixed_precision: str | None = None,
         listeners: Sequence[RunListener] | None = None,
+        tracking: Any = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -341,6 +342,11 @@ class SparkSession(SettingsView):
                 happens (``val_*`` are computed after the run: see the returned History),
                 checkpoints and the end; one may ask to stop the run early
                 (``request_stop``). Called after the progress display and TensorBoard.
+            tracking: MLflow tracking of this fit (:mod:`tensorspark.tracking`): ``None``
+                (default) follows ``tensorspark.autolog()``; ``True``, or a
+                :class:`~tensorspark.MlflowTracking`, logs the settings, each epoch's
+                metrics as it ends, the validation metrics and the trained model to the
+                active MLflow run (or a new one); ``False``: untracked.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -353,6 +359,7 @@ class SparkSession(SettingsView):
             WorkerError: a task failed; the message has the worker's traceback.
         """
         from tensorspark.models.precision import check_policy
+        from tensorspark.tracking.fit import track_fit
         from tensorspark.training.keras import fit
         from tensorspark.training.watch import run_listeners
 
@@ -363,22 +370,28 @@ class SparkSession(SettingsView):
         for argument, value in (("data", data), ("validation_data", validation_data)):
             if value is not None:
                 connect.require_dataframe(self.sc, value, argument)
-        history, result = fit(
-            self.sc,
-            self._host,
-            self.session,
-            data,
-            positive_int("epochs", epochs),
-            validation_data,
-            features_col=features_col,
-            label_col=label_col,
-            shuffle=shuffle,
-            listeners=run_listeners(progress, tensorboard_dir, listeners),
-            custom_objects=self.custom_objects,
-            mixed_precision=check_policy(mixed_precision),
-            conf=tsconf.ConfSnapshot.take(self.sc),
-        )
-        self.last_run = result
+        epochs = positive_int("epochs", epochs)
+        policy = check_policy(mixed_precision)
+        with track_fit(tracking, self, data, features_col, shuffle, policy) as tracked:
+            history, result = fit(
+                self.sc,
+                self._host,
+                self.session,
+                data,
+                epochs,
+                validation_data,
+                features_col=features_col,
+                label_col=label_col,
+                shuffle=shuffle,
+                listeners=run_listeners(
+                    progress, tensorboard_dir, [*(listeners or ()), *tracked.listeners]
+                ),
+                custom_objects=self.custom_objects,
+                mixed_precision=policy,
+                conf=tsconf.ConfSnapshot.take(self.sc),
+            )
+            self.last_run = result
+            tracked.finish(history)
         return history
 
     @keeps_workers_warm("data")
