@@ -16,8 +16,9 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
   (``optimizer.*``), and the checkpoint folder as the tag ``tensorspark.checkpoint_dir``;
 * at each epoch's end (with ``step=epoch``), in one request: the training ``loss`` and
   compiled metrics, ``samples_per_sec`` (the epoch's samples over the driver's time since
-  the poll that saw the previous epoch end; epochs seen by one poll share that time), the workers' bytes on the wire so far
-  (``wire_bytes_received``, ``wire_bytes_sent``) and their staleness
+  the poll that saw the previous epoch end; epochs seen by one poll share that time), the
+  workers' bytes on the wire so far (``wire_bytes_received``, ``wire_bytes_sent``) and
+  their staleness
   (``staleness_mean``/``staleness_max`` over the partitions, the server's
   ``stale_pushes``), from the ``/status`` of the poll that saw the epoch end;
 * each checkpoint written, as the tag ``tensorspark.checkpoint``.
@@ -105,7 +106,11 @@ class FitTracker(RunListener):
     """
 
     def __init__(
-        self, guard: MlflowGuard, run: TrackedRun, params: Mapping[str, Any], tags: Mapping[str, Any]
+        self,
+        guard: MlflowGuard,
+        run: TrackedRun,
+        params: Mapping[str, Any],
+        tags: Mapping[str, Any],
     ) -> None:
         self.guard = guard
         self.run = run
@@ -222,9 +227,9 @@ class TrackedFit:
             from tensorspark.tracking.model import input_example, log_keras_model
 
             example = input_example(self.model, self.data, self.features_col)
+            last = max(history.epoch, default=0)
             self.model_info = guard.call(
-                "logging the model",
-                lambda: log_keras_model(run_id, self.model, example, step=max(history.epoch, default=0)),
+                "logging the model", lambda: log_keras_model(run_id, self.model, example, last)
             )
         guard.raise_kept()
 

@@ -35,7 +35,7 @@ def input_example(model: Any, data: Any, features_col: str) -> np.ndarray | None
 
     rows: list[Any]
     if hasattr(data, "mapPartitionsWithIndex"):  # an RDD of (features, label)
-        rows = [element[0] if isinstance(element, tuple) else element for element in first_element(data)]
+        rows = [e[0] if isinstance(e, tuple) else e for e in first_element(data)]
     elif hasattr(data, "select") and hasattr(data, "columns"):  # a DataFrame
         rows = [row[0] for row in data.select(features_col).head(EXAMPLE_ROWS)]
     else:

@@ -81,8 +81,10 @@ class MlflowTracking:
                     f"Received: {name}={getattr(self, name)!r}"
                 )
         timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-            0 < timeout < math.inf
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (0 < timeout < math.inf)
         ):
             raise ConfigurationError(
                 f"MlflowTracking's `timeout` must be a positive number of seconds. "
@@ -170,7 +172,9 @@ def autolog_settings() -> tuple[MlflowTracking, bool] | None:
     return settings, bool(stored.get("silent", False))
 
 
-def resolve_tracking(tracking: Any, argument: str = "tracking") -> tuple[MlflowTracking, bool] | None:
+def resolve_tracking(
+    tracking: Any, argument: str = "tracking"
+) -> tuple[MlflowTracking, bool] | None:
     """The tracking of one call, with whether its warning is silent; ``None``: untracked.
 
     ``None`` follows :func:`autolog`; ``True`` is ``MlflowTracking()``; ``False`` is off.

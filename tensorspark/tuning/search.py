@@ -27,6 +27,7 @@ from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.models.precision import check_policy, policy_scope
+from tensorspark.tracking.search import track_search
 from tensorspark.tuning.launch import (
     ACCEPTED,
     is_dataframe,
@@ -158,6 +159,7 @@ def tune(
     progress: bool = True,
     timeout: float = 24 * 3600.0,
     mixed_precision: str | None = None,
+    tracking: Any = None,
 ) -> TuneResult:
     """Search hyperparameters with one Spark task per trial. Runs on the driver.
 
@@ -231,6 +233,10 @@ def tune(
             ``dtype="float32"``, as Keras's mixed-precision guide advises);
             ``mixed_float16`` adds loss scaling when the model is compiled. The driver's
             ``return_best_model`` rebuild runs under it too. ``None``: as ``build`` makes it.
+        tracking: MLflow tracking (:mod:`tensorspark.tracking.search`): ``None`` follows
+            ``tensorspark.autolog()``; ``True`` or a :class:`~tensorspark.MlflowTracking`
+            logs one parent run and a nested run per trial as it ends, the best tagged
+            ``tensorspark.best``; ``False``: untracked.
 
     With GPU scheduling (``spark.task.resource.gpu.amount``) each trial's TensorFlow sees
     only the GPUs Spark assigned its task, and by default as many trials run at once as
@@ -329,6 +335,9 @@ def tune(
             "x_val": val_xy[0] if val_xy else None,
             "y_val": val_xy[1] if val_xy else None,
         }
+    # Before anything starts: with strict tracking, a tracking server that cannot be reached
+    # fails the call here.
+    tracked = track_search(tracking, {**vars(config), "search": search_name}, metric)
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
     warming = warm_up(
@@ -344,8 +353,11 @@ def tune(
     start = time.monotonic()
     try:
         results, best_weights = run_search(
-            launcher, config, searcher, parallel, progress, timeout, max_trials
+            launcher, config, tracked.wrap(searcher), parallel, progress, timeout, max_trials
         )
+    except BaseException:
+        tracked.close(failed=True)
+        raise
     finally:
         warming.close(timeout=0.0)
         launcher.close()
@@ -359,6 +371,10 @@ def tune(
         elapsed_s=elapsed,
         best_weights=best_weights,
     )
+    try:
+        tracked.finish(result)
+    finally:
+        tracked.close(failed=not result.succeeded)
     if not results:
         raise TuningError(
             "The searcher proposed no trial: its ask() returned None with none running. "
