@@ -219,7 +219,8 @@ def test_keras_estimator_pipeline_logs_and_loads_with_mlflow_spark(
     fitted = pipeline.fit(frame)
     expected = fitted.transform(frame).select("prediction").collect()
     with mlflow.start_run():
-        info = mlflow.spark.log_model(fitted, name="pipeline")
+        # no name= in mlflow.spark yet; requirements given: inferring them starts Spark again
+        info = mlflow.spark.log_model(fitted, "pipeline", pip_requirements=["pyspark"])
     loaded = mlflow.spark.load_model(info.model_uri)
     assert [type(s).__name__ for s in loaded.stages] == ["VectorAssembler", "KerasModel"]
     assert loaded.transform(frame).select("prediction").collect() == expected
