@@ -34,17 +34,21 @@ def input_example(model: Any, data: Any, features_col: str) -> np.ndarray | None
     from tensorspark.data import first_element
 
     rows: list[Any]
-    if hasattr(data, "mapPartitionsWithIndex"):  # an RDD of (features, label)
-        rows = [e[0] if isinstance(e, tuple) else e for e in first_element(data)]
-    elif hasattr(data, "select") and hasattr(data, "columns"):  # a DataFrame
-        rows = [row[0] for row in data.select(features_col).head(EXAMPLE_ROWS)]
-    else:
+    try:
+        if hasattr(data, "mapPartitionsWithIndex"):  # an RDD of (features, label)
+            rows = [e[0] if isinstance(e, tuple) else e for e in first_element(data)]
+        elif hasattr(data, "select") and hasattr(data, "columns"):  # a DataFrame
+            rows = [row[0] for row in data.select(features_col).head(EXAMPLE_ROWS)]
+        else:
+            return None
+        if not rows:
+            return None
+        shape = tuple(-1 if d is None else int(d) for d in model.input_shape[1:])
+        arrays = [np.asarray(r.toArray() if hasattr(r, "toArray") else r, np.float32) for r in rows]
+        return np.stack([a.reshape(shape) for a in arrays])
+    except Exception:  # noqa: BLE001 - the model is logged without an example then
+        logger.info("MLflow: no input example from the training data", exc_info=True)
         return None
-    if not rows:
-        return None
-    shape = tuple(-1 if d is None else int(d) for d in model.input_shape[1:])
-    arrays = [np.asarray(r.toArray() if hasattr(r, "toArray") else r, np.float32) for r in rows]
-    return np.stack([a.reshape(shape) for a in arrays])
 
 
 def signature(model: Any) -> Any:
