@@ -25,8 +25,9 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
 
 :meth:`TrackedFit.finish` logs what exists only after the job: the ``val_*`` metrics per
 epoch (the validation job runs after training) and the trained model with the MLflow
-Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`).
-Leaving the ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
+Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`),
+and ``tracking_seconds``: the time this fit's thread spent on tracking (every MLflow call,
+the input example's job). Leaving the ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
 """
 
 from __future__ import annotations
@@ -226,11 +227,16 @@ class TrackedFit:
         if self.log_model and not guard.failed:
             from tensorspark.tracking.model import input_example, log_keras_model
 
+            started = time.perf_counter()
             example = input_example(self.model, self.data, self.features_col)
+            guard.seconds += time.perf_counter() - started
             last = max(history.epoch, default=0)
             self.model_info = guard.call(
                 "logging the model", lambda: log_keras_model(run_id, self.model, example, last)
             )
+        # What tracking cost this fit's thread so far (the run's end is one more request).
+        cost = [("tracking_seconds", guard.seconds, 0)]
+        guard.call("logging the tracking's cost", lambda: log_batch(run_id, metrics=cost))
         guard.raise_kept()
 
 

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -64,12 +65,21 @@ class MlflowGuard:
         self.settings = settings
         self.silent = silent
         self.failed = False
+        #: Seconds spent in this guard's MLflow calls (what tracking cost the caller).
+        self.seconds = 0.0
         self.kept: BaseException | None = None
         self._failed_call: str | None = None
 
-    def bounded(self) -> contextlib.AbstractContextManager[None]:
-        """A scope whose MLflow requests are bounded by the settings."""
-        return bounded_requests(self.settings.timeout, self.settings.max_retries)
+    @contextlib.contextmanager
+    def bounded(self) -> Iterator[None]:
+        """A scope whose MLflow requests are bounded by the settings; its time is added to
+        :attr:`seconds`."""
+        started = time.perf_counter()
+        try:
+            with bounded_requests(self.settings.timeout, self.settings.max_retries):
+                yield
+        finally:
+            self.seconds += time.perf_counter() - started
 
     def start(self, what: str, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` before training; with ``strict`` its failure is raised.
