@@ -27,7 +27,7 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
 epoch (the validation job runs after training) and the trained model with the MLflow
 Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`),
 and ``tracking_seconds``: the time this fit's thread spent on tracking (every MLflow call,
-the input example's job). Leaving the ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
+the input example's job; ``tracking_model_seconds`` of it for the model). Leaving the ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
 """
 
 from __future__ import annotations
@@ -224,6 +224,7 @@ class TrackedFit:
         ]
         if rows:
             guard.call("logging validation metrics", lambda: log_batch(run_id, metrics=rows))
+        model_s = 0.0
         if self.log_model and not guard.failed:
             from tensorspark.tracking.model import input_example, log_keras_model
 
@@ -234,8 +235,10 @@ class TrackedFit:
             self.model_info = guard.call(
                 "logging the model", lambda: log_keras_model(run_id, self.model, example, last)
             )
-        # What tracking cost this fit's thread so far (the run's end is one more request).
-        cost = [("tracking_seconds", guard.seconds, 0)]
+            model_s = time.perf_counter() - started
+        # What tracking cost this fit's thread so far (the run's end is one more request),
+        # and of that the model's part (its input example's job included).
+        cost = [("tracking_seconds", guard.seconds, 0), ("tracking_model_seconds", model_s, 0)]
         guard.call("logging the tracking's cost", lambda: log_batch(run_id, metrics=cost))
         guard.raise_kept()
 

@@ -106,12 +106,15 @@ class MlflowGuard:
         ``strict``, for :meth:`raise_kept`) and returns ``None``."""
         if self.failed:
             return None
+        started = time.perf_counter()
         try:
             with self.bounded():
                 return fn()
         except Exception as err:
             self._fail(what, err)
             return None
+        finally:
+            logger.debug("MLflow: %s took %.3f s", what, time.perf_counter() - started)
 
     def close(self, what: str, fn: Callable[[], object]) -> None:
         """Run ``fn`` (ending a run) even after a failure, so MLflow's active run is not
