@@ -27,7 +27,8 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
 epoch (the validation job runs after training) and the trained model with the MLflow
 Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`),
 and ``tracking_seconds``: the time this fit's thread spent on tracking (every MLflow call,
-the input example's job; ``tracking_model_seconds`` of it for the model). Leaving the ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
+the input example's job; ``tracking_model_seconds`` of it for the model). Leaving the
+``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
 """
 
 from __future__ import annotations
