@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "ParameterServerError": "tensorspark.errors",
     "StorageError": "tensorspark.errors",
     "TensorSparkError": "tensorspark.errors",
+    "TrackingError": "tensorspark.errors",
     "TuningError": "tensorspark.errors",
     "WireFormatError": "tensorspark.errors",
     "WorkerError": "tensorspark.errors",
@@ -41,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
     "RunListener": "tensorspark.listeners",
+    "MlflowTracking": "tensorspark.tracking",
+    "autolog": "tensorspark.tracking",
     "KerasEstimator": "tensorspark.ml",
     "KerasModel": "tensorspark.ml",
     "ModelLoader": "tensorspark.models.base",
@@ -94,6 +97,7 @@ __all__ = [
     "KerasModel",
     "LogUniform",
     "MeanWeightCombiner",
+    "MlflowTracking",
     "ModelLoader",
     "ModelSource",
     "NesterovCombiner",
@@ -109,6 +113,7 @@ __all__ = [
     "StorageError",
     "TF1SessionSource",
     "TensorSparkError",
+    "TrackingError",
     "TrainResult",
     "TrialResult",
     "TuneResult",
@@ -120,6 +125,7 @@ __all__ = [
     "WorkerError",
     "WorkerPlacementError",
     "WrittenFiles",
+    "autolog",
     "expand_space",
     "files",
     "load_checkpoint",
@@ -156,6 +162,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         ParameterServerError,
         StorageError,
         TensorSparkError,
+        TrackingError,
         TuningError,
         WireFormatError,
         WorkerError,
@@ -182,6 +189,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.ps.server import ParameterServer
     from tensorspark.ps.settings import ServerSettings
     from tensorspark.session import SparkSession
+    from tensorspark.tracking import MlflowTracking, autolog
     from tensorspark.training.result import History, TrainResult
     from tensorspark.tuning import (
         Choice,

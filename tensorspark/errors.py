@@ -97,6 +97,11 @@ class TuningError(TensorSparkError):
     """
 
 
+class TrackingError(TensorSparkError):
+    """MLflow tracking failed with ``MlflowTracking(strict=True)`` (an unreachable or
+    refusing tracking server). Without ``strict`` such a failure is one warning instead."""
+
+
 class DeviceError(TensorSparkError):
     """A task's GPUs cannot be used: Spark assigned GPUs that TensorFlow does not see (no
     CUDA build, a driver mismatch). Retrying will not help; the message names the

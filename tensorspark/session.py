@@ -311,6 +311,7 @@ class SparkSession(SettingsView):
         mixed_precision: str | None = None,
         listeners: Sequence[RunListener] | None = None,
         callbacks: Sequence[Any] | None = None,
+        tracking: Any = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -356,6 +357,11 @@ class SparkSession(SettingsView):
                 holding that epoch's server weights; ``model.stop_training`` stops the run
                 cleanly and a new learning rate reaches every worker at its next sync.
                 Per-batch hooks are refused (:mod:`tensorspark.training.callbacks`).
+            tracking: MLflow tracking of this fit (:mod:`tensorspark.tracking`): ``None``
+                (default) follows ``tensorspark.autolog()``; ``True``, or a
+                :class:`~tensorspark.MlflowTracking`, logs the settings, each epoch's
+                metrics as it ends, the validation metrics and the trained model to the
+                active MLflow run (or a new one); ``False``: untracked.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -368,6 +374,7 @@ class SparkSession(SettingsView):
             WorkerError: a task failed; the message has the worker's traceback.
         """
         from tensorspark.models.precision import check_policy
+        from tensorspark.tracking.fit import track_fit
         from tensorspark.training.callbacks import check_callbacks
         from tensorspark.training.keras import fit
         from tensorspark.training.watch import run_listeners
@@ -379,23 +386,29 @@ class SparkSession(SettingsView):
         for argument, value in (("data", data), ("validation_data", validation_data)):
             if value is not None:
                 connect.require_dataframe(self.sc, value, argument)
-        history, result = fit(
-            self.sc,
-            self._host,
-            self.session,
-            data,
-            positive_int("epochs", epochs),
-            validation_data,
-            features_col=features_col,
-            label_col=label_col,
-            shuffle=shuffle,
-            listeners=run_listeners(progress, tensorboard_dir, listeners),
-            custom_objects=self.custom_objects,
-            mixed_precision=check_policy(mixed_precision),
-            conf=tsconf.ConfSnapshot.take(self.sc),
-            callbacks=check_callbacks(callbacks),
-        )
-        self.last_run = result
+        epochs = positive_int("epochs", epochs)
+        policy = check_policy(mixed_precision)
+        with track_fit(tracking, self, data, features_col, shuffle, policy) as tracked:
+            history, result = fit(
+                self.sc,
+                self._host,
+                self.session,
+                data,
+                epochs,
+                validation_data,
+                features_col=features_col,
+                label_col=label_col,
+                shuffle=shuffle,
+                listeners=run_listeners(
+                    progress, tensorboard_dir, [*(listeners or ()), *tracked.listeners]
+                ),
+                custom_objects=self.custom_objects,
+                mixed_precision=policy,
+                conf=tsconf.ConfSnapshot.take(self.sc),
+                callbacks=check_callbacks(callbacks),
+            )
+            self.last_run = result
+            tracked.finish(history)
         return history
 
     @keeps_workers_warm("data")

@@ -28,6 +28,7 @@ from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.models.precision import check_policy, policy_scope
+from tensorspark.tracking.search import track_search
 from tensorspark.tuning.launch import (
     ACCEPTED,
     is_dataframe,
@@ -162,6 +163,7 @@ def tune(
     mixed_precision: str | None = None,
     pruner: Any = None,
     study: Any = None,
+    tracking: Any = None,
 ) -> TuneResult:
     """Search hyperparameters with one Spark task per trial. Runs on the driver.
 
@@ -248,6 +250,10 @@ def tune(
             (``search`` and ``pruner`` are then left out), its finished trials inform the
             sampler, ``n_trials`` new trials are added to it; ``mode="auto"`` takes its
             direction. Pruned trials are told as PRUNED, failed ones as FAIL.
+        tracking: MLflow tracking (:mod:`tensorspark.tracking.search`): ``None`` follows
+            ``tensorspark.autolog()``; ``True`` or a :class:`~tensorspark.MlflowTracking`
+            logs one parent run and a nested run per trial as it ends, the best tagged
+            ``tensorspark.best``; ``False``: untracked.
 
     With GPU scheduling (``spark.task.resource.gpu.amount``) each trial's TensorFlow sees
     only the GPUs Spark assigned its task, and by default as many trials run at once as
@@ -368,6 +374,9 @@ def tune(
             "x_val": val_xy[0] if val_xy else None,
             "y_val": val_xy[1] if val_xy else None,
         }
+    # Before anything starts: with strict tracking, a tracking server that cannot be reached
+    # fails the call here.
+    tracked = track_search(tracking, {**vars(config), "search": search_name}, metric)
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
     warming = warm_up(
@@ -380,20 +389,23 @@ def tune(
     )
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     channel = None
-    if judge is not None:  # the pruning endpoint: stopped below, whatever happens
-        from tensorspark.tuning.prune_server import open_channel
-
-        channel = open_channel(sc, conf, judge.should_prune)
-        config = dataclasses.replace(config, pruning=channel.link())
     try:
+        if judge is not None:  # the pruning endpoint: stopped below, whatever happens
+            from tensorspark.tuning.prune_server import open_channel
+
+            channel = open_channel(sc, conf, judge.should_prune)
+            config = dataclasses.replace(config, pruning=channel.link())
         launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
         start = time.monotonic()
         try:
             results, best_weights = run_search(
-                launcher, config, searcher, parallel, progress, timeout, max_trials
+                launcher, config, tracked.wrap(searcher), parallel, progress, timeout, max_trials
             )
         finally:
             launcher.close()
+    except BaseException:
+        tracked.close(failed=True)
+        raise
     finally:
         warming.close(timeout=0.0)
         if channel is not None:
@@ -409,6 +421,10 @@ def tune(
         best_weights=best_weights,
         study=searcher.study if isinstance(searcher, OptunaSearcher) else None,
     )
+    try:
+        tracked.finish(result)
+    finally:
+        tracked.close(failed=not result.succeeded)
     if not results:
         raise TuningError(
             "The searcher proposed no trial: its ask() returned None with none running. "

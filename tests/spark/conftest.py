@@ -12,6 +12,9 @@ from collections.abc import Iterator
 import pytest
 from pyspark import SparkConf, SparkContext
 
+# A real `mlflow server` for the tracking tests: session-scoped, started on first use only.
+from tests.mlflow_server import mlflow_server  # noqa: F401
+
 
 def make_conf(master: str) -> SparkConf:
     return (
