@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointManager": "tensorspark.checkpoint",
     "load_checkpoint": "tensorspark.checkpoint",
     "AuthenticationError": "tensorspark.errors",
+    "BadRecordError": "tensorspark.errors",
     "CheckpointError": "tensorspark.errors",
     "ConfigurationError": "tensorspark.errors",
     "DeviceError": "tensorspark.errors",
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "ParameterServer": "tensorspark.ps.server",
     "ServerSettings": "tensorspark.ps.settings",
     "SparkSession": "tensorspark.session",
+    "StreamingTraining": "tensorspark.streaming",
     "History": "tensorspark.training.result",
     "TrainResult": "tensorspark.training.result",
     "Choice": "tensorspark.tuning",
@@ -75,6 +77,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AuthenticationError",
+    "BadRecordError",
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
@@ -107,6 +110,7 @@ __all__ = [
     "ServerSettings",
     "SparkSession",
     "StorageError",
+    "StreamingTraining",
     "TF1SessionSource",
     "TensorSparkError",
     "TrainResult",
@@ -148,6 +152,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.checkpoint import Checkpoint, CheckpointManager, load_checkpoint
     from tensorspark.errors import (
         AuthenticationError,
+        BadRecordError,
         CheckpointError,
         ConfigurationError,
         DeviceError,
@@ -182,6 +187,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.ps.server import ParameterServer
     from tensorspark.ps.settings import ServerSettings
     from tensorspark.session import SparkSession
+    from tensorspark.streaming import StreamingTraining
     from tensorspark.training.result import History, TrainResult
     from tensorspark.tuning import (
         Choice,
