@@ -203,15 +203,18 @@ class MicroBatchTrainer:
             "server_samples": self.before["server_samples"] + int(server_status["samples"]),
             "bad_records": self.status.bad_records + bad,
         }
+        saving = time.time()
         self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
+        saved = time.time()
         return BatchRecord(
             batch_id,
             rows,
             bad,
             started,
-            time.time(),
+            saved,
             snap.version,
             False,
+            saved - saving,
             *arrival,
         )
 
