@@ -67,7 +67,9 @@ def main() -> None:
 
     import tensorspark as sps
     from tensorspark.datasets.mnist import load_mnist
+    from tensorspark.tfthreads import limit_tf_threads
 
+    limit_tf_threads(1)
     data = load_mnist(args.data_dir, download=False)
     spark = (
         SQLSession.builder.master(args.master)
@@ -93,20 +95,42 @@ def main() -> None:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    ks = sps.SparkSession(spark, model, name="streaming-mnist", batch_size=64, sync_interval=10)
+    ks = sps.SparkSession(
+        spark, model, name="streaming-mnist", batch_size=64, sync_interval=10, warm_up=False
+    )
     rows = (
         spark.readStream.schema("pixels array<float>, label long")
         .option("maxFilesPerTrigger", 2)  # backpressure: at most 2 files per micro-batch
         .parquet(str(watch))
         .withColumn("arrival", F.col("_metadata.file_modification_time"))
     )
+    test_x, test_y = data.test_images[:2000], data.test_labels[:2000]
+    handle: list = []
+
+    def report(batch: dict) -> None:
+        """After each micro-batch (the stream's thread, so the driver's TensorFlow is
+        never driven from two threads at once): the newest model's test accuracy."""
+        status = batch["status"]
+        newest = handle[0].model() if handle else model  # the same object, newest weights
+        _, accuracy = newest.evaluate(test_x, test_y, verbose=0)
+        lag = status["lag_s"]
+        print(
+            f"batch {batch['batch_id']}: {status['samples']:6d} rows trained, "
+            f"version {batch['version']:5d}, test accuracy {accuracy:.3f}, "
+            f"{status['trained_rows_per_sec']:7.0f} rows/s, "
+            f"lag {'-' if lag is None else f'{lag:.1f}'} s",
+            flush=True,
+        )
+
     training = ks.fit_stream(
         rows,
         checkpoint_location=checkpoint,
         trigger=args.trigger,
         features_col="pixels",
         arrival_col="arrival",
+        on_batch=report,
     )
+    handle.append(training)
     producer = threading.Thread(
         target=replay,
         args=(data.train_images, data.train_labels, watch, args.files, args.rows_per_file,
@@ -115,29 +139,11 @@ def main() -> None:
     )  # fmt: skip
     producer.start()
     total = args.files * args.rows_per_file
-    test_x, test_y = data.test_images[:2000], data.test_labels[:2000]
     print(f"{data.name}: {args.files} files of {args.rows_per_file} rows into {watch}")
-    seen = -1
     try:
-        while True:
-            status = training.status
-            if status["version"] != seen:
-                seen = status["version"]
-                _, accuracy = training.model().evaluate(test_x, test_y, verbose=0)
-                lag = status["lag_s"]
-                print(
-                    f"batch {status['last_batch_id']}: {status['samples']:6d} rows trained, "
-                    f"version {status['version']:5d}, test accuracy {accuracy:.3f}, "
-                    f"{status['trained_rows_per_sec']:7.0f} rows/s, "
-                    f"lag {'-' if lag is None else f'{lag:.1f}'} s",
-                    flush=True,
-                )
-            if not status["active"]:
-                training.await_termination(10.0)  # raises the error that stopped it
+        while training.status["samples"] < total:
+            if training.await_termination(1.0):  # raises the error that stopped it
                 break
-            if status["samples"] >= total:
-                break
-            time.sleep(1.0)
     finally:
         training.stop()
         spark.stop()

@@ -117,7 +117,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     jvm = [java(), "-Xmx512m", "-cp", cp]
     done = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
+        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(props)],
         capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,
     )  # fmt: skip
     if done.returncode != 0:
