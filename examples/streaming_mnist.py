@@ -17,6 +17,7 @@ nothing and train nothing twice.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -61,6 +62,7 @@ def replay(images, labels, folder, files, rows, interval):  # type: ignore[no-un
 
 def main() -> None:
     args = parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import keras
     from pyspark.sql import SparkSession as SQLSession
     from pyspark.sql import functions as F

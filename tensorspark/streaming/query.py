@@ -88,6 +88,7 @@ class StreamingTraining:
         self.query = query
         self._trainer = trainer
         self._model = model
+        self._stopped = False  # stop() was called: a batch refused after it is no failure
 
     @property
     def id(self) -> str:
@@ -128,6 +129,7 @@ class StreamingTraining:
         """Stop the query and the parameter server, after the micro-batch in progress
         (waiting up to ``timeout`` seconds for it; a batch cut short is trained again on
         restart, as after a crash)."""
+        self._stopped = True
         ended = self._trainer.close(timeout)
         if not ended:
             logger.warning("stop(): the micro-batch in progress did not end within %.0fs", timeout)
@@ -147,6 +149,8 @@ class StreamingTraining:
             self._trainer.close(0.0)
             if self._trainer.error is not None:
                 raise self._trainer.error from err
+            if self._stopped:  # a batch Spark began after stop(): not trained, not committed
+                return True
             raise TensorSparkError(f"the stream's query failed: {err}") from err
         if ended:
             self._trainer.close(0.0)
