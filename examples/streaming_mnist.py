@@ -113,8 +113,12 @@ def main() -> None:
         """After each micro-batch (the stream's thread, so the driver's TensorFlow is
         never driven from two threads at once): the newest model's test accuracy."""
         status = batch["status"]
-        newest = handle[0].model() if handle else model  # the same object, newest weights
-        _, accuracy = newest.evaluate(test_x, test_y, verbose=0)
+        try:
+            newest = handle[0].model() if handle else model  # the same object, newest weights
+            _, accuracy = newest.evaluate(test_x, test_y, verbose=0)
+        except Exception as err:  # the example says so; the stream goes on
+            print(f"batch {batch['batch_id']}: could not evaluate: {err!r}", flush=True)
+            return
         lag = status["lag_s"]
         print(
             f"batch {batch['batch_id']}: {status['samples']:6d} rows trained, "
