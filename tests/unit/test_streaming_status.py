@@ -42,3 +42,20 @@ def test_percentile() -> None:
     assert percentile([], 0.5) is None
     assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
     assert percentile([1.0, 2.0, 3.0], 0.99) == 3.0
+
+
+def test_the_servers_status_page_shows_the_stream() -> None:
+    import json
+    import urllib.request
+
+    import numpy as np
+
+    from tensorspark.ps.server import ParameterServer
+
+    with ParameterServer(
+        {"w": np.zeros(3, np.float32)}, host="127.0.0.1", port=0, public_status=True
+    ) as server:
+        server.annotate("stream", {"batches": 3, "lag_s": 1.5})
+        with urllib.request.urlopen(f"{server.url}/status", timeout=10) as answer:
+            served = json.loads(answer.read())
+    assert served["stream"] == {"batches": 3, "lag_s": 1.5}
