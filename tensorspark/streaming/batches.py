@@ -122,7 +122,7 @@ class MicroBatchTrainer:
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
         self.before = checkpoints.before()
         self.status = StreamStatus(self.before["batches"], self.before["samples"])
-        self.server: Server = self.host.acquire(self.initial, None, start=resumed)
+        self.server: Server = self.host.acquire(self.initial, None, checkpoint=resumed)
         self.status.version = self.server.version
         self.error: BaseException | None = None
         self._reader: ArrowReader | None = None
