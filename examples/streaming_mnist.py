@@ -77,6 +77,7 @@ def main() -> None:
         SQLSession.builder.master(args.master)
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # the accuracy lines stay readable
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -110,8 +111,8 @@ def main() -> None:
     handle: list = []
 
     def report(batch: dict) -> None:
-        """After each micro-batch (the stream's thread, so the driver's TensorFlow is
-        never driven from two threads at once): the newest model's test accuracy."""
+        """After each micro-batch is trained and checkpointed (on the stream's thread,
+        between two batches): the newest model's test accuracy."""
         status = batch["status"]
         try:
             newest = handle[0].model() if handle else model  # the same object, newest weights
