@@ -11,6 +11,9 @@ bash scripts/setup.sh
 # Resolve the Hadoop mini clusters' jars (HDFS, and YARN for the yarn set) from Maven Central
 # once (cached in ~/.m2).
 bash tests/hdfs/minicluster/classpath.sh >/dev/null
+# Kafka's broker and Spark's Kafka source for the kafka set, the same way.
+bash tests/kafka/classpath.sh pom-broker.xml >/dev/null
+bash tests/kafka/classpath.sh pom-spark.xml >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff format --check tensorspark tests bench examples
 .venv/bin/ruff check tensorspark tests bench examples

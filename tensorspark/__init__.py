@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointManager": "tensorspark.checkpoint",
     "load_checkpoint": "tensorspark.checkpoint",
     "AuthenticationError": "tensorspark.errors",
+    "BadRecordError": "tensorspark.errors",
     "CheckpointError": "tensorspark.errors",
     "ConfigurationError": "tensorspark.errors",
     "DeviceError": "tensorspark.errors",
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "ParameterServer": "tensorspark.ps.server",
     "ServerSettings": "tensorspark.ps.settings",
     "SparkSession": "tensorspark.session",
+    "StreamingTraining": "tensorspark.streaming",
     "History": "tensorspark.training.result",
     "TrainResult": "tensorspark.training.result",
     "Choice": "tensorspark.tuning",
@@ -78,6 +80,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AuthenticationError",
+    "BadRecordError",
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
@@ -111,6 +114,7 @@ __all__ = [
     "ServerSettings",
     "SparkSession",
     "StorageError",
+    "StreamingTraining",
     "TF1SessionSource",
     "TensorSparkError",
     "TrackingError",
@@ -154,6 +158,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.checkpoint import Checkpoint, CheckpointManager, load_checkpoint
     from tensorspark.errors import (
         AuthenticationError,
+        BadRecordError,
         CheckpointError,
         ConfigurationError,
         DeviceError,
@@ -189,6 +194,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.ps.server import ParameterServer
     from tensorspark.ps.settings import ServerSettings
     from tensorspark.session import SparkSession
+    from tensorspark.streaming import StreamingTraining
     from tensorspark.tracking import MlflowTracking, autolog
     from tensorspark.training.result import History, TrainResult
     from tensorspark.tuning import (

@@ -114,3 +114,10 @@ class WorkerPlacementError(DeviceError):
     Retry-safe: raised before the task did any work, and PySpark ends the worker, so
     Spark's retry runs in a fresh Python worker (see :mod:`tensorspark.gpus`).
     """
+
+
+class BadRecordError(TensorSparkError, ValueError):
+    """A micro-batch of a stream holds records the model cannot train on (a null, a
+    feature array of another length, a column whose type changed); the message names the
+    column and the batch. Retrying will not help: fix the data or its parsing, or train
+    with ``on_bad_record='skip'``. The model checkpoint of the batch before is intact."""

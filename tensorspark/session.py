@@ -26,6 +26,7 @@ from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
 from tensorspark.session_settings import SettingsView, resolve_settings
+from tensorspark.session_stream import StreamFit
 from tensorspark.tf1_arguments import check_graph_run, model_to_predict
 from tensorspark.training import Server, ServerHost, TrainResult
 from tensorspark.warmup import WarmUp
@@ -35,7 +36,7 @@ from tensorspark.warmup.calls import keeps_workers_warm
 logger = logging.getLogger(__name__)
 
 
-class SparkSession(SettingsView):
+class SparkSession(SettingsView, StreamFit):
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
     Args:

@@ -113,6 +113,12 @@ def plan_dataframe(
         ConfigurationError: a missing column, a column of an unusable type, an empty
             DataFrame, or what ``feed`` refuses.
     """
+    if df.isStreaming:
+        raise ConfigurationError(
+            f"Argument `{argument}` is a streaming DataFrame; train from a stream with "
+            "SparkSession.fit_stream(rows, checkpoint_location=...). fit() trains on a batch "
+            f"DataFrame. Received: {argument}.isStreaming=True"
+        )
     selected = df.select(*example_columns(df, features_col, label_col, feed.integer_labels))
     head = selected.head(1)
     if not head:

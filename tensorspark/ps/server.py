@@ -140,6 +140,7 @@ class ParameterServer(LoopServer):
             self._secret = auth.new_secret() if s.secret is None else s.secret
             self._verifier = auth.Verifier(self._secret, window=s.auth_window)
         self.public_status = s.public_status
+        self._notes: dict[str, Any] = {}  # annotate(): the loop thread's, like the store
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,6 +251,12 @@ class ParameterServer(LoopServer):
         """The JSON served at ``/status``. Any thread (runs on the loop)."""
         return self._on_loop(self._status_here, "status()")
 
+    def annotate(self, key: str, value: Mapping[str, Any]) -> None:
+        """Serve ``value`` (plain JSON values) under ``key`` in ``/status`` from now on, e.g.
+        a stream's progress (:mod:`tensorspark.streaming`). Any thread (runs on the loop)."""
+        note = dict(value)
+        self._on_loop(lambda: self._notes.__setitem__(key, note), "annotate()")
+
     # ------------------------------------------------------------------ consistent cuts
 
     def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
@@ -273,6 +280,7 @@ class ParameterServer(LoopServer):
         """The ``/status`` JSON, made on the store's owning thread."""
         status = self._store.status()
         status.update(self._admission.status())
+        status.update(self._notes)
         now = time.time()
         status.update(
             authenticated=self._verifier is not None,

@@ -115,13 +115,15 @@ class ServerHost:
         scheme = server.url.split("://", 1)[0]
         return f"{scheme}://{host}:{server.port if port is None else port}"
 
-    def acquire(self, params: dict[str, np.ndarray], num_workers: int | None) -> Server:
+    def acquire(
+        self, params: dict[str, np.ndarray], num_workers: int | None, *, checkpoint: Any = None
+    ) -> Server:
         """A running server for a run of ``num_workers`` partitions over ``params``
         (``None``: not known before the job, which only async mode allows).
 
         A reusable server still running is handed over with its progress reset (its
         weights carry over); otherwise a new one starts, from the newest checkpoint when
-        ``resume`` is set, with a checkpointer when checkpoints are configured.
+        ``resume`` is set or from ``checkpoint``, with a checkpointer when checkpoints are set.
 
         Raises:
             ConfigurationError: a reusable server holds parameters of other names, shapes
@@ -139,16 +141,14 @@ class ServerHost:
             server.num_workers = num_workers
             server.reset_progress()
             return server
-        version, progress, applied_before, saved_version = 0, None, 0, None
-        combiner_state = None
-        if self.checkpoints is not None and s.resume:
+        version, progress, applied_before, saved_version, combiner_state = 0, None, 0, None, None
+        if checkpoint is None and self.checkpoints is not None and s.resume:
             checkpoint = resume_state(self.checkpoints, params, s.server.mode)
-            if checkpoint is not None:
-                params = checkpoint.params
-                version, progress = checkpoint.version, checkpoint.progress
-                saved_version = checkpoint.version
-                applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
-                combiner_state = combiner_state_of(checkpoint, s.server.combiner)
+        if checkpoint is not None:
+            params, version, progress = checkpoint.params, checkpoint.version, checkpoint.progress
+            saved_version = checkpoint.version
+            applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
+            combiner_state = combiner_state_of(checkpoint, s.server.combiner)
         kind: Any = ParameterServer  # the checkpointer takes either (it types the single one)
         if s.server.shards > 1:
             kind = ShardedServer

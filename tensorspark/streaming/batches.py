@@ -1,0 +1,373 @@
+"""Each micro-batch of a stream, trained against the stream's one parameter server (driver).
+
+:class:`MicroBatchTrainer` is the function Spark's ``foreachBatch`` calls with each
+micro-batch (a batch DataFrame) and its id, on the driver. It holds a
+:class:`~tensorspark.training.run.ServerHost` whose server is reusable, so one server
+(weights, version, combiner state, compression) lives for the whole query, and runs each
+micro-batch as one :class:`~tensorspark.training.run.TrainingRun` over the DataFrame input
+kind (:class:`~tensorspark.inputs.dataframe.DataFrameInput`: Arrow, ``mapInArrow``), exactly
+as ``fit`` runs one epoch: sync, async or bounded staleness, task retries with the
+existing exactly-once push accounting. After the run, and before Spark may commit the
+batch, the model is checkpointed with the batch's id (:mod:`tensorspark.streaming.state`).
+
+Nothing collects a micro-batch on the driver: the first batch's first row is read to
+check it against the model (as ``fit`` does), later batches are checked by their schema,
+and the rows stream through the executors. So a source's ``maxFilesPerTrigger`` /
+``maxOffsetsPerTrigger`` bounds what one batch holds, and a trainer slower than the
+input leaves the backlog in the source, not in memory.
+
+Bad records: a null feature or label, or a feature array of another length than the
+model takes, fails the batch with a :class:`~tensorspark.errors.BadRecordError` naming
+the column and the batch (found by one counting job, run only after a batch failed), or
+with ``on_bad_record='skip'`` is filtered out and counted (one counting job per batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tensorspark.conf import ConfSnapshot
+from tensorspark.data import FEED_NAMES, example_columns
+from tensorspark.errors import BadRecordError, TensorSparkError
+from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
+from tensorspark.listeners import RunListener
+from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
+from tensorspark.models.keras_checks import KerasFeed
+from tensorspark.ps.server import ParameterServer
+from tensorspark.streaming.state import StreamCheckpoints
+from tensorspark.streaming.status import BatchRecord, StreamStatus
+from tensorspark.training.run import RunSettings, Server, ServerHost, TrainingRun
+from tensorspark.training.tasks import training_job
+
+logger = logging.getLogger(__name__)
+
+#: What ``on_bad_record`` may be.
+BAD_RECORD_POLICIES = ("fail", "skip")
+
+
+@dataclass(frozen=True)
+class StreamColumns:
+    """Which columns of the stream the model trains on (driver)."""
+
+    features: str = "features"
+    label: str = "label"
+    #: A timestamp (or epoch seconds) column: when each record arrived, for the lag.
+    arrival: str | None = None
+
+
+class MicroBatchTrainer:
+    """``foreachBatch``'s function: trains each micro-batch once, checkpointing after it.
+
+    Built on the driver before the query starts; the constructor resumes from the
+    location's newest model checkpoint (refusing another model's) and starts the server,
+    so nothing trains when the location is wrong. One micro-batch at a time (a lock, which
+    :meth:`close` also takes so that a stop never cuts a batch in two).
+
+    Args:
+        sc: the SparkContext.
+        settings: the session's run settings (made reusable here: one server per query).
+        model: the compiled Keras model (the driver's; not changed until asked).
+        checkpoints: the model half of the checkpoint location.
+        columns: the feature, label and arrival columns.
+        on_bad_record: ``"fail"`` or ``"skip"``.
+        custom_objects: custom Keras classes.
+        mixed_precision: a checked Keras dtype policy, or None.
+        listeners: told each micro-batch's run (``on_run_start`` ... ``on_run_end``).
+        on_batch: called on the driver after each micro-batch is trained and checkpointed,
+            with its record as a dict; an exception it raises is logged, never raised.
+        conf: the call's Spark conf.
+    """
+
+    def __init__(
+        self,
+        sc: Any,
+        settings: RunSettings,
+        model: Any,
+        checkpoints: StreamCheckpoints,
+        *,
+        columns: StreamColumns,
+        on_bad_record: str,
+        custom_objects: dict[str, Any] | None,
+        mixed_precision: str | None,
+        listeners: Sequence[RunListener],
+        on_batch: Callable[[dict[str, Any]], None] | None,
+        conf: ConfSnapshot,
+    ) -> None:
+        self.sc = sc
+        self.conf = conf
+        self.columns = columns
+        self.on_bad_record = on_bad_record
+        self.listeners = list(listeners)
+        self.on_batch = on_batch
+        self.checkpoints = checkpoints
+        self.payload, checked = model_payload(model, custom_objects)
+        self.feed = KerasFeed(checked)
+        dims = checked.input_shape[1:] if isinstance(checked.input_shape, tuple) else ()
+        self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
+        self.initial = read_weights(model)
+        self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
+        self.loader = KerasTrainerLoader(
+            key=uuid.uuid4().hex,
+            custom_objects=None if custom_objects is None else dict(custom_objects),
+            sync_interval=settings.sync_interval,
+            mixed_precision=mixed_precision,
+        )
+        resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
+        self.before = checkpoints.before()
+        self.status = StreamStatus(self.before["batches"], self.before["samples"])
+        self.server: Server = self.host.acquire(self.initial, None, checkpoint=resumed)
+        self.status.version = self.server.version
+        self.error: BaseException | None = None
+        self._reader: ArrowReader | None = None
+        self._schema: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._last_params: dict[str, Any] | None = None
+        self._publish()
+
+    # ------------------------------------------------------------------ foreachBatch
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Train micro-batch ``batch_id`` (``df``: a batch DataFrame), or skip it when the
+        model already holds it (a replay after a restart). Spark's micro-batch thread.
+
+        Raises:
+            BadRecordError: bad records or a changed schema (``on_bad_record='fail'``).
+            WorkerError, CheckpointError: the batch failed; Spark stops the query and does
+                not commit the batch.
+        """
+        batch_id = int(batch_id)
+        with self._lock:
+            if self._closed:
+                raise TensorSparkError(f"the stream's training was stopped; batch {batch_id}")
+            started = time.time()
+            if batch_id <= self.checkpoints.last_batch_id:
+                logger.info(
+                    "micro-batch %d is already in the model checkpoint (replayed after a "
+                    "restart): skipped",
+                    batch_id,
+                )
+                record = BatchRecord(batch_id, 0, 0, started, started, self.server.version, True)
+                self.status.trained(record)
+                return
+            self.status.set_state("training")
+            try:
+                record = self._train(df, batch_id, started)
+            except BaseException as err:
+                self.error = err
+                self.status.set_state("failed")
+                logger.error("micro-batch %d failed; the stream stops: %s", batch_id, err)
+                raise
+            self.status.trained(record)
+            self.status.set_state("waiting")
+            self._publish()
+        self._tell(record)
+
+    def _train(self, df: Any, batch_id: int, started: float) -> BatchRecord:
+        data, bad = self._plan(df, batch_id)
+        arrival = self._arrival(df) if self.columns.arrival else (None, None, None)
+        run = TrainingRun(self.sc, self.host, self.conf)
+        num_partitions = data.count_partitions() if self.host.settings.mode == "sync" else None
+
+        def make_job(server: Server, bcast: Any) -> Any:
+            config = run.worker_config(self.host.url_for(server), 1, False)
+            return training_job(data, bcast=bcast, loader=self.loader, config=config)
+
+        try:
+            result = run.execute(
+                self.initial,
+                num_partitions,
+                make_job,
+                self.payload,
+                listeners=self.listeners,
+                num_epoch=1,
+            )
+        except TensorSparkError as err:
+            self._diagnose(df, batch_id, err)
+            raise
+        rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
+        snap = self.server.snapshot()
+        server_status = self.server.status()
+        counts = {
+            "batch_id": batch_id,
+            "batches": self.status.batches + 1,
+            "samples": self.status.samples + rows,
+            "pushes": self.before["pushes"] + snap.applied_pushes,
+            "server_samples": self.before["server_samples"] + int(server_status["samples"]),
+            "bad_records": self.status.bad_records + bad,
+        }
+        saving = time.time()
+        self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
+        saved = time.time()
+        return BatchRecord(
+            batch_id,
+            rows,
+            bad,
+            started,
+            saved,
+            snap.version,
+            False,
+            saved - saving,
+            *arrival,
+        )
+
+    # ------------------------------------------------------------------ the batch's data
+
+    def _plan(self, df: Any, batch_id: int) -> tuple[DataFrameInput, int]:
+        """The batch as the DataFrame input kind, checked; and its bad rows (skipped)."""
+        self._check_schema(df, batch_id)
+        selected = df.select(
+            *example_columns(
+                df, self.columns.features, self.columns.label, self.feed.integer_labels
+            )
+        )
+        bad = 0
+        if self.on_bad_record == "skip":
+            ok = self._fits()
+            bad = int(selected.filter(~ok).count())
+            selected = selected.filter(ok)
+            if bad:
+                logger.warning("micro-batch %d: %d bad records skipped", batch_id, bad)
+        if self._reader is None:  # the first batch: its first row checked, as fit does
+            planned = plan_dataframe(
+                selected,
+                self.feed,
+                argument=f"micro-batch {batch_id}",
+                features_col=FEED_NAMES[0],
+                label_col=FEED_NAMES[1],
+            )
+            self._reader = planned.reader
+            return planned, bad
+        return DataFrameInput(selected, self._reader), bad
+
+    def _fits(self) -> Any:
+        """A Spark condition: the row's features and label can be trained on."""
+        from pyspark.sql import functions as F
+
+        features, label = F.col(FEED_NAMES[0]), F.col(FEED_NAMES[1])
+        ok = features.isNotNull() & label.isNotNull()
+        if self.num_features is not None:
+            ok = ok & (F.size(features) == F.lit(self.num_features))
+        return ok
+
+    def _check_schema(self, df: Any, batch_id: int) -> None:
+        """The feature and label columns keep the type of the first micro-batch.
+
+        Raises:
+            BadRecordError: a column is missing or changed type (naming both types).
+        """
+        for role, name in (
+            ("features_col", self.columns.features),
+            ("label_col", self.columns.label),
+        ):
+            found = df.schema[name].dataType.simpleString() if name in df.columns else None
+            expected = self._schema.setdefault(name, found) if found is not None else None
+            if found is None or found != expected:
+                raise BadRecordError(
+                    f"micro-batch {batch_id}: the column {name!r} ({role}) "
+                    + ("is missing" if found is None else f"changed type to {found}")
+                    + f" (earlier batches: {self._schema.get(name)}). The stream stopped; the "
+                    "model checkpoint of the batch before is intact. Fix the source or its "
+                    f"parsing and restart. Received: {name}={found}"
+                )
+
+    def _diagnose(self, df: Any, batch_id: int, err: BaseException) -> None:
+        """After a failed batch: raise a :class:`BadRecordError` naming the column when
+        the batch holds bad records (one counting job); else return (the caller raises
+        ``err``)."""
+        from pyspark.sql import functions as F
+
+        try:
+            selected = df.select(
+                *example_columns(
+                    df, self.columns.features, self.columns.label, self.feed.integer_labels
+                )
+            )
+            features, label = F.col(FEED_NAMES[0]), F.col(FEED_NAMES[1])
+            size_bad = F.lit(False)
+            if self.num_features is not None:
+                size_bad = features.isNotNull() & (F.size(features) != self.num_features)
+            counts = selected.agg(
+                F.sum(features.isNull().cast("long")).alias("null_features"),
+                F.sum(size_bad.cast("long")).alias("sized"),
+                F.sum(label.isNull().cast("long")).alias("null_labels"),
+            ).first()
+        except Exception as count_err:  # the batch cannot even be read
+            raise BadRecordError(
+                f"micro-batch {batch_id} cannot be read: {str(count_err).splitlines()[0]}. The "
+                "stream stopped; the model checkpoint of the batch before is intact. "
+                f"Received: batch_id={batch_id}"
+            ) from err
+        problems = []
+        if counts["null_features"]:
+            problems.append((self.columns.features, f"{counts['null_features']} null"))
+        if counts["sized"]:
+            problems.append(
+                (self.columns.features, f"{counts['sized']} not of {self.num_features} numbers")
+            )
+        if counts["null_labels"]:
+            problems.append((self.columns.label, f"{counts['null_labels']} null"))
+        if problems:
+            what = "; ".join(f"column {c!r}: {n} records" for c, n in problems)
+            raise BadRecordError(
+                f"micro-batch {batch_id} holds records the model cannot train on ({what}). "
+                "The stream stopped; the model checkpoint of the batch before is intact. Fix "
+                "the records or their parsing, or pass on_bad_record='skip' to count and skip "
+                f"them. Received: {what}"
+            ) from err
+
+    def _arrival(self, df: Any) -> tuple[float | None, float | None, float | None]:
+        """The batch's oldest, median and newest arrival (epoch seconds; one small job)."""
+        from pyspark.sql import functions as F
+
+        arrival = F.col(str(self.columns.arrival)).cast("double")
+        row = df.agg(F.min(arrival), F.percentile_approx(arrival, 0.5), F.max(arrival)).first()
+        return tuple(None if v is None else float(v) for v in row)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ after a batch
+
+    def _publish(self) -> None:
+        """Show the stream's status on the server's ``/status`` (``"stream"``)."""
+        if isinstance(self.server, ParameterServer) and self.server.running:  # not sharded
+            status = self.status.snapshot()
+            status.pop("recent")
+            self.server.annotate("stream", status)
+
+    def _tell(self, record: BatchRecord) -> None:
+        if self.on_batch is None:
+            return
+        try:
+            self.on_batch({**record.__dict__, "status": self.status.snapshot()})
+        except Exception:
+            logger.exception(
+                "on_batch raised after micro-batch %d; training goes on", record.batch_id
+            )
+
+    def params(self) -> dict[str, Any]:
+        """The newest weights (the server's while it runs) (driver, any thread)."""
+        if self._last_params is not None:
+            return self._last_params
+        return self.server.params()
+
+    def close(self, timeout: float) -> bool:
+        """Stop the server once the micro-batch in progress (if any) has ended; whether it
+        ended within ``timeout`` seconds (else the server stops under it) (driver)."""
+        got = self._lock.acquire(timeout=timeout)
+        try:
+            if not self._closed:
+                self._closed = True
+                self._last_params = self.server.params() if self.server.running else None
+                self.host.close()
+                if self.status.state != "failed":
+                    self.status.set_state("stopped")
+        finally:
+            if got:
+                self._lock.release()
+        return got

@@ -1,0 +1,231 @@
+"""Training from Structured Streaming (``SparkSession.fit_stream``), on real Spark.
+
+Sources are real: Parquet files written into a watched directory while the query runs.
+The exactly-once test SIGKILLs a driver subprocess (tests/spark/stream_driver.py) twice,
+once between a batch's model checkpoint and Spark's commit of it, once inside a batch's
+training, and counts samples and pushes against what the files imply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorspark.checkpoint import load_checkpoint
+from tensorspark.errors import BadRecordError, CheckpointError, ConfigurationError
+
+from .stream_driver import CLASSES, FEATURES
+from .stream_driver import model as small_model
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("stream_driver.py")
+SCHEMA = "features array<float>, label long"
+ROWS = 50  # per file
+WAIT_S = 240.0
+
+
+def write_file(folder: Path, index: int, rows: int = ROWS, *, null_labels: int = 0) -> None:
+    """One Parquet file of ``rows`` examples, written under a temporary name, then renamed
+    into ``folder`` (the file source must never see half a file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(index)
+    x = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+    y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)).tolist()
+    for i in range(null_labels):
+        y[i] = None
+    table = pa.table(
+        {"features": pa.array(list(x), pa.list_(pa.float32())), "label": pa.array(y, pa.int64())}
+    )
+    tmp = folder.parent / f".{folder.name}-{index}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, folder / f"part-{index:04d}.parquet")
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def session(sc: Any, **kwargs: Any) -> Any:
+    from tensorspark import SparkSession
+
+    return SparkSession(
+        sc, small_model(), name="stream-test", batch_size=10, sync_interval=1, warm_up=False,
+        **kwargs,
+    )  # fmt: skip
+
+
+def watched(spark: Any, folder: Path) -> Any:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+
+
+def test_batch_and_stream_each_name_the_other_call(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    ks = session(spark.sparkContext)
+    batch = spark.createDataFrame([([0.0] * FEATURES, 1)], SCHEMA)
+    with pytest.raises(ConfigurationError, match=r"fit\(\)\. Received: rows.isStreaming=False"):
+        ks.fit_stream(batch, checkpoint_location=str(tmp_path / "ckpt"))
+    with pytest.raises(ConfigurationError, match=r"fit_stream\(rows.*isStreaming=True"):
+        ks.fit(watched(spark, tmp_path / "in"))
+    with pytest.raises(ConfigurationError, match="Received: trigger='soon'"):
+        ks.fit_stream(
+            watched(spark, tmp_path / "in"), checkpoint_location=str(tmp_path / "c"), trigger="soon"
+        )
+    assert not (tmp_path / "c").exists()  # nothing started
+
+
+def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Path) -> None:
+    """Files land while the query runs; maxFilesPerTrigger=1 makes one batch per file even
+    when two land at once; a stream is scored with the newest version."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    ckpt = tmp_path / "ckpt"
+    ks = session(spark.sparkContext)
+    training = ks.fit_stream(
+        watched(spark, folder), checkpoint_location=str(ckpt), trigger="1 second"
+    )
+    try:
+        write_file(folder, 0)
+        wait_for("the first batch", lambda: training.status["batches"] == 1)
+        write_file(folder, 1)
+        write_file(folder, 2)  # two files at once: still two batches (maxFilesPerTrigger=1)
+        wait_for("three batches", lambda: training.status["batches"] == 3)
+        status = training.status
+        assert status["samples"] == 3 * ROWS
+        assert [r["rows"] for r in status["recent"]] == [ROWS] * 3
+        assert status["version"] == 3 * ROWS // 10  # one push per mini-batch of 10
+        assert status["lag_s"] is not None and status["trained_rows_per_sec"] > 0
+        served = training.server.status()["stream"]
+        assert served["batches"] == 3 and served["samples"] == 3 * ROWS
+
+        newest = load_checkpoint(str(ckpt / "model"))
+        assert newest.version == status["version"]
+        assert newest.meta["extra"]["stream"]["batch_id"] == 2
+        weights = training.model().get_weights()
+        for saved, now in zip(newest.params.values(), weights, strict=True):
+            np.testing.assert_allclose(saved, now)
+
+        # Serving while learning: a stream scored with the newest version, in a column.
+        scored = training.predict(watched(spark, folder))
+        query = (
+            scored.writeStream.format("memory").queryName("scored").trigger(availableNow=True)
+            .start()
+        )  # fmt: skip
+        assert query.awaitTermination(WAIT_S)
+        out = spark.sql("select prediction, model_version from scored").collect()
+        assert len(out) == 3 * ROWS
+        assert {r["model_version"] for r in out} == {status["version"]}
+        assert all(len(r["prediction"]) == CLASSES for r in out)
+        expected = training.model().predict(np.zeros((1, FEATURES), np.float32), verbose=0)
+        zero = training.predict(spark.createDataFrame([([0.0] * FEATURES, 0)], SCHEMA))
+        np.testing.assert_allclose(zero.first()["prediction"], expected[0], rtol=1e-5)
+    finally:
+        training.stop()
+    assert training.status["state"] == "stopped"
+    assert not training.server.running
+
+
+def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(folder, 0)
+    write_file(folder, 1, null_labels=3)
+    ckpt = tmp_path / "ckpt"
+    ks = session(spark.sparkContext)
+    training = ks.fit_stream(
+        watched(spark, folder), checkpoint_location=str(ckpt), trigger="available_now"
+    )
+    with pytest.raises(BadRecordError, match=r"micro-batch 1 .*column 'label': 3 null records"):
+        training.await_termination(WAIT_S)
+    kept = load_checkpoint(str(ckpt / "model"))
+    assert kept.meta["extra"]["stream"]["batch_id"] == 0  # the batch before, intact
+    assert kept.version == ROWS // 10
+    assert not training.server.running
+
+    # Skipping instead: counted, the good rows trained.
+    skipping = ks.fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "skip"),
+        trigger="available_now", on_bad_record="skip",
+    )  # fmt: skip
+    assert skipping.await_termination(WAIT_S)
+    status = skipping.status
+    assert status["bad_records"] == 3
+    assert status["samples"] == 2 * ROWS - 3
+
+    # Another model's checkpoint location is refused by name before anything trains.
+    import keras
+
+    other = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(CLASSES + 1)])
+    other.compile(optimizer="sgd", loss="mse")
+    from tensorspark import SparkSession
+
+    before = sorted(os.listdir(ckpt / "model"))
+    wider = SparkSession(spark.sparkContext, other, name="stream-test", warm_up=False)
+    with pytest.raises(CheckpointError, match="differ|shape"):
+        wider.fit_stream(watched(spark, folder), checkpoint_location=str(ckpt))
+    renamed = SparkSession(spark.sparkContext, small_model(), name="another", warm_up=False)
+    with pytest.raises(CheckpointError, match="holds the checkpoints of model 'stream-test'"):
+        renamed.fit_stream(watched(spark, folder), checkpoint_location=str(ckpt))
+    assert sorted(os.listdir(ckpt / "model")) == before
+    assert not any(q.isActive for q in spark.streams.active)
+
+
+def run_driver(data: Path, ckpt: Path, out: Path, *extra: str) -> int:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), "--data", str(data), "--ckpt", str(ckpt), "--out",
+         str(out), *extra],
+        env=env, start_new_session=True, timeout=600, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode not in (0, -9):
+        raise AssertionError(f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.returncode
+
+
+def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None:
+    """Two crashes: after batch 1's model checkpoint (before Spark commits it: its replay
+    must be skipped), and inside a batch's training (it must train again). The last
+    checkpoint then counts every file's rows and pushes once."""
+    files = 5
+    data = tmp_path / "in"
+    data.mkdir()
+    for i in range(files):
+        write_file(data, i)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "status.json"
+
+    assert run_driver(data, ckpt, out, "--kill-after-batch", "1") == -9
+    first = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
+    assert first["batch_id"] == 1 and first["samples"] == 2 * ROWS
+
+    # Batch 1 is replayed and skipped; batch 2 trains (run 1); batch 3's run (2) is killed.
+    assert run_driver(data, ckpt, out, "--kill-in-run", "2") == -9
+    second = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
+    assert second["batch_id"] == 2 and second["samples"] == 3 * ROWS
+
+    assert run_driver(data, ckpt, out) == 0
+    status = json.loads(out.read_text())
+    last = load_checkpoint(str(ckpt / "model"))
+    stream = last.meta["extra"]["stream"]
+    assert stream["batch_id"] == files - 1
+    assert stream["batches"] == files
+    assert stream["samples"] == files * ROWS  # the rows the files hold, each once
+    assert stream["server_samples"] == files * ROWS  # as the server counted its pushes
+    pushes = files * (ROWS // 10)  # one push per mini-batch of 10 (sync_interval=1)
+    assert stream["pushes"] == pushes and last.version == pushes
+    assert status["skipped_batches"] == 0 and status["batches"] == files
