@@ -104,6 +104,7 @@ def test_callbacks_run_while_the_job_trains_and_early_stopping_ends_it_cleanly(
     saved = str(tmp_path / "ckpt-{epoch:02d}.keras")
     checkpoint = keras.callbacks.ModelCheckpoint(saved)
     logger = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"))  # epoch-level, as in model.fit
     val = _arrays(1, 64)
     epochs = 200
     history = session.fit(
@@ -111,7 +112,7 @@ def test_callbacks_run_while_the_job_trains_and_early_stopping_ends_it_cleanly(
         epochs=epochs,
         validation_data=val,
         progress=False,
-        callbacks=[recorder, stopper, checkpoint, logger],
+        callbacks=[recorder, stopper, checkpoint, logger, board],
     )
     result = session.last_run
 
@@ -156,6 +157,11 @@ def test_callbacks_run_while_the_job_trains_and_early_stopping_ends_it_cleanly(
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
     assert float(rows[2]["val_loss"]) == pytest.approx(history.history["val_loss"][2], rel=1e-5)
+    # Keras's TensorBoard callback wrote each epoch's loss, as model.fit's does.
+    assert _scalars(tmp_path / "tb" / "train", "epoch_loss") == pytest.approx(
+        history.history["loss"], rel=1e-5
+    )
+    assert len(_scalars(tmp_path / "tb" / "validation", "epoch_loss")) == 4
     # The History has the keys of Keras's own fit; model.history is Keras's History.
     local = _model()
     xs, ys = _arrays(0)
@@ -163,6 +169,19 @@ def test_callbacks_run_while_the_job_trains_and_early_stopping_ends_it_cleanly(
     assert set(history.history) == set(expected)
     assert isinstance(session.session.history, keras.callbacks.History)
     assert set(session.session.history.history) == set(expected) | {"score"}
+
+
+def _scalars(folder: Path, tag: str) -> list[float]:
+    """The values of ``tag`` in the TensorBoard event files under ``folder``, by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    events.Reload()
+    return [
+        float(make_ndarray(e.tensor_proto))
+        for e in sorted(events.Tensors(tag), key=lambda e: e.step)
+    ]
 
 
 class _StopAt(keras.callbacks.Callback):
