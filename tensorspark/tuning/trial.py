@@ -23,6 +23,7 @@ import numpy as np
 
 from tensorspark.errors import ConfigurationError, DivergenceError, WorkerPlacementError
 from tensorspark.tuning.feed import evaluation_dataset, training_dataset
+from tensorspark.tuning.prebuild import prebuild
 from tensorspark.tuning.prune_link import PruneLink, PruneReporter
 
 #: Longest traceback text kept per failed trial (the table stays readable).
@@ -225,6 +226,9 @@ def run_trial(
             raise TypeError(
                 f"build(params) must return a compiled keras.Model. Received: {type(model)!r}"
             )
+        # The optimizer's and metrics' state now, not in the train function's first trace:
+        # Keras would trace it twice (tensorspark.tuning.prebuild).
+        prebuild(model, data["x"], data["y"])
         tracker = _make_tracker(config, trial.index)
         # Batches gathered on the training thread (tensorspark.tuning.feed): Keras's own pipeline
         # for arrays adds threads that only compete with the other trials for the cores.
