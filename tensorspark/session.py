@@ -389,6 +389,11 @@ class SparkSession(SettingsView, StreamFit):
                 connect.require_dataframe(self.sc, value, argument)
         epochs = positive_int("epochs", epochs)
         policy = check_policy(mixed_precision)
+        # Bad callbacks or listeners are refused before a tracked run is opened.
+        checked, watchers = (
+            check_callbacks(callbacks),
+            run_listeners(progress, tensorboard_dir, listeners),
+        )
         with track_fit(tracking, self, data, features_col, shuffle, policy) as tracked:
             history, result = fit(
                 self.sc,
@@ -400,13 +405,11 @@ class SparkSession(SettingsView, StreamFit):
                 features_col=features_col,
                 label_col=label_col,
                 shuffle=shuffle,
-                listeners=run_listeners(
-                    progress, tensorboard_dir, [*(listeners or ()), *tracked.listeners]
-                ),
+                listeners=[*watchers, *tracked.listeners],
                 custom_objects=self.custom_objects,
                 mixed_precision=policy,
                 conf=tsconf.ConfSnapshot.take(self.sc),
-                callbacks=check_callbacks(callbacks),
+                callbacks=checked,
             )
             self.last_run = result
             tracked.finish(history)

@@ -211,6 +211,8 @@ class _Loop:
         self.base: dict[str, np.ndarray] = {}
         self.stopping = False  # the driver asked the run to stop (the control's ``stop``)
         self.learning_rate: float | None = None  # the control's, once applied
+        self.rows: RowSync | None = None  # row-sparse sync of embedding tables
+        self.fresh = False  # row-sparse and the server at version 0: start from the model
 
     def follow(self, control: Mapping[str, Any]) -> None:
         """Apply the run's control from the server's last answer (see the module)."""
@@ -224,8 +226,6 @@ class _Loop:
         if control.get("stop") and not self.stopping:
             self.stopping = True
             logger.info("partition %s: the driver stopped the run; leaving", self.partition)
-        self.rows: RowSync | None = None  # row-sparse sync of embedding tables
-        self.fresh = False  # row-sparse and the server at version 0: start from the model
 
     def run(self, blocks: Iterator[Block] | EpochSource) -> dict[str, Any]:
         cfg = self.config

@@ -192,6 +192,12 @@ class MicroBatchTrainer:
         except TensorSparkError as err:
             self._diagnose(df, batch_id, err)
             raise
+        if result.stopped is not None:  # a listener's request_stop: the batch is cut short
+            raise TensorSparkError(
+                f"micro-batch {batch_id} was stopped by a listener ({result.stopped}); it is "
+                "not checkpointed and trains again on restart. To end a stream, call "
+                "StreamingTraining.stop()."
+            )
         rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
         snap = self.server.snapshot()
         server_status = self.server.status()

@@ -251,14 +251,14 @@ def fit_stream(
         on_batch=on_batch,
         conf=conf,
     )
-    writer = (
-        rows.writeStream.foreachBatch(trainer)
-        .option("checkpointLocation", stream_dir(checkpoint_location))
-        .trigger(**trigger_kw)
-    )
-    if query_name is not None:
-        writer = writer.queryName(query_name)
-    try:
+    try:  # the trainer's server is up: whatever fails from here on stops it
+        writer = (
+            rows.writeStream.foreachBatch(trainer)
+            .option("checkpointLocation", stream_dir(checkpoint_location))
+            .trigger(**trigger_kw)
+        )
+        if query_name is not None:
+            writer = writer.queryName(query_name)
         query = writer.start()
     except BaseException:
         trainer.close(0.0)

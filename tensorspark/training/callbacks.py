@@ -223,11 +223,10 @@ class KerasCallbacks(RunListener):
             return
         try:
             call()
+            self._follow(what)
         except Exception as err:
             self.error = err
             self.request_stop(f"a Keras callback raised in {what}: {type(err).__name__}: {err}")
-            return
-        self._follow(what)
 
     def _follow(self, what: str) -> None:
         """Send what the callbacks changed on the driver's model to the workers."""
@@ -237,7 +236,14 @@ class KerasCallbacks(RunListener):
         if rate is not None and rate != self._rate:
             server = self._server()
             if server is not None:
-                server.set_control({"learning_rate": rate})
+                try:
+                    server.set_control({"learning_rate": rate})
+                except ValueError as err:
+                    raise ValueError(
+                        f"a Keras callback set the learning rate to {rate!r} in {what}; the "
+                        "workers take only rates > 0 and finite: have the schedule end above 0. "
+                        f"Received: learning_rate={rate!r}"
+                    ) from err
                 logger.info("learning rate %g sent to the workers (%s)", rate, what)
             self._rate = rate
 

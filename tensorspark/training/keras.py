@@ -114,7 +114,12 @@ def fit(
         num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
-    assign_weights(model, result.params)
+    final = result.params
+    if result.stopped is not None and result.epochs:
+        # As in Keras, a run stopped after epoch e ends with e's weights (the workers may
+        # have pushed part of the next epoch before the stop reached them).
+        final = snapshots.by_epoch.get(int(result.epochs[-1]["epoch"]), result.params)
+    assign_weights(model, final)
     validation = None
     if driven is not None:
         if driven.error is not None:

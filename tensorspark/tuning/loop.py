@@ -167,6 +167,11 @@ def run_search(
                         best_weights = weights
                 # The driver's trial (a copy of params pickled back may not compare equal).
                 values = trial.history.get(config.metric, [])
+                # Whether the trial stopped on a prune is the executor's word: an answer
+                # "prune" that timed out or was lost left the trial training to its end.
+                settle = getattr(searcher, "settle_pruned", None)
+                if settle is not None:
+                    settle(submitted, trial.pruned)
                 searcher.tell(submitted, trial.score, list(values), seconds, not trial.ok)
                 reporter.update(trial, best)
             start_more()

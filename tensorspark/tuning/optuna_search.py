@@ -158,6 +158,16 @@ class OptunaSearcher(Searcher):
             trial.report(float(value), int(epoch))
             steps.add(epoch)
 
+    def settle_pruned(self, trial: Trial, pruned: bool) -> None:
+        """Before :meth:`tell`: whether ``trial`` stopped on a prune, as its executor says
+        (driver). The pruner's "prune" may not have reached it (the answer timed out or was
+        lost), and then the trial trained to its end and is told COMPLETE."""
+        with self._lock:
+            if pruned:
+                self._pruned.add(trial.index)
+            else:
+                self._pruned.discard(trial.index)
+
     def tell(
         self,
         trial: Trial,

@@ -40,6 +40,12 @@ def test_sync_mode_sparse_gives_the_dense_weights(sc: SparkContext, optimizer: s
         )
         ks.fit(rdd, epochs=2)
         weights[kind] = model.get_weights()
+        status = ks.last_run.status
+        if kind == "sparse":  # the tables went as rows, a few per sync, not whole
+            assert status["row_pushes"] == status["applied_pushes"] > 0
+            assert 0 < status["rows_pushed_per_sync"] < ROWS
+        else:
+            assert status["row_pushes"] == 0
     for dense, sparse in zip(weights["dense"], weights["sparse"], strict=True):
         np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-6)
     assert not np.array_equal(weights["sparse"][0], _model(optimizer).get_weights()[0])
@@ -52,6 +58,9 @@ def test_fit_of_an_embedding_model_async_learns(sc: SparkContext) -> None:
     ks = sps.SparkSession(sc, model, sync_interval=10, batch_size=64, compression="int8")
     history = ks.fit(rdd, epochs=3)
     assert history.history["loss"][-1] < history.history["loss"][0]
+    status = ks.last_run.status
+    assert status["row_pushes"] == status["applied_pushes"] > 0
+    assert 0 < status["rows_pulled_per_sync"] < ROWS
     score = auc(test.labels, model.predict(test.ids, verbose=0))
     assert score > 0.6
 

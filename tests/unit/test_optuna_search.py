@@ -101,6 +101,24 @@ def test_ask_tell_and_prune_keep_the_study_in_step() -> None:
     assert study.trials[2].intermediate_values == {0: 0.9}
 
 
+def test_a_prune_the_trial_never_heard_is_told_complete() -> None:
+    """The pruner said "prune" but the answer was lost: the executor trained to the end,
+    and its word (``settle_pruned``) decides what the study is told."""
+    study = optuna.create_study(direction="minimize", pruner=optuna.pruners.MedianPruner(0, 0))
+    searcher = OptunaSearcher(study, {"x": Uniform(0.0, 1.0)})
+    first, second, third = (searcher.ask(()) for _ in range(3))
+    assert first is not None and second is not None and third is not None
+    searcher.tell(first, 0.2, [0.5, 0.2], 3.0, False)
+    assert searcher.should_prune(1, 0, 0.9) and searcher.should_prune(2, 0, 0.9)
+    searcher.settle_pruned(second, False)  # the answer was lost: trained to its end
+    searcher.tell(second, 0.1, [0.9, 0.1], 3.0, False)
+    searcher.settle_pruned(third, True)
+    searcher.tell(third, 0.9, [0.9], 1.0, False)
+    states = {t.number: t.state for t in study.trials}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.COMPLETE, 2: TrialState.PRUNED}
+    assert study.best_trial.number == 1
+
+
 def test_without_a_pruner_nothing_is_pruned() -> None:
     found = optuna_searcher_for(
         {"x": [1, 2]},
