@@ -25,7 +25,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
-from tensorspark.session_settings import SettingsView, resolve_settings
+from tensorspark.session_settings import SettingsView, embedding_tables, resolve_settings
 from tensorspark.session_stream import StreamFit
 from tensorspark.tf1_arguments import check_graph_run, model_to_predict
 from tensorspark.training import Server, ServerHost, TrainResult
@@ -195,6 +195,8 @@ class SparkSession(SettingsView, StreamFit):
         self.checkpoints: CheckpointManager | None = resolved.checkpoints
         self.last_run: TrainResult | None = None
         self._host = ServerHost(resolved.run, resolved.checkpoints)
+        if self.is_keras and resolved.run.server.shards > 1:
+            self._host.tables = embedding_tables(session)
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive

@@ -283,3 +283,12 @@ class SettingsView:
     @property
     def resume(self) -> bool:
         return self._host.settings.resume
+
+
+def embedding_tables(model: Any) -> tuple[str, ...]:
+    """The names of a Keras model's embedding tables, which a sharded server keeps whole
+    on one shard each so that they sync row-sparse (driver)."""
+    from tensorspark.models.embeddings import table_names
+    from tensorspark.models.keras import weight_names
+
+    return tuple(table_names(model, weight_names(model)))

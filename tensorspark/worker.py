@@ -143,9 +143,9 @@ def train_partition(
         try:
             loop = _Loop(partition, attempt, config, client, model, payload, resume_after, feedback)
             # Embedding tables sync row-sparse when the server takes it (README "Models with
-            # embedding tables"); not through shards, whose layout cuts whole tensors.
+            # embedding tables"); through shards when each table is whole on one shard.
             access = getattr(model, "rows", None) if joined.get("rows") else None
-            if access is not None and access.tables and isinstance(client, ParameterClient):
+            if access is not None and access.tables and _routable(client, access.tables):
                 codec = None if compression is None else compression.push
                 loop.rows = RowSync(access, codec, loop.counts)
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
@@ -162,6 +162,12 @@ def train_partition(
         except Exception:  # the server may be gone already; the original error matters more
             logger.debug("leave() failed for partition %s", partition, exc_info=True)
         client.close()
+
+
+def _routable(client: ParameterClient | ShardedClient, tables: list[str]) -> bool:
+    """Whether ``client`` can carry the tables' rows: one server, or shards that each hold
+    a table whole (a layout that split a table makes it sync whole)."""
+    return isinstance(client, ParameterClient) or client.row_sparse(tables)
 
 
 def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:

@@ -105,12 +105,9 @@ def check_setup(
             "smaller table) or a driver with more memory. "
             f"Received: tables of {table_bytes} bytes"
         )
-    if shards > 1:
-        logger.info(
-            "ps_shards=%s: the embedding tables sync whole (row-sparse sync needs ps_shards=1)",
-            shards,
-        )
-    del mode  # sync and async alike: the sound combiners' rounds add the mean delta
+    # Sync and async alike: the sound combiners' rounds add the mean delta. Sharded: each
+    # table is whole on one shard (ShardedServer's ``tables``), which gets its rows.
+    del mode, shards
 
 
 def available_memory() -> int | None:

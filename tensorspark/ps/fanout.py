@@ -14,6 +14,11 @@ the whole update for NaN/Inf and, if any slice holds one, tells every shard
 ``diverged`` or ``stale`` wins, then ``applied`` (a retry some shards had already
 applied is ``duplicate`` there), else ``duplicate``.
 
+Row-sparse pushes (embedding tables, :mod:`tensorspark.ps.rows`) need each table whole on
+one shard (``Layout.plan``'s ``keep``): the table's ids and rows go to that shard alone,
+after the ids are checked here (a bad id on one shard alone would leave the others applying
+the push), and its answer's rows come back beside the assembled whole tensors.
+
 Runs on executors. Not thread-safe (one per training loop), like ParameterClient.
 """
 
@@ -26,9 +31,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tensorspark import wire
+from tensorspark.errors import ParameterServerError
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import is_finite
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.rows import IDS, ROWS, check_ids
+from tensorspark.ps.validation import RequestError
 
 T = TypeVar("T")
 _ORDER = ("diverged", "stale", "applied", "duplicate")
@@ -98,12 +106,28 @@ class ShardedClient:
         return min(self._versions), self._assemble([t for _, t in answers])
 
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
-        """Push each shard its slice; the combined answer (see the module docstring)."""
+        """Push each shard its slice; the combined answer (see the module docstring).
+
+        A row-sparse push's tables (``meta["rows"]``, each held whole by one shard, see
+        :meth:`row_sparse`) go with their ids and rows to that shard alone; every shard's
+        push names the tables it gets (maybe none), so each answers row-sparse for its own.
+        """
         finite = all(is_finite(v) for v in update.values())
         parts = self.layout.split(update)
+        tables: list[list[str]] = [[] for _ in parts]
+        for name in meta.get("rows", ()):
+            index = self.layout.holder(name)
+            if index is None:
+                raise ValueError(f"table {name!r} is not held whole by one shard")
+            self._check_rows(name, update, index)
+            tables[index].append(name)
+            for key in (name + IDS, name + ROWS):
+                parts[index][key] = update[key]
 
         def push_one(i: int, client: ParameterClient) -> PushResult:
             shard_meta = dict(meta, base_version=self._versions[i])
+            if "rows" in meta:
+                shard_meta["rows"] = tables[i]
             if not finite:
                 shard_meta["finite"] = False
             return client.push(parts[i], shard_meta)
@@ -113,12 +137,35 @@ class ShardedClient:
         statuses = {a.status for a in answers}
         status = next((s for s in _ORDER if s in statuses), answers[0].status)
         version = min(self._versions)
-        return PushResult(
-            status,
-            version,
-            self._assemble([a.params for a in answers]),
-            dict(answers[0].meta, version=version),
-        )
+        params = self._assemble([a.params for a in answers])
+        for answer in answers:  # a row-sparse answer's rows of its shard's tables
+            params.update({k: v for k, v in answer.params.items() if k.endswith((IDS, ROWS))})
+        return PushResult(status, version, params, dict(answers[0].meta, version=version))
+
+    def _check_rows(self, name: str, update: Mapping[str, wire.Tensor], index: int) -> None:
+        """Refuse a table's bad ids or rows here, as its shard would with a 400: sent, the
+        other shards would apply the push and the table's shard not."""
+        shape = dict(self.layout.shapes)[name]
+        try:
+            ids, values = update[name + IDS], update[name + ROWS]
+            if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+                raise RequestError(400, f"table {name[:80]!r}: {name[:80]}{IDS} must be int64 [k]")
+            if tuple(values.shape) != (ids.size, *shape[1:]):
+                raise RequestError(
+                    400, f"table {name[:80]!r}: {name[:80]}{ROWS} must be [{ids.size}, ...]"
+                )
+            check_ids(name, ids, shape[0])
+        except KeyError:
+            raise ParameterServerError(
+                f"table {name[:80]!r}: its {IDS} or {ROWS} is missing", status=400
+            ) from None
+        except RequestError as e:
+            raise ParameterServerError(str(e), status=400, url=self._clients[index].url) from None
+
+    def row_sparse(self, tables: Sequence[str]) -> bool:
+        """Whether every one of ``tables`` is held whole by one shard (then their rows can
+        be pushed and answered row-sparse through this client)."""
+        return all(self.layout.holder(name) is not None for name in tables)
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         self._each(lambda i, c: c.leave(partition, attempt, state))

@@ -55,9 +55,17 @@ class Layout:
     shards: tuple[tuple[Piece, ...], ...]
 
     @classmethod
-    def plan(cls, params: Mapping[str, np.ndarray], n: int, align: int = ALIGN) -> Layout:
+    def plan(
+        cls,
+        params: Mapping[str, np.ndarray],
+        n: int,
+        align: int = ALIGN,
+        keep: Sequence[str] = (),
+    ) -> Layout:
         """Deal ``params`` out to ``n`` shards, balanced by bytes; split points fall on
-        multiples of ``align`` numbers (a power of two, at least :data:`ALIGN`).
+        multiples of ``align`` numbers (a power of two, at least :data:`ALIGN`). The tensors
+        named in ``keep`` (embedding tables that sync row-sparse) are never split: each
+        goes whole to the shard its middle byte falls in.
 
         Raises:
             ConfigurationError: a shard would hold nothing (the model is too small to split
@@ -78,7 +86,7 @@ class Layout:
             size, item = arr.size, max(1, arr.itemsize)
             end = offset + arr.nbytes
             points = [0]
-            for cut in cuts:
+            for cut in cuts if name not in keep else ():
                 if offset < cut < end:
                     at = int(round((cut - offset) / item / align)) * align
                     if points[-1] < at < size:
@@ -100,6 +108,14 @@ class Layout:
             )
         shapes = tuple((name, tuple(int(d) for d in arr.shape)) for name, arr in arrays.items())
         return cls(shapes, tuple(tuple(p) for p in shards))
+
+    def holder(self, name: str) -> int | None:
+        """The shard that holds ``name`` whole, or None (split, or not in the model)."""
+        for index, pieces in enumerate(self.shards):
+            for piece in pieces:
+                if piece.name == name:
+                    return index if piece.whole else None
+        return None
 
     # ------------------------------------------------------------------ moving tensors
 
@@ -129,9 +145,12 @@ class Layout:
         pieces_of: dict[str, list[tuple[Piece, np.ndarray]]] = {}
         for pieces, part in zip(self.shards, parts, strict=True):
             for piece in pieces:
-                pieces_of.setdefault(piece.name, []).append((piece, part[piece.key]))
+                if piece.key in part:
+                    pieces_of.setdefault(piece.name, []).append((piece, part[piece.key]))
         for name, shape in self.shapes:
-            found = pieces_of[name]
+            found = pieces_of.get(name)
+            if found is None:  # a row-sparse table: its rows travel beside the layout
+                continue
             if len(found) == 1 and found[0][0].whole:
                 out[name] = found[0][1]
                 continue

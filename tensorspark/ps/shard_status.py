@@ -97,6 +97,7 @@ def aggregate_status(
     for key in _SUM:
         out[key] = sum(int(s.get(key, 0)) for s in each) + int(front.get(key, 0))
     out["updates_per_sec"] = min(float(s.get("updates_per_sec", 0.0)) for s in each)
+    out.update(_rows(each))
     workers: dict[int, dict[str, Any]] = {}
     for shard in each:
         for row in shard.get("workers", ()):
@@ -129,3 +130,19 @@ def aggregate_status(
     ]
     out.update(tls=tls, started_at=min(float(s.get("started_at", started_at)) for s in each))
     return out
+
+
+def _rows(each: list[dict[str, Any]]) -> dict[str, Any]:
+    """Row-sparse sync's counters over the shards: every shard sees each row-sparse push,
+    the rows go to the shards that hold the tables."""
+    pushes = max(int(s.get("row_pushes", 0)) for s in each)
+    pushed = sum(int(s.get("rows_pushed", 0)) for s in each)
+    pulled = sum(int(s.get("rows_pulled", 0)) for s in each)
+    return {
+        "row_pushes": pushes,
+        "rows_pushed": pushed,
+        "rows_pulled": pulled,
+        "row_tables": sorted({t for s in each for t in s.get("row_tables", ())}),
+        "rows_pushed_per_sync": pushed / pushes if pushes else 0.0,
+        "rows_pulled_per_sync": pulled / pushes if pushes else 0.0,
+    }

@@ -36,7 +36,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -81,6 +81,8 @@ class ShardedServer:
         **options: as for :class:`~tensorspark.ps.server.ParameterServer`.
         on_push: ``(meta, status)`` after each push shard 0 handled, called on a thread
             of this object (not a server loop); it may call :meth:`params`.
+        tables: the embedding tables (row-sparse under ``embeddings='sparse'``): each is
+            kept whole on one shard (see :meth:`Layout.plan`), which gets its rows.
 
     Raises:
         ConfigurationError: bad settings, a model too small for ``shards``, or a custom
@@ -98,6 +100,7 @@ class ShardedServer:
         progress: Mapping[int, Mapping[str, int]] | None = None,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        tables: Sequence[str] = (),
         **options: Any,
     ) -> None:
         s = self.settings = server_settings(settings, combiner, options)
@@ -108,7 +111,9 @@ class ShardedServer:
         arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
         num_workers = sync_workers(s.mode, num_workers)
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
-        self.layout = Layout.plan(arrays, shards, align)
+        # Row-sparse tables stay whole on one shard, which their rows are routed to.
+        keep = tuple(tables) if s.embeddings == "sparse" else ()
+        self.layout = Layout.plan(arrays, shards, align, keep)
         self.mode = s.mode
         self.host = s.host
         self.max_staleness = s.max_staleness

@@ -101,6 +101,8 @@ class ServerHost:
         self.settings = settings
         self.checkpoints = checkpoints
         self.server: Server | None = None
+        #: Embedding tables a sharded server keeps whole on one shard (row-sparse sync).
+        self.tables: tuple[str, ...] = ()
         self._checkpointer: Checkpointer | None = None
         self._listener: PushListener | None = None
 
@@ -150,8 +152,9 @@ class ServerHost:
             applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
             combiner_state = combiner_state_of(checkpoint, s.server.combiner)
         kind: Any = ParameterServer  # the checkpointer takes either (it types the single one)
+        more: dict[str, Any] = {}
         if s.server.shards > 1:
-            kind = ShardedServer
+            kind, more = ShardedServer, {"tables": self.tables}
         server = kind(
             params,
             settings=s.server,
@@ -160,6 +163,7 @@ class ServerHost:
             progress=progress,
             on_push=self._on_push,
             combiner_state=combiner_state,
+            **more,
         )
         self.server = server
         server.start()

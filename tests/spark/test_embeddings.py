@@ -51,6 +51,25 @@ def test_sync_mode_sparse_gives_the_dense_weights(sc: SparkContext, optimizer: s
     assert not np.array_equal(weights["sparse"][0], _model(optimizer).get_weights()[0])
 
 
+def test_sync_mode_sparse_through_two_shards_gives_the_dense_weights(sc: SparkContext) -> None:
+    """With ps_shards=2 the table is whole on one shard, which gets its rows."""
+    rdd, _ = _rdd(sc, 1000)
+    weights, status = {}, {}
+    for kind in ("dense", "sparse"):
+        model = _model("adagrad")
+        ks = sps.SparkSession(
+            sc, model, mode="sync", sync_interval=5, batch_size=50, embeddings=kind, ps_shards=2
+        )
+        ks.fit(rdd, epochs=1)
+        weights[kind] = model.get_weights()
+        assert ks.last_run is not None
+        status[kind] = ks.last_run.status
+    for dense, sparse in zip(weights["dense"], weights["sparse"], strict=True):
+        np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-6)
+    assert status["dense"]["rows_pushed"] == 0 and status["sparse"]["row_tables"]
+    assert 0 < status["sparse"]["rows_pushed_per_sync"] < ROWS
+
+
 def test_fit_of_an_embedding_model_async_learns(sc: SparkContext) -> None:
     rdd, _ = _rdd(sc, 8000)
     _, test = _rdd(sc, 2000, seed=1)

@@ -182,3 +182,27 @@ def test_dashboard_url_quotes_the_token() -> None:
     assert (
         dashboard_url("http://127.0.0.1:5000/", "a+b/c") == "http://127.0.0.1:5000/?token=a%2Bb%2Fc"
     )
+
+
+@pytest.mark.browser
+def test_dashboard_shows_rows_per_sync_of_embedding_tables(browser) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tensorspark.ps.rows import rows_entry
+
+    table = np.zeros((100, 4), np.float32)
+    with ParameterServer({"emb": table, "w": np.zeros(8, np.float32)}, port=0) as ps:
+        with ParameterClient(ps.url, **ps.client_options()) as client:
+            client.join(0, 0)
+            for seq, ids in enumerate(([1, 2, 3], [4, 5, 6, 7, 8])):
+                push = {"w": np.zeros(8, np.float32)}
+                push.update(rows_entry("emb", np.array(ids), np.ones((len(ids), 4), np.float32)))
+                meta = {"partition": 0, "attempt": 0, "epoch": 0, "seq": seq, "samples": 4}
+                client.push(push, dict(meta, base_version=seq, rows=["emb"]))
+        browser.get(dashboard_url(ps.url, ps.status_token))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda d: d.find_element(By.ID, "rows").text != "-")
+        assert browser.find_element(By.ID, "rows-card").is_displayed()
+        # 8 rows pushed in 2 syncs; answered 3, then the 5 changed since version 1.
+        assert browser.find_element(By.ID, "rows").text == "4 / 4"
