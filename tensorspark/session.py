@@ -392,10 +392,8 @@ class SparkSession(SettingsView, StreamFit):
         epochs = positive_int("epochs", epochs)
         policy = check_policy(mixed_precision)
         # Bad callbacks or listeners are refused before a tracked run is opened.
-        checked, watchers = (
-            check_callbacks(callbacks),
-            run_listeners(progress, tensorboard_dir, listeners),
-        )
+        checked = check_callbacks(callbacks)
+        watchers = run_listeners(progress, tensorboard_dir, listeners)
         with track_fit(tracking, self, data, features_col, shuffle, policy) as tracked:
             history, result = fit(
                 self.sc,
