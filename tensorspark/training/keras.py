@@ -114,12 +114,10 @@ def fit(
         num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
-    final = result.params
-    if result.stopped is not None and result.epochs:
-        # As in Keras, a run stopped after epoch e ends with e's weights (the workers may
-        # have pushed part of the next epoch before the stop reached them).
-        final = snapshots.by_epoch.get(int(result.epochs[-1]["epoch"]), result.params)
-    assign_weights(model, final)
+    # A stopped run ends, like its checkpoint and ``result.params``, with every push the
+    # server applied, which may include part of the epoch after the stop (the workers
+    # heard it at their next sync); restore_best_weights picks an epoch's copy below.
+    assign_weights(model, result.params)
     validation = None
     if driven is not None:
         if driven.error is not None:
