@@ -406,6 +406,7 @@ class SparkSession(SettingsView):
                 mixed_precision=policy,
                 conf=tsconf.ConfSnapshot.take(self.sc),
                 callbacks=check_callbacks(callbacks),
+                seen_example=tracked.seen,
             )
             self.last_run = result
             tracked.finish(history)
