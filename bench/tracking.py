@@ -176,7 +176,8 @@ def main() -> None:
         "benchmark": "bench/tracking.py",
         "what": "SparkSession.fit of the 784-128-10 MLP on Fashion-MNIST, local[2], 2 "
         "partitions, with sps.autolog() (a real mlflow server on 127.0.0.1: SQLite store, "
-        "served artifacts, one request served before the measurements; params, per-epoch metrics, val metrics, the model) against without; "
+        "served artifacts, one request served before the measurements; params, per-epoch "
+        "metrics, val metrics, the model) against without; "
         "fresh process per measurement, interleaved ABBA",
         "settings": {
             "rows": 6000 if args.quick else 60000,
