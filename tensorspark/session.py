@@ -410,6 +410,7 @@ class SparkSession(SettingsView, StreamFit):
                 mixed_precision=policy,
                 conf=tsconf.ConfSnapshot.take(self.sc),
                 callbacks=checked,
+                seen_example=tracked.seen,
             )
             self.last_run = result
             tracked.finish(history)

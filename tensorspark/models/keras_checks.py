@@ -9,7 +9,7 @@ gathers them for the inputs (:mod:`tensorspark.inputs`), which run the jobs that
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -246,6 +246,9 @@ class KerasFeed:
 
     model: Any
     names: tuple[str, ...] = FEED_NAMES
+    #: When a list, the features of the first example checked are appended to it (a tracked
+    #: fit's input example, read by the check's job rather than by one more job).
+    seen: list[Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def integer_labels(self) -> bool:
@@ -274,4 +277,6 @@ class KerasFeed:
                 f"Received: {type(x).__name__}"
             )
         in_dtype, label_dtype = check_example(self.model, x, y, what=what)
+        if self.seen is not None and not self.seen:
+            self.seen.append(x)
         return in_dtype.name, label_dtype.name

@@ -25,9 +25,11 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
 
 :meth:`TrackedFit.finish` logs what exists only after the job: the ``val_*`` metrics per
 epoch (the validation job runs after training) and the trained model with the MLflow
-Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`),
-and ``tracking_seconds``: the time this fit's thread spent on tracking (every MLflow call,
-the input example's job; ``tracking_model_seconds`` of it for the model). Leaving the
+Keras flavour, a signature and an input example (:mod:`tensorspark.tracking.model`; the
+first example ``fit``'s input check read on the driver, so no job of its own, or for data
+the check does not read a row of, one small job), and ``tracking_seconds``: the time this
+fit's thread spent on tracking (every MLflow call, an input example's job;
+``tracking_model_seconds`` of it for the model). Leaving the
 ``with`` ends a run it started, ``FINISHED`` or ``FAILED``.
 """
 
@@ -202,6 +204,9 @@ class TrackedFit:
         self.features_col = features_col
         self.log_model = log_model
         self.model_info: Any = None
+        #: Given to ``fit``'s input check, which appends the first example's features: the
+        #: model's input example, without a job of its own (None untracked).
+        self.seen: list[Any] | None = [] if tracker is not None and log_model else None
 
     @property
     def listeners(self) -> list[RunListener]:
@@ -227,10 +232,13 @@ class TrackedFit:
             guard.call("logging validation metrics", lambda: log_batch(run_id, metrics=rows))
         model_s = 0.0
         if self.log_model and not guard.failed:
-            from tensorspark.tracking.model import input_example, log_keras_model
+            from tensorspark.tracking.model import input_example, log_keras_model, seen_example
 
             started = time.perf_counter()
-            example = input_example(self.model, self.data, self.features_col)
+            if self.seen:  # read by the input's check; files and others give none
+                example = seen_example(self.model, self.seen)
+            else:
+                example = input_example(self.model, self.data, self.features_col)
             guard.seconds += time.perf_counter() - started
             last = max(history.epoch, default=0)
             self.model_info = guard.call(
@@ -238,7 +246,7 @@ class TrackedFit:
             )
             model_s = time.perf_counter() - started
         # What tracking cost this fit's thread so far (the run's end is one more request),
-        # and of that the model's part (its input example's job included).
+        # and of that the model's part (an input example's job included).
         cost = [("tracking_seconds", guard.seconds, 0), ("tracking_model_seconds", model_s, 0)]
         guard.call("logging the tracking's cost", lambda: log_batch(run_id, metrics=cost))
         guard.raise_kept()
@@ -272,7 +280,8 @@ def track_fit(
         tracking: ``fit``'s ``tracking`` argument (None follows ``tensorspark.autolog``).
         session: the :class:`~tensorspark.SparkSession` (its settings are logged; its
             Keras model, trained in place by ``fit``, is the model logged).
-        data: the training data (an input example is read from it at the end).
+        data: the training data (an input example is read from it at the end, when the
+            input's check did not give one).
         features_col: its feature column, for a DataFrame.
         shuffle, mixed_precision: ``fit``'s, logged as params.
 

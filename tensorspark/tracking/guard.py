@@ -87,6 +87,7 @@ class MlflowGuard:
         Raises:
             TrackingError: ``strict`` and ``fn`` failed (MLflow unreachable, refused).
         """
+        started = time.perf_counter()
         try:
             with self.bounded():
                 return fn()
@@ -100,6 +101,8 @@ class MlflowGuard:
                 ) from err
             self._fail(what, err)
             return None
+        finally:
+            logger.debug("MLflow: %s took %.3f s", what, time.perf_counter() - started)
 
     def call(self, what: str, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` unless an earlier call failed; a failure warns once (kept when

@@ -49,18 +49,22 @@ def fit(
     mixed_precision: str | None = None,
     conf: ConfSnapshot | None = None,
     callbacks: Sequence[Any] = (),
+    seen_example: list[Any] | None = None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
     Returns the :class:`History` and the run's :class:`~tensorspark.training.TrainResult`.
-    See :meth:`tensorspark.SparkSession.fit` for the arguments and errors.
+    See :meth:`tensorspark.SparkSession.fit` for the arguments and errors;
+    ``seen_example`` (a list) is given the features of ``data``'s first example, as the
+    input's check read them (a tracked fit's input example).
     """
     settings = host.settings
     conf = snapshot(sc, conf)
     payload, checked = model_payload(model, custom_objects)
     feed = KerasFeed(checked)
     columns = {"features_col": features_col, "label_col": label_col}
-    train = input_for(sc, data, feed, conf=conf, argument="data", **columns)
+    train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
+    train = input_for(sc, data, train_feed, conf=conf, argument="data", **columns)
     val = None
     arrays = validation_arrays(validation_data)
     if arrays is not None:

@@ -275,3 +275,42 @@ def test_file_store_and_the_users_active_run(
     loaded = mlflow.pyfunc.load_model(logged.model_uri)
     x, _ = _arrays()
     np.testing.assert_array_equal(loaded.predict(x), model.predict(x, verbose=0))
+
+
+def _logged_example(run: Any) -> tuple[np.ndarray, str]:
+    """The input example and requirements.txt of the one model logged in ``run``'s
+    experiment."""
+    (logged,) = mlflow.search_logged_models(
+        experiment_ids=[run.info.experiment_id], output_format="list"
+    )
+    path = mlflow.artifacts.download_artifacts(logged.model_uri)
+    example = mlflow.models.Model.load(path).load_input_example(path)
+    return np.asarray(example), (Path(path) / "requirements.txt").read_text()
+
+
+def test_the_input_example_is_the_first_row_the_input_check_read(
+    autologged: dict[str, Any],
+) -> None:
+    example, pins = _logged_example(autologged["run"])
+    x, _ = _arrays()
+    np.testing.assert_array_equal(example, x[:1])  # the RDD's first element, as checked
+    for package, version in (("keras", keras.__version__), ("numpy", np.__version__)):
+        assert f"{package}=={version}" in pins.splitlines()
+    assert any(line.startswith("mlflow==") for line in pins.splitlines())
+
+
+def test_a_dataframe_fit_logs_its_first_row_as_the_input_example(
+    sc: Any, spark: Any, tmp_path: Path, tracking_uri: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3.17 asks to opt in
+    tracking_uri((tmp_path / "mlruns").as_uri())
+    x, y = _arrays()
+    df = spark.createDataFrame(
+        [(row.tolist(), int(label)) for row, label in zip(x, y)], ["features", "label"]
+    )
+    first = np.asarray(df.head(1)[0][0], np.float32)
+    with sps.SparkSession(sc, _model(), name="df", batch_size=32, sync_interval=4) as session:
+        session.fit(df, epochs=1, progress=False, tracking=sps.MlflowTracking(experiment="df"))
+    (run,) = mlflow.search_runs(experiment_names=["df"], output_format="list")
+    example, _ = _logged_example(run)
+    np.testing.assert_array_equal(example, first[None])
