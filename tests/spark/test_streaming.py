@@ -90,6 +90,23 @@ def test_batch_and_stream_each_name_the_other_call(spark: Any, tmp_path: Path) -
     assert not (tmp_path / "c").exists()  # nothing started
 
 
+def test_predict_and_evaluate_of_a_stream_name_the_live_scorer(spark: Any) -> None:
+    """A streaming DataFrame given to the batch predict/evaluate fails on the driver, before
+    any job, with a message that names training.predict(stream), not inside Spark."""
+    import tensorspark as sps
+
+    ks = session(spark.sparkContext)
+    rate = spark.readStream.format("rate").load()  # needs no data: nothing is started
+    live = r"training\.predict\(stream\).*Received: data\.isStreaming=True"
+    with pytest.raises(ConfigurationError, match=r"predict\(\) scores a batch.*" + live):
+        ks.predict(rate)
+    with pytest.raises(ConfigurationError, match=r"predict\(\) scores a batch.*" + live):
+        sps.predict(spark.sparkContext, small_model(), rate)
+    with pytest.raises(ConfigurationError, match=r"evaluate\(\) reads a batch.*" + live):
+        ks.evaluate(rate)
+    assert not spark.streams.active  # nothing was started
+
+
 def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Path) -> None:
     """Files land while the query runs; maxFilesPerTrigger=1 makes one batch per file even
     when two land at once; a stream is scored with the newest version."""
