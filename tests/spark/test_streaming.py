@@ -158,6 +158,39 @@ def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Pa
     assert not training.server.running
 
 
+def test_tensorboard_dir_gets_the_stream_scalars_per_batch(spark: Any, tmp_path: Path) -> None:
+    """One event file for the query: per micro-batch, the input and trained rates and the
+    lag at the version the batch ended on; on_batch still called."""
+    import tensorflow as tf
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(folder, 0)
+    write_file(folder, 1)
+    told: list[int] = []
+    training = session(spark.sparkContext).fit_stream(
+        watched(spark, folder),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now",
+        tensorboard_dir=str(tmp_path / "tb"),
+        on_batch=lambda record: told.append(record["batch_id"]),
+    )
+    assert training.await_termination(WAIT_S)
+    assert told == [0, 1]
+    [events] = (tmp_path / "tb").glob("events.out.tfevents.*")
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for event in tf.compat.v1.train.summary_iterator(str(events)):
+        for value in event.summary.value:
+            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    versions = [ROWS // 10, 2 * ROWS // 10]  # the version each batch ended on
+    for tag in ("stream/trained_rows_per_sec", "stream/lag_s", "stream/lag_max_s"):
+        assert [step for step, _ in scalars[tag]] == versions, tag
+        assert all(value > 0 for _, value in scalars[tag]), tag
+    assert [step for step, _ in scalars["stream/input_rows_per_sec"]] == versions
+    trained = training.status["trained_rows_per_sec"]
+    assert scalars["stream/trained_rows_per_sec"][-1][1] == pytest.approx(trained, rel=1e-6)
+
+
 def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
