@@ -191,6 +191,27 @@ def test_tensorboard_dir_gets_the_stream_scalars_per_batch(spark: Any, tmp_path:
     assert scalars["stream/trained_rows_per_sec"][-1][1] == pytest.approx(trained, rel=1e-6)
 
 
+def test_an_empty_first_batch_trains_nothing_and_the_next_trains(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Batch 0 without rows (Spark runs it for Kafka from "latest"; here an empty file)
+    is no error: nothing trained, no checkpoint; the next batch's first row is checked."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(folder, 0, rows=0)
+    write_file(folder, 1)
+    training = session(spark.sparkContext).fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now",
+    )  # fmt: skip
+    assert training.await_termination(WAIT_S)
+    status = training.status
+    assert [(r["batch_id"], r["rows"]) for r in status["recent"]] == [(0, 0), (1, ROWS)]
+    assert status["samples"] == ROWS and status["version"] == ROWS // 10
+    saved = load_checkpoint(str(tmp_path / "ckpt" / "model")).meta["extra"]["stream"]
+    assert saved["batch_id"] == 1 and saved["samples"] == ROWS
+
+
 def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
