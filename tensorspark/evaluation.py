@@ -24,6 +24,7 @@ from tensorspark import connect, gpus, jobs, wire
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import Block
 from tensorspark.inputs import Input, Passes, input_for
+from tensorspark.inputs.dataframe import SCORE_A_STREAM, refuse_stream
 from tensorspark.models.keras import cached_core, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.partition import EpochSource, PartitionData
@@ -181,6 +182,12 @@ def evaluate(
     The model's bytes and the data's first example are checked here, before the job; see
     :meth:`tensorspark.SparkSession.evaluate`.
     """
+    refuse_stream(
+        data,
+        "data",
+        "evaluate() reads a batch DataFrame (read the stream's source, or its sink, with "
+        f"spark.read); {SCORE_A_STREAM}",
+    )
     conf = snapshot(sc, conf)
     gpus.plan(sc, description, conf)
     payload, checked = model_payload(model, custom_objects)

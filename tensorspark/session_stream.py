@@ -43,6 +43,7 @@ class StreamFit:
         listeners: Sequence[RunListener] | None = None,
         mixed_precision: str | None = None,
         query_name: str | None = None,
+        tensorboard_dir: str | None = None,
     ) -> StreamingTraining:
         """Train the Keras model from a streaming DataFrame, one Spark job per micro-batch,
         against one parameter server that lives as long as the query (driver).
@@ -76,6 +77,10 @@ class StreamFit:
                 run.
             mixed_precision: as for :meth:`fit`.
             query_name: the streaming query's name (Spark UI).
+            tensorboard_dir: a local folder: one event file for the query, with each
+                micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
+                ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
+                (:mod:`tensorspark.streaming.board`).
 
         Returns:
             A :class:`~tensorspark.streaming.StreamingTraining`.
@@ -108,4 +113,5 @@ class StreamFit:
             user=self.user,
             keep_checkpoints=int(self.options.get("keep_checkpoints") or 3),
             conf=tsconf.ConfSnapshot.take(self.sc),
+            tensorboard_dir=tensorboard_dir,
         )

@@ -103,6 +103,29 @@ class DataFrameInput(Input):
         ]
 
 
+#: What predict() and evaluate() say to do with a streaming DataFrame instead.
+SCORE_A_STREAM = (
+    "to score a stream's rows as they arrive, use training.predict(stream) on the "
+    "StreamingTraining that SparkSession.fit_stream(...) returns (it scores with the newest "
+    "trained version)"
+)
+
+
+def refuse_stream(data: Any, argument: str, instead: str) -> None:
+    """Raise when ``data`` is a streaming DataFrame, which the batch paths (fit, evaluate,
+    predict, tune) cannot read: Spark would fail later, inside the first job, with an
+    AnalysisException that names no tensorspark call (driver; no job).
+
+    Raises:
+        ConfigurationError: ``data`` is a streaming DataFrame; the message says ``instead``.
+    """
+    if connect.is_dataframe(data) and data.isStreaming:
+        raise ConfigurationError(
+            f"Argument `{argument}` is a streaming DataFrame; {instead}. "
+            f"Received: {argument}.isStreaming=True"
+        )
+
+
 def plan_dataframe(
     df: Any, feed: ModelFeed, *, argument: str, features_col: str, label_col: str
 ) -> DataFrameInput:
@@ -113,12 +136,12 @@ def plan_dataframe(
         ConfigurationError: a missing column, a column of an unusable type, an empty
             DataFrame, or what ``feed`` refuses.
     """
-    if df.isStreaming:
-        raise ConfigurationError(
-            f"Argument `{argument}` is a streaming DataFrame; train from a stream with "
-            "SparkSession.fit_stream(rows, checkpoint_location=...). fit() trains on a batch "
-            f"DataFrame. Received: {argument}.isStreaming=True"
-        )
+    refuse_stream(
+        df,
+        argument,
+        "train from a stream with SparkSession.fit_stream(rows, checkpoint_location=...). "
+        "fit() trains on a batch DataFrame",
+    )
     selected = df.select(*example_columns(df, features_col, label_col, feed.integer_labels))
     head = selected.head(1)
     if not head:
@@ -155,9 +178,13 @@ def plan_dataframe_predict(
     job reads the first row's size).
 
     Raises:
-        ConfigurationError: ``output`` given, a missing or mistyped column, an
+        ConfigurationError: a streaming DataFrame (:func:`refuse_stream`), ``output``
+            given, a missing or mistyped column, an
             ``output_col`` the DataFrame has, or a first row that does not fit.
     """
+    refuse_stream(
+        df, "data", f"predict() scores a batch DataFrame with a fixed model; {SCORE_A_STREAM}"
+    )
     refuse_output(args, df)
     shape = FeatureShape(input_shape, args.description)
     expr, binary = check_dataframe(

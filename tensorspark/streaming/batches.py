@@ -172,6 +172,9 @@ class MicroBatchTrainer:
 
     def _train(self, df: Any, batch_id: int, started: float) -> BatchRecord:
         data, bad = self._plan(df, batch_id)
+        if data is None:  # an empty first batch (Kafka from "latest"): nothing to train
+            logger.info("micro-batch %d is empty: nothing trained", batch_id)
+            return BatchRecord(batch_id, 0, bad, started, time.time(), self.server.version)
         arrival = self._arrival(df) if self.columns.arrival else (None, None, None)
         run = TrainingRun(self.sc, self.host, self.conf)
         num_partitions = data.count_partitions() if self.host.settings.mode == "sync" else None
@@ -226,8 +229,10 @@ class MicroBatchTrainer:
 
     # ------------------------------------------------------------------ the batch's data
 
-    def _plan(self, df: Any, batch_id: int) -> tuple[DataFrameInput, int]:
-        """The batch as the DataFrame input kind, checked; and its bad rows (skipped)."""
+    def _plan(self, df: Any, batch_id: int) -> tuple[DataFrameInput | None, int]:
+        """The batch as the DataFrame input kind, checked; and its bad rows (skipped).
+        None for an empty batch before the first with rows (whose first row is checked):
+        Spark runs batch 0 even when the source has nothing yet (Kafka's "latest")."""
         self._check_schema(df, batch_id)
         selected = df.select(
             *example_columns(
@@ -242,6 +247,8 @@ class MicroBatchTrainer:
             if bad:
                 logger.warning("micro-batch %d: %d bad records skipped", batch_id, bad)
         if self._reader is None:  # the first batch: its first row checked, as fit does
+            if not selected.head(1):
+                return None, bad
             planned = plan_dataframe(
                 selected,
                 self.feed,

@@ -25,6 +25,7 @@ from tensorspark.errors import ConfigurationError, TensorSparkError
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
+from tensorspark.streaming.board import StreamScalars
 from tensorspark.streaming.state import StreamCheckpoints, model_manager, stream_dir
 from tensorspark.training.run import RunSettings
 
@@ -84,10 +85,13 @@ class StreamingTraining:
     thread while micro-batches train on Spark's.
     """
 
-    def __init__(self, query: Any, trainer: MicroBatchTrainer, model: Any) -> None:
+    def __init__(
+        self, query: Any, trainer: MicroBatchTrainer, model: Any, board: StreamScalars | None = None
+    ) -> None:
         self.query = query
         self._trainer = trainer
         self._model = model
+        self._board = board  # closed with the server
         self._stopped = False  # stop() was called: a batch refused after it is no failure
 
     @property
@@ -134,6 +138,8 @@ class StreamingTraining:
         if not ended:
             logger.warning("stop(): the micro-batch in progress did not end within %.0fs", timeout)
         self.query.stop()
+        if self._board is not None:
+            self._board.close()
 
     def await_termination(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the query to end (``available_now``, a
@@ -154,6 +160,8 @@ class StreamingTraining:
             raise TensorSparkError(f"the stream's query failed: {err}") from err
         if ended:
             self._trainer.close(0.0)
+            if self._board is not None:
+                self._board.close()
             if self._trainer.error is not None:
                 raise self._trainer.error
         return ended
@@ -206,6 +214,7 @@ def fit_stream(
     user: str | None,
     keep_checkpoints: int,
     conf: ConfSnapshot,
+    tensorboard_dir: str | None = None,
 ) -> StreamingTraining:
     """Start training ``model`` from ``rows``; see :meth:`tensorspark.SparkSession.fit_stream`.
 
@@ -238,6 +247,7 @@ def fit_stream(
         )
     manager = model_manager(checkpoint_location, user=user, conf=conf, keep=keep_checkpoints)
     checkpoints = StreamCheckpoints(checkpoint_location, settings.name, manager, user=user)
+    board = None if tensorboard_dir is None else StreamScalars(tensorboard_dir, on_batch)
     trainer = MicroBatchTrainer(
         sc,
         settings,
@@ -248,7 +258,7 @@ def fit_stream(
         custom_objects=custom_objects,
         mixed_precision=mixed_precision,
         listeners=listeners,
-        on_batch=on_batch,
+        on_batch=on_batch if board is None else board,
         conf=conf,
     )
     try:  # the trainer's server is up: whatever fails from here on stops it
@@ -262,6 +272,8 @@ def fit_stream(
         query = writer.start()
     except BaseException:
         trainer.close(0.0)
+        if board is not None:
+            board.close()
         raise
     logger.info(
         "%s: training from a stream (query %s, trigger %s, checkpoints in %s)",
@@ -270,4 +282,4 @@ def fit_stream(
         trigger,
         checkpoint_location,
     )
-    return StreamingTraining(query, trainer, model)
+    return StreamingTraining(query, trainer, model, board)

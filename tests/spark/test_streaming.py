@@ -90,6 +90,23 @@ def test_batch_and_stream_each_name_the_other_call(spark: Any, tmp_path: Path) -
     assert not (tmp_path / "c").exists()  # nothing started
 
 
+def test_predict_and_evaluate_of_a_stream_name_the_live_scorer(spark: Any) -> None:
+    """A streaming DataFrame given to the batch predict/evaluate fails on the driver, before
+    any job, with a message that names training.predict(stream), not inside Spark."""
+    import tensorspark as sps
+
+    ks = session(spark.sparkContext)
+    rate = spark.readStream.format("rate").load()  # needs no data: nothing is started
+    live = r"training\.predict\(stream\).*Received: data\.isStreaming=True"
+    with pytest.raises(ConfigurationError, match=r"predict\(\) scores a batch.*" + live):
+        ks.predict(rate)
+    with pytest.raises(ConfigurationError, match=r"predict\(\) scores a batch.*" + live):
+        sps.predict(spark.sparkContext, small_model(), rate)
+    with pytest.raises(ConfigurationError, match=r"evaluate\(\) reads a batch.*" + live):
+        ks.evaluate(rate)
+    assert not spark.streams.active  # nothing was started
+
+
 def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Path) -> None:
     """Files land while the query runs; maxFilesPerTrigger=1 makes one batch per file even
     when two land at once; a stream is scored with the newest version."""
@@ -139,6 +156,60 @@ def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Pa
         training.stop()
     assert training.status["state"] == "stopped"
     assert not training.server.running
+
+
+def test_tensorboard_dir_gets_the_stream_scalars_per_batch(spark: Any, tmp_path: Path) -> None:
+    """One event file for the query: per micro-batch, the input and trained rates and the
+    lag at the version the batch ended on; on_batch still called."""
+    import tensorflow as tf
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(folder, 0)
+    write_file(folder, 1)
+    told: list[int] = []
+    training = session(spark.sparkContext).fit_stream(
+        watched(spark, folder),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now",
+        tensorboard_dir=str(tmp_path / "tb"),
+        on_batch=lambda record: told.append(record["batch_id"]),
+    )
+    assert training.await_termination(WAIT_S)
+    assert told == [0, 1]
+    [events] = (tmp_path / "tb").glob("events.out.tfevents.*")
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for event in tf.compat.v1.train.summary_iterator(str(events)):
+        for value in event.summary.value:
+            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    versions = [ROWS // 10, 2 * ROWS // 10]  # the version each batch ended on
+    for tag in ("stream/trained_rows_per_sec", "stream/lag_s", "stream/lag_max_s"):
+        assert [step for step, _ in scalars[tag]] == versions, tag
+        assert all(value > 0 for _, value in scalars[tag]), tag
+    assert [step for step, _ in scalars["stream/input_rows_per_sec"]] == versions
+    trained = training.status["trained_rows_per_sec"]
+    assert scalars["stream/trained_rows_per_sec"][-1][1] == pytest.approx(trained, rel=1e-6)
+
+
+def test_an_empty_first_batch_trains_nothing_and_the_next_trains(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Batch 0 without rows (Spark runs it for Kafka from "latest"; here an empty file)
+    is no error: nothing trained, no checkpoint; the next batch's first row is checked."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(folder, 0, rows=0)
+    write_file(folder, 1)
+    training = session(spark.sparkContext).fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now",
+    )  # fmt: skip
+    assert training.await_termination(WAIT_S)
+    status = training.status
+    assert [(r["batch_id"], r["rows"]) for r in status["recent"]] == [(0, 0), (1, ROWS)]
+    assert status["samples"] == ROWS and status["version"] == ROWS // 10
+    saved = load_checkpoint(str(tmp_path / "ckpt" / "model")).meta["extra"]["stream"]
+    assert saved["batch_id"] == 1 and saved["samples"] == ROWS
 
 
 def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path: Path) -> None:
