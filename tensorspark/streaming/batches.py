@@ -168,7 +168,24 @@ class MicroBatchTrainer:
             self.status.trained(record)
             self.status.set_state("waiting")
             self._publish()
+            self._progress(record)
         self._tell(record)
+
+    def _progress(self, record: BatchRecord) -> None:
+        """The driver's progress line for a trained micro-batch (what the dashboard's
+        stream card shows): rows, version, input and trained rates, lag."""
+        now = self.status.snapshot()
+        lag = now.get("lag_p50_s")
+        logger.info(
+            "stream: micro-batch %d trained %d rows (version %d); %.0f rows/s in, %.0f rows/s "
+            "trained; lag p50 %s",
+            record.batch_id,
+            record.rows,
+            record.version,
+            float(now.get("input_rows_per_sec") or 0.0),
+            float(now.get("trained_rows_per_sec") or 0.0),
+            "-" if lag is None else f"{lag:.1f} s",
+        )
 
     def _train(self, df: Any, batch_id: int, started: float) -> BatchRecord:
         data, bad = self._plan(df, batch_id)

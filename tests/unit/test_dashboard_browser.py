@@ -206,3 +206,21 @@ def test_dashboard_shows_rows_per_sync_of_embedding_tables(browser) -> None:  # 
         assert browser.find_element(By.ID, "rows-card").is_displayed()
         # 8 rows pushed in 2 syncs; answered 3, then the 5 changed since version 1.
         assert browser.find_element(By.ID, "rows").text == "4 / 4"
+
+
+def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ignore[no-untyped-def]
+    """fit_stream annotates the server's /status with the stream's progress; the dashboard
+    shows its input and trained rates and the lag to the model in a card of its own."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with ParameterServer({"w": np.zeros(8, np.float32)}, port=0) as ps:
+        browser.get(dashboard_url(ps.url, ps.status_token))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda d: d.find_element(By.ID, "applied").text != "-")
+        assert not browser.find_element(By.ID, "stream-card").is_displayed()
+        note = {"input_rows_per_sec": 812.4, "trained_rows_per_sec": 640.0, "lag_p50_s": 7.25}
+        ps.annotate("stream", note)
+        # (Selenium reads a hidden element's text as "": wait for the card itself.)
+        wait.until(lambda d: d.find_element(By.ID, "stream-card").is_displayed())
+        assert browser.find_element(By.ID, "stream").text == "812 / 640, 7.3 s"
