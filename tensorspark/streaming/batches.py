@@ -122,7 +122,10 @@ class MicroBatchTrainer:
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
         self.before = checkpoints.before()
         self.status = StreamStatus(self.before["batches"], self.before["samples"])
-        self.server: Server = self.host.acquire(self.initial, None, checkpoint=resumed)
+        # Each micro-batch's run sets its own partition count on this (reused) server; a
+        # sync server must be made with one, so it starts with 1 until the first batch.
+        workers = 1 if settings.mode == "sync" else None
+        self.server: Server = self.host.acquire(self.initial, workers, checkpoint=resumed)
         self.status.version = self.server.version
         self.error: BaseException | None = None
         self._reader: ArrowReader | None = None

@@ -212,6 +212,41 @@ def test_an_empty_first_batch_trains_nothing_and_the_next_trains(
     assert saved["batch_id"] == 1 and saved["samples"] == ROWS
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"mode": "sync", "compression": "int8"},
+        {"max_staleness": 2, "weight_combiner": "nesterov"},
+    ],
+    ids=["sync-int8", "bounded-staleness-nesterov"],
+)
+def test_every_training_mode_trains_a_stream(
+    spark: Any, tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    """The stream's one server runs the session's mode, compression and combiner as fit
+    does: each batch's rows trained once, the weights moved, the checkpoint's counts the
+    server's."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(2):
+        write_file(folder, index)
+    ks = session(spark.sparkContext, **settings)
+    before = [w.copy() for w in ks.session.get_weights()]
+    training = ks.fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now",
+    )  # fmt: skip
+    assert training.await_termination(WAIT_S)
+    status = training.status
+    assert [r["rows"] for r in status["recent"]] == [ROWS, ROWS]
+    assert status["samples"] == 2 * ROWS
+    saved = load_checkpoint(str(tmp_path / "ckpt" / "model")).meta["extra"]["stream"]
+    assert saved["batch_id"] == 1 and saved["server_samples"] == 2 * ROWS
+    after = training.model().get_weights()
+    assert any(not np.array_equal(a, b) for a, b in zip(after, before, strict=True))
+    assert all(np.isfinite(w).all() for w in after)
+
+
 def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
