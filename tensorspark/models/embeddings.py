@@ -55,8 +55,8 @@ def table_names(model: Any, names: Sequence[str]) -> list[str]:
 def row_sparse_optimizer(model: Any) -> bool:
     """Whether the model's optimizer leaves rows with a zero gradient unchanged."""
     opt = getattr(model, "optimizer", None)
-    if opt is None or type(opt).__name__ not in ROW_SPARSE_OPTIMIZERS:
-        return False
+    if opt is None or not {k.__name__ for k in type(opt).__mro__} & set(ROW_SPARSE_OPTIMIZERS):
+        return False  # (subclasses count: RowAdagrad is an Adagrad)
     config = opt.get_config()
     return (
         not config.get("momentum") and not config.get("weight_decay") and not config.get("use_ema")
@@ -178,7 +178,13 @@ class RowAccess:
     def __init__(self, model: Any, names: Sequence[str]) -> None:
         self._vars = dict(zip(names, model.weights, strict=True))
         self.tables = table_names(model, names)
-        looked_up = {id(layer.embeddings) for layer in input_tables(model)}
+        # A regularizer or a constraint changes rows the chunk did not look up.
+        looked_up = {
+            id(layer.embeddings)
+            for layer in input_tables(model)
+            if getattr(layer, "embeddings_regularizer", None) is None
+            and getattr(layer, "embeddings_constraint", None) is None
+        }
         # Tables whose changed rows are among the chunk's ids (None: compare every row).
         self._by_input = (
             {n for n in self.tables if id(self._vars[n]) in looked_up}

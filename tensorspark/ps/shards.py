@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.errors import ParameterServerError
+from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cuts import Progress, line_up
@@ -113,7 +113,19 @@ class ShardedServer:
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         # Row-sparse tables stay whole on one shard, which their rows are routed to.
         keep = tuple(tables) if s.embeddings == "sparse" else ()
-        self.layout = Layout.plan(arrays, shards, align, keep)
+        try:
+            self.layout = Layout.plan(arrays, shards, align, keep)
+        except ConfigurationError:
+            if not keep:
+                raise
+            # Kept whole, the tables leave a shard nothing: cut them (they then sync whole).
+            logger.warning(
+                "embedding tables %s sync whole: kept whole on %d shards they would leave a "
+                "shard empty; use fewer ps_shards for row-sparse sync",
+                list(keep),
+                shards,
+            )
+            self.layout = Layout.plan(arrays, shards, align)
         self.mode = s.mode
         self.host = s.host
         self.max_staleness = s.max_staleness

@@ -248,19 +248,24 @@ def fit_stream(
     manager = model_manager(checkpoint_location, user=user, conf=conf, keep=keep_checkpoints)
     checkpoints = StreamCheckpoints(checkpoint_location, settings.name, manager, user=user)
     board = None if tensorboard_dir is None else StreamScalars(tensorboard_dir, on_batch)
-    trainer = MicroBatchTrainer(
-        sc,
-        settings,
-        model,
-        checkpoints,
-        columns=columns,
-        on_bad_record=on_bad_record,
-        custom_objects=custom_objects,
-        mixed_precision=mixed_precision,
-        listeners=listeners,
-        on_batch=on_batch if board is None else board,
-        conf=conf,
-    )
+    try:  # the trainer refuses a checkpoint location of another model: close the board
+        trainer = MicroBatchTrainer(
+            sc,
+            settings,
+            model,
+            checkpoints,
+            columns=columns,
+            on_bad_record=on_bad_record,
+            custom_objects=custom_objects,
+            mixed_precision=mixed_precision,
+            listeners=listeners,
+            on_batch=on_batch if board is None else board,
+            conf=conf,
+        )
+    except BaseException:
+        if board is not None:
+            board.close()
+        raise
     try:  # the trainer's server is up: whatever fails from here on stops it
         writer = (
             rows.writeStream.foreachBatch(trainer)

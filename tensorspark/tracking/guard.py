@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -38,19 +39,45 @@ TIMEOUT_ENV = "MLFLOW_HTTP_REQUEST_TIMEOUT"
 RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 
 
+class _EnvScopes:
+    """Who holds each variable :func:`bounded_requests` set (the environment is the
+    process's, and so is this count): a variable is removed when its last holder leaves, so
+    two tracked calls on two threads never take each other's bound away."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders: dict[str, int] = {}
+
+
+_SCOPES = _EnvScopes()
+
+
 @contextlib.contextmanager
 def bounded_requests(timeout: float, max_retries: int) -> Iterator[None]:
     """MLflow's HTTP timeout and retries for the calls made inside; the environment as it
-    was afterwards. A variable the user set is left alone."""
+    was afterwards. A variable the user set is left alone; one another tracked call set
+    (another thread) is shared, and removed when the last of them leaves."""
     wanted = {TIMEOUT_ENV: str(max(1, math.ceil(timeout))), RETRIES_ENV: str(max_retries)}
-    added = [name for name in wanted if name not in os.environ]
-    for name in added:
-        os.environ[name] = wanted[name]
+    held: list[str] = []
+    with _SCOPES.lock:
+        for name, value in wanted.items():
+            if name in _SCOPES.holders:
+                _SCOPES.holders[name] += 1
+            elif name not in os.environ:
+                os.environ[name] = value
+                _SCOPES.holders[name] = 1
+            else:
+                continue
+            held.append(name)
     try:
         yield
     finally:
-        for name in added:
-            os.environ.pop(name, None)
+        with _SCOPES.lock:
+            for name in held:
+                _SCOPES.holders[name] -= 1
+                if not _SCOPES.holders[name]:
+                    del _SCOPES.holders[name]
+                    os.environ.pop(name, None)
 
 
 class MlflowGuard:

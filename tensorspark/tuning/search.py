@@ -379,14 +379,18 @@ def tune(
     tracked = track_search(tracking, {**vars(config), "search": search_name}, metric)
     # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
     # the trials run in (a no-op job on warm workers), queued before the trials.
-    warming = warm_up(
-        sc,
-        pools=(trial_pool(sc, dataframes=frames),),
-        keep_alive=0.0,
-        enabled=None,
-        yield_to_jobs=False,
-        conf=conf,
-    )
+    try:
+        warming = warm_up(
+            sc,
+            pools=(trial_pool(sc, dataframes=frames),),
+            keep_alive=0.0,
+            enabled=None,
+            yield_to_jobs=False,
+            conf=conf,
+        )
+    except BaseException:
+        tracked.close(failed=True)
+        raise
     group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
     channel = None
     try:

@@ -81,3 +81,17 @@ def test_driver_set_up_checks() -> None:
         check_setup(model, get_combiner("nesterov"), "sync", 1, "sparse")
     with pytest.raises(ConfigurationError, match="Received: tables of 8192 bytes"):
         check_setup(model, get_combiner("dynsgd"), "async", 1, "sparse", available=10_000)
+
+
+def test_a_regularized_table_is_compared_whole_and_row_adagrad_looks_up_rows() -> None:
+    """An L2 regularizer (or a constraint) moves rows a chunk did not look up: every row
+    is compared. RowAdagrad, an Adagrad, changes only the looked-up rows."""
+    model = _model()
+    model.get_layer("emb").embeddings_regularizer = keras.regularizers.L2(1e-4)
+    access = RowAccess(model, weight_names(model))
+    access.saw([np.array([[1, 2, 3, 9]])])
+    assert access.candidates("emb/embeddings") is None
+    lazy = _model(optimizer=RowAdagrad(0.1))
+    rows = RowAccess(lazy, weight_names(lazy))
+    rows.saw([np.array([[4, 4, 5, 6]])])
+    assert list(rows.candidates("emb/embeddings")) == [4, 5, 6]

@@ -104,3 +104,20 @@ def test_rows_route_to_the_table_s_shard_exactly_once_and_checkpoints_are_whole(
             assert status["row_pushes"] == 3 and status["rows_pulled"] == 2 + 0 + 2 + 3
         finally:
             client.close()
+
+
+def test_tables_that_would_leave_a_shard_empty_are_cut_and_sync_whole(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One table and one small dense tensor on 3 shards: kept whole, the table would leave
+    a shard nothing; the server starts anyway, the table cut (it syncs whole), and says so."""
+    params = _params()
+    with caplog.at_level("WARNING", logger="tensorspark.ps.shards"):
+        with ShardedServer(params, "delta", shards=3, tables=[TABLE]) as server:
+            assert server.layout.holder(TABLE) is None
+            client = ShardedClient(server.urls, server.layout, **server.client_options())
+            try:
+                assert not client.row_sparse([TABLE])
+            finally:
+                client.close()
+    assert "sync whole" in caplog.text and TABLE in caplog.text

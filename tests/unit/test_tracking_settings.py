@@ -80,6 +80,22 @@ def test_requests_are_bounded_inside_the_scope_only(monkeypatch: pytest.MonkeyPa
     assert TIMEOUT_ENV not in os.environ and os.environ[RETRIES_ENV] == "3"
 
 
+def test_two_threads_bounds_are_shared_until_the_last_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two tracked calls at once (two threads): the first to leave keeps the variable for
+    the other, which would otherwise fall back to MLflow's minutes-long defaults."""
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(RETRIES_ENV, raising=False)
+    first, second = bounded_requests(2.0, 0), bounded_requests(5.0, 1)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert os.environ[TIMEOUT_ENV] == "2" and os.environ[RETRIES_ENV] == "0"
+    second.__exit__(None, None, None)
+    assert TIMEOUT_ENV not in os.environ and RETRIES_ENV not in os.environ
+
+
 def test_the_first_failure_warns_once_and_turns_the_rest_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
