@@ -37,13 +37,28 @@ def experiment_id(client: Any, name: str | None) -> str | None:
     return str(found.experiment_id) if found is not None else str(client.create_experiment(name))
 
 
-def open_run(experiment: str | None, run_name: str | None, tags: Mapping[str, str]) -> TrackedRun:
-    """The user's active run, or a new active run in ``experiment`` (MLflow's requests)."""
+def open_run(
+    experiment: str | None, run_name: str | None, tags: Mapping[str, str], *, nest: bool = False
+) -> TrackedRun:
+    """The user's active run (``nest``: a new run nested in it, which this call owns), or
+    a new active run in ``experiment`` (MLflow's requests).
+
+    A ``tune`` nests: its parameters and its trials' runs belong to the search, and a
+    second search in the same user run would otherwise log other values for the same
+    parameters, which MLflow refuses."""
     import mlflow
 
     active = mlflow.active_run()
-    if active is not None:
+    if active is not None and not nest:
         return TrackedRun(active.info.run_id, active.info.experiment_id, owned=False)
+    if active is not None:
+        child = mlflow.start_run(
+            experiment_id=active.info.experiment_id,
+            run_name=run_name,
+            tags=dict(tags),
+            nested=True,
+        )
+        return TrackedRun(child.info.run_id, child.info.experiment_id, owned=True)
     client = mlflow.MlflowClient()
     run = mlflow.start_run(
         experiment_id=experiment_id(client, experiment), run_name=run_name, tags=dict(tags)

@@ -181,7 +181,9 @@ def track_search(tracking: Any, settings: Mapping[str, Any], metric: str) -> Tra
     guard = MlflowGuard(config, silent)
 
     def start() -> TrackedRun:
-        parent = open_run(config.experiment, config.run_name, {"tensorspark.call": "tune"})
+        parent = open_run(
+            config.experiment, config.run_name, {"tensorspark.call": "tune"}, nest=True
+        )
         log_batch(parent.run_id, params=settings)
         return parent
 

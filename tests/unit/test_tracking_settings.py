@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,29 @@ def test_the_first_failure_warns_once_and_turns_the_rest_off(
     strict.call("later", failing)
     with pytest.raises(sps.TrackingError, match="during the run \\(later\\)"):
         strict.raise_kept()
+
+
+def test_a_search_inside_the_user_s_run_gets_a_nested_run_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fit logs into the user's active run; tune opens a run nested in it (its own params,
+    its trials below it), owned and ended by the search, the user's run still active."""
+    import mlflow
+
+    from tensorspark.tracking.runs import close_run, open_run
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3.17 asks to opt in
+    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+    try:
+        experiment = mlflow.MlflowClient().create_experiment("nesting")
+        with mlflow.start_run(experiment_id=experiment) as user:
+            assert open_run(None, None, {}).run_id == user.info.run_id
+            search = open_run(None, "search", {"tensorspark.call": "tune"}, nest=True)
+            assert search.owned and search.run_id != user.info.run_id
+            got = mlflow.MlflowClient().get_run(search.run_id)
+            assert got.data.tags["mlflow.parentRunId"] == user.info.run_id
+            close_run(search, "FINISHED")
+            assert mlflow.active_run().info.run_id == user.info.run_id
+            assert mlflow.MlflowClient().get_run(search.run_id).info.status == "FINISHED"
+    finally:
+        mlflow.set_tracking_uri(None)
