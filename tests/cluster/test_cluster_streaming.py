@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,14 +17,13 @@ import tensorspark as sps
 from tensorspark.checkpoint import load_checkpoint
 from tensorspark.listeners import RunListener
 from tests.spark.stream_driver import model as small_model
-from tests.spark.test_streaming import ROWS, SCHEMA, write_file
+from tests.spark.test_streaming import ROWS, SCHEMA, wait_for, write_file
 
 if TYPE_CHECKING:  # conftest modules are not imported by tests; pytest injects the fixture.
     from tests.cluster.conftest import StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 
-WAIT_S = 240.0
 #: Rows of the three files: the second, trained as the executors are killed, is long enough
 #: (600 pushes, a few seconds on an idle machine) to be killed mid-training: with 200 its
 #: task could end before the poll that kills (CI, idle: the kill then found no task).
@@ -86,14 +84,6 @@ class KillExecutors(RunListener):
     def on_run_end(self, result: Any) -> None:
         if self.runs == self.run:
             self.partitions = list(result.partitions)
-
-
-def wait_for(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_executor_killed_mid_stream_each_batch_trained_once(

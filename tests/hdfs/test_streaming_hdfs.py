@@ -5,9 +5,7 @@ stream's log over WebHDFS, ``spark.tensorspark.webhdfs.url``)."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +18,7 @@ import tensorspark as sps
 from tensorspark.checkpoint import load_checkpoint
 from tests.spark.stream_driver import FEATURES
 from tests.spark.stream_driver import model as small_model
+from tests.spark.test_streaming import wait_for
 
 if TYPE_CHECKING:  # conftest modules are not imported by tests; pytest injects the fixture.
     from tests.hdfs.conftest import HdfsCluster
@@ -27,7 +26,6 @@ if TYPE_CHECKING:  # conftest modules are not imported by tests; pytest injects 
 pytestmark = pytest.mark.hdfs
 
 ROWS = 50  # per file
-WAIT_S = 240.0
 
 
 def parquet_bytes(index: int) -> bytes:
@@ -39,14 +37,6 @@ def parquet_bytes(index: int) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return bytes(sink.getvalue().to_pybytes())
-
-
-def wait_for(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_files_landing_on_hdfs_train_once_each_with_an_hdfs_checkpoint(
