@@ -184,6 +184,7 @@ def encode_checkpoint(
             f"Parameter names may not start with {STATE_PREFIX!r}. Received: {clash[:3]}"
         )
     signature = model_signature(arrays)
+    order = list(arrays)  # safetensors keeps no order: the params' own order, kept here
     stored_state = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
     arrays.update(stored_state)
     document = {
@@ -193,6 +194,7 @@ def encode_checkpoint(
         "mode": mode,
         "progress": _progress_to_json(progress),
         "signature": signature,
+        "order": order,
         "wall_time": time.time() if wall_time is None else float(wall_time),
         "sha256": _digest(arrays),
         "extra": dict(extra_meta or {}),
@@ -260,7 +262,16 @@ def decode_checkpoint(data: bytes, location: str) -> Checkpoint:
         state = {key: arrays[name] for name, key in state_names.items()}
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise bad(f"malformed combiner state ({err!r})") from err
-    params = {k: v for k, v in arrays.items() if k not in state_names}
+    # safetensors.numpy.load returns its tensors in no fixed order (a hash map): restore
+    # the order the params were given in (older files: by name), so that matching a model
+    # "by order" and iterating params are the same on every read.
+    stored_order = document.get("order")
+    names = [k for k in arrays if k not in state_names]
+    if isinstance(stored_order, list) and sorted(map(str, stored_order)) == sorted(names):
+        names = [str(n) for n in stored_order]
+    else:
+        names.sort()
+    params = {k: arrays[k] for k in names}
     signature = model_signature(params)
     if signature != document.get("signature"):
         raise bad("the tensors do not match the signature in the header (corrupted)")

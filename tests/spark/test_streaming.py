@@ -134,9 +134,11 @@ def test_files_landing_are_trained_once_each_and_served(spark: Any, tmp_path: Pa
         newest = load_checkpoint(str(ckpt / "model"))
         assert newest.version == status["version"]
         assert newest.meta["extra"]["stream"]["batch_id"] == 2
-        weights = training.model().get_weights()
-        for saved, now in zip(newest.params.values(), weights, strict=True):
-            np.testing.assert_allclose(saved, now)
+        from tensorspark.models.keras import weight_names
+
+        live = training.model()
+        for name, now in zip(weight_names(live), live.get_weights(), strict=True):
+            np.testing.assert_allclose(newest.params[name], now)
 
         # Serving while learning: a stream scored with the newest version, in a column.
         scored = training.predict(watched(spark, folder))

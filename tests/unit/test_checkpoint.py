@@ -267,3 +267,13 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"parameter bad: .*Received: dtype=object"):
         manager.save({"bad": np.array([object()])}, 1, "async", {})
     assert os.listdir(tmp_path) == []
+
+
+def test_params_come_back_in_the_order_they_were_saved() -> None:
+    """safetensors reads its tensors back in no fixed order; a checkpoint keeps the params'
+    own order, which matching a model "by order" relies on (a CI run once failed here)."""
+    given = {f"layer_{i}/{part}": np.full((i + 1,), i, np.float32)
+             for i in (9, 10, 2) for part in ("kernel", "bias")}  # fmt: skip
+    data = encode_checkpoint(given, version=3, mode="sync", progress={})
+    for _ in range(8):
+        assert list(decode_checkpoint(data, "mem").params) == list(given)
