@@ -40,6 +40,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.inputs import dataframe, is_dataframe, rdd
 from tensorspark.inputs.dataframe import ArrowReader, plan_dataframe
+from tensorspark.tuning.templates import TrialData
 from tensorspark.tuning.trial import Trial, TrialConfig, run_trial, run_trial_from_broadcast
 
 #: The column that tells training rows (0) from validation rows (1) in a trial's input.
@@ -147,7 +148,8 @@ class BroadcastTrials:
     ) -> None:
         self._sc = sc
         self._group = group
-        self._data = sc.broadcast(dict(data))
+        # TrialData: each worker's copy also keeps the search's traced models.
+        self._data = sc.broadcast(TrialData(data))
         self._task = functools.partial(run_trial_from_broadcast, build, self._data, config)
 
     def run(self, trial: Trial) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from tensorspark.errors import ConfigurationError, DivergenceError, WorkerPlacem
 from tensorspark.tuning.feed import evaluation_dataset, training_dataset
 from tensorspark.tuning.prebuild import prebuild
 from tensorspark.tuning.prune_link import PruneLink, PruneReporter
+from tensorspark.tuning.templates import ModelTemplates
 
 #: Longest traceback text kept per failed trial (the table stays readable).
 MAX_TRACEBACK_CHARS = 4000
@@ -176,9 +177,14 @@ def run_trial(
     data: Mapping[str, np.ndarray | None],
     config: TrialConfig,
     trial: Trial,
+    templates: ModelTemplates | None = None,
 ) -> dict[str, Any]:
     """Train one model and report the metric. Runs on an executor (or in a plain process).
     Not thread-safe: it seeds Keras's process-wide random state.
+
+    With ``templates``, a model of an architecture an earlier trial in this process traced
+    trains on that trial's model instead, with this trial's fresh state
+    (:mod:`tensorspark.tuning.templates`): the same training without tracing again.
 
     Never raises for a failure of the user's code: the error comes back in the result,
     so one bad trial does not fail the Spark job or the other trials. The one exception
@@ -229,6 +235,8 @@ def run_trial(
         # The optimizer's and metrics' state now, not in the train function's first trace:
         # Keras would trace it twice (tensorspark.tuning.prebuild).
         prebuild(model, data["x"], data["y"])
+        if templates is not None:
+            model = templates.adopt(model)
         tracker = _make_tracker(config, trial.index)
         # Batches gathered on the training thread (tensorspark.tuning.feed): Keras's own pipeline
         # for arrays adds threads that only compete with the other trials for the cores.
@@ -274,5 +282,7 @@ def run_trial(
 def run_trial_from_broadcast(
     build: Callable[[dict[str, Any]], Any], data_bc: Any, config: TrialConfig, trial: Trial
 ) -> dict[str, Any]:
-    """Executor entry point: read the broadcast data (once per Python worker) and train."""
-    return run_trial(build, data_bc.value, config, trial)
+    """Executor entry point: read the broadcast data (once per Python worker) and train,
+    reusing the traced models this worker keeps for the search (:class:`TrialData`)."""
+    data = data_bc.value
+    return run_trial(build, data, config, trial, getattr(data, "templates", None))
