@@ -41,3 +41,22 @@ def test_the_api_entries_name_the_defining_modules() -> None:
     for path in re.findall(r"^::: (\S+)$", text, re.M):
         module, name = path.rsplit(".", 1)
         assert tensorspark._EXPORTS.get(name) == module, path
+
+
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md", "CHANGELOG.md"])
+def test_links_of_the_root_files_resolve(name: str) -> None:
+    # The root files are read on GitHub and in a checkout, outside the site's strict build.
+    root = DOCS.parent
+    text = (root / name).read_text()
+    broken = [
+        target
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+        if not target.startswith(("http://", "https://")) and not (root / target).exists()
+    ]
+    assert broken == [], f"{name} links to missing files: {broken}"
+
+
+def test_readme_names_the_commands_to_serve_and_build_the_site() -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    assert "mkdocs serve" in readme and "mkdocs build --strict" in readme
+    assert "bash scripts/mnist.sh" in readme and "bash scripts/test.sh" in readme
