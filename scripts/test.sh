@@ -3,7 +3,8 @@
 # lint, type-check and run every test set:
 # unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), yarn
 # (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
-# across network namespaces; root only), browser.
+# across network namespaces; root only), browser, docs (the documentation site: mkdocs
+# build --strict, its runnable snippets on local Spark, its charts, the site in Chromium).
 # Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

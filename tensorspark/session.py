@@ -93,9 +93,9 @@ class SparkSession(SettingsView, StreamFit):
             retried) before the run fails.
         compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
             :class:`~tensorspark.Compression`: deltas pushed (with error feedback) and
-            weights pulled in that format; default ``spark.tensorspark.compression``.
-            README "Communication".
-        outer_lr, outer_momentum: ``weight_combiner="nesterov"``'s (default 0.7 and 0.9).
+            weights pulled in that format (default ``spark.tensorspark.compression``).
+        outer_lr: ``weight_combiner="nesterov"``'s outer learning rate (default 0.7).
+        outer_momentum: ``weight_combiner="nesterov"``'s momentum (default 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
             default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
         embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables sync row-sparse, only the

@@ -63,7 +63,8 @@ class StreamFit:
                 ``<it>/model``. Reused: training resumes; another model's: refused.
             trigger: ``"10 seconds"`` (an interval, or seconds as a number), or
                 ``"available_now"`` (what the source holds now, then the query ends).
-            features_col, label_col: the columns trained on.
+            features_col: the column of features trained on.
+            label_col: the column of labels trained on.
             arrival_col: a timestamp column of each record's arrival (Kafka's
                 ``timestamp``; a file's ``_metadata.file_modification_time``) for the lag
                 in :attr:`StreamingTraining.status`; default: the micro-batch's start.

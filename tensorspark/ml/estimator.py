@@ -34,13 +34,14 @@ class KerasEstimator(Estimator[KerasModel], KerasParams, MLReadable["KerasEstima
     and from a Spark Connect client. ``explainParams()`` lists the params with their
     documentation and defaults.
 
+    The params are keyword arguments too: featuresCol, labelCol, predictionCol,
+    probabilityCol, epochs, batchSize, syncInterval, mode, learningRate, seed, topK,
+    topKCol (:class:`~tensorspark.ml.params.KerasParams`).
+
     Args:
         model: a compiled ``keras.Model`` with one input and one output; its input takes
             the ``featuresCol`` vectors (flat, or reshaped by the model), its loss the
             ``labelCol`` values (class ids for sparse losses). Copied as ``.keras`` bytes.
-        featuresCol, labelCol, predictionCol, probabilityCol, epochs, batchSize,
-        syncInterval, mode, learningRate, seed, topK, topKCol: the params
-            (:class:`~tensorspark.ml.params.KerasParams`).
 
     Raises:
         ConfigurationError: ``model`` is not a compiled, built Keras model with one input
