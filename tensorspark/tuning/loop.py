@@ -63,6 +63,7 @@ def _result(raw: dict[str, Any]) -> TrialResult:
         worker=raw.get("worker"),
         gpus=list(raw.get("gpus") or []),
         pruned=bool(raw.get("pruned", False)),
+        reused_model=bool(raw.get("reused_model", False)),
     )
 
 

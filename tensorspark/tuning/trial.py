@@ -77,6 +77,9 @@ class TrialResult:
         pruned: Whether the search's pruner stopped it after ``epochs`` epochs; its
             ``score`` is then the best value until then, and it ranks below every trial
             that ran to its end.
+        reused_model: Whether it trained on a model an earlier trial of the same
+            architecture traced in its Python worker, loaded with its own fresh state
+            (:mod:`tensorspark.tuning.templates`).
     """
 
     index: int
@@ -91,6 +94,7 @@ class TrialResult:
     worker: str | None = None
     gpus: list[str] = field(default_factory=list)
     pruned: bool = False
+    reused_model: bool = False
 
     @property
     def ok(self) -> bool:
@@ -236,7 +240,8 @@ def run_trial(
         # Keras would trace it twice (tensorspark.tuning.prebuild).
         prebuild(model, data["x"], data["y"])
         if templates is not None:
-            model = templates.adopt(model)
+            fresh, model = model, templates.adopt(model)
+            out["reused_model"] = model is not fresh
         tracker = _make_tracker(config, trial.index)
         # Batches gathered on the training thread (tensorspark.tuning.feed): Keras's own pipeline
         # for arrays adds threads that only compete with the other trials for the cores.

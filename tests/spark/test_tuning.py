@@ -177,6 +177,32 @@ def test_random_search_with_a_seed_is_reproducible(sc, data) -> None:  # type: i
     )
 
 
+def test_trials_of_one_architecture_reuse_a_traced_model_and_train_as_alone(sc, data) -> None:  # type: ignore[no-untyped-def]
+    """4 learning rates of one architecture on 2 Python workers: the trials after each
+    worker's first train on its traced model (tensorspark.tuning.templates), and every
+    score is what the same trial scores alone on a fresh model in this process."""
+    from tensorspark.tuning.trial import Trial, TrialConfig, run_trial
+
+    train, validation = (data["x"][:1000], data["y"][:1000]), (data["xv"], data["yv"])
+    result = tune(
+        sc, build_mlp, space={"learning_rate": [1e-3, 3e-3, 1e-2, 3e-2], "units": [16]},
+        train=train, validation=validation, epochs=1, batch_size=64, metric="val_loss",
+        search="grid", seed=3, progress=False,
+    )  # fmt: skip
+    trials = sorted(result.trials, key=lambda t: t.index)
+    assert [t.ok for t in trials] == [True] * 4
+    workers = {t.worker for t in trials}
+    assert sum(t.reused_model for t in trials) == 4 - len(workers) >= 2
+    config = TrialConfig(
+        epochs=1, batch_size=64, metric="val_loss", mode="min", seed=3,
+        early_stopping_patience=None, return_weights=False,
+    )  # fmt: skip
+    arrays = {"x": train[0], "y": train[1], "x_val": validation[0], "y_val": validation[1]}
+    for t in trials:
+        alone = run_trial(build_mlp, arrays, config, Trial(t.index, dict(t.params)))
+        assert t.score == pytest.approx(alone["score"], rel=1e-5), (t.index, t.reused_model)
+
+
 def test_a_failing_trial_is_recorded_and_the_others_finish(sc, data, caplog) -> None:  # type: ignore[no-untyped-def]
     with caplog.at_level(logging.INFO, logger="tensorspark.tuning"):
         result = tune(
