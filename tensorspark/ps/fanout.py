@@ -14,10 +14,12 @@ the whole update for NaN/Inf and, if any slice holds one, tells every shard
 ``diverged`` or ``stale`` wins, then ``applied`` (a retry some shards had already
 applied is ``duplicate`` there), else ``duplicate``.
 
-Row-sparse pushes (embedding tables, :mod:`tensorspark.ps.rows`) need each table whole on
-one shard (``Layout.plan``'s ``keep``): the table's ids and rows go to that shard alone,
-after the ids are checked here (a bad id on one shard alone would leave the others applying
-the push), and its answer's rows come back beside the assembled whole tensors.
+Row-sparse pushes (embedding tables, :mod:`tensorspark.ps.rows`) need each table held by
+rows (``Layout.plan``'s ``keep``): whole on one shard, or cut into blocks of whole rows
+across shards. After the ids are checked here (a bad id on one shard alone would leave the
+others applying the push), each id and its row go to the shard holding that row, the id
+counted from the block's first row; the answers' rows come back with the ids turned back
+into the table's, beside the assembled whole tensors.
 
 Runs on executors. Not thread-safe (one per training loop), like ParameterClient.
 """
@@ -34,7 +36,7 @@ from tensorspark import wire
 from tensorspark.errors import ParameterServerError
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import is_finite
-from tensorspark.ps.layout import Layout
+from tensorspark.ps.layout import Layout, take_rows
 from tensorspark.ps.rows import IDS, ROWS, check_ids
 from tensorspark.ps.validation import RequestError
 
@@ -108,21 +110,33 @@ class ShardedClient:
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
         """Push each shard its slice; the combined answer (see the module docstring).
 
-        A row-sparse push's tables (``meta["rows"]``, each held whole by one shard, see
-        :meth:`row_sparse`) go with their ids and rows to that shard alone; every shard's
-        push names the tables it gets (maybe none), so each answers row-sparse for its own.
+        A row-sparse push's tables (``meta["rows"]``, each held by rows, see
+        :meth:`row_sparse`) go with their ids and rows to the shards holding those rows;
+        every shard's push names the tables (or blocks) it gets, maybe none, so each
+        answers row-sparse for its own.
         """
         finite = all(is_finite(v) for v in update.values())
         parts = self.layout.split(update)
         tables: list[list[str]] = [[] for _ in parts]
         for name in meta.get("rows", ()):
-            index = self.layout.holder(name)
-            if index is None:
-                raise ValueError(f"table {name!r} is not held whole by one shard")
-            self._check_rows(name, update, index)
-            tables[index].append(name)
-            for key in (name + IDS, name + ROWS):
-                parts[index][key] = update[key]
+            blocks = self.layout.row_blocks(name)
+            if not blocks:
+                raise ValueError(f"table {name!r} is not held by rows")
+            self._check_rows(name, update, blocks[0][0])
+            ids, values = update[name + IDS], update[name + ROWS]
+            for index, piece in blocks:
+                tables[index].append(piece.key)
+                if piece.whole:
+                    parts[index][name + IDS], parts[index][name + ROWS] = ids, values
+                    continue
+                assert isinstance(ids, np.ndarray)
+                mine = np.flatnonzero((ids >= piece.lo) & (ids < piece.hi))
+                parts[index][piece.key + IDS] = ids[mine] - piece.lo
+                if mine.size:
+                    parts[index][piece.key + ROWS] = take_rows(values, mine)
+                else:  # none of its rows: still named, so its answer brings others' rows
+                    shape = dict(self.layout.shapes)[name]
+                    parts[index][piece.key + ROWS] = np.zeros((0, *shape[1:]), np.float32)
 
         def push_one(i: int, client: ParameterClient) -> PushResult:
             shard_meta = dict(meta, base_version=self._versions[i])
@@ -138,9 +152,28 @@ class ShardedClient:
         status = next((s for s in _ORDER if s in statuses), answers[0].status)
         version = min(self._versions)
         params = self._assemble([a.params for a in answers])
-        for answer in answers:  # a row-sparse answer's rows of its shard's tables
-            params.update({k: v for k, v in answer.params.items() if k.endswith((IDS, ROWS))})
+        params.update(self._answered_rows([a.params for a in answers]))
         return PushResult(status, version, params, dict(answers[0].meta, version=version))
+
+    def _answered_rows(self, answers: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+        """The row-sparse answers' rows by table: a block's ids turned back into the
+        table's, the blocks' rows put together in row order."""
+        ids_of: dict[str, list[np.ndarray]] = {}
+        rows_of: dict[str, list[np.ndarray]] = {}
+        for pieces, answer in zip(self.layout.shards, answers, strict=True):
+            for piece in pieces:
+                ids = answer.get(piece.key + IDS)
+                if ids is None or piece.key + ROWS not in answer:
+                    continue
+                offset = piece.lo if piece.rows else 0
+                ids_of.setdefault(piece.name, []).append(np.asarray(ids) + offset)
+                rows_of.setdefault(piece.name, []).append(np.asarray(answer[piece.key + ROWS]))
+        out: dict[str, np.ndarray] = {}
+        for name, ids in ids_of.items():
+            single = len(ids) == 1
+            out[name + IDS] = ids[0] if single else np.concatenate(ids)
+            out[name + ROWS] = rows_of[name][0] if single else np.concatenate(rows_of[name])
+        return out
 
     def _check_rows(self, name: str, update: Mapping[str, wire.Tensor], index: int) -> None:
         """Refuse a table's bad ids or rows here, as its shard would with a 400: sent, the
@@ -163,9 +196,10 @@ class ShardedClient:
             raise ParameterServerError(str(e), status=400, url=self._clients[index].url) from None
 
     def row_sparse(self, tables: Sequence[str]) -> bool:
-        """Whether every one of ``tables`` is held whole by one shard (then their rows can
-        be pushed and answered row-sparse through this client)."""
-        return all(self.layout.holder(name) is not None for name in tables)
+        """Whether every one of ``tables`` is held by rows, whole on one shard or in blocks
+        of rows (then their rows can be pushed and answered row-sparse through this
+        client)."""
+        return all(self.layout.row_blocks(name) for name in tables)
 
     def leave(self, partition: int, attempt: int, state: str) -> None:
         self._each(lambda i, c: c.leave(partition, attempt, state))

@@ -13,11 +13,21 @@ On a shard, a whole tensor keeps its name and shape; a piece of one is a flat ar
 parts (views, no copy, for plain and compressed tensors alike) and :meth:`Layout.assemble`
 puts the shards' answers back together.
 
+Embedding tables that sync row-sparse (``keep``) are cut by rows instead, and only when
+a table is larger than a shard's share of the model: a cut that falls inside such a table
+falls on a row boundary (a multiple of the rows that make ``align`` numbers whole), and
+each shard then holds a block of whole rows, ``[lo:hi]`` of the table's rows, as a table
+of its own named ``"<name>[rows <lo>:<hi>]"`` (shape ``[hi - lo, ...]``): it takes
+row-sparse pushes of its rows with ids counted from ``lo``
+(:class:`~tensorspark.ps.fanout.ShardedClient` routes each id to its block). A smaller
+table stays whole on one shard.
+
 Pure data; thread-safe. Travels to executors as JSON (:meth:`Layout.to_json`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +50,20 @@ class Piece:
     lo: int
     hi: int
     whole: bool
+    #: ``lo:hi`` are rows of a table (a block of whole rows), not flat numbers.
+    rows: bool = False
+
+    def numbers(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """The piece's ``lo:hi`` in the flattened tensor of ``shape``."""
+        if not self.rows:
+            return self.lo, self.hi
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        return self.lo * row, self.hi * row
+
+
+def rows_key(name: str, lo: int, hi: int) -> str:
+    """The name a shard knows a table's block of rows ``lo:hi`` by."""
+    return f"{name}[rows {lo}:{hi}]"
 
 
 @dataclass(frozen=True)
@@ -64,8 +88,9 @@ class Layout:
     ) -> Layout:
         """Deal ``params`` out to ``n`` shards, balanced by bytes; split points fall on
         multiples of ``align`` numbers (a power of two, at least :data:`ALIGN`). The tensors
-        named in ``keep`` (embedding tables that sync row-sparse) are never split: each
-        goes whole to the shard its middle byte falls in.
+        named in ``keep`` (embedding tables that sync row-sparse) are never cut into flat
+        pieces: one larger than a shard's share is cut between rows into blocks of whole
+        rows, a smaller one goes whole to the shard its middle byte falls in.
 
         Raises:
             ConfigurationError: a shard would hold nothing (the model is too small to split
@@ -85,10 +110,19 @@ class Layout:
                 )
             size, item = arr.size, max(1, arr.itemsize)
             end = offset + arr.nbytes
+            by_rows = name in keep
+            if by_rows:  # cut between rows, on multiples of `step` rows, if at all
+                row = int(np.prod(arr.shape[1:], dtype=np.int64)) if arr.ndim else 1
+                size, item = (arr.shape[0] if arr.ndim else 1), max(1, arr.itemsize * row)
+                step = align // math.gcd(align, max(1, row))
+                if arr.ndim < 2 or arr.nbytes <= target:
+                    step = size + 1  # a small table stays whole on one shard
+            else:
+                step = align
             points = [0]
-            for cut in cuts if name not in keep else ():
+            for cut in cuts:
                 if offset < cut < end:
-                    at = int(round((cut - offset) / item / align)) * align
+                    at = int(round((cut - offset) / item / step)) * step
                     if points[-1] < at < size:
                         points.append(at)
             points.append(size)
@@ -96,8 +130,12 @@ class Layout:
                 middle = offset + (lo + hi) / 2 * item
                 index = min(n - 1, int(middle // target)) if target else 0
                 whole = lo == 0 and hi == size
-                key = name if whole else f"{name}[{lo}:{hi}]"
-                shards[index].append(Piece(name, key, lo, hi, whole))
+                if whole:
+                    shards[index].append(Piece(name, name, lo, hi, True))
+                elif by_rows:
+                    shards[index].append(Piece(name, rows_key(name, lo, hi), lo, hi, False, True))
+                else:
+                    shards[index].append(Piece(name, f"{name}[{lo}:{hi}]", lo, hi, False))
             offset = end
         empty = [i for i, pieces in enumerate(shards) if not pieces]
         if empty:
@@ -117,6 +155,15 @@ class Layout:
                     return index if piece.whole else None
         return None
 
+    def row_blocks(self, name: str) -> list[tuple[int, Piece]]:
+        """Where the rows of table ``name`` are: ``(shard, piece)`` in row order, one whole
+        piece or its blocks of rows; empty if it is not held by rows (cut into flat
+        pieces, or not in the model)."""
+        found = [(i, p) for i, pieces in enumerate(self.shards) for p in pieces if p.name == name]
+        if not found or not all(p.whole or p.rows for _, p in found):
+            return []
+        return sorted(found, key=lambda ip: ip[1].lo)
+
     # ------------------------------------------------------------------ moving tensors
 
     def split(self, tensors: Mapping[str, wire.Tensor]) -> list[dict[str, wire.Tensor]]:
@@ -131,7 +178,12 @@ class Layout:
                 value = tensors.get(piece.name)
                 if value is None:
                     continue
-                part[piece.key] = value if piece.whole else _slice(value, piece.lo, piece.hi)
+                if piece.whole:
+                    part[piece.key] = value
+                elif piece.rows:
+                    part[piece.key] = _row_slice(value, piece.lo, piece.hi)
+                else:
+                    part[piece.key] = _slice(value, piece.lo, piece.hi)
             out.append(part)
         return out
 
@@ -160,7 +212,8 @@ class Layout:
                 full = spare[name] = np.empty(shape, dtype)
             flat = full.reshape(-1)
             for piece, arr in found:
-                flat[piece.lo : piece.hi] = arr.reshape(-1)
+                lo, hi = piece.numbers(shape)
+                flat[lo:hi] = arr.reshape(-1)
             out[name] = full
         return out
 
@@ -169,26 +222,52 @@ class Layout:
     def to_json(self) -> dict[str, Any]:
         return {
             "shapes": [[name, list(shape)] for name, shape in self.shapes],
-            "shards": [[[p.name, p.lo, p.hi, p.whole] for p in pieces] for pieces in self.shards],
+            "shards": [
+                [[p.name, p.lo, p.hi, p.whole, p.rows] for p in pieces] for pieces in self.shards
+            ],
         }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Layout:
         shapes = tuple((str(name), tuple(int(d) for d in shape)) for name, shape in obj["shapes"])
-        shards = tuple(
-            tuple(
-                Piece(
-                    str(name),
-                    str(name) if whole else f"{name}[{lo}:{hi}]",
-                    int(lo),
-                    int(hi),
-                    bool(whole),
-                )
-                for name, lo, hi, whole in pieces
-            )
-            for pieces in obj["shards"]
-        )
+
+        def piece(name: str, lo: int, hi: int, whole: bool, rows: bool = False) -> Piece:
+            if whole:
+                key = str(name)
+            elif rows:
+                key = rows_key(str(name), int(lo), int(hi))
+            else:
+                key = f"{name}[{lo}:{hi}]"
+            return Piece(str(name), key, int(lo), int(hi), bool(whole), bool(rows))
+
+        shards = tuple(tuple(piece(*p) for p in pieces) for pieces in obj["shards"])
         return cls(shapes, shards)
+
+
+def take_rows(value: wire.Tensor, index: np.ndarray) -> wire.Tensor:
+    """The rows at ``index`` of a plain or compressed ``[k, ...]`` block of rows (int8:
+    one scale per row, as :func:`tensorspark.ps.rows.encode_rows` makes them)."""
+    if not isinstance(value, wire.Encoded):
+        return np.asarray(value)[index]
+    k = int(value.shape[0]) if value.shape else 0
+    row = int(np.prod(value.shape[1:], dtype=np.int64))
+    codes = value.codes.reshape(k, row)[index].reshape(-1)
+    scales = value.scales
+    if scales is not None:
+        assert value.block == row and scales.size == k, "int8 rows carry one scale per row"
+        scales = scales[index]
+    return wire.Encoded(value.codec, (len(index), *value.shape[1:]), codes, scales, value.block)
+
+
+def _row_slice(value: wire.Tensor, lo: int, hi: int) -> wire.Tensor:
+    """Rows ``lo:hi`` of a plain or compressed table (a view), shaped ``[hi - lo, ...]``."""
+    if isinstance(value, wire.Encoded):
+        row = int(np.prod(value.shape[1:], dtype=np.int64))
+        flat = _slice(value, lo * row, hi * row)
+        assert isinstance(flat, wire.Encoded)
+        return wire.Encoded(flat.codec, (hi - lo, *value.shape[1:]), flat.codes, flat.scales,
+                            flat.block)  # fmt: skip
+    return np.asarray(value)[lo:hi]
 
 
 def _slice(value: wire.Tensor, lo: int, hi: int) -> wire.Tensor:

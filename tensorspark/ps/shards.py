@@ -82,7 +82,9 @@ class ShardedServer:
         on_push: ``(meta, status)`` after each push shard 0 handled, called on a thread
             of this object (not a server loop); it may call :meth:`params`.
         tables: the embedding tables (row-sparse under ``embeddings='sparse'``): each is
-            kept whole on one shard (see :meth:`Layout.plan`), which gets its rows.
+            held by rows, whole on one shard or, when larger than a shard's share, in
+            blocks of whole rows across shards (see :meth:`Layout.plan`); each shard gets
+            the rows it holds.
 
     Raises:
         ConfigurationError: bad settings, a model too small for ``shards``, or a custom
@@ -111,17 +113,19 @@ class ShardedServer:
         arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
         num_workers = sync_workers(s.mode, num_workers)
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
-        # Row-sparse tables stay whole on one shard, which their rows are routed to.
+        # Row-sparse tables are held by rows (whole, or in blocks of rows) where their rows
+        # are routed to.
         keep = tuple(tables) if s.embeddings == "sparse" else ()
         try:
             self.layout = Layout.plan(arrays, shards, align, keep)
         except ConfigurationError:
             if not keep:
                 raise
-            # Kept whole, the tables leave a shard nothing: cut them (they then sync whole).
+            # Held by rows, the tables leave a shard nothing (a model too small for the
+            # shards): cut them into flat pieces (they then sync whole).
             logger.warning(
-                "embedding tables %s sync whole: kept whole on %d shards they would leave a "
-                "shard empty; use fewer ps_shards for row-sparse sync",
+                "embedding tables %s sync whole: held by rows on %d shards they would leave "
+                "a shard empty; use fewer ps_shards for row-sparse sync",
                 list(keep),
                 shards,
             )

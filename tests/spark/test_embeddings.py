@@ -52,7 +52,8 @@ def test_sync_mode_sparse_gives_the_dense_weights(sc: SparkContext, optimizer: s
 
 
 def test_sync_mode_sparse_through_two_shards_gives_the_dense_weights(sc: SparkContext) -> None:
-    """With ps_shards=2 the table is whole on one shard, which gets its rows."""
+    """With ps_shards=2 the table, most of the model, is cut into two blocks of rows, one
+    per shard, each getting its rows."""
     rdd, _ = _rdd(sc, 1000)
     weights, status = {}, {}
     for kind in ("dense", "sparse"):
@@ -66,7 +67,8 @@ def test_sync_mode_sparse_through_two_shards_gives_the_dense_weights(sc: SparkCo
         status[kind] = ks.last_run.status
     for dense, sparse in zip(weights["dense"], weights["sparse"], strict=True):
         np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-6)
-    assert status["dense"]["rows_pushed"] == 0 and status["sparse"]["row_tables"]
+    assert status["dense"]["rows_pushed"] == 0 and len(status["sparse"]["row_tables"]) == 2
+    assert all("[rows " in name for name in status["sparse"]["row_tables"])
     assert 0 < status["sparse"]["rows_pushed_per_sync"] < ROWS
 
 
