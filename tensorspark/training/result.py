@@ -67,13 +67,40 @@ class EpochSnapshots:
 
 def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
     """The workers' ``bytes_received``/``bytes_sent`` (summed over the worker rows of a
-    ``/status``) and the samples applied: training traffic, without dashboard reads."""
+    ``/status``), the samples applied, and the embedding-table rows pushed and pulled in
+    row-sparse syncs (``row_pushes`` of them): training traffic, without dashboard reads."""
     rows = status.get("workers", ())
     return {
         "bytes_received": int(sum(int(w.get("bytes_received", 0)) for w in rows)),
         "bytes_sent": int(sum(int(w.get("bytes_sent", 0)) for w in rows)),
         "samples": int(status.get("samples", 0)),
+        "row_pushes": int(status.get("row_pushes", 0)),
+        "rows_pushed": int(status.get("rows_pushed", 0)),
+        "rows_pulled": int(status.get("rows_pulled", 0)),
     }
+
+
+def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, float] | None]:
+    """Per epoch, the table rows pushed and pulled per row-sparse sync in that epoch
+    (differences of :func:`worker_traffic`'s running counts); None where not known."""
+    out: list[dict[str, float] | None] = []
+    before: Mapping[str, int] = {}
+    for now in traffic:
+        if now is None:
+            out.append(None)
+            continue
+        syncs = now.get("row_pushes", 0) - before.get("row_pushes", 0)
+        pushed = now.get("rows_pushed", 0) - before.get("rows_pushed", 0)
+        pulled = now.get("rows_pulled", 0) - before.get("rows_pulled", 0)
+        out.append(
+            {
+                "row_syncs": float(syncs),
+                "rows_pushed_per_sync": pushed / syncs if syncs > 0 else 0.0,
+                "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
+            }
+        )
+        before = now
+    return out
 
 
 class History:
@@ -91,8 +118,12 @@ class History:
         bytes_received: bytes the parameter server received in the run (all requests,
             HTTP headers included); ``bytes_sent`` likewise for its answers.
         worker_bytes: per partition, ``{"bytes_received", "bytes_sent"}`` of its worker.
-        epoch_traffic: per epoch, the workers' bytes and the samples applied up to that
-            epoch's end (``{"bytes_received", "bytes_sent", "samples"}``), or None.
+        epoch_traffic: per epoch, the workers' bytes, the samples applied and the
+            embedding-table rows moved up to that epoch's end (``{"bytes_received",
+            "bytes_sent", "samples", "row_pushes", "rows_pushed", "rows_pulled"}``), or None.
+        epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
+            epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
+            None (:mod:`tensorspark.ps.sparse`).
     """
 
     def __init__(
@@ -121,6 +152,7 @@ class History:
             for w in status.get("workers", ())
         }
         self.epoch_traffic: list[dict[str, int] | None] = []
+        self.epoch_rows: list[dict[str, float] | None] = []
 
     def __repr__(self) -> str:
         return f"History(epochs={len(self.epoch)}, keys={sorted(self.history)})"
@@ -147,4 +179,5 @@ def build_history(
     seconds = [snapshots.seconds.get(e) if snapshots else None for e in numbers]
     out = History(history, numbers, params, seconds, result, model)
     out.epoch_traffic = [snapshots.traffic.get(e) if snapshots else None for e in numbers]
+    out.epoch_rows = epoch_rows(out.epoch_traffic)
     return out

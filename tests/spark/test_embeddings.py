@@ -38,14 +38,20 @@ def test_sync_mode_sparse_gives_the_dense_weights(sc: SparkContext, optimizer: s
         ks = sps.SparkSession(
             sc, model, mode="sync", sync_interval=5, batch_size=50, embeddings=kind
         )
-        ks.fit(rdd, epochs=2)
+        history = ks.fit(rdd, epochs=2)
         weights[kind] = model.get_weights()
         status = ks.last_run.status
         if kind == "sparse":  # the tables went as rows, a few per sync, not whole
             assert status["row_pushes"] == status["applied_pushes"] > 0
             assert 0 < status["rows_pushed_per_sync"] < ROWS
+            # The history has them per epoch: every epoch's syncs, each a few rows.
+            per_epoch = history.epoch_rows
+            assert len(per_epoch) == 2 and all(e is not None for e in per_epoch)
+            assert sum(e["row_syncs"] for e in per_epoch) == status["row_pushes"]  # type: ignore[index]
+            assert all(0 < e["rows_pushed_per_sync"] < ROWS for e in per_epoch)  # type: ignore[index]
         else:
             assert status["row_pushes"] == 0
+            assert all(e is not None and e["row_syncs"] == 0 for e in history.epoch_rows)
     for dense, sparse in zip(weights["dense"], weights["sparse"], strict=True):
         np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-6)
     assert not np.array_equal(weights["sparse"][0], _model(optimizer).get_weights()[0])
