@@ -33,11 +33,15 @@ def _options() -> Any:
     return options
 
 
-def _tensor(array: Any) -> Any:
-    """``array`` as a tensor, floating dtypes cast to ``floatx`` as Keras's own feeding does."""
+def as_tensor(array: Any) -> Any:
+    """``array`` as a tensor, floating dtypes cast to ``floatx`` as Keras's own feeding does;
+    a tensor made here already is returned as it is."""
     import keras
     import numpy as np
     import tensorflow as tf
+
+    if isinstance(array, tf.Tensor):
+        return array
 
     array = np.asarray(array)
     if array.dtype.kind == "f" and array.dtype != np.dtype(keras.backend.floatx()):
@@ -76,7 +80,7 @@ def training_dataset(x: Any, y: Any, batch_size: int, seed: int) -> Any:
     n = len(x)
     if n == 0:
         raise ValueError("no training rows")
-    xt, yt = _tensor(x), _tensor(y)
+    xt, yt = as_tensor(x), as_tensor(y)
 
     def epoch(seeds: Any) -> Any:
         order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seeds)
@@ -95,6 +99,6 @@ def evaluation_dataset(x: Any, y: Any, batch_size: int) -> Any:
     import tensorflow as tf
 
     n = len(x)
-    xt, yt = _tensor(x), _tensor(y)
+    xt, yt = as_tensor(x), as_tensor(y)
     dataset = _batches(tf.range(n, dtype=tf.int64), n, batch_size).map(_gather(xt, yt))
     return dataset.with_options(_options())

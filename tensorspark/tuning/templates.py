@@ -13,16 +13,22 @@ again; they read the model's and the optimizer's variables, and the learning rat
 of those variables. So a trial whose freshly built model has the same architecture,
 compile settings and optimizer settings (all but a plain learning rate) as an earlier one
 loads its fresh state into the earlier model and trains that: every variable of the model
-(weights, moving statistics, the random seed state of dropout layers), every variable of
-the optimizer (its iteration count, learning rate and slots, freshly built by
-:func:`~tensorspark.tuning.prebuild.prebuild`) and, at each epoch's start as always, the
-metrics. A seeded trial trains exactly as it would have on its own fresh model
-(tests/unit/test_trial_templates.py proves it, dropout included).
+(weights, moving statistics, the random seed state of dropout layers), the optimizer's
+variables as they were when that model's optimizer was first built (iteration count and
+slots: their initial values follow from the optimizer's settings and the variables'
+shapes, both in the key) with this trial's learning rate and, at each epoch's start as
+always, the metrics. A seeded trial trains exactly as it would have on its own fresh
+model (tests/unit/test_trial_templates.py proves it, dropout, batch norm, Adam and
+Adagrad included). A reused trial also skips building its fresh model's optimizer
+(:func:`~tensorspark.tuning.prebuild.prebuild`), and the trials of a worker share their
+arrays as tensors and their validation dataset (:meth:`ModelTemplates.tensor`,
+:meth:`ModelTemplates.dataset`).
 
 Only what is known to be safe is reused: Sequential and functional models made of
 Keras's own layers (no ``Lambda``, no subclassed model or layer, whose code may read the
-trial's parameters outside their config), compiled, with an optimizer prebuilt. Anything
-else trains its own fresh model, as before.
+trial's parameters outside their config), compiled, with an optimizer without moving
+averages of the weights (``use_ema``: their initial values are the fresh weights) whose
+state was prebuilt. Anything else trains its own fresh model, as before.
 
 :class:`ModelTemplates` is per search and per Python worker: it rides on the search's
 broadcast (:class:`TrialData`), never travels (it pickles as empty), and goes when the
@@ -34,7 +40,11 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +62,7 @@ def architecture_key(model: Any) -> str | None:
     if not (isinstance(model, keras.Sequential) or type(model).__name__ == "Functional"):
         return None
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or not getattr(optimizer, "built", False) or not model.built:
+    if optimizer is None or not model.built:
         return None
     for layer in model._flatten_layers(include_self=False):
         module = type(layer).__module__
@@ -62,6 +72,8 @@ def architecture_key(model: Any) -> str | None:
         compiled = dict(model.get_compile_config() or {})
         settings = dict(optimizer.get_config())
         settings.pop("name", None)  # "adam" vs "adam_1": only its variables' paths
+        if settings.get("use_ema"):
+            return None  # its averages start as the fresh weights
         if isinstance(settings.get("learning_rate"), (int, float)):
             settings.pop("learning_rate")  # a variable the traced step reads
         compiled["optimizer"] = [type(optimizer).__qualname__, settings]
@@ -77,57 +89,106 @@ def architecture_key(model: Any) -> str | None:
     for i, name in enumerate(sorted(set(names), key=names.index)):
         text = text.replace(json.dumps(name), json.dumps(f"\0layer{i}"))
     shapes = [(tuple(v.shape), str(v.dtype)) for v in model.variables]
-    slots = [(tuple(v.shape), str(v.dtype)) for v in optimizer.variables]
-    return f"{type(model).__name__}|{text}|{shapes}|{slots}"
+    return f"{type(model).__name__}|{text}|{shapes}"
 
 
-def _load_state(template: Any, fresh: Any) -> bool:
-    """Give ``template`` every variable value of ``fresh`` (same architecture key)."""
-    pairs = list(zip(template.variables, fresh.variables, strict=True))
-    pairs += list(zip(template.optimizer.variables, fresh.optimizer.variables, strict=True))
+def _learning_rate(optimizer: Any) -> float | None:
+    """The optimizer's plain learning rate (a variable the traced step reads), or None for
+    a schedule (which is in the key)."""
+    if not isinstance(optimizer.get_config().get("learning_rate"), (int, float)):
+        return None
+    return float(np.asarray(optimizer.learning_rate))
+
+
+@dataclass
+class _Template:
+    model: Any
+    #: The optimizer's variables right after it was first built, before any step.
+    initial: list[np.ndarray]
+
+
+def _load_state(template: _Template, fresh: Any) -> bool:
+    """Give ``template`` ``fresh``'s variables, its optimizer's initial state and
+    ``fresh``'s learning rate (same architecture key)."""
+    model = template.model
+    pairs = list(zip(model.variables, fresh.variables, strict=True))
     for mine, theirs in pairs:
         if tuple(mine.shape) != tuple(theirs.shape) or str(mine.dtype) != str(theirs.dtype):
             return False
+    slots = list(model.optimizer.variables)
+    if len(slots) != len(template.initial):
+        return False
+    rate = _learning_rate(fresh.optimizer)
     for mine, theirs in pairs:
         mine.assign(theirs.value)
-    template.stop_training = False
+    for variable, value in zip(slots, template.initial, strict=True):
+        variable.assign(value)
+    if rate is not None:
+        model.optimizer.learning_rate = rate
+    model.stop_training = False
     return True
 
 
 class ModelTemplates:
-    """Models already traced in this Python worker for one search, by architecture key.
+    """What the trials of one search share in one Python worker: models already traced,
+    by architecture key, and the search's arrays as tensors and datasets.
 
     Not thread-safe: a Python worker runs one task at a time.
     """
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
-        self._models: OrderedDict[str, Any] = OrderedDict()
+        self._models: OrderedDict[str, _Template] = OrderedDict()
+        self._tensors: dict[str, Any] = {}
+        self._datasets: dict[tuple[Any, ...], Any] = {}
         self.reused = 0
 
     def __len__(self) -> int:
         return len(self._models)
 
-    def adopt(self, fresh: Any) -> Any:
-        """The model this trial trains: an earlier, traced model of the same architecture
-        holding ``fresh``'s state, or ``fresh`` itself (kept for the trials after it)."""
+    def reuse(self, fresh: Any) -> Any | None:
+        """An earlier, traced model of ``fresh``'s architecture holding ``fresh``'s state,
+        ready to train; None if there is none (then prebuild ``fresh`` and :meth:`keep`)."""
         key = architecture_key(fresh)
-        if key is None:
-            return fresh
-        template = self._models.get(key)
-        if template is not None:
-            try:
-                if _load_state(template, fresh):
-                    self._models.move_to_end(key)
-                    self.reused += 1
-                    return template
-            except Exception as err:  # noqa: BLE001 - fall back to the fresh model
-                logger.debug("Not reusing a traced model: %s", err)
-        self._models[key] = fresh
+        template = None if key is None else self._models.get(key)
+        if template is None or key is None:
+            return None
+        try:
+            if not _load_state(template, fresh):
+                return None
+        except Exception as err:  # noqa: BLE001 - the trial trains its fresh model
+            logger.debug("Not reusing a traced model: %s", err)
+            return None
+        self._models.move_to_end(key)
+        self.reused += 1
+        return template.model
+
+    def keep(self, model: Any) -> None:
+        """Keep ``model``, its optimizer state built and not stepped yet, for the trials
+        after this one (a model this module does not reuse is not kept)."""
+        key = architecture_key(model)
+        optimizer = getattr(model, "optimizer", None)
+        if key is None or optimizer is None or not getattr(optimizer, "built", False):
+            return
+        initial = [np.array(v.numpy()) for v in optimizer.variables]
+        self._models[key] = _Template(model, initial)
         self._models.move_to_end(key)
         while len(self._models) > self._capacity:
             self._models.popitem(last=False)
-        return fresh
+
+    def tensor(self, name: str, array: Any) -> Any:
+        """``array`` (the search's ``name``) as a tensor, converted once per worker."""
+        from tensorspark.tuning.feed import as_tensor
+
+        if name not in self._tensors:
+            self._tensors[name] = as_tensor(array)
+        return self._tensors[name]
+
+    def dataset(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """The dataset ``make()`` builds, built once per worker for ``key``."""
+        if key not in self._datasets:
+            self._datasets[key] = make()
+        return self._datasets[key]
 
 
 class TrialData(dict):  # type: ignore[type-arg]

@@ -236,20 +236,34 @@ def run_trial(
             raise TypeError(
                 f"build(params) must return a compiled keras.Model. Received: {type(model)!r}"
             )
-        # The optimizer's and metrics' state now, not in the train function's first trace:
-        # Keras would trace it twice (tensorspark.tuning.prebuild).
-        prebuild(model, data["x"], data["y"])
-        if templates is not None:
-            fresh, model = model, templates.adopt(model)
-            out["reused_model"] = model is not fresh
+        reused = templates.reuse(model) if templates is not None else None
+        out["reused_model"] = reused is not None
+        if reused is not None:  # traced by an earlier trial here, with this trial's state
+            model = reused
+        else:
+            # The optimizer's and metrics' state now, not in the train function's first
+            # trace: Keras would trace it twice (tensorspark.tuning.prebuild).
+            prebuild(model, data["x"], data["y"])
+            if templates is not None:
+                templates.keep(model)
         tracker = _make_tracker(config, trial.index)
+        x, y, x_val, y_val = (data.get(k) for k in ("x", "y", "x_val", "y_val"))
+        if templates is not None:  # converted once per worker
+            x, y = templates.tensor("x", x), templates.tensor("y", y)
         # Batches gathered on the training thread (tensorspark.tuning.feed): Keras's own pipeline
         # for arrays adds threads that only compete with the other trials for the cores.
         validation = None
-        if data.get("x_val") is not None:
-            validation = evaluation_dataset(data["x_val"], data["y_val"], config.batch_size)
+        if x_val is not None:
+            if templates is None:
+                validation = evaluation_dataset(x_val, y_val, config.batch_size)
+            else:
+                tensors = templates.tensor("x_val", x_val), templates.tensor("y_val", y_val)
+                validation = templates.dataset(
+                    ("validation", config.batch_size),
+                    lambda: evaluation_dataset(*tensors, config.batch_size),
+                )
         history = model.fit(
-            training_dataset(data["x"], data["y"], config.batch_size, config.seed + trial.index),
+            training_dataset(x, y, config.batch_size, config.seed + trial.index),
             validation_data=validation,
             epochs=config.epochs,
             shuffle=False,  # the dataset shuffles every epoch itself

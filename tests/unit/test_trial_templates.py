@@ -17,9 +17,12 @@ pytestmark = pytest.mark.unit
 
 
 def _build(params: dict[str, Any]) -> Any:
-    """Dropout (random state), BatchNormalization (moving statistics) and Adam (slots):
-    every kind of state a reused model must take from the fresh one."""
+    """Dropout (random state), BatchNormalization (moving statistics) and Adam (slots that
+    start at zero) or Adagrad (slots that start at 0.1): every kind of state a reused model
+    must start from as a fresh one does."""
     import keras
+
+    optimizer = getattr(keras.optimizers, params.get("optimizer", "Adam"))
 
     model = keras.Sequential(
         [
@@ -31,7 +34,7 @@ def _build(params: dict[str, Any]) -> Any:
         ]
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(float(params["learning_rate"])),
+        optimizer=optimizer(float(params["learning_rate"])),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
@@ -51,14 +54,17 @@ CONFIG = TrialConfig(
 )  # fmt: skip
 
 
-def test_a_reused_model_trains_exactly_as_a_fresh_one() -> None:
+@pytest.mark.parametrize("optimizer", ["Adam", "Adagrad"])
+def test_a_reused_model_trains_exactly_as_a_fresh_one(optimizer: str) -> None:
     data = _data()
-    alone = run_trial(_build, data, CONFIG, Trial(1, {"learning_rate": 0.05}))
+    params = {"learning_rate": 0.05, "optimizer": optimizer}
+    alone = run_trial(_build, data, CONFIG, Trial(1, params))
     templates = ModelTemplates()
-    first = run_trial(_build, data, CONFIG, Trial(0, {"learning_rate": 0.001}), templates)
-    reused = run_trial(_build, data, CONFIG, Trial(1, {"learning_rate": 0.05}), templates)
+    first = run_trial(_build, data, CONFIG, Trial(0, {**params, "learning_rate": 0.001}), templates)
+    reused = run_trial(_build, data, CONFIG, Trial(1, params), templates)
     assert first["error"] is None and reused["error"] is None, reused["traceback"]
     assert templates.reused == 1 and len(templates) == 1
+    assert reused["reused_model"] and not first["reused_model"]
     assert reused["history"].keys() == alone["history"].keys()
     for key, values in alone["history"].items():
         np.testing.assert_allclose(reused["history"][key], values, rtol=1e-5, err_msg=key)
@@ -115,16 +121,18 @@ def test_models_whose_code_may_read_the_params_are_not_reused() -> None:
     for model in (lam, custom):
         model.optimizer.build(model.trainable_variables)
         assert architecture_key(model) is None
-    unbuilt = _build({"learning_rate": 0.01})  # optimizer not built yet: no reuse
-    assert architecture_key(unbuilt) is None
-    assert ModelTemplates().adopt(unbuilt) is unbuilt
+    unbuilt = _build({"learning_rate": 0.01})  # optimizer state not built: not kept
+    templates = ModelTemplates()
+    templates.keep(unbuilt)
+    assert len(templates) == 0 and templates.reuse(_build({"learning_rate": 0.1})) is None
     del data
 
 
 def test_trial_data_travels_without_its_models() -> None:
     data = TrialData(_data())
-    data.templates.adopt(object())  # not a Keras model: ignored
-    data.templates._models["k"] = object()
+    data.templates.keep(object())  # not a Keras model: ignored
+    assert len(data.templates) == 0
+    data.templates._models["k"] = object()  # type: ignore[assignment]
     copy = pickle.loads(pickle.dumps(data))
     assert isinstance(copy, TrialData) and len(copy.templates) == 0
     assert copy.keys() == data.keys()
