@@ -286,8 +286,8 @@ class SettingsView:
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:
-    """The names of a Keras model's embedding tables, which a sharded server keeps whole
-    on one shard each so that they sync row-sparse (driver)."""
+    """The names of a Keras model's embedding tables, which a sharded server holds by rows
+    (whole on one shard, or in blocks of rows) so that they sync row-sparse (driver)."""
     from tensorspark.models.embeddings import table_names
     from tensorspark.models.keras import weight_names
 

@@ -38,7 +38,13 @@ from tensorspark.data import FEED_NAMES, example_columns
 from tensorspark.errors import BadRecordError, TensorSparkError
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener
-from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
+from tensorspark.models.embeddings import table_names
+from tensorspark.models.keras import (
+    KerasTrainerLoader,
+    model_payload,
+    read_weights,
+    weight_names,
+)
 from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.ps.server import ParameterServer
 from tensorspark.streaming.state import StreamCheckpoints
@@ -113,6 +119,8 @@ class MicroBatchTrainer:
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
         self.initial = read_weights(model)
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
+        if settings.server.shards > 1:  # tables held by rows sync row-sparse through shards
+            self.host.tables = tuple(table_names(model, weight_names(model)))
         self.loader = KerasTrainerLoader(
             key=uuid.uuid4().hex,
             custom_objects=None if custom_objects is None else dict(custom_objects),

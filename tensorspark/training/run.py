@@ -101,7 +101,7 @@ class ServerHost:
         self.settings = settings
         self.checkpoints = checkpoints
         self.server: Server | None = None
-        #: Embedding tables a sharded server keeps whole on one shard (row-sparse sync).
+        #: Embedding tables a sharded server holds by rows (row-sparse sync).
         self.tables: tuple[str, ...] = ()
         self._checkpointer: Checkpointer | None = None
         self._listener: PushListener | None = None

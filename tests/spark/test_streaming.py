@@ -337,3 +337,48 @@ def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None
     pushes = files * (ROWS // 10)  # one push per mini-batch of 10 (sync_interval=1)
     assert stream["pushes"] == pushes and last.version == pushes
     assert status["skipped_batches"] == 0 and status["batches"] == files
+
+
+def test_an_embedding_model_streams_row_sparse_through_two_shards(
+    spark: Any, tmp_path: Path
+) -> None:
+    """With ps_shards=2 the stream's server holds the table by rows (in two blocks: it is
+    most of the model) and every micro-batch's syncs move rows, not the table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tensorspark import SparkSession
+    from tensorspark.datasets.clicks import click_log, ctr_model
+
+    rows_n, fields = 4096, 4
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(2):
+        log = click_log(200, rows=rows_n, fields=fields, seed=index)
+        table = pa.table(
+            {
+                "features": pa.array([list(map(int, r)) for r in log.ids], pa.list_(pa.int64())),
+                "label": pa.array(log.labels.astype(np.float32), pa.float32()),
+            }
+        )
+        pq.write_table(table, folder / f"part-{index:04d}.parquet")
+    model = ctr_model(rows=rows_n, fields=fields, dim=8, hidden=8, optimizer="adagrad")
+    ks = SparkSession(
+        spark.sparkContext, model, name="stream-rows", batch_size=20, sync_interval=2,
+        warm_up=False, ps_shards=2,
+    )  # fmt: skip
+    stream = (
+        spark.readStream.schema("features array<bigint>, label float")
+        .option("maxFilesPerTrigger", 1).parquet(str(folder))
+    )  # fmt: skip
+    training = ks.fit_stream(stream, checkpoint_location=str(tmp_path / "ckpt"), trigger="1 second")
+    try:
+        wait_for("two batches", lambda: training.status["batches"] == 2)
+        status = training.server.status()
+        assert status["row_pushes"] == status["applied_pushes"] > 0
+        assert 0 < status["rows_pushed_per_sync"] < rows_n
+        assert len(status["row_tables"]) == 2  # the table in two blocks of rows
+        assert training.status["samples"] == 400
+    finally:
+        training.stop()
+        assert training.await_termination(timeout=WAIT_S)
