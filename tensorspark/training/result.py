@@ -82,12 +82,14 @@ def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
 
 def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, float] | None]:
     """Per epoch, the table rows pushed and pulled per row-sparse sync in that epoch
-    (differences of :func:`worker_traffic`'s running counts); None where not known."""
+    (differences of :func:`worker_traffic`'s running counts); None where not known, and
+    for the epoch after one whose counts are not known (its start is not known)."""
     out: list[dict[str, float] | None] = []
-    before: Mapping[str, int] = {}
+    before: Mapping[str, int] | None = {}
     for now in traffic:
-        if now is None:
+        if now is None or before is None:
             out.append(None)
+            before = now
             continue
         syncs = now.get("row_pushes", 0) - before.get("row_pushes", 0)
         pushed = now.get("rows_pushed", 0) - before.get("rows_pushed", 0)

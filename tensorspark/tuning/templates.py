@@ -24,11 +24,15 @@ Adagrad included). A reused trial also skips building its fresh model's optimize
 arrays as tensors and their validation dataset (:meth:`ModelTemplates.tensor`,
 :meth:`ModelTemplates.dataset`).
 
-Only what is known to be safe is reused: Sequential and functional models made of
-Keras's own layers (no ``Lambda``, no subclassed model or layer, whose code may read the
-trial's parameters outside their config), compiled, with an optimizer without moving
-averages of the weights (``use_ema``: their initial values are the fresh weights) whose
-state was prebuilt. Anything else trains its own fresh model, as before.
+Only what is known to be safe is reused: Sequential and functional models (Keras's own
+classes, not subclasses) made of Keras's own layers (no ``Lambda``, no subclassed layer)
+whose configs hold Keras's own objects only (no function of the user's as a loss,
+metric, activation or regularizer: a config stores those by name, and a closure over the
+trial's parameters would look the same in every trial), compiled, with an optimizer
+without moving averages of the weights (``use_ema``: their initial values are the fresh
+weights) or weight-decay exclusions (kept outside its config), whose state was prebuilt.
+Anything else trains its own fresh model, as before. Under ``mixed_float16`` the
+loss-scale optimizer's config names its inner optimizer, so nothing is reused there.
 
 :class:`ModelTemplates` is per search and per Python worker: it rides on the search's
 broadcast (:class:`TrialData`), never travels (it pickles as empty), and goes when the
@@ -59,15 +63,20 @@ def architecture_key(model: Any) -> str | None:
     this module does not reuse (pure; runs anywhere Keras is)."""
     import keras
 
-    if not (isinstance(model, keras.Sequential) or type(model).__name__ == "Functional"):
-        return None
+    kind = type(model)
+    if not (kind.__module__.startswith("keras.") and kind.__name__ in ("Sequential", "Functional")):
+        return None  # a subclass's own code (compute_loss, train_step, ...) is not in a config
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or not model.built:
+    if optimizer is None or not model.built or not isinstance(model, keras.Model):
         return None
     for layer in model._flatten_layers(include_self=False):
         module = type(layer).__module__
         if not module.startswith("keras.") or type(layer).__name__ == "Lambda":
             return None
+    if getattr(optimizer, "_exclude_from_weight_decay", None) or getattr(
+        optimizer, "_exclude_from_weight_decay_pattern", None
+    ):
+        return None  # kept outside the optimizer's config
     try:
         compiled = dict(model.get_compile_config() or {})
         settings = dict(optimizer.get_config())
@@ -77,19 +86,60 @@ def architecture_key(model: Any) -> str | None:
         if isinstance(settings.get("learning_rate"), (int, float)):
             settings.pop("learning_rate")  # a variable the traced step reads
         compiled["optimizer"] = [type(optimizer).__qualname__, settings]
-        text = json.dumps(
-            {"model": model.get_config(), "compile": compiled}, sort_keys=True, default=repr
-        )
+        config = {"model": model.get_config(), "compile": compiled}
     except Exception as err:  # noqa: BLE001 - a model without configs trains fresh
         logger.debug("Not reusing a traced model: %s", err)
         return None
+    if not _only_keras_objects(config):
+        return None
     # Layer names differ between instances ("dense_7" vs "dense_12"): canonical ones, in the
-    # model's order, keep the wiring a functional config records by name.
+    # model's order, where a config names a layer or refers to one (a node's history).
     names = [model.name] + [layer.name for layer in model._flatten_layers(include_self=False)]
-    for i, name in enumerate(sorted(set(names), key=names.index)):
-        text = text.replace(json.dumps(name), json.dumps(f"\0layer{i}"))
+    canonical = {name: f"\0layer{i}" for i, name in enumerate(sorted(set(names), key=names.index))}
+    text = json.dumps(_renamed(config, canonical), sort_keys=True, default=repr)
     shapes = [(tuple(v.shape), str(v.dtype)) for v in model.variables]
-    return f"{type(model).__name__}|{text}|{shapes}"
+    return f"{kind.__name__}|{text}|{shapes}"
+
+
+def _only_keras_objects(config: Any) -> bool:
+    """Whether every object a config serializes is Keras's own: a function or lambda of
+    the user's (a loss, metric, activation, regularizer made by a closure over the trial's
+    parameters) is stored by name only, so two trials' could differ under one key."""
+    if isinstance(config, dict):
+        kind = config.get("class_name")
+        module = config.get("module")
+        if kind == "__lambda__" or (kind == "function" and not str(module).startswith("keras")):
+            return False
+        if kind is not None and module is not None and not str(module).startswith("keras"):
+            return False
+        return all(_only_keras_objects(v) for v in config.values())
+    if isinstance(config, (list, tuple)):
+        return all(_only_keras_objects(v) for v in config)
+    return True
+
+
+def _renamed(config: Any, canonical: dict[str, str]) -> Any:
+    """``config`` with layer names replaced where a config names a layer (a ``"name"``
+    field) or refers to one (``[name, node, tensor]``), never in other values."""
+    if isinstance(config, dict):
+        return {
+            k: (
+                canonical.get(v, v)
+                if k == "name" and isinstance(v, str)
+                else _renamed(v, canonical)
+            )
+            for k, v in config.items()
+        }
+    if isinstance(config, (list, tuple)):
+        items = list(config)
+        if (
+            len(items) == 3
+            and isinstance(items[0], str)
+            and all(isinstance(i, int) for i in items[1:])
+        ):
+            return [canonical.get(items[0], items[0]), *items[1:]]
+        return [_renamed(v, canonical) for v in items]
+    return config
 
 
 def _learning_rate(optimizer: Any) -> float | None:

@@ -137,3 +137,62 @@ def test_trial_data_travels_without_its_models() -> None:
     assert isinstance(copy, TrialData) and len(copy.templates) == 0
     assert copy.keys() == data.keys()
     np.testing.assert_array_equal(copy["x"], data["x"])
+
+
+def test_what_a_config_stores_by_name_only_is_never_reused() -> None:
+    """A closure over the trial's parameters (a loss, an activation) is stored by name in
+    a config; a subclass of Sequential has code of its own; a layer named like a config
+    value must not merge two architectures; weight-decay exclusions live outside the
+    optimizer's config. None of them may share a traced model (found in review)."""
+    import keras
+
+    def closure_loss(scale: float) -> Any:
+        def loss(y_true: Any, y_pred: Any) -> Any:
+            return scale * keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+
+        return loss
+
+    def with_loss(params: dict[str, Any]) -> Any:
+        model = _build(params)
+        model.compile(optimizer="adam", loss=closure_loss(params["scale"]))
+        return model
+
+    class Scaled(keras.Sequential):
+        pass
+
+    def named_after(activation: str) -> Any:
+        model = keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(4, activation=activation, name=activation)]
+        )
+        model.compile(optimizer="adam", loss="mse")
+        return model
+
+    subclassed = Scaled([keras.Input((6,)), keras.layers.Dense(3)])
+    subclassed.compile(optimizer="adam", loss="mse")
+    excluded = _build({"learning_rate": 0.01})
+    decay = keras.optimizers.AdamW(0.01, weight_decay=0.1)
+    decay.exclude_from_weight_decay(var_names=["bias"])
+    excluded.compile(optimizer=decay, loss="sparse_categorical_crossentropy")
+    assert architecture_key(with_loss({"learning_rate": 0.01, "scale": 1.0})) is None
+    assert architecture_key(subclassed) is None
+    assert architecture_key(excluded) is None
+    relu, tanh = architecture_key(named_after("relu")), architecture_key(named_after("tanh"))
+    assert relu is not None and tanh is not None and relu != tanh
+    # Keras's own functions are fine: the same key for two instances.
+    same = [_build({"learning_rate": r}) for r in (0.1, 0.2)]
+    assert architecture_key(same[0]) == architecture_key(same[1]) is not None
+
+
+def test_functional_models_share_a_key_by_wiring_not_by_layer_names() -> None:
+    import keras
+
+    def wired(swap: bool) -> Any:
+        inputs = keras.Input((6,))
+        a, b = keras.layers.Dense(4)(inputs), keras.layers.Dense(4)(inputs)
+        c = keras.layers.Dense(4)(b if swap else a)
+        model = keras.Model(inputs, keras.layers.Concatenate()([a, c] if swap else [c, b]))
+        model.compile(optimizer="adam", loss="mse")
+        return model
+
+    first, again, other = (architecture_key(wired(s)) for s in (False, False, True))
+    assert first is not None and first == again and first != other
