@@ -121,3 +121,26 @@ def test_describe_names_every_package() -> None:
     assert versions(tensorflow=None).describe() == (
         "tensorspark 0.1.0, pyspark 4.3.0, Python 3.11.7, TensorFlow not installed, Keras 3.15.1"
     )
+
+
+def test_worker_error_line_is_the_exception_that_ended_the_traceback() -> None:
+    from tensorspark.jobs import worker_error_line
+
+    text = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was "
+        "thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "/x/pyspark.zip/pyspark/worker_util.py", line 93, in check_python_version\n'
+        "    raise PySparkRuntimeError(\n"
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Python "
+        "in worker has different version: 3.12 than that in driver: 3.11, PySpark cannot run "
+        "with different minor versions.\n"
+        "Please check environment variables PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are "
+        "correctly set.\n SQLSTATE: 38000\n\tat org.apache.spark.api.python.BasePythonRunner"
+    )
+    assert worker_error_line(Exception(text)) == (
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Python "
+        "in worker has different version: 3.12 than that in driver: 3.11, PySpark cannot run "
+        "with different minor versions."
+    )
+    assert worker_error_line(Exception("no traceback here")) is None
