@@ -6,7 +6,9 @@
 # release and its own dependencies) and tensorspark from this checkout with --no-deps;
 # TensorFlow, Keras, numpy and the rest come from one base venv (built once, next to
 # them) through a .pth file, so each venv's own pyspark is the one imported (its
-# site-packages comes first on sys.path). Then, in each venv:
+# site-packages comes first on sys.path). pip's resolver then checks that tensorspark's own
+# requirements (pyproject.toml) accept that pyspark (`pip install --dry-run`: nothing is
+# downloaded, since the base's packages count as installed). Then, in each venv:
 #   import tensorspark; tensorspark.SparkSession; tensorspark.predict; tensorspark.ml
 #   versions.require_supported(); a local[1] SparkContext whose workers run the same
 #   interpreter; versions.check_executors(sc); and a tiny RDD job.
@@ -62,7 +64,8 @@ assert pyspark.__file__.startswith(sys.prefix), pyspark.__file__  # this venv'"'
 from pyspark import SparkConf, SparkContext
 t = time.time()
 sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("import-check")
-                  .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1"))
+                  .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
+                  .set("spark.driver.host", "127.0.0.1"))
 sc.setLogLevel("ERROR")
 versions.check_executors(sc, what="the import check")
 assert sc.parallelize(range(10), 2).map(lambda x: x * x).sum() == 285
@@ -82,12 +85,16 @@ for line in "${LINES[@]}"; do
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$BASE_SITE" > "$site/_tensorspark_base.pth"
   fi
+  if ! "$venv/bin/pip" install -q --dry-run "$ROOT" "pyspark==$line.*"; then
+    echo "import_check: tensorspark's requirements do not accept pyspark $line" >&2
+    exit 1
+  fi
   t1=$(date +%s)
   if ! (cd "$DIR" && PYSPARK_PYTHON="$venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 \
         TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH= "$venv/bin/python" -c "$SMOKE"); then
     echo "import_check: pyspark $line FAILED (venv $venv)" >&2
     exit 1
   fi
-  echo "import_check: pyspark $line: install $((t1 - t0))s, import+smoke $(( $(date +%s) - t1 ))s"
+  echo "import_check: pyspark $line: install and resolve $((t1 - t0))s, import+smoke $(( $(date +%s) - t1 ))s"
 done
 echo "import_check: all of ${LINES[*]} passed in $(( $(date +%s) - started ))s"
