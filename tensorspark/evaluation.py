@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import connect, gpus, jobs, wire
+from tensorspark import connect, gpus, jobs, versions, wire
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import Block
 from tensorspark.inputs import Input, Passes, input_for
@@ -190,6 +190,7 @@ def evaluate(
     )
     conf = snapshot(sc, conf)
     gpus.plan(sc, description, conf)
+    versions.check_executors(sc, what=description)
     payload, checked = model_payload(model, custom_objects)
     columns = {"features_col": features_col, "label_col": label_col}
     prepared = input_for(sc, data, KerasFeed(checked), conf=conf, **columns)

@@ -61,6 +61,13 @@ def worker_traceback(err: BaseException) -> str | None:
     return match.group(1).rstrip() if match else None
 
 
+def worker_error_line(err: BaseException) -> str | None:
+    """``Class: message`` of the exception that ended the executor's traceback, if any."""
+    tb = worker_traceback(err)
+    lines = _LAST_LINE.findall(tb or "")
+    return f"{lines[-1][0]}: {lines[-1][1]}" if lines else None
+
+
 def spark_failure(err: BaseException) -> BaseException:
     """Convert a Spark job failure into our error type, carrying the worker's traceback.
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
+from tensorspark import versions
 from tensorspark.arguments import check_training_mode, positive_int, positive_number
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
@@ -106,8 +107,10 @@ def resolve_settings(
             session that is neither a TF1 session nor a compiled Keras model, a bad
             number or mode, an unknown ``hdfs_auth``, no address for the parameter
             server, ``resume=True`` without a checkpoint folder, a Keras model that
-            cannot be trained here, or a ``warm_up`` that is not a bool or None.
+            cannot be trained here, or a ``warm_up`` that is not a bool or None; or an
+            unsupported pyspark, Python, TensorFlow or Keras (:mod:`tensorspark.versions`).
     """
+    versions.require_supported()
     is_keras = _is_keras_model(session)
     if not is_keras and not (hasattr(session, "graph") and hasattr(session, "run")):
         raise ConfigurationError(

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tensorspark import connect, gpus
+from tensorspark import connect, gpus, versions
 from tensorspark.arguments import positive_int
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.errors import ConfigurationError
@@ -210,6 +210,7 @@ def predict(
     policy = check_policy(mixed_precision)
     gpus.plan(sc, "tensorspark predict", conf)
     check_worker_reuse(sc, conf)
+    versions.check_executors(sc, what="tensorspark predict")
     source = resolve_source(conf, model, custom_objects)
     if checkpoint is not None:
         source = with_checkpoint(conf, source, checkpoint)

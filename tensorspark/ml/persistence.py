@@ -4,9 +4,10 @@ A saved :class:`~tensorspark.ml.KerasEstimator` or :class:`~tensorspark.ml.Keras
 a folder that Spark ML's own readers understand (so ``Pipeline``/``PipelineModel``,
 ``CrossValidatorModel`` ... save and load it as one of their stages)::
 
-    <path>/metadata/part-00000    Spark ML's JSON: class, uid, params, and under
-                                  "tensorspark": the format version, the kind, and for a
-                                  model its training History
+    <path>/metadata/part-00000    Spark ML's JSON: class, uid, params, sparkVersion, and
+                                  under "tensorspark": the format version, the kind, the
+                                  versions that saved it ("saved_by": tensorspark, pyspark,
+                                  Python, TensorFlow, Keras) and for a model its History
     <path>/data/model.keras       the Keras model (compiled; trained, for a KerasModel)
 
 The metadata goes through Spark (``DefaultParamsWriter``: local disk, HDFS, whatever
@@ -20,6 +21,12 @@ complete.
 Under Spark Connect the metadata is written by the Connect server and the ``.keras`` file by
 this client: save to a location both see (HDFS; a local path is only shared when the
 client runs on the server's machine). Runs on the driver.
+
+Across versions: a folder saved with any supported pyspark, Python, TensorFlow and Keras
+loads with any other (Spark ML's metadata and the ``.keras`` format are stable across them;
+tests/spark/test_ml_versions.py loads in another interpreter what this one saved). When a
+load fails anyway (a newer layout, a ``.keras`` file this Keras cannot rebuild) the error
+names the versions that saved the folder beside the ones loading it.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from tensorspark import connect
+from tensorspark import connect, versions
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage import Storage, open_storage
@@ -82,6 +89,7 @@ class KerasWriter(MLWriter):
             "format": FORMAT_VERSION,
             "kind": type(self.instance).__name__,
             "model_file": MODEL_FILE,
+            "saved_by": _saved_by(versions.installed()),
         }
         entry.update(self.extra)
         DefaultParamsWriter.saveMetadata(
@@ -112,10 +120,12 @@ class KerasReader(MLReader[Any]):
                 f"{path!r} is not a saved tensorspark {self.cls.__name__}: its Spark ML metadata "
                 f"names class {found!r}.{hint} Expected class {expected!r}."
             )
+        saved_by = _describe_saved(metadata, entry)
         if int(entry.get("format", 0)) > FORMAT_VERSION:
             raise ConfigurationError(
                 f"{path!r} was saved by a newer tensorspark (format {entry.get('format')}); this "
-                f"one reads format {FORMAT_VERSION}. Upgrade tensorspark to load it."
+                f"one reads format {FORMAT_VERSION}. Upgrade tensorspark to load it. "
+                f"Received: saved with {saved_by}; loading with {versions.installed().describe()}"
             )
         storage, inner = _storage(self.sparkSession, path)
         location = posixpath.join(inner, str(entry.get("model_file", MODEL_FILE)))
@@ -129,10 +139,44 @@ class KerasReader(MLReader[Any]):
                 "a local path puts Spark's metadata on the Connect server's disk and the .keras "
                 "file on this client's."
             ) from err
-        instance = self.cls._from_saved(data, entry)
+        try:
+            instance = self.cls._from_saved(data, entry)
+        except ConfigurationError as err:
+            raise ConfigurationError(
+                f"{path!r} cannot be loaded here: {err} It was saved with {saved_by}; this "
+                f"process runs {versions.installed().describe()}. Load it with the versions "
+                "that saved it, or save it again from there."
+            ) from err
         DefaultParamsReader.getAndSetParams(instance, metadata)
         instance._resetUid(metadata["uid"])
         return instance
+
+
+def _saved_by(found: versions.Versions) -> dict[str, str | None]:
+    """What the metadata's ``saved_by`` records (no host: a saved folder travels)."""
+    return {
+        "tensorspark": found.tensorspark,
+        "pyspark": found.pyspark,
+        "python": found.python,
+        "tensorflow": found.tensorflow,
+        "keras": found.keras,
+    }
+
+
+def _describe_saved(metadata: dict[str, Any], entry: dict[str, Any]) -> str:
+    """The versions that saved a folder, in words; Spark's ``sparkVersion`` alone for folders
+    saved before tensorspark recorded its own ``saved_by``."""
+    saved = entry.get("saved_by")
+    if not isinstance(saved, dict):
+        return f"pyspark {metadata.get('sparkVersion', 'unknown')} (no other versions recorded)"
+    python = str(saved.get("python") or "unknown")
+    return versions.Versions(
+        tensorspark=saved.get("tensorspark"),
+        pyspark=saved.get("pyspark") or metadata.get("sparkVersion"),
+        python=python,
+        tensorflow=saved.get("tensorflow"),
+        keras=saved.get("keras"),
+    ).describe()
 
 
 def read_metadata(path: str, spark: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tensorspark import versions
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import input_for
@@ -60,6 +61,7 @@ def fit(
     """
     settings = host.settings
     conf = snapshot(sc, conf)
+    versions.check_executors(sc, what=f"tensorspark {settings.name}")
     payload, checked = model_payload(model, custom_objects)
     feed = KerasFeed(checked)
     columns = {"features_col": features_col, "label_col": label_col}

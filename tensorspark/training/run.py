@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import conf as tsconf
-from tensorspark import connect, gpus, jobs
+from tensorspark import connect, gpus, jobs, versions
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ExecutorLostError
 from tensorspark.listeners import ListenerList, RunInfo, RunListener
@@ -407,6 +407,7 @@ class TrainingRun:
         """
         name = self.settings.name
         gpus.plan(self.sc, f"tensorspark {name}", self.conf)
+        versions.check_executors(self.sc, what=f"tensorspark {name}")
         check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts

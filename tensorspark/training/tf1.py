@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tensorspark import versions
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
@@ -53,6 +54,7 @@ def train_graph(
     param_names = resolve_params(graph, param_list)
     feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes)
     conf = snapshot(sc, conf)
+    versions.check_executors(sc, what="tensorspark run")
     data = input_for(sc, feed_rdd, feed, conf=conf, argument="feed_rdd")
     spec = export_graph(
         session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options

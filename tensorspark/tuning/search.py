@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark import connect, gpus
+from tensorspark import connect, gpus, versions
 from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
@@ -345,6 +345,7 @@ def tune(
     sc = connect.spark_handle(sc)
     conf = ConfSnapshot.take(sc)
     gpus.plan(sc, "tensorspark tune", conf)
+    versions.check_executors(sc, what="tensorspark tune")
     # DataFrame data is planned through the input seam (its columns checked, its first row
     # read: one tiny job per DataFrame) before any trial is sent.
     planned = plan_frames(train, validation, features_col, label_col) if frames else None
