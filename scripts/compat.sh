@@ -52,7 +52,7 @@ build() {
   py="$(interpreter "$env")"
   if [ ! -x "$py" ]; then
     echo "compat: the $env environment needs the interpreter $py, which is missing" \
-         "(install it with 'pyenv install ${py//*versions\//}' or set PYENV_ROOT)" >&2
+         "(install it with 'pyenv install $(basename "$(dirname "$(dirname "$py")")")' or set PYENV_ROOT)" >&2
     exit 2
   fi
   key="$( (pins "$env"; cat pyproject.toml) | sha256sum | cut -c1-16)"
@@ -61,8 +61,13 @@ build() {
     return 0
   fi
   echo "compat: building $venv with $py: $(pins "$env")"
-  rm -rf "$venv"
-  "$py" -m venv "$venv"
+  # A venv of another interpreter (or a broken one) is rebuilt; else pip only adds what a
+  # changed pyproject.toml or pin asks for.
+  if [ "$(readlink -f "$venv/bin/python" 2>/dev/null)" != "$(readlink -f "$py")" ]; then
+    rm -rf "$venv"
+    "$py" -m venv "$venv"
+  fi
+  rm -f "$venv"/.tensorspark-installed-*
   "$venv/bin/python" -m pip install -q --upgrade pip "setuptools>=77" wheel
   # shellcheck disable=SC2046  # the pins are words on purpose
   "$venv/bin/python" -m pip install -q $(pins "$env")

@@ -4,7 +4,11 @@
 # unit, spark (local mode), hdfs (Hadoop mini cluster), cluster (standalone Spark), yarn
 # (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
 # across network namespaces; root only), browser.
-# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit`.
+# Then, after a full run, the compat set on the oldest and newest supported environments
+# (scripts/compat.sh: .venv-oldest with Python 3.10 and pyspark 3.5, .venv-newest with Python
+# 3.13 and pyspark 4.3, built here from pyenv's interpreters).
+# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit` (then no compat run;
+# `bash scripts/compat.sh oldest|newest|both` runs it alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -18,4 +22,9 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MI
 .venv/bin/ruff format --check tensorspark tests bench examples
 .venv/bin/ruff check tensorspark tests bench examples
 .venv/bin/mypy tensorspark
-exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
+rc=0
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@" || rc=$?
+if [ $# -eq 0 ]; then
+  bash scripts/compat.sh both || rc=$?
+fi
+exit "$rc"
