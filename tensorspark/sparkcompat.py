@@ -30,6 +30,9 @@ from tensorspark.errors import ConfigurationError
 
 #: ``pyspark.sql.functions.arrow_udf`` (scalar UDFs over Arrow arrays).
 ARROW_UDF = (4, 1)
+#: Spark ML over Spark Connect (``pyspark.ml`` stages, their save and load through the
+#: Connect server): 3.5's Connect client has only the separate ``pyspark.ml.connect``.
+CONNECT_ML = (4, 0)
 
 
 @functools.cache
@@ -82,6 +85,24 @@ def require(feature: str, minimum: tuple[int, int], hint: str = "") -> None:
         f"{feature} needs Spark {need} or newer; this pyspark is {found}. "
         f"{hint + ' ' if hint else ''}Received: pyspark=={found}"
     )
+
+
+def require_connect_ml(session: Any, what: str) -> None:
+    """Refuse Spark ML ``what`` on a Spark Connect ``session`` before Spark 4.0 (driver).
+
+    Classic sessions pass on every version. pyspark 3.5's Connect client cannot save or load
+    Spark ML metadata (``DefaultParamsWriter`` needs a SparkContext; the server-side ML
+    helper is new in 4.0), so the call would fail deep inside pyspark.
+    """
+    from tensorspark import connect
+
+    if connect.is_connect(session):
+        require(
+            f"{what} over Spark Connect",
+            CONNECT_ML,
+            "Save and load from a classic SparkSession, or keep the Keras model "
+            "(KerasModel.keras_bytes()).",
+        )
 
 
 def scalar_arrow_udf(fn: Callable[[Any], Any], return_type: Any) -> Any:

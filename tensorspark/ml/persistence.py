@@ -30,7 +30,7 @@ from typing import Any
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from tensorspark import connect
+from tensorspark import connect, sparkcompat
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage import Storage, open_storage
@@ -61,6 +61,7 @@ class KerasWriter(MLWriter):
         self.extra = dict(extra or {})
 
     def _handleOverwrite(self, path: str) -> None:
+        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
         if connect.is_connect(self.sparkSession):
             # Spark Connect: the server's ML helper deletes the folder (no JVM here).
             from pyspark.ml.connect.readwrite import RemoteMLWriter
@@ -70,6 +71,7 @@ class KerasWriter(MLWriter):
             super()._handleOverwrite(path)
 
     def saveImpl(self, path: str) -> None:
+        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
         storage, inner = _storage(self.sparkSession, path)
         if not self.shouldOverwrite and storage.exists(inner):
             raise ConfigurationError(
@@ -143,6 +145,7 @@ def read_metadata(path: str, spark: Any) -> dict[str, Any]:
     """
     from pyspark.errors import AnalysisException
 
+    sparkcompat.require_connect_ml(spark, "Loading a Spark ML model")
     try:
         return DefaultParamsReader.loadMetadata(path, spark)
     except AnalysisException as err:
