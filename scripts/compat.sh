@@ -22,9 +22,11 @@ cd "$(dirname "$0")/.."
 # newest: Python 3.13, pyspark 4.3, the current TensorFlow (2.21 has 3.13 wheels).
 pins() {
   case "$1" in
-    # TensorFlow 2.16 needs protobuf < 5; MLflow 3 (a test tool) needs opentelemetry-proto,
-    # whose releases after 1.27 need protobuf >= 5: that one is held back.
-    oldest) echo "pyspark[connect]==3.5.9 tensorflow==2.16.2 keras==3.3.3 numpy==1.26.4" \
+    # Keras 3.9 is pyproject's floor (older ones import a class from the module a .keras
+    # file names instead of refusing it; CVE-2025-1550). TensorFlow 2.16 needs protobuf < 5;
+    # MLflow 3 (a test tool) needs opentelemetry-proto, whose releases after 1.27 need
+    # protobuf >= 5: that one is held back.
+    oldest) echo "pyspark[connect]==3.5.9 tensorflow==2.16.2 keras==3.9.2 numpy==1.26.4" \
                  "pandas==2.1.4 pyarrow==15.0.2 tensorboard==2.16.2 opentelemetry-proto==1.27.0" ;;
     newest) echo "pyspark[connect]==4.3.0 tensorflow==2.21.0 keras==3.15.1 numpy==2.4.6" \
                  "pandas==2.3.3 pyarrow==25.0.1" ;;
