@@ -41,13 +41,15 @@ def connect_packages(home: str) -> list[str]:
 
     pyspark 4 ships ``spark-connect`` in its jars; pyspark 3.5 does not, and its server comes
     from Maven Central (``org.apache.spark:spark-connect_2.12`` of the same version, cached
-    in ~/.ivy2 after the first start).
+    in ~/.ivy2 after the first start). ``TENSORSPARK_CONNECT_VERSION`` picks another 3.5.x
+    where Central lacks pyspark's own patch release.
     """
     import pyspark
 
     if any(name.startswith("spark-connect_") for name in os.listdir(os.path.join(home, "jars"))):
         return []
-    return ["--packages", f"org.apache.spark:spark-connect_2.12:{pyspark.__version__}"]
+    version = os.environ.get("TENSORSPARK_CONNECT_VERSION", pyspark.__version__)
+    return ["--packages", f"org.apache.spark:spark-connect_2.12:{version}"]
 
 
 @dataclass
