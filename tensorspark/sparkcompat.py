@@ -105,6 +105,13 @@ def require_connect_ml(session: Any, what: str) -> None:
         )
 
 
+def ml_metadata_handle(session: Any) -> Any:
+    """What ``DefaultParamsWriter.saveMetadata`` / ``DefaultParamsReader.loadMetadata``
+    take for ``session`` (a SparkSession): the session from Spark 4.0, its SparkContext
+    before (driver)."""
+    return session if at_least(CONNECT_ML) else session.sparkContext
+
+
 def scalar_arrow_udf(fn: Callable[[Any], Any], return_type: Any) -> Any:
     """A scalar UDF whose body ``fn`` takes one ``pyarrow.Array`` and returns one (driver).
 

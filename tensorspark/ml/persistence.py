@@ -87,7 +87,10 @@ class KerasWriter(MLWriter):
         }
         entry.update(self.extra)
         DefaultParamsWriter.saveMetadata(
-            self.instance, path, self.sparkSession, extraMetadata={_KEY: entry}
+            self.instance,
+            path,
+            sparkcompat.ml_metadata_handle(self.sparkSession),
+            extraMetadata={_KEY: entry},
         )
 
 
@@ -147,7 +150,7 @@ def read_metadata(path: str, spark: Any) -> dict[str, Any]:
 
     sparkcompat.require_connect_ml(spark, "Loading a Spark ML model")
     try:
-        return DefaultParamsReader.loadMetadata(path, spark)
+        return DefaultParamsReader.loadMetadata(path, sparkcompat.ml_metadata_handle(spark))
     except AnalysisException as err:
         raise ConfigurationError(
             f"{path!r} is not a saved tensorspark model: it has no Spark ML metadata "
