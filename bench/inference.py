@@ -51,6 +51,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 rows, one repetition")
+    parser.add_argument("--rows", type=int, default=0, help="score the first N images only")
+    parser.add_argument("--note", default="", help="said in the JSON (e.g. a shared machine)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     parser.add_argument("--batch-size", type=int, default=512)
@@ -251,6 +253,8 @@ def main() -> None:
     repeats = args.repeats
     if args.quick:
         images, repeats = images[:2000], 1
+    if args.rows:
+        images = images[: args.rows]
     rows = len(images)
 
     keras.utils.set_random_seed(0)
@@ -332,8 +336,19 @@ def main() -> None:
         sc.stop()
 
     local_rate = rows / min(local_times[1:])
+    import pyspark
+    import tensorflow as tf
+
     report = {
         "rows": rows,
+        "versions": {
+            "python": sys.version.split()[0],
+            "pyspark": pyspark.__version__,
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "numpy": np.__version__,
+        },
+        "note": args.note,
         "model": args.model,
         "master": args.master,
         "partitions": partitions,

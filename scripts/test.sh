@@ -5,7 +5,12 @@
 # (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
 # across network namespaces; root only), browser, docs (the documentation site: mkdocs
 # build --strict, its runnable snippets on local Spark, its charts, the site in Chromium).
-# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit`.
+# Then, after a full run, the compat set on the oldest and newest supported environments
+# (scripts/compat.sh: Python 3.10 with pyspark 3.5, Python 3.13 with pyspark 4.3, built
+# from pyenv's interpreters) and the pyspark 4.0/4.1/4.2 import check
+# (scripts/import_check.sh).
+# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit` (then no compat run;
+# `bash scripts/compat.sh oldest|newest|both` runs it alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,4 +24,9 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MI
 .venv/bin/ruff format --check tensorspark tests bench examples
 .venv/bin/ruff check tensorspark tests bench examples
 .venv/bin/mypy tensorspark
-exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
+rc=0
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@" || rc=$?
+if [ $# -eq 0 ]; then
+  bash scripts/compat.sh both || rc=$?
+fi
+exit "$rc"

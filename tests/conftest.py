@@ -10,6 +10,7 @@ import pytest
 from pyspark import cloudpickle
 
 import tests
+from tests.compat_set import in_compat_set
 
 # Executors cannot import the `tests` package (it is not installed), so functions defined
 # in test modules travel to them by value.
@@ -40,12 +41,17 @@ _MARK_BY_FOLDER = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the folder it lives in, so `-m unit` etc. select a set."""
+    """Mark every test by the folder it lives in, so `-m unit` etc. select a set, and the
+    compat set's tests (tests/compat_set.py) `compat`."""
+    oldest = bool(os.environ.get("TENSORSPARK_HADOOP_VERSION"))
     for item in items:
         parts = Path(str(item.fspath)).parts
         for folder, mark in _MARK_BY_FOLDER.items():
             if folder in parts:
                 item.add_marker(getattr(pytest.mark, mark))
+        test_id = item.nodeid.removeprefix("tests/")
+        if in_compat_set(test_id, oldest=oldest):
+            item.add_marker(pytest.mark.compat)
 
 
 @pytest.fixture(scope="session")

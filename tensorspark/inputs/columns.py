@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorspark import sparkcompat
 from tensorspark.data import (
     arrow_column_to_numpy,
     binary_dtype,
@@ -174,10 +175,9 @@ def predict_dataframe(
     Arrow array itself: its list buffers are viewed as one ``[rows, features]`` array and
     the outputs are wrapped back into Arrow lists without touching single rows. Only the
     feature column travels to Python (``mapInArrow`` would also ship every other column
-    there and back). The numbers are in README (``bench/inference.py``).
+    there and back). The numbers are in README (``bench/inference.py``). Before 4.1 the
+    same body runs inside a ``pandas_udf`` (:func:`~tensorspark.sparkcompat.scalar_arrow_udf`).
     """
-    from pyspark.sql.functions import ArrowUDFType, arrow_udf
-
     fn = functools.partial(predict_column, scoring, binary)
-    udf = arrow_udf(fn, returnType=scoring.spark_type(), functionType=ArrowUDFType.SCALAR)
+    udf = sparkcompat.scalar_arrow_udf(fn, scoring.spark_type())
     return df.withColumn(output_col, udf(feature_expr))

@@ -178,7 +178,10 @@ def output_columns(scores: Any, *, width: int, top_k: int) -> dict[str, Any]:
         return {"prediction": scores[0].cast("double")}
     out = {
         # array_position is 1-based and finds the first maximum: ties go to the lower class.
-        "prediction": (F.array_position(scores, F.array_max(scores)) - 1).cast("double"),
+        # (call_function: Spark 3.5's array_position takes a literal value, not a column.)
+        "prediction": (F.call_function("array_position", scores, F.array_max(scores)) - 1).cast(
+            "double"
+        ),
         "probability": array_to_vector(scores),
     }
     if top_k:

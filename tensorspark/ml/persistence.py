@@ -37,7 +37,7 @@ from typing import Any
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from tensorspark import connect, versions
+from tensorspark import connect, sparkcompat, versions
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage import Storage, open_storage
@@ -68,6 +68,7 @@ class KerasWriter(MLWriter):
         self.extra = dict(extra or {})
 
     def _handleOverwrite(self, path: str) -> None:
+        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
         if connect.is_connect(self.sparkSession):
             # Spark Connect: the server's ML helper deletes the folder (no JVM here).
             from pyspark.ml.connect.readwrite import RemoteMLWriter
@@ -77,6 +78,7 @@ class KerasWriter(MLWriter):
             super()._handleOverwrite(path)
 
     def saveImpl(self, path: str) -> None:
+        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
         storage, inner = _storage(self.sparkSession, path)
         if not self.shouldOverwrite and storage.exists(inner):
             raise ConfigurationError(
@@ -93,7 +95,10 @@ class KerasWriter(MLWriter):
         }
         entry.update(self.extra)
         DefaultParamsWriter.saveMetadata(
-            self.instance, path, self.sparkSession, extraMetadata={_KEY: entry}
+            self.instance,
+            path,
+            sparkcompat.ml_metadata_handle(self.sparkSession),
+            extraMetadata={_KEY: entry},
         )
 
 
@@ -187,8 +192,9 @@ def read_metadata(path: str, spark: Any) -> dict[str, Any]:
     """
     from pyspark.errors import AnalysisException
 
+    sparkcompat.require_connect_ml(spark, "Loading a Spark ML model")
     try:
-        return DefaultParamsReader.loadMetadata(path, spark)
+        return DefaultParamsReader.loadMetadata(path, sparkcompat.ml_metadata_handle(spark))
     except AnalysisException as err:
         raise ConfigurationError(
             f"{path!r} is not a saved tensorspark model: it has no Spark ML metadata "

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import connect
+from tensorspark import connect, sparkcompat
 from tensorspark.arguments import positive_int
 from tensorspark.checkpoint import CheckpointManager, checkpoint_version, load_checkpoint
 from tensorspark.data import arrow_column_to_numpy, column_type, float_array
@@ -131,7 +131,6 @@ def predict_stream(
             has, a model whose input shape is not fully known.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.functions import ArrowUDFType, arrow_udf
     from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
 
     positive_int("batch_size", batch_size)
@@ -180,9 +179,7 @@ def predict_stream(
     out_type = StructType(
         [StructField("prediction", ArrayType(FloatType())), StructField("version", LongType())]
     )
-    udf = arrow_udf(
-        functools.partial(_score, live), returnType=out_type, functionType=ArrowUDFType.SCALAR
-    )
+    udf = sparkcompat.scalar_arrow_udf(functools.partial(_score, live), out_type)
     scored_col = f"__tensorspark_scored_{uuid.uuid4().hex[:8]}"
     return (
         stream.withColumn(scored_col, udf(features))

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class _HasParams(Protocol):
@@ -44,7 +45,8 @@ T = TypeVar("T", bound=_HasParams)
 _OVERDUE = 0.9
 
 
-class _Pending(NamedTuple, Generic[T]):
+@dataclass(frozen=True)
+class _Pending(Generic[T]):  # a dataclass: a generic NamedTuple needs Python 3.11
     trial: T
     keys: list[tuple[str, str]]  # (parameter, value key) pairs, computed once
 

@@ -36,6 +36,22 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
+def connect_packages(home: str) -> list[str]:
+    """``--packages`` for the Connect server's jar where pyspark does not bundle it.
+
+    pyspark 4 ships ``spark-connect`` in its jars; pyspark 3.5 does not, and its server comes
+    from Maven Central (``org.apache.spark:spark-connect_2.12`` of the same version, cached
+    in ~/.ivy2 after the first start). ``TENSORSPARK_CONNECT_VERSION`` picks another 3.5.x
+    where Central lacks pyspark's own patch release.
+    """
+    import pyspark
+
+    if any(name.startswith("spark-connect_") for name in os.listdir(os.path.join(home, "jars"))):
+        return []
+    version = os.environ.get("TENSORSPARK_CONNECT_VERSION", pyspark.__version__)
+    return ["--packages", f"org.apache.spark:spark-connect_2.12:{version}"]
+
+
 @dataclass
 class ConnectServer:
     """A running Spark Connect server (its JVM leads its own process group)."""
@@ -98,6 +114,7 @@ def start_server(
         "--driver-memory",
         "2g",
     ]
+    command += connect_packages(home)
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     command.append("spark-internal")

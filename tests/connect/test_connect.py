@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tensorspark as sps
-from tensorspark import jobs
+from tensorspark import jobs, sparkcompat
 from tensorspark.errors import ConfigurationError
 from tests.connect.server import ConnectServer
 from tests.ml_support import PIXELS, fashion_arrays, pixel_frame, predictions, small_mlp
@@ -129,6 +129,10 @@ def test_tune_with_dataframes(spark: Any, frames: tuple[Any, Any]) -> None:
     assert result.best_model is not None and len(result.best_model.get_weights()) == 4
 
 
+@pytest.mark.skipif(
+    not sparkcompat.at_least(sparkcompat.CONNECT_ML),
+    reason="Spark ML over Spark Connect is new in Spark 4.0 (3.5: see the test below)",
+)
 def test_spark_ml_pipeline_saves_and_a_fresh_process_loads_it(
     spark: Any, connect_server: ConnectServer, arrays: Any, tmp_path: Path
 ) -> None:
@@ -174,6 +178,26 @@ def test_spark_ml_pipeline_saves_and_a_fresh_process_loads_it(
     subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=300)
     fresh = np.asarray(json.loads(result.read_text()), dtype=np.float64)
     np.testing.assert_array_equal(fresh, out["probability"])  # bit-identical (float32 in doubles)
+
+
+@pytest.mark.skipif(
+    sparkcompat.at_least(sparkcompat.CONNECT_ML), reason="Spark 4.0+ saves it (test above)"
+)
+def test_spark_ml_save_and_load_before_spark_4_are_refused_naming_the_version(
+    spark: Any, frames: tuple[Any, Any], tmp_path: Path
+) -> None:
+    from tensorspark.ml import KerasEstimator, KerasModel
+
+    found = ".".join(map(str, sparkcompat.spark_version()))
+    est = KerasEstimator(model=small_mlp(), featuresCol="pixels", epochs=1, batchSize=64)
+    with pytest.raises(
+        ConfigurationError,
+        match=rf"Saving a Spark ML model over Spark Connect needs Spark 4\.0 or newer; "
+        rf"this pyspark is {found}\..*Received: pyspark=={found}",
+    ):
+        est.write().session(spark).overwrite().save(str(tmp_path / "est"))
+    with pytest.raises(ConfigurationError, match=r"Loading a Spark ML model over Spark Connect"):
+        KerasModel.read().session(spark).load(str(tmp_path / "est"))
 
 
 def test_rdd_only_calls_are_refused_with_the_dataframe_alternative(

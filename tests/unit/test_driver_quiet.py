@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.processes import run_python
-from tests.spark.test_worker_quiet import LOG_LINE, START_UP_LINES
+from tests.spark.test_worker_quiet import LOG_LINE, START_UP_LINES, tf_log_lines
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +41,7 @@ def test_a_driver_prints_none_of_tensorflows_start_up_lines() -> None:
     result, stderr = run_driver(user_level=None)
     assert result == ["2", 3.0]
     assert [text for text in START_UP_LINES if text in stderr] == [], stderr
-    assert LOG_LINE.findall(stderr) == [], stderr
+    assert tf_log_lines(stderr) == [], stderr
 
 
 def test_a_level_the_user_set_is_kept() -> None:

@@ -373,6 +373,9 @@ def start_yarn(base: Path, classpath: str) -> YarnCluster:
         "-Djava.net.preferIPv4Stack=true",
         # MiniYARNCluster keeps its folders under test.build.data (the current folder if unset).
         f"-Dtest.build.data={base / 'data'}",
+        # Hadoop 3.3's YARN (Guice's class generation) reaches into java.lang on Java 17;
+        # 3.4+ does not need it (scripts/compat.sh runs 3.3.4, Spark 3.5's Hadoop).
+        "--add-opens=java.base/java.lang=ALL-UNNAMED",
         "-cp",
         f"{classpath}:{classes}",
         "YarnMiniCluster",

@@ -4,12 +4,16 @@
 # ${XDG_CACHE_HOME:-~/.cache}/tensorspark, keyed by the pom, so after one run (CI does it while
 # it has network) the tests start the cluster without Maven or network.
 #
+# TENSORSPARK_HADOOP_VERSION picks another Hadoop than the pom's (the one pyspark 4 bundles):
+# scripts/compat.sh sets 3.3.4, the Hadoop of Spark 3.5's jars, for the oldest environment.
+#
 # Usage: tests/hdfs/minicluster/classpath.sh        (prints the classpath file's path)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${TENSORSPARK_MINICLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorspark}"
-key="$(sha256sum "$here/pom.xml" | cut -c1-16)"
+hadoop="${TENSORSPARK_HADOOP_VERSION:-}"
+key="$(sha256sum "$here/pom.xml" | cut -c1-16)${hadoop:+-hadoop$hadoop}"
 out="$cache/minicluster-$key.classpath"
 
 complete() {
@@ -24,7 +28,8 @@ if ! complete; then
   mkdir -p "$cache"
   tmp="$(mktemp "$out.XXXXXX")"
   trap 'rm -f "$tmp"' EXIT
-  mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:build-classpath -Dmdep.outputFile="$tmp" >&2
+  mvn -q -B -Dstyle.color=never -f "$here/pom.xml" ${hadoop:+"-Dhadoop.version=$hadoop"} \
+    dependency:build-classpath -Dmdep.outputFile="$tmp" >&2
   mv "$tmp" "$out"
 fi
 echo "$out"

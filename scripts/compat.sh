@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The compat set on the oldest and the newest supported environment (issue 31).
+#
+#   bash scripts/compat.sh oldest|newest|both [pytest args...]
+#
+# Builds .venv-oldest / .venv-newest (gitignored) from pyenv's interpreter and the pinned
+# versions in the table below, installs tensorspark (editable) and its test tools there, and
+# runs the tests marked `compat` with PYSPARK_PYTHON pointing at that environment. scripts/test.sh
+# runs it after the main pytest run. The pins are installed first and tensorspark after them
+# without constraints, then the versions are checked: that proves `pip install tensorspark`
+# keeps a pyspark 3.5.x the user already has. pip's cache is used; a fresh machine builds the
+# environments from PyPI alone (and Maven Central for the oldest's Hadoop 3.3.4 YARN jars).
+#
+# A missing interpreter is an error that names it, never a skip.
+# COMPAT_BUILD_ONLY=1 builds (or checks) the environment and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# name | interpreter | pins (pip requirement specifiers)
+# oldest: Spark 3.5 LTS (its last patch), Python 3.10, the first TensorFlow with Keras 3 (2.16),
+#         numpy 1.26, and the floor of every other range in pyproject.toml that installs there.
+# newest: Python 3.13, pyspark 4.3, the current TensorFlow (2.21 has 3.13 wheels).
+pins() {
+  case "$1" in
+    # Keras 3.9 is pyproject's floor (older ones import a class from the module a .keras
+    # file names instead of refusing it; CVE-2025-1550). TensorFlow 2.16 needs protobuf < 5;
+    # MLflow 3 (a test tool) needs opentelemetry-proto, whose releases after 1.27 need
+    # protobuf >= 5: that one is held back.
+    oldest) echo "pyspark[connect]==3.5.9 tensorflow==2.16.2 keras==3.9.2 numpy==1.26.4" \
+                 "pandas==2.1.4 pyarrow==15.0.2 tensorboard==2.16.2 opentelemetry-proto==1.27.0" ;;
+    newest) echo "pyspark[connect]==4.3.0 tensorflow==2.21.0 keras==3.15.1 numpy==2.4.6" \
+                 "pandas==2.3.3 pyarrow==25.0.1" ;;
+    *) return 1 ;;
+  esac
+}
+interpreter() {
+  local root="${PYENV_ROOT:-/root/.pyenv}"
+  case "$1" in
+    oldest) echo "$root/versions/3.10.13/bin/python" ;;
+    newest) echo "$root/versions/3.13.0/bin/python" ;;
+  esac
+}
+# The Hadoop of Spark 3.5's own jars (pyspark 3.5.x ships hadoop-client-api 3.3.4): the oldest
+# environment's YARN test runs a MiniYARNCluster of that version.
+hadoop_version() {
+  case "$1" in
+    oldest) echo "3.3.4" ;;
+    *) echo "" ;;
+  esac
+}
+
+build() {
+  local env="$1" venv=".venv-$1" py stamp key
+  py="$(interpreter "$env")"
+  if [ ! -x "$py" ]; then
+    echo "compat: the $env environment needs the interpreter $py, which is missing" \
+         "(install it with 'pyenv install $(basename "$(dirname "$(dirname "$py")")")' or set PYENV_ROOT)" >&2
+    exit 2
+  fi
+  key="$( (pins "$env"; cat pyproject.toml) | sha256sum | cut -c1-16)"
+  stamp="$venv/.tensorspark-installed-$key"
+  if [ -f "$stamp" ]; then
+    return 0
+  fi
+  echo "compat: building $venv with $py: $(pins "$env")"
+  # A venv of another interpreter (or a broken one) is rebuilt; else pip only adds what a
+  # changed pyproject.toml or pin asks for.
+  if [ "$(readlink -f "$venv/bin/python" 2>/dev/null)" != "$(readlink -f "$py")" ]; then
+    rm -rf "$venv"
+    "$py" -m venv "$venv"
+  fi
+  rm -f "$venv"/.tensorspark-installed-*
+  "$venv/bin/python" -m pip install -q --upgrade pip "setuptools>=77" wheel
+  # --no-compile: Python compiles what the tests import, not all of TensorFlow (minutes).
+  # shellcheck disable=SC2046  # the pins are words on purpose
+  "$venv/bin/python" -m pip install -q --no-compile $(pins "$env")
+  # No constraints here: pip must keep what the user (here: the pins) already has.
+  "$venv/bin/python" -m pip install -q --no-compile -e ".[test]"
+  check_pins "$env"
+  touch "$stamp"
+}
+
+# Every pin is what the environment holds after tensorspark's install.
+check_pins() {
+  local env="$1" venv=".venv-$1" spec name want have bad=0
+  for spec in $(pins "$env"); do
+    name="${spec%%==*}"
+    name="${name%%\[*}"
+    want="${spec##*==}"
+    have="$("$venv/bin/python" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')"
+    if [ "$have" != "$want" ]; then
+      echo "compat: installing tensorspark changed $name in $venv: $want -> ${have:-none}" >&2
+      bad=1
+    fi
+  done
+  [ "$bad" = 0 ] || exit 3
+}
+
+run() {
+  local env="$1" venv=".venv-$1" hadoop
+  shift
+  build "$env"
+  if [ "${COMPAT_BUILD_ONLY:-0}" = 1 ]; then
+    return 0
+  fi
+  hadoop="$(hadoop_version "$env")"
+  if [ -n "$hadoop" ]; then
+    TENSORSPARK_HADOOP_VERSION="$hadoop" bash tests/hdfs/minicluster/classpath.sh >/dev/null
+  fi
+  echo "compat: $env: $("$venv/bin/python" -c 'import sys, pyspark, tensorflow, numpy, keras
+print("python", sys.version.split()[0], "pyspark", pyspark.__version__, "tensorflow",
+      tensorflow.__version__, "keras", keras.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
+  # The folders holding the compat set, in testpaths' order (local mode before the clusters).
+  local paths=(tests/spark tests/unit tests/cluster)
+  [ -z "$hadoop" ] || paths+=(tests/yarn)
+  local start=$SECONDS rc=0
+  PYSPARK_PYTHON="$PWD/$venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/$venv/bin/python" \
+    SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2 TENSORSPARK_HADOOP_VERSION="$hadoop" \
+    "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra -m compat "${paths[@]}" "$@" || rc=$?
+  echo "compat: $env took $((SECONDS - start)) s (rc=$rc)"
+  return "$rc"
+}
+
+case "${1:-}" in
+  oldest | newest)
+    env="$1"
+    shift
+    run "$env" "$@"
+    ;;
+  both)
+    shift
+    rc=0
+    run oldest "$@" || rc=$?
+    run newest "$@" || rc=$?
+    exit "$rc"
+    ;;
+  *)
+    echo "usage: bash scripts/compat.sh oldest|newest|both [pytest args...]" >&2
+    exit 2
+    ;;
+esac
