@@ -85,6 +85,8 @@ for line in "${LINES[@]}"; do
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$BASE_SITE" > "$site/_tensorspark_base.pth"
   fi
+  # The venvs are kept between runs (and checkouts): this checkout is the one checked.
+  "$venv/bin/pip" install -q --no-deps -e "$ROOT"
   if ! "$venv/bin/pip" install -q --dry-run "$ROOT" "pyspark==$line.*"; then
     echo "import_check: tensorspark's requirements do not accept pyspark $line" >&2
     exit 1

@@ -25,8 +25,23 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MI
 .venv/bin/ruff check tensorspark tests bench examples
 .venv/bin/mypy tensorspark
 rc=0
+if [ $# -eq 0 ]; then
+  # The compat environments first (built once, then reused): the newest (Python 3.13) is
+  # also the "other" environment the ML save/load test loads this one's saves in (and
+  # back). The oldest's Keras 3.9 cannot read Keras 3.15's files; docs/support.md.
+  COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both
+  TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
+  export TENSORSPARK_OTHER_PYTHON
+fi
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@" || rc=$?
 if [ $# -eq 0 ]; then
+  # pyspark 4.0/4.1/4.2 install and import (pip and one small local job each), beside the
+  # compat runs, which keep the cores busy.
+  IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
+    bash scripts/import_check.sh > import-check.log 2>&1 &
+  check=$!
   bash scripts/compat.sh both || rc=$?
+  wait "$check" || { rc=1; echo "import check failed:"; }
+  cat import-check.log
 fi
 exit "$rc"
