@@ -115,4 +115,5 @@ class StreamFit:
             keep_checkpoints=int(self.options.get("keep_checkpoints") or 3),
             conf=tsconf.ConfSnapshot.take(self.sc),
             tensorboard_dir=tensorboard_dir,
+            tables=self._host.tables,
         )

@@ -135,7 +135,7 @@ class ShardedClient:
                 if mine.size:
                     parts[index][piece.key + ROWS] = take_rows(values, mine)
                 else:  # none of its rows: still named, so its answer brings others' rows
-                    shape = dict(self.layout.shapes)[name]
+                    shape = self.layout.shape(name)
                     parts[index][piece.key + ROWS] = np.zeros((0, *shape[1:]), np.float32)
 
         def push_one(i: int, client: ParameterClient) -> PushResult:
@@ -178,7 +178,7 @@ class ShardedClient:
     def _check_rows(self, name: str, update: Mapping[str, wire.Tensor], index: int) -> None:
         """Refuse a table's bad ids or rows here, as its shard would with a 400: sent, the
         other shards would apply the push and the table's shard not."""
-        shape = dict(self.layout.shapes)[name]
+        shape = self.layout.shape(name)
         try:
             ids, values = update[name + IDS], update[name + ROWS]
             if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:

@@ -27,6 +27,7 @@ Pure data; thread-safe. Travels to executors as JSON (:meth:`Layout.to_json`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -149,11 +150,20 @@ class Layout:
 
     def holder(self, name: str) -> int | None:
         """The shard that holds ``name`` whole, or None (split, or not in the model)."""
-        for index, pieces in enumerate(self.shards):
-            for piece in pieces:
-                if piece.name == name:
-                    return index if piece.whole else None
-        return None
+        blocks = self.row_blocks(name)
+        return blocks[0][0] if len(blocks) == 1 and blocks[0][1].whole else None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of the model's tensor ``name``.
+
+        Raises:
+            KeyError: ``name`` is not in the model.
+        """
+        return self._shapes[name]
+
+    @functools.cached_property
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.shapes)
 
     def row_blocks(self, name: str) -> list[tuple[int, Piece]]:
         """Where the rows of table ``name`` are: ``(shard, piece)`` in row order, one whole

@@ -38,13 +38,7 @@ from tensorspark.data import FEED_NAMES, example_columns
 from tensorspark.errors import BadRecordError, TensorSparkError
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener
-from tensorspark.models.embeddings import table_names
-from tensorspark.models.keras import (
-    KerasTrainerLoader,
-    model_payload,
-    read_weights,
-    weight_names,
-)
+from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.ps.server import ParameterServer
 from tensorspark.streaming.state import StreamCheckpoints
@@ -89,6 +83,8 @@ class MicroBatchTrainer:
         on_batch: called on the driver after each micro-batch is trained and checkpointed,
             with its record as a dict; an exception it raises is logged, never raised.
         conf: the call's Spark conf.
+        tables: the model's embedding tables a sharded server holds by rows (the
+            session's, see :func:`tensorspark.session_settings.embedding_tables`).
     """
 
     def __init__(
@@ -105,6 +101,7 @@ class MicroBatchTrainer:
         listeners: Sequence[RunListener],
         on_batch: Callable[[dict[str, Any]], None] | None,
         conf: ConfSnapshot,
+        tables: Sequence[str] = (),
     ) -> None:
         self.sc = sc
         self.conf = conf
@@ -119,8 +116,7 @@ class MicroBatchTrainer:
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
         self.initial = read_weights(model)
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
-        if settings.server.shards > 1:  # tables held by rows sync row-sparse through shards
-            self.host.tables = tuple(table_names(model, weight_names(model)))
+        self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
         self.loader = KerasTrainerLoader(
             key=uuid.uuid4().hex,
             custom_objects=None if custom_objects is None else dict(custom_objects),

@@ -215,6 +215,7 @@ def fit_stream(
     keep_checkpoints: int,
     conf: ConfSnapshot,
     tensorboard_dir: str | None = None,
+    tables: Sequence[str] = (),
 ) -> StreamingTraining:
     """Start training ``model`` from ``rows``; see :meth:`tensorspark.SparkSession.fit_stream`.
 
@@ -261,6 +262,7 @@ def fit_stream(
             listeners=listeners,
             on_batch=on_batch if board is None else board,
             conf=conf,
+            tables=tables,
         )
     except BaseException:
         if board is not None:
