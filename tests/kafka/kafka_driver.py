@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import numpy as np
 
-from tests.spark.stream_driver import FEATURES, model
+from tests.spark.stream_driver import FEATURES, local_spark, model
 
 
 def main() -> None:
@@ -27,23 +26,11 @@ def main() -> None:
     parser.add_argument("--per-trigger", type=int, default=40)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession as SQLSession
     from pyspark.sql import functions as F
 
     from tensorspark import SparkSession
-    from tensorspark.tfthreads import limit_tf_threads
 
-    limit_tf_threads(1)
-    spark = (
-        SQLSession.builder.master("local[2]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.jars", args.jars)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark({"spark.jars": args.jars})
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.messages, FEATURES))
     good = [

@@ -56,6 +56,28 @@ def model() -> Any:
     return m
 
 
+def local_spark(conf: dict[str, str]) -> Any:
+    """A ``local[2]`` SQL session on 127.0.0.1 whose Python workers run this interpreter,
+    with ``conf`` added, quiet, and TensorFlow limited to one thread (a driver script's)."""
+    from pyspark.sql import SparkSession as SQLSession
+
+    from tensorspark.tfthreads import limit_tf_threads
+
+    limit_tf_threads(1)
+    builder = (
+        SQLSession.builder.master("local[2]")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.pyspark.python", sys.executable)
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", required=True)
@@ -65,22 +87,9 @@ def main() -> None:
     parser.add_argument("--kill-in-run", type=int, default=-1)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession as SQLSession
-
     from tensorspark import SparkSession
-    from tensorspark.tfthreads import limit_tf_threads
 
-    limit_tf_threads(1)
-    spark = (
-        SQLSession.builder.master("local[2]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark({"spark.sql.shuffle.partitions": "2"})
     rows = (
         spark.readStream.schema("features array<float>, label long")
         .option("maxFilesPerTrigger", 1)
