@@ -8,22 +8,35 @@ logistic ground truth. The table is a :class:`~tensorspark.models.row_embedding.
 in every configuration (Keras's ``Embedding`` copies the table twice a step: 85 ms a step
 here, which would make every configuration slow alike).
 
-Configurations, in one run and one ``local[2]`` SparkContext (2 partitions, async DynSGD,
-``sync_interval=20``), Python workers not reused so each configuration's worker memory is
-its own:
+Every measurement runs in a fresh Python process (as ``bench/keras_fit.py``), so every Spark
+measurement starts with a fresh ``local[2]`` SparkContext whose Python workers have never
+run: the cold start a pyspark user meets. 2 partitions, async DynSGD, ``sync_interval=20``,
+the library's defaults otherwise (warm-up on, Spark's worker reuse on). Configurations:
 
-* ``dense``: ``embeddings='dense'``: the table travels whole (today's behaviour);
+* ``dense``: ``embeddings='dense'``: the table travels whole (the behaviour before row sync);
 * ``sparse``: the rows a worker changed, and back the rows changed since its copy;
 * ``sparse_int8``: the same with ``compression='int8'`` (one scale per row, error feedback);
 * ``sparse_int8_push``: int8 pushes, float32 answers (``Compression('int8', None)``);
-* ``single``: ``model.fit`` in this process, one TensorFlow thread (a Spark task's).
+* ``single``: ``model.fit`` in one process with TensorFlow's default threads (both cores),
+  in a process that has imported Keras and built the model (``import_s`` reports the
+  import apart). Single-process runs bracket the Spark ones; ratios use their mean.
 
-Reported: test AUC and log loss after the last epoch, bytes per trained sample (the
+What each Spark figure includes:
+
+* **cold** (``samples_per_s_cold``, the headline): from ``SparkSession(...)``, which starts
+  warming the executors' Python workers, to the end of ``fit`` called at once: the
+  workers' start and TensorFlow import, the model's shipping (the 128 MiB table), the
+  driver's checks, the server's start and the training job;
+* **steady** (``samples_per_s``): the epochs after the first, from the epoch-end times
+  (``History.epoch_seconds``), whose first epoch includes the start;
+* **warm** (``samples_per_s_warm``, with ``--warm``): a second session and ``fit`` in the
+  same application, timed from ``SparkSession(...)``.
+
+Reported besides: test AUC and log loss after the last epoch, bytes per trained sample (the
 workers' bytes both ways as the server's socket counted them, headers included, over the
-samples applied), epoch time (the mean of epochs after the first, whose time includes
-starting the workers), samples/s over those epochs, the workers' peak RSS and the driver's
-RSS growth during the fit (the server's parameters, buffers and answers), rows pushed and
-pulled per sync, and a capacity estimate (see :func:`capacity`).
+samples applied), the workers' peak RSS and the driver's RSS growth during the fit (the
+server's parameters, buffers and answers), rows pushed and pulled per sync, and a capacity
+estimate (see :func:`capacity`).
 
     python bench/embeddings.py                         # writes bench/results/embeddings.json
     python bench/embeddings.py --train 40000 --epochs 2 --configs sparse,single
@@ -34,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -70,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--configs", default="sparse,sparse_int8,dense,single")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embeddings.json"))
     parser.add_argument("--note", default="", help="e.g. what else ran on the machine")
+    parser.add_argument(
+        "--warm", action="store_true", help="also a second (warm) fit in each Spark process"
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -99,13 +117,6 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _import_tensorflow(_: int) -> int:
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
-
-    return os.getpid()
-
-
 def scores(model: Any, test: Any) -> dict[str, float]:
     from tensorspark.datasets.clicks import auc, log_loss
 
@@ -119,7 +130,8 @@ def later_epochs(seconds: list[float]) -> float:
     return float(np.mean(spans)) if spans else float(seconds[0])
 
 
-def run_spark(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace) -> dict:
+def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any, Any, dict]:
+    """A fresh model, session and ``fit``, timed from ``SparkSession(...)``."""
     import tensorspark as sps
     from tensorspark.datasets.clicks import ctr_model
 
@@ -127,27 +139,59 @@ def run_spark(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespac
     spec = dict(CONFIGS[name])
     if isinstance(spec.get("compression"), tuple):
         spec["compression"] = sps.Compression(*spec["compression"])
+    peak = RssPeak()
+    started = time.perf_counter()
     session = sps.SparkSession(
         sc,
         model,
         sync_interval=args.sync_interval,
         batch_size=args.batch_size,
         name=f"emb-{name}",
-        warm_up=False,
         **spec,
     )
-    peak = RssPeak()
-    started = time.perf_counter()
     history = session.fit(train, epochs=args.epochs, progress=False)
-    fit_seconds = time.perf_counter() - started
-    driver_growth = peak.stop()
+    seconds = time.perf_counter() - started
+    session.close()
+    timing = {"seconds": seconds, "driver_growth": peak.stop()}
+    return model, history, timing
+
+
+def run_spark(name: str, train_log: Any, test: Any, args: argparse.Namespace) -> dict:
+    """One configuration in this (fresh) process: a fresh SparkContext, the cold fit, and
+    with ``--warm`` a second one."""
+    import keras  # noqa: F401 - the driver's import, as in a shell where the model was built
+    from pyspark import SparkConf, SparkContext
+
+    conf = (
+        SparkConf()
+        .setMaster("local[2]")
+        .setAppName("bench-embeddings")
+        .set("spark.driver.host", "127.0.0.1")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .set("spark.driver.memory", "3g")
+    )
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        rows = list(zip(train_log.ids, train_log.labels, strict=True))
+        train = sc.parallelize(rows, 2).cache()
+        del rows
+        # Counted in the JVM: a Python job would start the workers the benchmark times.
+        train._jrdd.count()  # noqa: SLF001
+        model, history, timing = _fit(sc, name, train, args)
+        warm = _fit(sc, name, train, args)[2] if args.warm else None
+    finally:
+        sc.stop()
     status = history.result.status
     workers = history.worker_bytes
     moved = sum(w["bytes_received"] + w["bytes_sent"] for w in workers.values())
     samples = int(status["samples"])
     epoch_s = later_epochs(history.epoch_seconds)
     pushes = int(status["applied_pushes"])
-    out = {
+    return {
         "name": name,
         "settings": {k: str(v) for k, v in CONFIGS[name].items()},
         **scores(model, test),
@@ -158,46 +202,63 @@ def run_spark(sc: Any, name: str, train: Any, test: Any, args: argparse.Namespac
         "epoch_seconds": epoch_s,
         "epoch_seconds_each": history.epoch_seconds,
         "samples_per_s": args.train / epoch_s,
-        "fit_seconds": fit_seconds,
-        # Cold: the whole fit, the workers' start and TensorFlow import included.
-        "samples_per_s_whole_fit": args.train * args.epochs / fit_seconds,
+        "seconds_cold": timing["seconds"],
+        "job_seconds": history.result.seconds,
+        # Cold: from SparkSession(...), the workers' start and TensorFlow import included.
+        "samples_per_s_cold": args.train * args.epochs / timing["seconds"],
+        "seconds_warm": None if warm is None else warm["seconds"],
+        "samples_per_s_warm": None if warm is None else args.train * args.epochs / warm["seconds"],
         "worker_peak_rss_mib": [
             int(p.get("peak_rss_bytes", 0)) / 2**20 for p in history.result.partitions
         ],
-        "driver_rss_growth_mib": driver_growth / 2**20,
+        "driver_rss_growth_mib": timing["driver_growth"] / 2**20,
         "rows_pushed_per_sync": status.get("rows_pushed_per_sync", 0.0),
         "rows_pulled_per_sync": status.get("rows_pulled_per_sync", 0.0),
         "loss": history.history["loss"],
     }
-    print(json.dumps({k: v for k, v in out.items() if k != "epoch_seconds_each"}), flush=True)
-    return out
 
 
 def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
+    """``model.fit`` in this (fresh) process, TensorFlow's default threads."""
+    started = time.perf_counter()
+    import keras
+
+    import_s = time.perf_counter() - started
     from tensorspark.datasets.clicks import ctr_model
 
     model = ctr_model(learning_rate=args.lr)
+    ends: list[float] = []
+
+    class EpochEnds(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            ends.append(time.perf_counter() - started)
+
     peak = RssPeak()
-    ends = []
     started = time.perf_counter()
-    for _ in range(args.epochs):
-        model.fit(train_log.ids, train_log.labels, batch_size=args.batch_size, epochs=1, verbose=0)
-        ends.append(time.perf_counter() - started)
+    model.fit(
+        train_log.ids,
+        train_log.labels,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        shuffle=True,
+        verbose=0,
+        callbacks=[EpochEnds()],
+    )
+    seconds = time.perf_counter() - started
     growth = peak.stop()
     epoch_s = later_epochs(ends)
-    out = {
+    return {
         "name": "single",
         **scores(model, test),
+        "import_s": import_s,
         "epoch_seconds": epoch_s,
         "samples_per_s": args.train / epoch_s,
-        "fit_seconds": ends[-1],
-        # TensorFlow was imported before (by the Spark runs' driver): the first epoch's
-        # tracing is in, the import is not.
-        "samples_per_s_whole_fit": args.train * args.epochs / ends[-1],
+        "seconds_cold": seconds,
+        # Keras imported and the model built (a shell's state); the first epoch's tracing
+        # is in.
+        "samples_per_s_cold": args.train * args.epochs / seconds,
         "process_rss_growth_mib": growth / 2**20,
     }
-    print(json.dumps(out), flush=True)
-    return out
 
 
 def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
@@ -255,45 +316,66 @@ def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from pyspark import SparkConf, SparkContext
+def child(args: argparse.Namespace) -> dict:
+    """The measurement ``args.child`` in this process."""
+    from tensorspark.datasets.clicks import click_log
 
-    from tensorspark.datasets.clicks import click_log, true_auc
-    from tensorspark.tfthreads import limit_tf_threads
-
-    limit_tf_threads(1)
     train_log = click_log(args.train, seed=0)
     test = click_log(args.test, seed=1)
-    names = args.configs.split(",")
-    conf = (
-        SparkConf()
-        .setMaster("local[2]")
-        .setAppName("bench-embeddings")
-        .set("spark.driver.host", "127.0.0.1")
-        .set("spark.ui.enabled", "false")
-        .set("spark.python.worker.reuse", "false")
-        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
-        .set("spark.driver.memory", "2g")
+    if args.child == "single":
+        return run_single(train_log, test, args)
+    return run_spark(args.child, train_log, test, args)
+
+
+def _run_child(name: str) -> dict:
+    argv = [a for a in sys.argv[1:] if not a.startswith("--child")]
+    out = subprocess.run(
+        [sys.executable, __file__, *argv, "--child", name],
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
+    if out.returncode:
+        raise RuntimeError(f"the {name} measurement failed:\n{out.stderr[-4000:]}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    print(json.dumps({k: v for k, v in row.items() if k != "epoch_seconds_each"}), flush=True)
+    return row  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args), default=float), flush=True)
+        return 0
+    from tensorspark.datasets.clicks import click_log, true_auc
+
+    names = args.configs.split(",")
+    unknown = [n for n in names if n != "single" and n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown}; known: {sorted(CONFIGS)}, single")
+    spark = [n for n in names if n in CONFIGS]
+    singles: list[dict] = []
     rows: dict[str, dict[str, Any]] = {}
-    sc = SparkContext(conf=conf) if any(n in CONFIGS for n in names) else None
-    try:
-        if sc is not None:
-            train = sc.parallelize(
-                list(zip(train_log.ids, train_log.labels, strict=True)), 2
-            ).cache()
-            train.count()
-            for name in names:
-                if name in CONFIGS:
-                    rows[name] = run_spark(sc, name, train, test, args)
-    finally:
-        if sc is not None:
-            sc.stop()
+    # Single-process runs bracket the Spark ones: this VM's speed drifts over minutes.
     if "single" in names:
-        rows["single"] = run_single(train_log, test, args)
-    write(rows, args, true_auc(test))
+        singles.append(_run_child("single"))
+    for name in spark:
+        rows[name] = _run_child(name)
+    if "single" in names and spark:
+        singles.append(_run_child("single"))
+    if singles:
+        rows["single"] = _mean_row(singles)
+    write(rows, args, true_auc(click_log(args.test, seed=1)))
     return 0
+
+
+def _mean_row(runs: list[dict]) -> dict:
+    """The single-process runs' mean (numbers), each run kept under ``runs``."""
+    row: dict[str, Any] = {"name": "single", "runs": runs}
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row[key] = float(np.mean([r[key] for r in runs]))
+    return row
 
 
 def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: float) -> None:
@@ -314,9 +396,13 @@ def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: f
                 row["samples_per_s"] / rows["single"]["samples_per_s"]
             )
             summary[name]["auc_minus_single"] = row["auc"] - rows["single"]["auc"]
-            summary[name]["whole_fit_samples_per_s_vs_single"] = (
-                row["samples_per_s_whole_fit"] / rows["single"]["samples_per_s_whole_fit"]
+            summary[name]["cold_samples_per_s_vs_single"] = (
+                row["samples_per_s_cold"] / rows["single"]["samples_per_s_cold"]
             )
+            if row.get("samples_per_s_warm"):
+                summary[name]["warm_samples_per_s_vs_single"] = (
+                    row["samples_per_s_warm"] / rows["single"]["samples_per_s_cold"]
+                )
     result = {
         "benchmark": "bench/embeddings.py",
         "args": vars(args),

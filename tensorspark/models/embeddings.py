@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.ps.rows import RowMarks
 
 logger = logging.getLogger(__name__)
 
@@ -192,12 +193,13 @@ class RowAccess:
             else set()
         )
         self._ids: np.ndarray | None = None
+        rows = [int(self._vars[n].shape[0]) for n in self._by_input]
+        self._marks = RowMarks(max(rows, default=0))
 
     def saw(self, features: Sequence[np.ndarray]) -> None:
         """Note the ids of a chunk's features (called before it trains)."""
         if self._by_input:
-            flat = np.concatenate([np.asarray(f).reshape(-1) for f in features])
-            self._ids = np.unique(flat.astype(np.int64, copy=False))
+            self._ids = self._marks.unique(*features)
 
     def candidates(self, name: str) -> np.ndarray | None:
         """The rows of table ``name`` the last chunk may have changed; None: any row."""

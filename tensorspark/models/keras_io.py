@@ -111,8 +111,8 @@ def deserialize_model(
     import_tensorflow_quietly()
     import keras
 
-    import tensorspark.models.row_embedding  # noqa: F401  (registers RowEmbedding)
     import tensorspark.models.row_optimizers  # noqa: F401  (registers RowAdagrad)
+    from tensorspark.models import row_embedding  # (registers RowEmbedding)
 
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ConfigurationError(
@@ -127,7 +127,7 @@ def deserialize_model(
             with open(path, "wb") as f:
                 f.write(precision.mixed_archive(bytes(data), mixed_precision))
         try:
-            with precision.policy_scope(mixed_precision):
+            with precision.policy_scope(mixed_precision), row_embedding.loading():
                 return keras.saving.load_model(
                     path, custom_objects=dict(custom_objects or {}), compile=compile
                 )

@@ -146,3 +146,36 @@ def row_block(shape: tuple[int, ...]) -> int:
 def encode_rows(codec: str, values: np.ndarray) -> wire.Encoded:
     """``values`` (``[k, ...]`` float32) compressed with ``codec``; int8 per row."""
     return compress.encode(codec, values, row_block(values.shape))
+
+
+class RowMarks:
+    """The distinct row numbers among some id arrays, sorted, for one table of ``rows``
+    rows (executors: a worker's ids each chunk and each answer).
+
+    Marks a boolean mask kept between calls and reads it back: about 10x faster than
+    ``np.unique``'s sort for a chunk's tens of thousands of ids into a table of a million
+    rows (0.4 ms against 4 ms), which a worker pays at every sync. Ids outside
+    ``[0, rows)`` (a bad feature the model's lookup will refuse) go through ``np.unique``,
+    so a negative id never marks a row from the end. Not thread-safe.
+    """
+
+    def __init__(self, rows: int) -> None:
+        self._mask = np.zeros(max(0, int(rows)), dtype=bool)
+
+    def unique(self, *arrays: np.ndarray) -> np.ndarray:
+        """The sorted distinct int64 ids of ``arrays`` together."""
+        parts = [np.asarray(a).reshape(-1) for a in arrays]
+        parts = [p for p in parts if p.size]
+        if not parts:
+            return np.zeros(0, np.int64)
+        mask = self._mask
+        inside = all(
+            p.dtype.kind in "iu" and int(p.min()) >= 0 and int(p.max()) < mask.size for p in parts
+        )
+        if not inside:
+            return np.unique(np.concatenate(parts).astype(np.int64))
+        for p in parts:
+            mask[p] = True
+        ids = np.flatnonzero(mask)
+        mask[ids] = False
+        return ids.astype(np.int64, copy=False)

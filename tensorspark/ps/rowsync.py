@@ -27,7 +27,7 @@ import numpy as np
 
 from tensorspark import wire
 from tensorspark.ps import compression as compress
-from tensorspark.ps.rows import IDS, ROWS, encode_rows, rows_entry
+from tensorspark.ps.rows import IDS, ROWS, RowMarks, encode_rows, rows_entry
 
 
 class RowModel(Protocol):
@@ -65,11 +65,13 @@ class RowSync:
         self.base: dict[str, np.ndarray] = {}
         self._residual: dict[str, np.ndarray] = {}
         self._changed: dict[str, np.ndarray] = {}
+        self._marks: dict[str, RowMarks] = {}
 
     def start(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Take the first (whole) pull as ``base`` (copied: the client reuses its buffers)
         and give the model those weights; returns ``base``."""
         self.base = {k: np.array(v, copy=True) for k, v in params.items()}
+        self._marks = {n: RowMarks(len(self.base[n])) for n in self.tables if n in self.base}
         self.model.write(self.base)
         return self.base
 
@@ -127,7 +129,7 @@ class RowSync:
                 )
             self.counts["rows_pulled"] += int(ids.size)
             changed = self._changed.get(name)
-            self._changed[name] = ids if changed is None else np.union1d(changed, ids)
+            self._changed[name] = ids if changed is None else self._marks[name].unique(changed, ids)
         return self.base
 
     def install(self) -> None:
@@ -137,7 +139,7 @@ class RowSync:
         for name in self.tables:
             ids = self._changed.pop(name, None)
             if ids is not None and ids.size:
-                self.model.write_rows(name, ids, self.base[name][ids])
+                self.model.write_rows(name, ids, np.take(self.base[name], ids, axis=0))
 
     def reset_residual(self) -> None:
         """Forget the rounding residuals (after the server refused a non-finite update)."""

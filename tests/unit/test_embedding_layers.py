@@ -33,6 +33,8 @@ def test_tables_are_found_by_layer_type() -> None:
     assert access.tables == ["emb/embeddings"]
     access.saw([np.array([[1, 2, 3, 9]]), np.array([[2, 2, 7, 9]])])
     assert list(access.candidates("emb/embeddings")) == [1, 2, 3, 7, 9]  # SGD: looked-up rows
+    access.saw([np.array([[4, 4]])])  # the next chunk's rows alone
+    assert list(access.candidates("emb/embeddings")) == [4]
     adam = RowAccess(_model(optimizer="adam"), weight_names(model))
     adam.saw([np.array([[1, 2, 3, 9]])])
     assert adam.candidates("emb/embeddings") is None  # Adam moves other rows: compare all
@@ -51,6 +53,21 @@ def test_row_embedding_equals_keras_embedding_and_loads_without_custom_objects()
     again = keras_io.deserialize_model(keras_io.serialize_model(model))
     assert type(again.layers[0]).__name__ == "RowEmbedding"
     assert type(again.optimizer).__name__ == "RowAdagrad"
+    for a, b in zip(model.get_weights(), again.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)  # the saved table, not the zeros it was built as
+
+
+def test_row_embedding_tables_are_built_as_zeros_only_while_loading() -> None:
+    from tensorspark.models.row_embedding import RowEmbedding, loading
+
+    with loading():
+        layer = RowEmbedding(ROWS, 4)
+        layer.build()
+    assert not np.any(layer.get_weights()[0])
+    assert isinstance(layer.embeddings_initializer, keras.initializers.RandomUniform)
+    fresh = RowEmbedding(ROWS, 4)
+    fresh.build()
+    assert np.count_nonzero(fresh.get_weights()[0]) == ROWS * 4  # its own initializer
 
 
 def test_row_adagrad_equals_keras_adagrad() -> None:

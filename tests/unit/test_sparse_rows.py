@@ -269,3 +269,21 @@ def test_a_row_sparse_answer_carries_the_run_s_control() -> None:
         answer = client.push(_push([2]), _meta(seq=1, base=1))
         assert list(answer.params["emb/embeddings" + IDS]) == [2]
         assert answer.meta["control"] == {"stop": True, "learning_rate": 0.05}
+
+
+def test_row_marks_give_np_unique_s_answer() -> None:
+    from tensorspark.ps.rows import RowMarks
+
+    marks = RowMarks(100)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # the mask is reused: no id of one call may leak into the next
+        a, b = rng.integers(0, 100, 300), rng.integers(0, 100, (7, 3))
+        got = marks.unique(a, b)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, np.unique(np.concatenate([a, b.reshape(-1)])))
+    # Out of range (a negative id would mark a row from the end) and float ids: np.unique.
+    np.testing.assert_array_equal(marks.unique(np.array([-1, 5, 5])), [-1, 5])
+    np.testing.assert_array_equal(marks.unique(np.array([100, 3])), [3, 100])
+    np.testing.assert_array_equal(marks.unique(np.array([2.0, 1.0, 2.0])), [1, 2])
+    np.testing.assert_array_equal(marks.unique(np.array([7])), [7])
+    assert marks.unique().size == 0 and marks.unique(np.zeros(0, np.int64)).size == 0
