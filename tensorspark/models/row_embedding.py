@@ -53,7 +53,7 @@ class RowEmbedding(keras.layers.Embedding):
         if not _LOADING.get():
             super().build(input_shape)
             return
-        chosen = self.embeddings_initializer
+        chosen: Any = getattr(self, "embeddings_initializer")  # noqa: B009 (mypy: untyped base)
         self.embeddings_initializer = keras.initializers.Zeros()
         try:
             super().build(input_shape)
