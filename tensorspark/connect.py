@@ -187,7 +187,9 @@ def share(handle: Any, value: T, what: str = "the model") -> Any:
 def conf_all(handle: Any) -> dict[str, str]:
     """The whole Spark conf as a plain dict (Connect: the session's conf)."""
     if is_connect(handle):
-        return {str(k): str(v) for k, v in dict(handle.conf.getAll).items()}
+        from tensorspark import sparkcompat
+
+        return sparkcompat.connect_conf_all(handle)
     return dict(handle.getConf().getAll())
 
 

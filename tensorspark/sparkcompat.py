@@ -33,6 +33,9 @@ ARROW_UDF = (4, 1)
 #: Spark ML over Spark Connect (``pyspark.ml`` stages, their save and load through the
 #: Connect server): 3.5's Connect client has only the separate ``pyspark.ml.connect``.
 CONNECT_ML = (4, 0)
+#: ``spark.conf.getAll`` on a Spark Connect session: 3.5's client lacks it (its server
+#: answers the same request, which :func:`connect_conf_all` sends itself there).
+CONNECT_CONF_GET_ALL = (4, 0)
 
 
 @functools.cache
@@ -87,22 +90,40 @@ def require(feature: str, minimum: tuple[int, int], hint: str = "") -> None:
     )
 
 
-def require_connect_ml(session: Any, what: str) -> None:
-    """Refuse Spark ML ``what`` on a Spark Connect ``session`` before Spark 4.0 (driver).
+def require_connect_ml(what: str, *, over_connect: bool) -> None:
+    """Refuse Spark ML ``what`` over Spark Connect before Spark 4.0 (driver).
 
-    Classic sessions pass on every version. pyspark 3.5's Connect client cannot save or load
-    Spark ML metadata (``DefaultParamsWriter`` needs a SparkContext; the server-side ML
-    helper is new in 4.0), so the call would fail deep inside pyspark.
+    ``over_connect``: whether the session is a Spark Connect one (the caller asks
+    :func:`tensorspark.connect.is_connect`; this module imports nothing of tensorspark's but
+    its errors). Classic sessions pass on every version. pyspark 3.5's Connect client cannot
+    save or load Spark ML metadata (``DefaultParamsWriter`` needs a SparkContext; the
+    server-side ML helper is new in 4.0), so the call would fail deep inside pyspark.
     """
-    from tensorspark import connect
-
-    if connect.is_connect(session):
+    if over_connect:
         require(
             f"{what} over Spark Connect",
             CONNECT_ML,
             "Save and load from a classic SparkSession, or keep the Keras model "
             "(KerasModel.keras_bytes()).",
         )
+
+
+def connect_conf_all(session: Any) -> dict[str, str]:
+    """The whole conf of the Spark Connect ``session`` as a plain dict (driver).
+
+    pyspark 4.0+: ``session.conf.getAll``. pyspark 3.5's Connect ``RuntimeConf`` has only
+    ``get``/``set``/``unset``, but its server answers the Connect protocol's ``GetAll``
+    config request, which 4.0's ``getAll`` sends: it is sent here through the client's
+    ``config`` call, so both versions read the same pairs. Keys without a value are left out.
+    """
+    if at_least(CONNECT_CONF_GET_ALL):
+        pairs: Any = dict(session.conf.getAll).items()
+    else:
+        from pyspark.sql.connect import proto
+
+        operation = proto.ConfigRequest.Operation(get_all=proto.ConfigRequest.GetAll())
+        pairs = session.client.config(operation).pairs
+    return {str(k): str(v) for k, v in pairs if v is not None}
 
 
 def ml_metadata_handle(session: Any) -> Any:

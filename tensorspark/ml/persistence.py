@@ -68,7 +68,9 @@ class KerasWriter(MLWriter):
         self.extra = dict(extra or {})
 
     def _handleOverwrite(self, path: str) -> None:
-        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
+        sparkcompat.require_connect_ml(
+            "Saving a Spark ML model", over_connect=connect.is_connect(self.sparkSession)
+        )
         if connect.is_connect(self.sparkSession):
             # Spark Connect: the server's ML helper deletes the folder (no JVM here).
             from pyspark.ml.connect.readwrite import RemoteMLWriter
@@ -78,7 +80,9 @@ class KerasWriter(MLWriter):
             super()._handleOverwrite(path)
 
     def saveImpl(self, path: str) -> None:
-        sparkcompat.require_connect_ml(self.sparkSession, "Saving a Spark ML model")
+        sparkcompat.require_connect_ml(
+            "Saving a Spark ML model", over_connect=connect.is_connect(self.sparkSession)
+        )
         storage, inner = _storage(self.sparkSession, path)
         if not self.shouldOverwrite and storage.exists(inner):
             raise ConfigurationError(
@@ -192,7 +196,9 @@ def read_metadata(path: str, spark: Any) -> dict[str, Any]:
     """
     from pyspark.errors import AnalysisException
 
-    sparkcompat.require_connect_ml(spark, "Loading a Spark ML model")
+    sparkcompat.require_connect_ml(
+        "Loading a Spark ML model", over_connect=connect.is_connect(spark)
+    )
     try:
         return DefaultParamsReader.loadMetadata(path, sparkcompat.ml_metadata_handle(spark))
     except AnalysisException as err:

@@ -1,7 +1,8 @@
 """A real Spark Connect server on 127.0.0.1, started from pyspark's own jars.
 
 ``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer
---master local[2] ... spark-internal`` (the connect jar ships with pyspark 4), in a
+--master local[2] ... spark-internal`` (the connect jar ships with pyspark 4; for
+pyspark 3.5 it comes from Maven through ``server_jar.sh``), in a
 process group of its own, ready when its gRPC port accepts connections, stopped by
 killing that process group (by pid), also when tests fail.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_CONNECT_START_TIMEOUT", "180"))
 STOP_TIMEOUT_S = 30.0
+JAR_TIMEOUT_S = 300.0
 MAIN_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
@@ -36,20 +38,37 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-def connect_packages(home: str) -> list[str]:
-    """``--packages`` for the Connect server's jar where pyspark does not bundle it.
+def connect_jars(home: str) -> list[str]:
+    """``--jars`` for the Connect server's jar where pyspark does not bundle it.
 
-    pyspark 4 ships ``spark-connect`` in its jars; pyspark 3.5 does not, and its server comes
-    from Maven Central (``org.apache.spark:spark-connect_2.12`` of the same version, cached
-    in ~/.ivy2 after the first start). ``TENSORSPARK_CONNECT_VERSION`` picks another 3.5.x
-    where Central lacks pyspark's own patch release.
+    pyspark 4 ships ``spark-connect`` in its jars (nothing to add); pyspark 3.5 does not,
+    and its server is ``org.apache.spark:spark-connect_2.12`` 3.5.7 from Maven, fetched into
+    ~/.m2 by ``server_jar.sh`` (CI's setup runs it; here it runs only when the jar is
+    missing). 3.5.7 because the Maven mirror lacks 3.5.8 and 3.5.9 (the script says more;
+    ``TENSORSPARK_CONNECT_VERSION`` picks another 3.5.x).
     """
-    import pyspark
-
     if any(name.startswith("spark-connect_") for name in os.listdir(os.path.join(home, "jars"))):
         return []
-    version = os.environ.get("TENSORSPARK_CONNECT_VERSION", pyspark.__version__)
-    return ["--packages", f"org.apache.spark:spark-connect_2.12:{version}"]
+    try:
+        done = subprocess.run(
+            ["bash", str(Path(__file__).with_name("server_jar.sh"))],
+            capture_output=True,
+            text=True,
+            timeout=JAR_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(
+            f"server_jar.sh took over {JAR_TIMEOUT_S:.0f} s fetching the Spark Connect jar "
+            "(Maven download?)"
+        ) from err
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"Could not fetch the Spark Connect server's jar for this pyspark, which does "
+            f"not bundle it: tests/connect/server_jar.sh exited {done.returncode} (needs "
+            f"`mvn` and the network once):\n{done.stderr[-3000:]}"
+        )
+    return ["--jars", done.stdout.strip()]
 
 
 @dataclass
@@ -114,7 +133,7 @@ def start_server(
         "--driver-memory",
         "2g",
     ]
-    command += connect_packages(home)
+    command += connect_jars(home)
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     command.append("spark-internal")

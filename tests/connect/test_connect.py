@@ -47,11 +47,33 @@ def frames(spark: Any, arrays: Any) -> tuple[Any, Any]:
 
 
 def test_the_session_is_a_connect_client(spark: Any) -> None:
-    from pyspark.errors import PySparkAttributeError
+    from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
 
     assert type(spark).__module__ == "pyspark.sql.connect.session"
-    with pytest.raises(PySparkAttributeError, match="JVM_ATTRIBUTE_NOT_SUPPORTED"):
-        spark.sparkContext  # noqa: B018
+    # No SparkContext on a Connect client; pyspark 3.5 says so with another error class.
+    if sparkcompat.at_least((4, 0)):
+        with pytest.raises(PySparkAttributeError, match="JVM_ATTRIBUTE_NOT_SUPPORTED"):
+            spark.sparkContext  # noqa: B018
+    else:
+        with pytest.raises(PySparkNotImplementedError, match=r"NOT_IMPLEMENTED.*sparkContext"):
+            spark.sparkContext  # noqa: B018
+
+
+def test_the_whole_conf_is_read_from_the_connect_server(
+    spark: Any, connect_server: ConnectServer
+) -> None:
+    """The one read of the conf per call (pyspark 3.5's client has no ``conf.getAll``)."""
+    from tensorspark import connect
+
+    spark.conf.set("tensorspark.test.marker", "seen")
+    try:
+        conf = connect.conf_all(spark)
+    finally:
+        spark.conf.unset("tensorspark.test.marker")
+    assert conf["spark.master"] == "local[2]"
+    assert conf["spark.connect.grpc.binding.port"] == str(connect_server.port)
+    assert conf["tensorspark.test.marker"] == "seen"
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in conf.items())
 
 
 def test_keras_fit_evaluate_predict(spark: Any, frames: tuple[Any, Any], arrays: Any) -> None:
