@@ -208,14 +208,16 @@ public final class YarnMiniCluster {
     Field pipeline = GuiceFilter.class.getDeclaredField("injectedPipeline");
     pipeline.setAccessible(true);
     for (WebApp app : apps) {
-      FilterHolder holder = app.httpServer().getWebAppContext().getServletHandler().getFilter("guice");
+      FilterHolder holder =
+          app.httpServer().getWebAppContext().getServletHandler().getFilter("guice");
       Object injected = own.get(app);
       if (holder == null || injected == null) {
         throw new IllegalStateException("web app " + app.name() + " has no Guice filter to pin");
       }
       pipeline.set(holder.getFilter(), pipeline.get(injected));
     }
-    System.out.println("YarnMiniCluster: pinned the Guice pipelines of " + apps.size() + " web apps");
+    System.out.println(
+        "YarnMiniCluster: pinned the Guice pipelines of " + apps.size() + " web apps");
   }
 
   private static void writeSite(File file, Map<String, String> values) throws Exception {
