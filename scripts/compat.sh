@@ -16,6 +16,7 @@
 #
 # A missing interpreter is an error that names it, never a skip.
 # COMPAT_BUILD_ONLY=1 builds (or checks) the environment and stops.
+# COMPAT_PATHS="tests/yarn" runs the compat tests of those folders only.
 # `bash scripts/compat.sh python oldest` prints the environment's interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -128,12 +129,18 @@ run() {
 print("python", sys.version.split()[0], "pyspark", pyspark.__version__, "tensorflow",
       tensorflow.__version__, "keras", keras.__version__, "numpy", numpy.__version__)' 2>/dev/null)"
   # The folders holding the compat set, in testpaths' order (local mode before the clusters).
+  # The oldest environment also runs YARN client mode on a MiniYARNCluster of its Hadoop.
+  # COMPAT_PATHS (folders, space-separated) runs only those, e.g. COMPAT_PATHS=tests/yarn.
   local paths=(tests/spark tests/unit tests/cluster)
-  # The connect set on the oldest only (a Spark 3.5 Connect server; newest runs 4.3's, as
-  # the default environment does): last, as its fixture stops the classic context.
-  [ -z "$hadoop" ] || paths+=(tests/connect)
-  # YARN client mode on Hadoop 3.3.4 (Spark 3.5's own) is not in the run: its ResourceManager
-  # answers 404 to every /ws/v1/cluster REST call on Java 17 here (docs/support.md).
+  # The oldest only: YARN client mode on its Hadoop's MiniYARNCluster, and the connect set
+  # (a Spark 3.5 Connect server; newest runs 4.3's, as the default environment does), last,
+  # as its fixture stops the classic context.
+  if [ -n "$hadoop" ]; then
+    paths+=(tests/yarn tests/connect)
+  fi
+  if [ -n "${COMPAT_PATHS:-}" ]; then
+    read -r -a paths <<< "$COMPAT_PATHS"
+  fi
   local start=$SECONDS rc=0
   PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python" \
     SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2 TENSORSPARK_HADOOP_VERSION="$hadoop" \

@@ -16,6 +16,7 @@
 import java.io.File;
 import java.io.FileOutputStream;
 import java.io.OutputStream;
+import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
@@ -24,11 +25,17 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
+import com.google.inject.servlet.GuiceFilter;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.service.Service;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.ResourceManager;
 import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
+import org.apache.hadoop.yarn.server.nodemanager.webapp.WebServer;
+import org.apache.hadoop.yarn.webapp.WebApp;
+import org.eclipse.jetty.servlet.FilterHolder;
 
 public final class YarnMiniCluster {
   private static final String LOOPBACK = "127.0.0.1";
@@ -113,6 +120,7 @@ public final class YarnMiniCluster {
       throw new IllegalStateException(nodeManagers + " NodeManagers did not register within "
           + NODE_MANAGERS_TIMEOUT_MS / 1000 + " s");
     }
+    pinGuicePipelines(yarn, nodeManagers);
     Configuration live = yarn.getConfig();
     long deadline = System.currentTimeMillis() + 30_000;
     while (live.get(YarnConfiguration.RM_ADDRESS).endsWith(":0")) {  // set once the RM listens
@@ -164,6 +172,52 @@ public final class YarnMiniCluster {
     System.out.println("YarnMiniCluster ready: " + details);
     System.out.flush();
     Thread.currentThread().join();  // until SIGTERM runs the shutdown hook
+  }
+
+  /**
+   * Make every YARN web app in this JVM answer with its own routes.
+   *
+   * <p>Hadoop's WebApps.Builder (3.3 and 3.5 alike) adds Guice's GuiceFilter to Jetty by class
+   * name, so Jetty's instance has no pipeline of its own and routes through GuiceFilter's static
+   * one, which each new web app's injector replaces (Guice logs "Multiple Servlet injectors
+   * detected"). With the ResourceManager and the NodeManagers in one JVM the last NodeManager's
+   * wins: the ResourceManager's port serves /ws/v1/node/... and answers 404 to every
+   * /ws/v1/cluster/... call. Hadoop 3.4+ serves the REST API through Jersey 2 outside Guice, so
+   * only 3.3's (Spark 3.5's Hadoop) REST API is hit, but its HTML pages are on every version.
+   * Each web app keeps the GuiceFilter its own injector made (WebApp.guiceFilter, bound to its
+   * pipeline): Jetty's instance is given that pipeline, the one GuiceFilter uses before the
+   * static one.
+   */
+  private static void pinGuicePipelines(MiniYARNCluster yarn, int nodeManagers) throws Exception {
+    List<WebApp> apps = new ArrayList<>();
+    ResourceManager rm = yarn.getResourceManager();
+    Field rmWebApp = ResourceManager.class.getDeclaredField("webApp");
+    rmWebApp.setAccessible(true);
+    apps.add((WebApp) rmWebApp.get(rm));
+    for (int i = 0; i < nodeManagers; i++) {
+      for (Service service : yarn.getNodeManager(i).getServices()) {
+        if (service instanceof WebServer) {
+          Field nmWebApp = WebServer.class.getDeclaredField("webApp");
+          nmWebApp.setAccessible(true);
+          apps.add((WebApp) nmWebApp.get(service));
+        }
+      }
+    }
+    Field own = WebApp.class.getDeclaredField("guiceFilter");
+    own.setAccessible(true);
+    Field pipeline = GuiceFilter.class.getDeclaredField("injectedPipeline");
+    pipeline.setAccessible(true);
+    for (WebApp app : apps) {
+      FilterHolder holder =
+          app.httpServer().getWebAppContext().getServletHandler().getFilter("guice");
+      Object injected = own.get(app);
+      if (holder == null || injected == null) {
+        throw new IllegalStateException("web app " + app.name() + " has no Guice filter to pin");
+      }
+      pipeline.set(holder.getFilter(), pipeline.get(injected));
+    }
+    System.out.println(
+        "YarnMiniCluster: pinned the Guice pipelines of " + apps.size() + " web apps");
   }
 
   private static void writeSite(File file, Map<String, String> values) throws Exception {
