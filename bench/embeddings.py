@@ -39,7 +39,7 @@ server's parameters, buffers and answers), rows pushed and pulled per sync, and 
 estimate (see :func:`capacity`).
 
     python bench/embeddings.py                         # writes bench/results/embeddings.json
-    python bench/embeddings.py --train 40000 --epochs 2 --configs sparse,single
+    python bench/embeddings.py --train 100000 --configs sparse,single   # a quick look
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ LINK_BYTES_PER_S = 10e9 / 8  # a 10 Gbit/s link, each way
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--train", type=int, default=100_000)
+    parser.add_argument("--train", type=int, default=1_000_000)
     parser.add_argument("--test", type=int, default=40_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -84,6 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--configs", default="sparse,sparse_int8,dense,single")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embeddings.json"))
     parser.add_argument("--note", default="", help="e.g. what else ran on the machine")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds of every Spark configuration (means)"
+    )
     parser.add_argument(
         "--warm", action="store_true", help="also a second (warm) fit in each Spark process"
     )
@@ -355,23 +358,26 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown configurations {unknown}; known: {sorted(CONFIGS)}, single")
     spark = [n for n in names if n in CONFIGS]
     singles: list[dict] = []
-    rows: dict[str, dict[str, Any]] = {}
-    # Single-process runs bracket the Spark ones: this VM's speed drifts over minutes.
+    runs: dict[str, list[dict]] = {n: [] for n in spark}
+    # Single-process runs bracket each round of Spark ones: this VM's speed drifts over
+    # minutes. Async training is not deterministic: AUC and log loss are the rounds' means.
     if "single" in names:
         singles.append(_run_child("single"))
-    for name in spark:
-        rows[name] = _run_child(name)
-    if "single" in names and spark:
-        singles.append(_run_child("single"))
+    for _ in range(args.rounds):
+        for name in spark:
+            runs[name].append(_run_child(name))
+        if "single" in names and spark:
+            singles.append(_run_child("single"))
+    rows = {name: _mean_row(name, r) for name, r in runs.items()}
     if singles:
-        rows["single"] = _mean_row(singles)
+        rows["single"] = _mean_row("single", singles)
     write(rows, args, true_auc(click_log(args.test, seed=1)))
     return 0
 
 
-def _mean_row(runs: list[dict]) -> dict:
-    """The single-process runs' mean (numbers), each run kept under ``runs``."""
-    row: dict[str, Any] = {"name": "single", "runs": runs}
+def _mean_row(name: str, runs: list[dict]) -> dict:
+    """The runs' mean (numbers; the rest from the first run), each run kept under ``runs``."""
+    row: dict[str, Any] = {**runs[0], "name": name, "runs": runs}
     for key, value in runs[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             row[key] = float(np.mean([r[key] for r in runs]))

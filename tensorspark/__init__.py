@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "KerasModel": "tensorspark.ml",
     "ModelLoader": "tensorspark.models.base",
     "ModelSource": "tensorspark.models.base",
+    "RowEmbedding": "tensorspark.models.row_embedding",
+    "RowAdagrad": "tensorspark.models.row_optimizers",
+    "RowAdam": "tensorspark.models.row_optimizers",
     "TF1SessionSource": "tensorspark.models.tf1",
     "Progress": "tensorspark.progress",
     "ParameterClient": "tensorspark.ps.client",
@@ -110,6 +113,9 @@ __all__ = [
     "ParameterServerError",
     "Progress",
     "PushResult",
+    "RowAdagrad",
+    "RowAdam",
+    "RowEmbedding",
     "RunListener",
     "ServerSettings",
     "SparkSession",
@@ -180,6 +186,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from tensorspark.listeners import RunListener
     from tensorspark.ml import KerasEstimator, KerasModel
     from tensorspark.models.base import ModelLoader, ModelSource
+    from tensorspark.models.row_embedding import RowEmbedding
+    from tensorspark.models.row_optimizers import RowAdagrad, RowAdam
     from tensorspark.models.tf1 import TF1SessionSource
     from tensorspark.progress import Progress
     from tensorspark.ps.client import ParameterClient, PushResult

@@ -27,8 +27,9 @@ from tensorspark.ps.rows import RowMarks
 logger = logging.getLogger(__name__)
 
 #: Optimizers whose update of a row whose gradient is zero is zero (no momentum, no
-#: weight decay): with them, a chunk changes only the rows it looked up.
-ROW_SPARSE_OPTIMIZERS = ("SGD", "Adagrad", "RMSprop")
+#: weight decay): with them, a chunk changes only the rows it looked up. ``RowAdam`` is
+#: lazy (:mod:`tensorspark.models.row_optimizers`); Keras's ``Adam`` is not.
+ROW_SPARSE_OPTIMIZERS = ("SGD", "Adagrad", "RMSprop", "RowAdam")
 #: Copies of the model the driver holds besides the Keras model: the server's parameters
 #: and a checkpoint's snapshot.
 _DRIVER_COPIES = 2
@@ -60,7 +61,10 @@ def row_sparse_optimizer(model: Any) -> bool:
         return False  # (subclasses count: RowAdagrad is an Adagrad)
     config = opt.get_config()
     return (
-        not config.get("momentum") and not config.get("weight_decay") and not config.get("use_ema")
+        not config.get("momentum")
+        and not config.get("weight_decay")
+        and not config.get("use_ema")
+        and not config.get("amsgrad")  # RowAdam's amsgrad is Keras's dense update
     )
 
 

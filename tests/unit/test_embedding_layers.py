@@ -112,3 +112,64 @@ def test_a_regularized_table_is_compared_whole_and_row_adagrad_looks_up_rows() -
     rows = RowAccess(lazy, weight_names(lazy))
     rows.saw([np.array([[4, 4, 5, 6]])])
     assert list(rows.candidates("emb/embeddings")) == [4, 5, 6]
+
+
+def _lazy_adam_reference(
+    table: np.ndarray, grads: list[tuple[np.ndarray, np.ndarray]], lr: float
+) -> np.ndarray:
+    """Lazy Adam in numpy: per step, the looked-up rows' summed gradients update those
+    rows' moments and values only (Keras's epsilon and bias correction by the step)."""
+    b1, b2, eps = 0.9, 0.999, 1e-7
+    w, m, v = table.astype(np.float64), np.zeros(table.shape), np.zeros(table.shape)
+    for step, (ids, values) in enumerate(grads, start=1):
+        g = np.zeros(table.shape)
+        np.add.at(g, ids, values)
+        rows = np.unique(ids)
+        m[rows] += (g[rows] - m[rows]) * (1 - b1)
+        v[rows] += (g[rows] ** 2 - v[rows]) * (1 - b2)
+        alpha = lr * np.sqrt(1 - b2**step) / (1 - b1**step)
+        w[rows] -= alpha * m[rows] / (np.sqrt(v[rows]) + eps)
+    return w
+
+
+def test_row_adam_is_adam_on_rows_looked_up_every_step_and_lazy_on_the_others() -> None:
+    import tensorflow as tf
+
+    from tensorspark.models.row_optimizers import RowAdam
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(6, 3)).astype(np.float32)
+    # Rows 0-2 in every step (row 1 twice: its slices add up); row 4 in steps 1 and 3 only;
+    # rows 3 and 5 never.
+    steps = [np.array([0, 1, 1, 2, 4]), np.array([2, 1, 0]), np.array([4, 0, 1, 2])]
+    grads = [(ids, rng.normal(size=(len(ids), 3)).astype(np.float32)) for ids in steps]
+    lazy, dense = keras.Variable(table), keras.Variable(table)
+    row_adam, adam = RowAdam(0.05), keras.optimizers.Adam(0.05)
+    for ids, values in grads:
+        slices = tf.IndexedSlices(tf.constant(values), tf.constant(ids))
+        row_adam.apply_gradients([(slices, lazy)])
+        adam.apply_gradients([(tf.convert_to_tensor(slices), dense)])
+    got, keras_adam = np.asarray(lazy.numpy()), np.asarray(dense.numpy())
+    np.testing.assert_allclose(got, _lazy_adam_reference(table, grads, 0.05), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:3], keras_adam[:3], rtol=1e-5, atol=1e-6)  # Adam exactly
+    np.testing.assert_array_equal(got[[3, 5]], table[[3, 5]])  # never looked up: untouched
+    assert not np.allclose(got[4], keras_adam[4])  # Adam's momentum moved it in step 2
+    np.testing.assert_array_equal(keras_adam[[3, 5]], table[[3, 5]])  # zero moments: still
+
+
+def test_row_adam_syncs_looked_up_rows_and_round_trips() -> None:
+    from tensorspark.models.row_optimizers import RowAdam
+
+    model = _model(optimizer=RowAdam(0.01))
+    access = RowAccess(model, weight_names(model))
+    access.saw([np.array([[4, 4, 5, 6]])])
+    assert list(access.candidates("emb/embeddings")) == [4, 5, 6]
+    amsgrad = _model(optimizer=RowAdam(0.01, amsgrad=True))  # Keras's dense update
+    whole = RowAccess(amsgrad, weight_names(amsgrad))
+    whole.saw([np.array([[4, 4, 5, 6]])])
+    assert whole.candidates("emb/embeddings") is None
+    again = keras_io.deserialize_model(keras_io.serialize_model(model))
+    assert type(again.optimizer).__name__ == "RowAdam"
+    log = click_log(2048, rows=ROWS, fields=4)
+    model.fit(log.ids, log.labels, batch_size=64, epochs=2, verbose=0)
+    assert auc(log.labels, model.predict(log.ids, verbose=0)) > 0.6
