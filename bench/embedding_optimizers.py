@@ -47,8 +47,8 @@ GRID: dict[str, tuple[float, ...]] = {
     "SGD": (0.3, 1.0, 3.0),
     "Adagrad": (0.03, 0.1, 0.3),
     "RowAdagrad": (0.03, 0.1, 0.3),
-    "Adam": (0.001, 0.003, 0.01),
-    "RowAdam": (0.001, 0.003, 0.01),
+    "Adam": (0.00003, 0.0001, 0.0003, 0.001, 0.003),
+    "RowAdam": (0.00003, 0.0001, 0.0003, 0.001, 0.003),
 }
 #: Optimizers that run on the 2**20-row table (Keras's Adagrad and Adam update every row).
 LARGE = ("SGD", "RowAdagrad", "RowAdam")

@@ -4,9 +4,13 @@ row-sparse and row-sparse + int8, against single-process Keras.
 The model and data are :mod:`tensorspark.datasets.clicks`: 8 categorical fields, Zipf ids
 hashed into one table of 2**20 rows x 32 (128 MiB), ``Dense(64) -> Dense(1)`` on the 256
 flattened numbers, SGD (learning rate 1.0, batch 256), a synthetic click log with a
-logistic ground truth. The table is a :class:`~tensorspark.models.row_embedding.RowEmbedding`
-in every configuration (Keras's ``Embedding`` copies the table twice a step: 85 ms a step
-here, which would make every configuration slow alike).
+logistic ground truth: 1,000,000 training examples (``--train``: 8 million ids into the
+table, so a 3-epoch fit is a fit of this model rather than of its start-up), 40,000 test
+examples, 3 epochs, 2 rounds of every Spark configuration (AUC and times are the rounds'
+means: async training is not deterministic). The table is a
+:class:`~tensorspark.models.row_embedding.RowEmbedding` in every configuration (Keras's
+``Embedding`` copies the table twice a step: 85 ms a step here, which would make every
+configuration slow alike).
 
 Every measurement runs in a fresh Python process (as ``bench/keras_fit.py``), so every Spark
 measurement starts with a fresh ``local[2]`` SparkContext whose Python workers have never
