@@ -33,7 +33,7 @@ if [ $# -eq 0 ]; then
   TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
   export TENSORSPARK_OTHER_PYTHON
 fi
-.venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@" || rc=$?
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 "$@" || rc=$?
 if [ $# -eq 0 ]; then
   # pyspark 4.0/4.1/4.2 install and import (pip and one small local job each), beside the
   # compat runs, which keep the cores busy.
