@@ -60,11 +60,16 @@ def row_sparse_optimizer(model: Any) -> bool:
     if opt is None or not {k.__name__ for k in type(opt).__mro__} & set(ROW_SPARSE_OPTIMIZERS):
         return False  # (subclasses count: RowAdagrad is an Adagrad)
     config = opt.get_config()
+    lazy_adam = "RowAdam" in {k.__name__ for k in type(opt).__mro__}
     return (
         not config.get("momentum")
         and not config.get("weight_decay")
         and not config.get("use_ema")
-        and not config.get("amsgrad")  # RowAdam's amsgrad is Keras's dense update
+        # Accumulated gradients are applied in a later chunk, to rows it did not look up.
+        and not config.get("gradient_accumulation_steps")
+        # RowAdam takes Keras's dense Adam for amsgrad, and for a dense gradient, which
+        # global_clipnorm makes of the table's slices (clipnorm and clipvalue keep them).
+        and not (lazy_adam and (config.get("amsgrad") or config.get("global_clipnorm")))
     )
 
 

@@ -25,7 +25,9 @@ does), with Adam's bias correction by the global step. The other rows' moments w
 undecayed, for the row's next lookup. That is a different algorithm from Adam where a row
 is not looked up at every step (for rows looked up at every step it is Adam exactly);
 what it costs in accuracy on the click log is measured in ``bench/embedding_optimizers.py``
-(README "Models with embedding tables"). ``amsgrad=True`` takes Keras's dense update.
+(README "Models with embedding tables"). ``amsgrad=True``, and a dense gradient (which
+``global_clipnorm`` makes of the slices; ``clipnorm``/``clipvalue`` keep them), take
+Keras's dense update: row-sparse sync then compares every row.
 """
 
 from __future__ import annotations

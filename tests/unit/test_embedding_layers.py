@@ -174,3 +174,46 @@ def test_row_adam_syncs_looked_up_rows_and_round_trips() -> None:
     log = click_log(2048, rows=ROWS, fields=4)
     model.fit(log.ids, log.labels, batch_size=64, epochs=2, verbose=0)
     assert auc(log.labels, model.predict(log.ids, verbose=0)) > 0.6
+
+
+def _optimizers() -> dict[str, object]:
+    from tensorspark.models.row_optimizers import RowAdam
+
+    return {
+        "sgd": keras.optimizers.SGD(0.5),
+        "sgd_clipnorm": keras.optimizers.SGD(0.5, clipnorm=0.1),
+        "rmsprop": keras.optimizers.RMSprop(0.01),
+        "adagrad": keras.optimizers.Adagrad(0.1),
+        "row_adagrad": RowAdagrad(0.1),
+        "row_adam": RowAdam(0.01),
+        "row_adam_clipnorm": RowAdam(0.01, clipnorm=0.1),
+        "row_adam_clipvalue": RowAdam(0.01, clipvalue=0.01),
+        # Not row-sparse: the worker must compare every row.
+        "row_adam_global_clipnorm": RowAdam(0.01, global_clipnorm=0.1),
+        "row_adam_amsgrad": RowAdam(0.01, amsgrad=True),
+        "sgd_accumulating": keras.optimizers.SGD(0.5, gradient_accumulation_steps=2),
+        "adam": keras.optimizers.Adam(0.01),
+        "sgd_momentum": keras.optimizers.SGD(0.5, momentum=0.9),
+    }
+
+
+@pytest.mark.parametrize("name", list(_optimizers()))
+def test_the_rows_a_chunk_moves_are_among_its_candidates(name: str) -> None:
+    """Whatever the optimizer: rows outside the candidates must not move (else row-sparse
+    sync would silently never push them)."""
+    model = _model(optimizer=_optimizers()[name])
+    access = RowAccess(model, weight_names(model))
+    labels = np.ones((4, 1), np.float32)
+    for ids in ([[1, 2, 3, 4]] * 4, [[10, 11, 12, 13]] * 4, [[20, 21, 22, 23]] * 4):
+        chunk = np.array(ids, np.int32)
+        access.saw([chunk])
+        before = model.get_layer("emb").get_weights()[0]
+        model.fit(chunk, labels, batch_size=2, epochs=1, verbose=0, shuffle=False)
+        moved = np.flatnonzero(np.any(model.get_layer("emb").get_weights()[0] != before, axis=1))
+        candidates = access.candidates("emb/embeddings")
+        if candidates is not None:
+            assert set(moved) <= set(candidates), f"{name}: rows {sorted(set(moved))} moved"
+    expected_sparse = not name.startswith(
+        ("row_adam_global", "row_adam_ams", "sgd_acc", "adam", "sgd_mom")
+    )
+    assert (access.candidates("emb/embeddings") is not None) == expected_sparse
