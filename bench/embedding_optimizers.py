@@ -45,8 +45,8 @@ if str(ROOT) not in sys.path:
 #: Optimizer -> learning rates tried (each optimizer's usual range for sparse features).
 GRID: dict[str, tuple[float, ...]] = {
     "SGD": (0.3, 1.0, 3.0),
-    "Adagrad": (0.03, 0.1, 0.3),
-    "RowAdagrad": (0.03, 0.1, 0.3),
+    "Adagrad": (0.03, 0.1, 0.3, 1.0),
+    "RowAdagrad": (0.03, 0.1, 0.3, 1.0),
     "Adam": (0.00003, 0.0001, 0.0003, 0.001, 0.003),
     "RowAdam": (0.00003, 0.0001, 0.0003, 0.001, 0.003),
 }

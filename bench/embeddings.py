@@ -372,19 +372,27 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(_run_child(name))
         if "single" in names and spark:
             singles.append(_run_child("single"))
-    rows = {name: _mean_row(name, r) for name, r in runs.items()}
+    rows = {name: _mean_row(name, r, args) for name, r in runs.items()}
     if singles:
-        rows["single"] = _mean_row("single", singles)
+        rows["single"] = _mean_row("single", singles, args)
     write(rows, args, true_auc(click_log(args.test, seed=1)))
     return 0
 
 
-def _mean_row(name: str, runs: list[dict]) -> dict:
-    """The runs' mean (numbers; the rest from the first run), each run kept under ``runs``."""
+def _mean_row(name: str, runs: list[dict], args: argparse.Namespace) -> dict:
+    """The runs' mean: seconds, AUC, bytes and counts averaged, rates derived from the mean
+    seconds (a mean of rates would not match them); lists (a worker's peak memory, the
+    loss per epoch) are the first run's; each run is kept under ``runs``."""
     row: dict[str, Any] = {**runs[0], "name": name, "runs": runs}
     for key, value in runs[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             row[key] = float(np.mean([r[key] for r in runs]))
+    row["samples_per_s"] = args.train / row["epoch_seconds"]
+    row["samples_per_s_cold"] = args.train * args.epochs / row["seconds_cold"]
+    if row.get("seconds_warm"):
+        warm = [r["seconds_warm"] for r in runs if r.get("seconds_warm")]
+        row["seconds_warm"] = float(np.mean(warm))
+        row["samples_per_s_warm"] = args.train * args.epochs / row["seconds_warm"]
     return row
 
 
@@ -393,7 +401,7 @@ def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: f
     summary: dict[str, Any] = {}
     dense = rows.get("dense")
     for name, row in rows.items():
-        if name in CONFIGS and row["rows_pushed_per_sync"]:  # dense: bench/ps_capacity.py
+        if name in CONFIGS and row["rows_pushed_per_sync"] and "capacity" not in row:
             row["capacity"] = capacity(row, row["rows_pushed_per_sync"])
         if dense is not None and name in CONFIGS:
             summary[name] = {

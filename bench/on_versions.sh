@@ -21,6 +21,17 @@ for side in spark35 spark43; do
     py="$PWD/.venv/bin/python"
   fi
   echo "== $name on $side ($("$py" -c 'import pyspark, sys; print("pyspark", pyspark.__version__, "python", sys.version.split()[0])'))"
+  out="bench/results/${name}_$side.json"
   PYTHONPATH="$PWD" PYSPARK_PYTHON="$py" PYSPARK_DRIVER_PYTHON="$py" SPARK_LOCAL_IP=127.0.0.1 \
-    TF_CPP_MIN_LOG_LEVEL=2 "$py" "bench/$name.py" "$@" --out "bench/results/${name}_$side.json"
+    TF_CPP_MIN_LOG_LEVEL=2 "$py" "bench/$name.py" "$@" --out "$out"
+  # The versions that ran, into the result.
+  TF_CPP_MIN_LOG_LEVEL=3 "$py" - "$out" <<'PY' 2>/dev/null
+import json, sys
+import keras, pyspark, tensorflow
+path = sys.argv[1]
+data = json.load(open(path))
+data["versions"] = {"pyspark": pyspark.__version__, "python": sys.version.split()[0],
+                    "tensorflow": tensorflow.__version__, "keras": keras.__version__}
+json.dump(data, open(path, "w"), indent=2)
+PY
 done
