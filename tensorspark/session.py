@@ -195,7 +195,7 @@ class SparkSession(SettingsView, StreamFit):
         self.checkpoints: CheckpointManager | None = resolved.checkpoints
         self.last_run: TrainResult | None = None
         self._host = ServerHost(resolved.run, resolved.checkpoints)
-        if self.is_keras and resolved.run.server.shards > 1:
+        if resolved.run.server.shards > 1:  # Keras layers' or a TF1 graph's tables
             self._host.tables = embedding_tables(session)
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
