@@ -208,3 +208,30 @@ def test_the_driver_refuses_combiners_that_need_whole_tables() -> None:
         check_graph(sess.graph, get_combiner("delta"), "sparse", available=100)
     dense, _, _ = _graph(dense_only=True)
     assert check_graph(dense.graph, get_combiner("mean"), "sparse") == []
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "adam"])
+def test_a_worker_syncs_a_tf1_table_row_sparse_with_a_real_server(optimizer: str) -> None:
+    """The worker loop takes TF1Model.rows: against a real server the table travels as
+    rows, and the server ends where a dense sync takes it."""
+    from tensorspark.ps.server import ParameterServer
+    from tensorspark.worker import WorkerConfig, train_partition
+
+    ids, labels = zip(*_batches(6, seed=5), strict=True)
+    block = (np.concatenate(ids), np.concatenate(labels))
+    finals, statuses = {}, {}
+    for kind in ("dense", "sparse"):
+        model = _model(optimizer=optimizer)
+        start = model.get_weights()
+        with ParameterServer(start, "delta", authenticate=False, embeddings=kind) as server:
+            config = WorkerConfig(
+                server_url=server.url, sync_interval=2, batch_size=8, num_epoch=2, ps_timeout=10
+            )
+            stats = train_partition(0, 0, iter([block]), config, lambda m=model: m)
+            finals[kind], statuses[kind] = server.params(), server.status()
+        assert stats["counts"]["applied"] == 6
+    assert statuses["dense"]["rows_pushed"] == 0
+    assert statuses["sparse"]["row_pushes"] == 6 and statuses["sparse"]["rows_pushed"] > 0
+    assert statuses["sparse"]["rows_pushed_per_sync"] < ROWS
+    for name, value in finals["dense"].items():
+        np.testing.assert_allclose(finals["sparse"][name], value, rtol=0, atol=1e-6)
