@@ -98,7 +98,8 @@ class SparkSession(SettingsView, StreamFit):
         outer_momentum: ``weight_combiner="nesterov"``'s momentum (default 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
             default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
-        embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables sync row-sparse, only the
+        embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables (and a TF1 graph's
+            variables read through ``tf.nn.embedding_lookup``) sync row-sparse, only the
             rows a worker changed and the rows the server changed since its copy (README
             "Models with embedding tables"); ``"dense"``: whole, like every other weight.
         warm_up: warm the executors' Python workers in the background from now on
