@@ -23,7 +23,7 @@ from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource
-from tensorspark.models.tf1_rows import TF1RowAccess, graph_tables
+from tensorspark.models.tf1_rows import TF1RowAccess, check_fed_ids, graph_tables
 from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
@@ -173,6 +173,9 @@ class TF1Feed:
     names: tuple[str, ...]
     dtypes: tuple[str, ...]
     integer_labels: bool = False
+    #: ``(feed position, table, rows)`` of the tables whose lookups take a feed directly
+    #: (:func:`~tensorspark.models.tf1_rows.fed_lookups`): their ids are checked too.
+    lookups: tuple[tuple[int, str, int], ...] = ()
 
     def file_feed(self) -> Feed:
         """Features, then the label when there are two placeholders.
@@ -190,8 +193,10 @@ class TF1Feed:
         return Feed(shapes[0], self.dtypes[0], *label)
 
     def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
-        """Check one element against the placeholders (:func:`check_row`); their dtypes."""
+        """Check one element against the placeholders (:func:`check_row`) and the ids it
+        feeds to embedding tables; returns the placeholders' dtypes."""
         check_row(self.feeds, row, self.names)
+        check_fed_ids(row, self.lookups, what)
         return self.dtypes
 
 

@@ -17,7 +17,8 @@ reshapes, identities, casts, ``Unique`` and concatenations only, the values of i
 placeholders the run feeds. Then only the fed ids' rows are compared.
 
 * Driver: :func:`graph_tables` names the tables (a sharded server holds them by rows),
-  :func:`check_graph` refuses a combiner row-sparse sync is not sound under.
+  :func:`check_graph` refuses a combiner row-sparse sync is not sound under, and
+  :func:`check_fed_ids` a first example whose ids lie outside a table.
 * Executors: :class:`TF1RowAccess` reads and writes rows through gather and scatter ops
   added once to the rebuilt graph, before :class:`~tensorspark.models.tf1.TF1Model`
   finalizes it.
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.errors import ConfigurationError
 from tensorspark.models.embeddings import check_tables
 from tensorspark.ps.rows import RowMarks
 
@@ -183,6 +185,49 @@ def _written_by_ids(var_op: Any, runs: set[str]) -> set[str] | None:
             return None
         feeds |= found
     return feeds
+
+
+def fed_lookups(graph: Any, feed_names: Sequence[str]) -> tuple[tuple[int, str, int], ...]:
+    """``(feed position, table, rows)`` for each gather of rows of a float32 variable whose
+    indices are a fed placeholder itself (driver: the first example's ids are checked)."""
+    lookups = []
+    for var_name, gathers in _gathered(graph).items():
+        op = graph.get_operation_by_name(var_name)
+        dims = [d.size for d in op.get_attr("shape").dim]  # VarHandleOp's, VariableV2's
+        if not dims or dims[0] < 0 or getattr(op.get_attr("dtype"), "name", "") != "float32":
+            continue
+        rows = dims[0]
+        for gather in gathers:
+            ids = gather.inputs[1]
+            while ids.op.type == "Identity":
+                ids = ids.op.inputs[0]
+            if ids.name in feed_names:
+                lookups.append((list(feed_names).index(ids.name), f"{var_name}:0", int(rows)))
+    return tuple(sorted(set(lookups)))
+
+
+def check_fed_ids(
+    row: Sequence[Any], lookups: Sequence[tuple[int, str, int]], argument: str
+) -> None:
+    """Driver: refuse a first example whose ids, fed straight to a table's lookup
+    (:func:`fed_lookups`), lie outside the table.
+
+    Raises:
+        ConfigurationError: naming the table, its rows and the bad id.
+    """
+    for position, table, rows in lookups:
+        ids = np.asarray(row[position]).reshape(-1)
+        if ids.size == 0 or ids.dtype.kind not in "iu":
+            continue
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= rows:
+            bad = low if low < 0 else high
+            raise ConfigurationError(
+                f"the embedding table {table!r} has {rows} rows, so the ids fed to its lookup "
+                f"must be whole numbers from 0 to {rows - 1}; hash or clip the ids into that "
+                f"range, or make the table larger. Received: {argument}, first example with "
+                f"id {bad} at feed {position}"
+            )
 
 
 def trainable(graph: Any) -> dict[str, Any]:

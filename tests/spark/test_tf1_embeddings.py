@@ -110,4 +110,9 @@ def test_combiners_that_need_whole_tables_are_refused_for_tf1_tables(sc: SparkCo
     for combiner in ("mean", "nesterov"):
         with pytest.raises(ConfigurationError, match=r"emb:0.*needs whole tensors"):
             sps.SparkSession(sc, g["sess"], weight_combiner=combiner)
-    sps.SparkSession(sc, g["sess"], weight_combiner="mean", embeddings="dense").close()
+    session = sps.SparkSession(sc, g["sess"], weight_combiner="mean", embeddings="dense")
+    # Ids outside the table, in the first example: refused before any job.
+    bad = sc.parallelize([(np.array([0, 1, 2, ROWS]), np.float32(1))] * 4, 2)
+    with pytest.raises(ConfigurationError, match=rf"'emb:0' has {ROWS} rows.*id {ROWS} "):
+        session.run(g["train"], feed_rdd=bad, feed_name_list=g["feeds"], progress=False)
+    session.close()

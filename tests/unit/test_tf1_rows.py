@@ -235,3 +235,22 @@ def test_a_worker_syncs_a_tf1_table_row_sparse_with_a_real_server(optimizer: str
     assert statuses["sparse"]["rows_pushed_per_sync"] < ROWS
     for name, value in finals["dense"].items():
         np.testing.assert_allclose(finals["sparse"][name], value, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("resource", [True, False])
+def test_the_driver_refuses_a_first_example_with_ids_outside_a_table(resource: bool) -> None:
+    from tensorspark.models.tf1 import TF1Feed, resolve_feeds
+    from tensorspark.models.tf1_rows import fed_lookups
+
+    sess, _, feeds = _graph(resource=resource)
+    assert fed_lookups(sess.graph, feeds) == ((0, "emb:0", ROWS),)
+    tensors, dtypes = resolve_feeds(sess.graph, feeds)
+    feed = TF1Feed(tuple(tensors), tuple(feeds), dtypes, lookups=fed_lookups(sess.graph, feeds))
+    good = (np.array([0, 5, ROWS - 1]), np.float32(1))
+    assert feed.check_row(good, argument="feed_rdd", what="feed_rdd=RDD") == dtypes
+    for bad in (ROWS, -1):
+        row = (np.array([0, bad, 1]), np.float32(1))
+        with pytest.raises(ConfigurationError, match=rf"'emb:0' has {ROWS} rows.*id {bad} "):
+            feed.check_row(row, argument="feed_rdd", what="feed_rdd=RDD")
+    constant, _, feeds = _graph(ids_from="constant")  # the ids do not come from the feed
+    assert fed_lookups(constant.graph, feeds) == ()
