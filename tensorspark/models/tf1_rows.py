@@ -170,21 +170,36 @@ def _ancestors(fetches: Sequence[Any]) -> set[str]:
 def _written_by_ids(var_op: Any, runs: set[str]) -> set[str] | None:
     """The placeholders whose ids are all the rows that the ops in ``runs`` write in the
     variable ``var_op``, or None when that is not provable."""
-    handle = var_op.outputs[0]
     feeds: set[str] = set()
-    for op in handle.consumers():
-        if op.type in _HARMLESS or op.name not in runs:
-            continue
-        if op.type not in _SPARSE_WRITERS:
-            return None
-        names = [a.name for a in op.op_def.input_arg]
-        if "indices" not in names:
-            return None
-        found = _id_sources(op.inputs[names.index("indices")])
-        if not found:
-            return None
-        feeds |= found
+    handles = [var_op.outputs[0]]
+    while handles:
+        for op in handles.pop().consumers():
+            if op.type == "Identity" and _is_handle(op.outputs[0]):
+                handles.append(op.outputs[0])  # the variable itself, passed on
+                continue
+            if op.type in _HARMLESS or op.name not in runs:
+                continue
+            found = _written_ids(op)
+            if not found:
+                return None
+            feeds |= found
     return feeds
+
+
+def _is_handle(tensor: Any) -> bool:
+    """Whether ``tensor`` is a variable itself (a resource handle or a ref), not a value."""
+    name = tensor.dtype.name
+    return bool(name == "resource" or name.endswith("_ref"))
+
+
+def _written_ids(op: Any) -> set[str] | None:
+    """The placeholders whose ids are the rows the writer ``op`` changes, or None."""
+    if op.type not in _SPARSE_WRITERS:
+        return None
+    names = [a.name for a in op.op_def.input_arg]
+    if "indices" not in names:
+        return None
+    return _id_sources(op.inputs[names.index("indices")])
 
 
 def fed_lookups(graph: Any, feed_names: Sequence[str]) -> tuple[tuple[int, str, int], ...]:

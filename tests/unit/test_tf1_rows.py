@@ -41,8 +41,11 @@ def _graph(
             x = tf.reshape(tf.nn.embedding_lookup(emb, looked), [-1, FIELDS * DIM])
         logit = tf.reshape(tf.matmul(x, w), [-1])
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logit))
+        if optimizer == "gd_l2":  # a penalty on the whole table: its gradient is dense
+            loss += 0.01 * tf.nn.l2_loss(emb)
         opt = {
             "gd": lambda: tf1.train.GradientDescentOptimizer(0.5),
+            "gd_l2": lambda: tf1.train.GradientDescentOptimizer(0.5),
             "adam": lambda: tf1.train.AdamOptimizer(0.05),
             "adagrad": lambda: tf1.train.AdagradOptimizer(0.5),
             "momentum": lambda: tf1.train.MomentumOptimizer(0.5, 0.9),
@@ -105,6 +108,7 @@ def test_a_gather_along_another_axis_is_no_table() -> None:
         ("gd", False, True),
         ("adagrad", True, True),
         ("momentum", False, True),  # TF1's sparse momentum updates the looked-up rows only
+        ("gd_l2", True, False),  # the penalty's dense gradient moves every row
         ("adam", True, False),  # its moment decay moves every row: compare them all
         ("adam", False, False),
     ],
