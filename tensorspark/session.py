@@ -98,7 +98,8 @@ class SparkSession(SettingsView, StreamFit):
         outer_momentum: ``weight_combiner="nesterov"``'s momentum (default 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
             default ``spark.tensorspark.ps.shards``, else 1 (a thread of the driver).
-        embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables sync row-sparse, only the
+        embeddings: ``"sparse"`` (default): Keras ``Embedding`` tables (and a TF1 graph's
+            variables read through ``tf.nn.embedding_lookup``) sync row-sparse, only the
             rows a worker changed and the rows the server changed since its copy (README
             "Models with embedding tables"); ``"dense"``: whole, like every other weight.
         warm_up: warm the executors' Python workers in the background from now on
@@ -195,7 +196,7 @@ class SparkSession(SettingsView, StreamFit):
         self.checkpoints: CheckpointManager | None = resolved.checkpoints
         self.last_run: TrainResult | None = None
         self._host = ServerHost(resolved.run, resolved.checkpoints)
-        if self.is_keras and resolved.run.server.shards > 1:
+        if resolved.run.server.shards > 1:  # Keras layers' or a TF1 graph's tables
             self._host.tables = embedding_tables(session)
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)

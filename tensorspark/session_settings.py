@@ -209,6 +209,10 @@ def resolve_settings(
         validate_model(session)
         s = run.server
         check_setup(session, s.combiner, s.mode, s.shards, s.embeddings)
+    elif hasattr(session.graph, "get_operations"):  # a TF1 graph's tables, as Keras's
+        from tensorspark.models.tf1_rows import check_graph
+
+        check_graph(session.graph, run.server.combiner, run.server.embeddings)
     if warm_up is not None and not isinstance(warm_up, bool):
         raise ConfigurationError(
             f"warm_up must be True, False or None. Received: warm_up={warm_up!r}"
@@ -289,8 +293,14 @@ class SettingsView:
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:
-    """The names of a Keras model's embedding tables, which a sharded server holds by rows
-    (whole on one shard, or in blocks of rows) so that they sync row-sparse (driver)."""
+    """The names of a Keras model's (or a TF1 session's graph's) embedding tables, which a
+    sharded server holds by rows (whole on one shard, or in blocks of rows) so that they
+    sync row-sparse (driver)."""
+    if not _is_keras_model(model):
+        from tensorspark.models.tf1_rows import graph_tables, trainable
+
+        graph = getattr(model, "graph", None)
+        return tuple(graph_tables(graph, trainable(graph))) if graph is not None else ()
     from tensorspark.models.embeddings import table_names
     from tensorspark.models.keras import weight_names
 

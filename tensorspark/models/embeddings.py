@@ -90,14 +90,31 @@ def check_setup(
             the driver's available memory (the server's copy and a checkpoint's;
             ``available``: bytes, default :func:`available_memory`).
     """
-    from tensorspark.ps.sparse import supports
-
     layers = embedding_layers(model)
     if not layers or embeddings != "sparse":
         return
+    table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
+    check_tables([la.name for la in layers], table_bytes, combiner, available)
+    # Sync and async alike: the sound combiners' rounds add the mean delta. Sharded: each
+    # table is whole on one shard (ShardedServer's ``tables``), which gets its rows.
+    del mode, shards
+
+
+def check_tables(
+    names: Sequence[str], table_bytes: int, combiner: Any, available: int | None = None
+) -> None:
+    """Driver: refuse, for tables ``names`` of ``table_bytes`` in all that sync row-sparse,
+    a combiner that needs whole tensors and tables the driver cannot hold (Keras layers
+    and TF1 graphs alike, see :func:`check_setup`).
+
+    Raises:
+        ConfigurationError: see :func:`check_setup`.
+    """
+    from tensorspark.ps.sparse import supports
+
     if not supports(combiner):
         raise ConfigurationError(
-            f"the model has embedding tables ({', '.join(la.name for la in layers)}), which "
+            f"the model has embedding tables ({', '.join(names)}), which "
             "sync row-sparse, but the combiner "
             f"{getattr(combiner, 'name', type(combiner).__name__)!r} needs whole tensors: "
             "'mean' moves every row towards the worker's copy and 'nesterov''s momentum moves "
@@ -105,7 +122,6 @@ def check_setup(
             "embeddings='dense' to sync the tables whole. "
             f"Received: weight_combiner={getattr(combiner, 'name', combiner)!r}"
         )
-    table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
     available = available_memory() if available is None else available
     if available is not None and table_bytes * _DRIVER_COPIES > available:
         raise ConfigurationError(
@@ -115,9 +131,6 @@ def check_setup(
             "smaller table) or a driver with more memory. "
             f"Received: tables of {table_bytes} bytes"
         )
-    # Sync and async alike: the sound combiners' rounds add the mean delta. Sharded: each
-    # table is whole on one shard (ShardedServer's ``tables``), which gets its rows.
-    del mode, shards
 
 
 def available_memory() -> int | None:

@@ -4,7 +4,9 @@ The graph travels as a serialized ``MetaGraphDef`` (protobuf, not pickle) togeth
 current values of every global variable (wire format). An executor imports it into a
 fresh ``tf.Graph`` once per task, opens a session limited to ``spark.task.cpus`` threads,
 and finalizes the graph: weights are moved by feeding each variable's existing
-initializer, so synchronising never adds an op.
+initializer, so synchronising adds no op, but for a graph with embedding tables
+(:mod:`tensorspark.models.tf1_rows`), whose single rows move through a gather and a
+scatter per table added before the graph is finalized.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tensorspark.data import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource
+from tensorspark.models.tf1_rows import TF1RowAccess, check_fed_ids, graph_tables
 from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
@@ -170,6 +173,9 @@ class TF1Feed:
     names: tuple[str, ...]
     dtypes: tuple[str, ...]
     integer_labels: bool = False
+    #: ``(feed position, table, rows)`` of the tables whose lookups take a feed directly
+    #: (:func:`~tensorspark.models.tf1_rows.fed_lookups`): their ids are checked too.
+    lookups: tuple[tuple[int, str, int], ...] = ()
 
     def file_feed(self) -> Feed:
         """Features, then the label when there are two placeholders.
@@ -187,8 +193,10 @@ class TF1Feed:
         return Feed(shapes[0], self.dtypes[0], *label)
 
     def check_row(self, row: Any, *, argument: str, what: str) -> tuple[str | None, ...]:
-        """Check one element against the placeholders (:func:`check_row`); their dtypes."""
+        """Check one element against the placeholders (:func:`check_row`) and the ids it
+        feeds to embedding tables; returns the placeholders' dtypes."""
         check_row(self.feeds, row, self.names)
+        check_fed_ids(row, self.lookups, what)
         return self.dtypes
 
 
@@ -282,9 +290,17 @@ class TF1Model:
         self.loader = VariableLoader(variables)
         initial, _ = wire.decode(bytearray(spec.variable_values))
         self.loader.load(self.session, initial)
+        fetch = [self.graph.as_graph_element(n) for n in spec.fetch_names]
+        synced = {n: variables[n] for n in spec.param_names if n in variables}
+        tables = graph_tables(self.graph, synced)
+        # Row access adds its gather and scatter ops now, before the graph is finalized.
+        self._rows = (
+            TF1RowAccess(self.session, self.loader, synced, tables, spec.feed_names, fetch)
+            if tables
+            else None
+        )
         self.graph.finalize()
         self.feeds = [self.graph.get_tensor_by_name(n) for n in spec.feed_names]
-        fetch = [self.graph.as_graph_element(n) for n in spec.fetch_names]
         self._fetches: list[Any] = list(fetch)
         self._loss_index = None
         if spec.loss_name is not None:
@@ -293,6 +309,11 @@ class TF1Model:
         self._options = (
             config_pb2.RunOptions.FromString(spec.run_options) if spec.run_options else None
         )
+
+    @property
+    def rows(self) -> TF1RowAccess | None:
+        """Row access to the graph's embedding tables (row-sparse sync), or None."""
+        return self._rows
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.loader.read(self.session, self.spec.param_names)
@@ -303,6 +324,8 @@ class TF1Model:
     def train_chunk(self, batches: list[Block]) -> dict[str, float]:
         samples = 0
         loss = 0.0
+        if self._rows is not None:
+            self._rows.saw(batches)
         for batch in batches:
             n = len(batch[0])
             out = self.session.run(

@@ -26,6 +26,7 @@ from tensorspark.models.tf1 import (
     resolve_params,
     variable_map,
 )
+from tensorspark.models.tf1_rows import fed_lookups
 from tensorspark.training.result import TrainResult
 from tensorspark.training.run import Server, ServerHost, TrainingRun
 from tensorspark.training.tasks import training_job
@@ -52,7 +53,8 @@ def train_graph(
     graph = session.graph
     feeds, dtypes = resolve_feeds(graph, feed_name_list)
     param_names = resolve_params(graph, param_list)
-    feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes)
+    lookups = fed_lookups(graph, [t.name for t in feeds])
+    feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes, lookups=lookups)
     conf = snapshot(sc, conf)
     versions.check_executors(sc, what="tensorspark run")
     data = input_for(sc, feed_rdd, feed, conf=conf, argument="feed_rdd")
