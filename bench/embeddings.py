@@ -6,7 +6,7 @@ hashed into one table of 2**20 rows x 32 (128 MiB), ``Dense(64) -> Dense(1)`` on
 flattened numbers, SGD (learning rate 1.0, batch 256), a synthetic click log with a
 logistic ground truth: 1,000,000 training examples (``--train``: 8 million ids into the
 table, so a 3-epoch fit is a fit of this model rather than of its start-up), 40,000 test
-examples, 3 epochs, 2 rounds of every Spark configuration (AUC and times are the rounds'
+examples, 3 epochs, 3 rounds of every Spark configuration (AUC and times are the rounds'
 means: async training is not deterministic). The table is a
 :class:`~tensorspark.models.row_embedding.RowEmbedding` in every configuration (Keras's
 ``Embedding`` copies the table twice a step: 85 ms a step here, which would make every
@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embeddings.json"))
     parser.add_argument("--note", default="", help="e.g. what else ran on the machine")
     parser.add_argument(
-        "--rounds", type=int, default=2, help="rounds of every Spark configuration (means)"
+        "--rounds", type=int, default=3, help="rounds of every Spark configuration (means)"
     )
     parser.add_argument(
         "--warm", action="store_true", help="also a second (warm) fit in each Spark process"
