@@ -155,8 +155,10 @@ def test_keras_fit(cluster_sc: SparkContext, fashion_mnist_dir: Path) -> None:
     sess = sps.SparkSession(
         cluster_sc, model, name="cluster_keras", batch_size=64, sync_interval=50
     )
-    history = sess.fit(rdd, epochs=3)
-    assert len(history.history["loss"]) == 3
+    # 4 epochs: async training's accuracy after 3 sat on the bar (0.83999997 in one CI run;
+    # the interleaving of pushes differs run to run), so the bar had no margin.
+    history = sess.fit(rdd, epochs=4)
+    assert len(history.history["loss"]) == 4
     assert history.history["loss"][-1] < history.history["loss"][0]
     # The driver's model holds the trained global weights.
     _, accuracy = model.evaluate(test.images, test.labels, batch_size=1000, verbose=0)
