@@ -57,10 +57,13 @@ def table_names(model: Any, names: Sequence[str]) -> list[str]:
 def row_sparse_optimizer(model: Any) -> bool:
     """Whether the model's optimizer leaves rows with a zero gradient unchanged."""
     opt = getattr(model, "optimizer", None)
-    if opt is None or not {k.__name__ for k in type(opt).__mro__} & set(ROW_SPARSE_OPTIMIZERS):
+    if opt is None:
+        return False
+    classes = {k.__name__ for k in type(opt).__mro__}
+    if not classes & set(ROW_SPARSE_OPTIMIZERS):
         return False  # (subclasses count: RowAdagrad is an Adagrad)
     config = opt.get_config()
-    lazy_adam = "RowAdam" in {k.__name__ for k in type(opt).__mro__}
+    lazy_adam = "RowAdam" in classes
     return (
         not config.get("momentum")
         and not config.get("weight_decay")
