@@ -81,18 +81,35 @@ def positive_number(
     return float(value)
 
 
-def check_training_mode(
-    mode: str, modes: tuple[str, ...], max_staleness: Any, on_divergence: str
-) -> None:
-    """The training mode, its staleness bound and the divergence policy fit together."""
-    if mode not in modes:
-        raise ConfigurationError(f"mode must be one of {modes}. Received: mode={mode!r}")
+#: The training modes: ``"async"`` (bounded or unbounded staleness) or ``"sync"`` (rounds).
+MODES = ("async", "sync")
+
+
+def check_training_mode(mode: str, max_staleness: Any) -> None:
+    """The one check of a training mode and its staleness bound, for the session and the
+    parameter server alike. Pure.
+
+    Raises:
+        ConfigurationError: an unknown mode, or ``max_staleness`` outside async mode or
+            below 0.
+    """
+    if mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
     if max_staleness is not None and (mode != "async" or int(max_staleness) < 0):
         raise ConfigurationError(
-            "max_staleness needs mode='async' and a value >= 0. Received: "
-            f"max_staleness={max_staleness!r}, mode={mode!r}"
+            "max_staleness applies to mode='async' and must be >= 0. "
+            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
         )
+
+
+def check_divergence(on_divergence: str) -> str:
+    """``on_divergence`` when it is one of :data:`DIVERGENCE`. Pure.
+
+    Raises:
+        ConfigurationError: any other value.
+    """
     if on_divergence not in DIVERGENCE:
         raise ConfigurationError(
             f"on_divergence must be one of {DIVERGENCE}. Received: on_divergence={on_divergence!r}"
         )
+    return on_divergence

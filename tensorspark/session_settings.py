@@ -19,13 +19,18 @@ from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark import versions
-from tensorspark.arguments import check_training_mode, positive_int, positive_number
+from tensorspark.arguments import (
+    check_divergence,
+    check_training_mode,
+    positive_int,
+    positive_number,
+)
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import WeightCombiner, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
-from tensorspark.ps.settings import MODES, ServerSettings
+from tensorspark.ps.settings import ServerSettings
 from tensorspark.storage.options import check_auth
 from tensorspark.training import RunSettings, ServerHost
 
@@ -120,7 +125,8 @@ def resolve_settings(
     sync_interval = positive_int("sync_interval", sync_interval)
     batch_size = positive_int("batch_size", batch_size)
     combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
-    check_training_mode(mode, MODES, max_staleness, on_divergence)
+    check_training_mode(mode, max_staleness)
+    check_divergence(on_divergence)
     # The arguments with Spark conf defaults: the conf's text is checked by tsconf.resolve.
     ps_timeout = positive_number("ps_timeout", ps_timeout, allow_none=True)
     checkpoint_interval = positive_number(

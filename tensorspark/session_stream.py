@@ -112,7 +112,7 @@ class StreamFit:
             mixed_precision=check_policy(mixed_precision),
             query_name=query_name,
             user=self.user,
-            keep_checkpoints=int(self.options.get("keep_checkpoints") or 3),
+            keep_checkpoints=int(self.options["keep_checkpoints"]),  # resolved: conf.py's default
             conf=tsconf.ConfSnapshot.take(self.sc),
             tensorboard_dir=tensorboard_dir,
             tables=self._host.tables,

@@ -25,14 +25,13 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.arguments import positive_int
+from tensorspark.arguments import MODES as MODES  # the modes a server runs in (ps.server)
+from tensorspark.arguments import check_training_mode, positive_int
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps import auth
 from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
-
-MODES = ("async", "sync")
 
 
 @dataclass(frozen=True)
@@ -236,13 +235,7 @@ def check_mode(
         ConfigurationError: an unknown mode, max_staleness outside async mode, or
             compression with a combiner of weights.
     """
-    if mode not in MODES:
-        raise ConfigurationError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-    if max_staleness is not None and (mode != "async" or max_staleness < 0):
-        raise ConfigurationError(
-            "max_staleness applies to mode='async' and must be >= 0. "
-            f"Received: max_staleness={max_staleness!r}, mode={mode!r}"
-        )
+    check_training_mode(mode, max_staleness)
     check_compression(compression, combiner, mode)
 
 
