@@ -2,7 +2,9 @@
 
 An operator sets these once in ``spark-defaults.conf`` or with ``--conf``; an explicit
 keyword argument to :class:`~tensorspark.SparkSession` wins over the conf, and the conf
-wins over the built-in default. The table below is the documentation (README repeats it).
+wins over the built-in default. The keys are declared with the settings they supply
+(:mod:`tensorspark.settings.declared`); the table below is their documentation (README
+repeats it).
 
 ====================================  =======================  ==========================
 Spark conf key                        SparkSession argument    default
@@ -35,70 +37,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 from tensorspark import connect
-from tensorspark.arguments import positive_int, positive_number
 from tensorspark.errors import ConfigurationError
+from tensorspark.settings.declared import CONF_SETTINGS, PREFIX, ConfSetting
 
-T = TypeVar("T")
-
-PREFIX = "spark.tensorspark."
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    argument: str
-    parse: Callable[[str], Any]
-    default: Any
-
-
-def _port(text: str) -> int | tuple[int, int]:
-    text = text.strip()
-    try:
-        if "-" in text:
-            lo, hi = (int(p) for p in text.split("-", 1))
-            if not 0 < lo <= hi <= 65535:
-                raise ValueError
-            return (lo, hi)
-        port = int(text)
-        if not 0 <= port <= 65535:
-            raise ValueError
-        return port
-    except ValueError:
-        raise ConfigurationError(
-            f"{PREFIX}server.port must be a port (0-65535) or a range 'first-last'. Received: "
-            f"{text!r}"
-        ) from None
-
-
-def _positive(
-    key: str, convert: Callable[[str], Any], check: Callable[[str, Any], T], what: str
-) -> Callable[[str], T]:
-    """A parser of ``key``'s text: ``convert`` it, then ``check`` it with the argument
-    checks of :mod:`tensorspark.arguments`. ``what`` is what that check accepts, for the
-    message, which names the key and quotes the text as the conf wrote it."""
-
-    def parse(text: str) -> T:
-        try:
-            return check(key, convert(text))
-        except (ValueError, ConfigurationError):
-            raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
-
-    return parse
-
-
-def _positive_float(key: str) -> Callable[[str], float]:
-    """A parser of a positive (finite) number of seconds (:func:`positive_number`)."""
-    return _positive(key, float, positive_number, "a positive number of seconds")
-
-
-def _positive_int(key: str) -> Callable[[str], int]:
-    """A parser of a positive whole number (:func:`positive_int`)."""
-    return _positive(key, int, positive_int, "a positive integer")
+#: The Spark conf table, derived from the one declaration of the session's settings.
+SETTINGS: tuple[ConfSetting, ...] = CONF_SETTINGS
 
 
 def _flag(key: str) -> Callable[[str], bool]:
@@ -123,42 +70,6 @@ def _non_negative_float(key: str) -> Callable[[str], float]:
 
     return parse
 
-
-def _read_file(key: str) -> Callable[[str], str]:
-    def parse(path: str) -> str:
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError as err:
-            raise ConfigurationError(
-                f"{key}: cannot read the secret file {path!r}: {err.strerror}"
-            ) from None
-
-    return parse
-
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting(PREFIX + "server.host", "server_host", str, None),
-    Setting(PREFIX + "server.bind", "server_bind_host", str, None),
-    Setting(PREFIX + "server.port", "server_port", _port, 0),
-    Setting(PREFIX + "ps.timeout", "ps_timeout", _positive_float(PREFIX + "ps.timeout"), 60.0),
-    Setting(PREFIX + "checkpoint.dir", "checkpoint_dir", str, None),
-    Setting(
-        PREFIX + "checkpoint.interval",
-        "checkpoint_interval",
-        _positive_float(PREFIX + "checkpoint.interval"),
-        600.0,
-    ),
-    Setting(
-        PREFIX + "checkpoint.keep", "keep_checkpoints", _positive_int(PREFIX + "checkpoint.keep"), 3
-    ),
-    Setting(PREFIX + "secret.file", "secret", _read_file(PREFIX + "secret.file"), None),
-    Setting(PREFIX + "ssl.certfile", "ssl_certfile", str, None),
-    Setting(PREFIX + "ssl.keyfile", "ssl_keyfile", str, None),
-    Setting(PREFIX + "ssl.cafile", "ssl_cafile", str, None),
-    Setting(PREFIX + "compression", "compression", str, None),
-    Setting(PREFIX + "ps.shards", "ps_shards", _positive_int(PREFIX + "ps.shards"), 1),
-)
 
 #: The warm-up's settings (read by :func:`warmup_settings`).
 WARMUP_ENABLED_KEY = PREFIX + "warmup.enabled"

@@ -25,7 +25,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
-from tensorspark.session_settings import SettingsView, embedding_tables, resolve_settings
+from tensorspark.session_settings import VIEWS, embedding_tables, resolve_settings
 from tensorspark.session_stream import StreamFit
 from tensorspark.tf1_arguments import check_graph_run, model_to_predict
 from tensorspark.training import Server, ServerHost, TrainResult
@@ -36,7 +36,7 @@ from tensorspark.warmup.calls import keeps_workers_warm
 logger = logging.getLogger(__name__)
 
 
-class SparkSession(SettingsView, StreamFit):
+class SparkSession(StreamFit):
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
     Args:
@@ -149,48 +149,13 @@ class SparkSession(SettingsView, StreamFit):
         warm_up: bool | None = None,
         embeddings: str = "sparse",
     ) -> None:
+        given = {k: v for k, v in locals().items() if k not in ("self", "sc", "session")}
         sc = connect.spark_handle(sc)
         self.sc = sc
         self.session = session
         self.user = user
         self.custom_objects = custom_objects
-        resolved = resolve_settings(
-            sc,
-            session,
-            user=user,
-            name=name,
-            server_host=server_host,
-            server_port=server_port,
-            sync_interval=sync_interval,
-            batch_size=batch_size,
-            weight_combiner=weight_combiner,
-            server_reusable=server_reusable,
-            mode=mode,
-            max_staleness=max_staleness,
-            ps_timeout=ps_timeout,
-            server_bind_host=server_bind_host,
-            seed=seed,
-            on_divergence=on_divergence,
-            secret=secret,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            ssl_cafile=ssl_cafile,
-            public_status=public_status,
-            max_body_bytes=max_body_bytes,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_interval=checkpoint_interval,
-            keep_checkpoints=keep_checkpoints,
-            resume=resume,
-            hdfs_auth=hdfs_auth,
-            hdfs_token=hdfs_token,
-            checkpoint_max_failures=checkpoint_max_failures,
-            compression=compression,
-            outer_lr=outer_lr,
-            outer_momentum=outer_momentum,
-            ps_shards=ps_shards,
-            warm_up=warm_up,
-            embeddings=embeddings,
-        )
+        resolved = resolve_settings(sc, session, given)  # as SETTINGS declares them
         self.is_keras = resolved.is_keras
         self.options = resolved.options
         self.checkpoints: CheckpointManager | None = resolved.checkpoints
@@ -201,6 +166,24 @@ class SparkSession(SettingsView, StreamFit):
         #: The background warm-up of the executors' Python workers (see ``warm_up``).
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
+
+    # ------------------------------------------------------------------ settings
+
+    def __getattr__(self, name: str) -> Any:
+        """The read-only settings (``mode``, ``batch_size``, ``server_host``, ...: the
+        declared settings' views, :data:`~tensorspark.session_settings.VIEWS`), as resolved."""
+        view = VIEWS.get(name)
+        if view is None or "_host" not in self.__dict__:
+            raise AttributeError(f"'SparkSession' object has no attribute {name!r}")
+        return view(self._host.settings)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in VIEWS:
+            raise AttributeError(f"SparkSession's {name} is read-only (a resolved setting)")
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *VIEWS})
 
     # ------------------------------------------------------------------ server
 

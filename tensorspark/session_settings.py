@@ -1,12 +1,15 @@
 """A :class:`~tensorspark.SparkSession`'s settings: checked and resolved once, then read back.
 
-:func:`resolve_settings` is the session constructor's argument handling: it checks what
-the user passed (in the order the constructor always has), reads the Spark conf once
-(:class:`~tensorspark.conf.ConfSnapshot`), fills in the cluster-wide defaults
-(:func:`tensorspark.conf.resolve`) and builds the :class:`~tensorspark.training.RunSettings`
-(with their :class:`~tensorspark.ps.settings.ServerSettings`) and the checkpoint manager the
-session's :class:`~tensorspark.training.ServerHost` is made with. :class:`SettingsView`
-gives the session its read-only properties over those settings.
+The settings are declared once, in :mod:`tensorspark.settings.declared`; this module derives
+from that declaration the session's resolution and its read-only view. :func:`resolve_settings`
+is the session constructor's argument handling: it checks what the user passed (each
+declared check, in the declaration's order, then the checks that need a part of the package
+or several settings), reads the Spark conf once (:class:`~tensorspark.conf.ConfSnapshot`),
+fills in the cluster-wide defaults (:func:`tensorspark.conf.resolve`: explicit keyword >
+Spark conf key > default) and builds the :class:`~tensorspark.training.RunSettings` (with
+their :class:`~tensorspark.ps.settings.ServerSettings`) and the checkpoint manager the
+session's :class:`~tensorspark.training.ServerHost` is made with. :data:`VIEWS` are the
+session's read-only attributes over those settings.
 
 Runs on the driver (Spark Connect: in the client). Pure apart from the one read of the
 Spark conf; a resolved session's settings are frozen.
@@ -14,25 +17,27 @@ Spark conf; a resolved session's settings are frozen.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark import versions
-from tensorspark.arguments import (
-    check_divergence,
-    check_training_mode,
-    positive_int,
-    positive_number,
-)
+from tensorspark.arguments import check_training_mode, positive_int
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.auth import as_secret
-from tensorspark.ps.combiners import WeightCombiner, get_combiner
-from tensorspark.ps.compression import Compression, get_compression
+from tensorspark.ps.combiners import get_combiner
+from tensorspark.ps.compression import get_compression
 from tensorspark.ps.settings import ServerSettings
+from tensorspark.settings.declared import SETTINGS
 from tensorspark.storage.options import check_auth
-from tensorspark.training import RunSettings, ServerHost
+from tensorspark.training import RunSettings
+
+#: The declared settings by name.
+DECLARED = {s.name: s for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -59,49 +64,34 @@ def _is_keras_model(obj: Any) -> bool:
     return isinstance(obj, keras.Model)
 
 
-def resolve_settings(
-    sc: Any,
-    session: Any,
-    *,
-    user: str | None,
-    name: str | None,
-    server_host: str | None,
-    server_port: int | tuple[int, int] | None,
-    sync_interval: int,
-    batch_size: int,
-    weight_combiner: WeightCombiner | str | None,
-    server_reusable: bool,
-    mode: str,
-    max_staleness: int | None,
-    ps_timeout: float | None,
-    server_bind_host: str | None,
-    seed: int,
-    on_divergence: str,
-    secret: bytes | str | None,
-    ssl_certfile: str | None,
-    ssl_keyfile: str | None,
-    ssl_cafile: str | None,
-    public_status: bool,
-    max_body_bytes: int | None,
-    checkpoint_dir: str | None,
-    checkpoint_interval: float | None,
-    keep_checkpoints: int | None,
-    resume: bool,
-    hdfs_auth: str,
-    hdfs_token: str | None,
-    checkpoint_max_failures: int,
-    compression: Compression | str | None,
-    outer_lr: float | None,
-    outer_momentum: float | None,
-    ps_shards: int | None,
-    warm_up: bool | None,
-    embeddings: str = "sparse",
-) -> ResolvedSettings:
+def check_given(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor's keywords ``given`` (by name), each declared setting's explicit value
+    checked by its declared check, in the declaration's order; every setting present.
+
+    Raises:
+        ConfigurationError: the first bad value (:mod:`tensorspark.settings.declared`).
+        TypeError: a name that is no declared setting.
+    """
+    unknown = sorted(set(given) - set(DECLARED))
+    if unknown:
+        raise TypeError(f"SparkSession got unexpected settings {unknown}")
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = given.get(setting.name, setting.default)
+        values[setting.name] = (
+            value if setting.check is None else setting.check(setting.name, value)
+        )
+    return values
+
+
+def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> ResolvedSettings:
     """Check a :class:`~tensorspark.SparkSession`'s arguments and resolve its settings.
 
-    Runs on the driver; reads the Spark conf once. The arguments are those of the
-    session's constructor (documented there), ``sc`` already a Spark handle
-    (:func:`tensorspark.connect.spark_handle`).
+    Runs on the driver; reads the Spark conf once. ``given`` are the constructor's keywords
+    other than ``sc`` and ``session`` (:data:`~tensorspark.settings.declared.SETTINGS`
+    declares and documents them), ``sc`` already a Spark handle
+    (:func:`tensorspark.connect.spark_handle`). Each value is: the explicit keyword, else
+    its Spark conf key, else its default.
 
     Returns:
         The session's kind of model, the Spark conf read, the resolved options, the run
@@ -122,39 +112,16 @@ def resolve_settings(
             "session must be a tf.compat.v1.Session or a compiled keras.Model. "
             f"Received: {type(session).__name__}"
         )
-    sync_interval = positive_int("sync_interval", sync_interval)
-    batch_size = positive_int("batch_size", batch_size)
-    combiner = get_combiner(weight_combiner, outer_lr=outer_lr, outer_momentum=outer_momentum)
-    check_training_mode(mode, max_staleness)
-    check_divergence(on_divergence)
-    # The arguments with Spark conf defaults: the conf's text is checked by tsconf.resolve.
-    ps_timeout = positive_number("ps_timeout", ps_timeout, allow_none=True)
-    checkpoint_interval = positive_number(
-        "checkpoint_interval", checkpoint_interval, allow_none=True
+    v = check_given(given)
+    # The checks that need a part of the package, or more than one setting.
+    combiner = get_combiner(
+        v["weight_combiner"], outer_lr=v["outer_lr"], outer_momentum=v["outer_momentum"]
     )
-    keep_checkpoints = positive_int("keep_checkpoints", keep_checkpoints, allow_none=True)
-    max_body = positive_int("max_body_bytes", max_body_bytes, allow_none=True)
-    check_auth(hdfs_auth, "hdfs_auth")
+    check_training_mode(v["mode"], v["max_staleness"])
+    check_auth(v["hdfs_auth"], "hdfs_auth")
     conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
-    options = tsconf.resolve(
-        {
-            "server_host": server_host,
-            "server_bind_host": server_bind_host,
-            "server_port": server_port,
-            "ps_timeout": ps_timeout,
-            "secret": secret,
-            "ssl_certfile": ssl_certfile,
-            "ssl_keyfile": ssl_keyfile,
-            "ssl_cafile": ssl_cafile,
-            "checkpoint_dir": checkpoint_dir,
-            "checkpoint_interval": checkpoint_interval,
-            "keep_checkpoints": keep_checkpoints,
-            "compression": compression,
-            "ps_shards": ps_shards,
-        },
-        conf,
-        name or "tensorspark",
-    )
+    name = v["name"] or "tensorspark"
+    options = tsconf.resolve({s.argument: v[s.argument] for s in tsconf.SETTINGS}, conf, name)
     server_host_value = options["server_host"] or tsconf.driver_host(sc, conf)
     if not server_host_value:
         raise ConfigurationError(
@@ -166,46 +133,46 @@ def resolve_settings(
     if options["checkpoint_dir"] is not None:
         checkpoints = CheckpointManager(
             options["checkpoint_dir"],
-            user=user,
+            user=v["user"],
             conf=conf,
             keep=int(options["keep_checkpoints"]),
-            auth=hdfs_auth,
-            token=hdfs_token,
-            max_failures=positive_int("checkpoint_max_failures", checkpoint_max_failures),
+            auth=v["hdfs_auth"],
+            token=v["hdfs_token"],
+            max_failures=positive_int("checkpoint_max_failures", v["checkpoint_max_failures"]),
         )
-    elif resume:
+    elif v["resume"]:
         raise ConfigurationError(
             "resume=True needs a checkpoint_dir (or spark.tensorspark.checkpoint.dir) "
             "to resume from"
         )
     ps_timeout_s = float(options["ps_timeout"])
     run = RunSettings(
-        name=name or "tensorspark",
-        sync_interval=sync_interval,
-        batch_size=batch_size,
-        seed=int(seed),
-        on_divergence=on_divergence,
-        reusable=bool(server_reusable),
+        name=name,
+        sync_interval=v["sync_interval"],
+        batch_size=v["batch_size"],
+        seed=int(v["seed"]),
+        on_divergence=v["on_divergence"],
+        reusable=bool(v["server_reusable"]),
         advertised_host=server_host_value,
         ps_timeout=ps_timeout_s,
         ssl_cafile=options["ssl_cafile"],
         checkpoint_interval=float(options["checkpoint_interval"]),
-        resume=bool(resume),
+        resume=bool(v["resume"]),
         server=ServerSettings(
             combiner=combiner,
             host=options["server_bind_host"] or server_host_value,
             port=options["server_port"],
-            mode=mode,
-            max_staleness=max_staleness,
-            max_body_bytes=max_body,
+            mode=v["mode"],
+            max_staleness=v["max_staleness"],
+            max_body_bytes=v["max_body_bytes"],
             round_timeout=max(60.0, ps_timeout_s * 10),
             secret=secret_bytes,  # None: a fresh random secret for each server
             ssl_certfile=options["ssl_certfile"],
             ssl_keyfile=options["ssl_keyfile"],
-            public_status=bool(public_status),
+            public_status=bool(v["public_status"]),
             compression=get_compression(options["compression"]),
             shards=positive_int("ps_shards", options["ps_shards"]),
-            embeddings=embeddings,
+            embeddings=v["embeddings"],
         ),
     )
     if is_keras:
@@ -219,83 +186,22 @@ def resolve_settings(
         from tensorspark.models.tf1_rows import check_graph
 
         check_graph(session.graph, run.server.combiner, run.server.embeddings)
-    if warm_up is not None and not isinstance(warm_up, bool):
-        raise ConfigurationError(
-            f"warm_up must be True, False or None. Received: warm_up={warm_up!r}"
-        )
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 
 
-class SettingsView:
-    """The read-only settings properties of a :class:`~tensorspark.SparkSession`: views of
-    its :class:`~tensorspark.training.ServerHost`'s settings. Thread-safe (frozen)."""
+def _view(path: str) -> Callable[[RunSettings], Any]:
+    return operator.attrgetter(path)
 
-    _host: ServerHost
 
-    @property
-    def name(self) -> str:
-        return self._host.settings.name
-
-    @property
-    def mode(self) -> str:
-        return self._host.settings.server.mode
-
-    @property
-    def sync_interval(self) -> int:
-        return self._host.settings.sync_interval
-
-    @property
-    def batch_size(self) -> int:
-        return self._host.settings.batch_size
-
-    @property
-    def seed(self) -> int:
-        return self._host.settings.seed
-
-    @property
-    def on_divergence(self) -> str:
-        return self._host.settings.on_divergence
-
-    @property
-    def combiner(self) -> WeightCombiner:
-        return self._host.settings.server.combiner
-
-    @property
-    def max_staleness(self) -> int | None:
-        return self._host.settings.server.max_staleness
-
-    @property
-    def server_reusable(self) -> bool:
-        return self._host.settings.reusable
-
-    @property
-    def server_host(self) -> str:
-        """The address executors are told for the parameter server."""
-        return self._host.settings.advertised_host
-
-    @property
-    def server_bind_host(self) -> str:
-        return self._host.settings.server.host
-
-    @property
-    def server_port(self) -> int | tuple[int, int]:
-        return self._host.settings.server.port
-
-    @property
-    def ps_timeout(self) -> float:
-        return self._host.settings.ps_timeout
-
-    @property
-    def public_status(self) -> bool:
-        return self._host.settings.server.public_status
-
-    @property
-    def max_body_bytes(self) -> int | None:
-        return self._host.settings.server.max_body_bytes
-
-    @property
-    def resume(self) -> bool:
-        return self._host.settings.resume
+#: The session's read-only settings: attribute name -> its reader of the session's
+#: :class:`~tensorspark.training.RunSettings`, derived from the declarations' ``view``.
+VIEWS: Mapping[str, Callable[[RunSettings], Any]] = MappingProxyType(
+    {
+        (s.view.split("=")[0] if "=" in s.view else s.name): _view(s.view.split("=")[-1])
+        for s in SETTINGS
+        if s.view
+    }
+)
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:

@@ -1,0 +1,296 @@
+"""Every :class:`~tensorspark.SparkSession` setting, declared once (driver; pure).
+
+One :class:`Setting` per keyword of the session's constructor, in the constructor's order:
+its name, default, one-line doc, the Spark conf key that supplies it when the keyword is not
+given (with the conf text's parser and the value when neither gives one), the check of an
+explicit value, and where the session's read-only view reads it back. From :data:`SETTINGS`
+are derived the Spark conf table (:data:`CONF_SETTINGS`, which :func:`tensorspark.conf.resolve`
+reads), the resolution (:func:`tensorspark.session_settings.resolve_settings`: explicit
+keyword > Spark conf key > default) and the view (:data:`tensorspark.session_settings.VIEWS`).
+The constructor keeps its keywords explicit (for IDEs and the API reference); a unit test
+checks them, and the constructor's docstring, against this declaration.
+
+A check here needs only the ground layer (numbers, choices). A setting whose check needs a
+part of the package (a combiner, a codec, storage's authentication, the model) is checked
+where the session's run settings are built (:func:`~tensorspark.session_settings.resolve_settings`),
+and its declaration says so in ``doc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tensorspark.arguments import check_divergence, positive_int, positive_number
+from tensorspark.errors import ConfigurationError
+
+T = TypeVar("T")
+
+#: The prefix of tensorspark's own Spark conf keys.
+PREFIX = "spark.tensorspark."
+
+
+@dataclass(frozen=True)
+class ConfSetting:
+    """A row of the Spark conf table: ``key`` supplies the session's argument ``argument``
+    (its text read by ``parse``) when the argument is not given; ``default`` when neither is."""
+
+    key: str
+    argument: str
+    parse: Callable[[str], Any]
+    default: Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a :class:`~tensorspark.SparkSession`, declared once.
+
+    Attributes:
+        name: the constructor's keyword.
+        default: the keyword's default (None for a setting the conf may supply).
+        doc: one line: what it is, and where it is checked when not by ``check``.
+        conf: the Spark conf key's suffix after :data:`PREFIX` that supplies the setting
+            when the keyword is None; "" for none.
+        parse: the conf text's parser (the key named in its message).
+        fallback: the value when neither the keyword nor the conf gives one.
+        check: ``check(name, value)``: the explicit value as the session keeps it, or a
+            :class:`~tensorspark.errors.ConfigurationError` naming it; None: unchecked here.
+        view: the session's read-only attribute, ``"attribute=path"`` into its
+            :class:`~tensorspark.training.RunSettings` (``"path"``: the attribute is
+            ``name``); "" for none.
+    """
+
+    name: str
+    default: Any
+    doc: str
+    conf: str = ""
+    parse: Callable[[str], Any] = str
+    fallback: Any = None
+    check: Callable[[str, Any], Any] | None = None
+    view: str = ""
+
+    @property
+    def key(self) -> str:
+        """The full Spark conf key ("" for none)."""
+        return PREFIX + self.conf if self.conf else ""
+
+
+# ------------------------------------------------------------------ the conf text's parsers
+
+
+def _port(text: str) -> int | tuple[int, int]:
+    text = text.strip()
+    try:
+        if "-" in text:
+            lo, hi = (int(p) for p in text.split("-", 1))
+            if not 0 < lo <= hi <= 65535:
+                raise ValueError
+            return (lo, hi)
+        port = int(text)
+        if not 0 <= port <= 65535:
+            raise ValueError
+        return port
+    except ValueError:
+        raise ConfigurationError(
+            f"{PREFIX}server.port must be a port (0-65535) or a range 'first-last'. Received: "
+            f"{text!r}"
+        ) from None
+
+
+def _positive(
+    key: str, convert: Callable[[str], Any], check: Callable[[str, Any], T], what: str
+) -> Callable[[str], T]:
+    """A parser of ``key``'s text: ``convert`` it, then ``check`` it with the argument
+    checks of :mod:`tensorspark.arguments`. ``what`` is what that check accepts, for the
+    message, which names the key and quotes the text as the conf wrote it."""
+
+    def parse(text: str) -> T:
+        try:
+            return check(key, convert(text))
+        except (ValueError, ConfigurationError):
+            raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
+
+    return parse
+
+
+def _seconds(suffix: str) -> Callable[[str], float]:
+    """A parser of a positive (finite) number of seconds (:func:`positive_number`)."""
+    return _positive(PREFIX + suffix, float, positive_number, "a positive number of seconds")
+
+
+def _whole(suffix: str) -> Callable[[str], int]:
+    """A parser of a positive whole number (:func:`positive_int`)."""
+    return _positive(PREFIX + suffix, int, positive_int, "a positive integer")
+
+
+def _read_file(suffix: str) -> Callable[[str], str]:
+    def parse(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as err:
+            raise ConfigurationError(
+                f"{PREFIX + suffix}: cannot read the secret file {path!r}: {err.strerror}"
+            ) from None
+
+    return parse
+
+
+# ------------------------------------------------------------------ the explicit values' checks
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    return positive_int(name, value, allow_none=True)
+
+
+def _optional_seconds(name: str, value: Any) -> float | None:
+    return positive_number(name, value, allow_none=True)
+
+
+def _divergence(name: str, value: Any) -> str:
+    return check_divergence(value)
+
+
+def _warm_up(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(
+            f"warm_up must be True, False or None. Received: warm_up={value!r}"
+        )
+    return value
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("user", None, "the HDFS user for checkpoints"),
+    Setting("name", None, "a name for the run (logs, checkpoint folder)", view="name"),
+    Setting(
+        "server_host",
+        None,
+        "address executors reach the server at (else spark.driver.host)",
+        conf="server.host",
+        view="advertised_host",
+    ),
+    Setting(
+        "server_port",
+        None,
+        "port (0: a free one) or (first, last) range",
+        conf="server.port",
+        parse=_port,
+        fallback=0,
+        view="server.port",
+    ),
+    Setting(
+        "sync_interval", 100, "mini-batches between syncs", check=positive_int, view="sync_interval"
+    ),
+    Setting("batch_size", 100, "examples per mini-batch", check=positive_int, view="batch_size"),
+    Setting(
+        "weight_combiner",
+        None,
+        "how pushes combine (checked with outer_lr/outer_momentum: ps.combiners)",
+        view="combiner=server.combiner",
+    ),
+    Setting("server_reusable", False, "keep the server alive between runs", view="reusable"),
+    Setting("mode", "async", "async or sync (checked with max_staleness)", view="server.mode"),
+    Setting(
+        "max_staleness",
+        None,
+        "async only: the oldest base version applied",
+        view="server.max_staleness",
+    ),
+    Setting(
+        "ps_timeout",
+        None,
+        "seconds executors retry an unreachable server",
+        conf="ps.timeout",
+        parse=_seconds("ps.timeout"),
+        fallback=60.0,
+        check=_optional_seconds,
+        view="ps_timeout",
+    ),
+    Setting(
+        "server_bind_host",
+        None,
+        "address the server binds to (else server_host)",
+        conf="server.bind",
+        view="server.host",
+    ),
+    Setting("seed", 0, "seeds the within-partition shuffle", view="seed"),
+    Setting(
+        "on_divergence",
+        "fail",
+        "fail or skip a NaN/Inf update",
+        check=_divergence,
+        view="on_divergence",
+    ),
+    Setting("custom_objects", None, "Keras custom objects for the executors' model"),
+    Setting(
+        "secret",
+        None,
+        "the server's shared secret (checked: ps.auth)",
+        conf="secret.file",
+        parse=_read_file("secret.file"),
+    ),
+    Setting("ssl_certfile", None, "the server's PEM certificate", conf="ssl.certfile"),
+    Setting("ssl_keyfile", None, "the certificate's private key", conf="ssl.keyfile"),
+    Setting("ssl_cafile", None, "CA bundle executors verify the server with", conf="ssl.cafile"),
+    Setting(
+        "public_status", False, "serve /status without the secret", view="server.public_status"
+    ),
+    Setting(
+        "max_body_bytes",
+        None,
+        "largest request the server accepts",
+        check=_optional_int,
+        view="server.max_body_bytes",
+    ),
+    Setting("checkpoint_dir", None, "where the server checkpoints", conf="checkpoint.dir"),
+    Setting(
+        "checkpoint_interval",
+        None,
+        "seconds between checkpoints",
+        conf="checkpoint.interval",
+        parse=_seconds("checkpoint.interval"),
+        fallback=600.0,
+        check=_optional_seconds,
+    ),
+    Setting(
+        "keep_checkpoints",
+        None,
+        "newest checkpoints kept",
+        conf="checkpoint.keep",
+        parse=_whole("checkpoint.keep"),
+        fallback=3,
+        check=_optional_int,
+    ),
+    Setting("resume", False, "continue from the newest checkpoint", view="resume"),
+    Setting("hdfs_auth", "insecure", "insecure, token or kerberos (checked: storage.options)"),
+    Setting("hdfs_token", None, "the delegation token for hdfs_auth='token'"),
+    Setting(
+        "checkpoint_max_failures",
+        5,
+        "failed checkpoint writes tolerated (checked with a checkpoint_dir)",
+    ),
+    Setting(
+        "compression",
+        None,
+        "the push/pull codec (checked with the combiner: ps.compression)",
+        conf="compression",
+    ),
+    Setting("outer_lr", None, "nesterov's outer learning rate (checked: ps.combiners)"),
+    Setting("outer_momentum", None, "nesterov's momentum (checked: ps.combiners)"),
+    Setting(
+        "ps_shards",
+        None,
+        "parameter-server processes (checked: positive integer, with the combiner)",
+        conf="ps.shards",
+        parse=_whole("ps.shards"),
+        fallback=1,
+    ),
+    Setting("warm_up", None, "warm the executors' Python workers", check=_warm_up),
+    Setting("embeddings", "sparse", "sparse or dense tables (checked: ps.settings)"),
+)
+
+#: The Spark conf table: the settings with a conf key, in declaration order.
+CONF_SETTINGS: tuple[ConfSetting, ...] = tuple(
+    ConfSetting(s.key, s.name, s.parse, s.fallback) for s in SETTINGS if s.conf
+)
