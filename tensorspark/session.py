@@ -6,37 +6,38 @@ client). It checks the arguments at once, resolves the cluster-wide defaults fro
 arguments: :mod:`tensorspark.tf1_arguments`), and hands the work to the job layer: a
 training run (:mod:`tensorspark.training`), the evaluation job
 (:mod:`tensorspark.evaluation`) and inference (:mod:`tensorspark.inference`). The session
-holds the one :class:`~tensorspark.training.ServerHost` that owns its parameter server
-across runs.
+holds its resolved settings (read back through :data:`~tensorspark.session_settings.VIEWS`)
+and the one :class:`~tensorspark.training.ServerHost` that owns its parameter server across
+runs; each public call hands its arguments to :mod:`tensorspark.session_jobs`.
 """
 
 from __future__ import annotations
 
-import logging
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from tensorspark import conf as tsconf
-from tensorspark import connect
-from tensorspark.arguments import positive_int
+from tensorspark import connect, session_jobs
 from tensorspark.checkpoint import CheckpointManager
-from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
 from tensorspark.session_settings import VIEWS, embedding_tables, resolve_settings
-from tensorspark.session_stream import StreamFit
-from tensorspark.tf1_arguments import check_graph_run, model_to_predict
 from tensorspark.training import Server, ServerHost, TrainResult
 from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.warmup.calls import keeps_workers_warm
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from tensorspark.streaming import StreamingTraining
 
 
-class SparkSession(StreamFit):
+def _arguments(names: dict[str, Any]) -> dict[str, Any]:
+    """A method's arguments from its ``locals()`` taken first thing, without ``self``."""
+    return {name: value for name, value in names.items() if name != "self"}
+
+
+class SparkSession:
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
     Args:
@@ -167,8 +168,6 @@ class SparkSession(StreamFit):
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
-    # ------------------------------------------------------------------ settings
-
     def __getattr__(self, name: str) -> Any:
         """The read-only settings (``mode``, ``batch_size``, ``server_host``, ...: the
         declared settings' views, :data:`~tensorspark.session_settings.VIEWS`), as resolved."""
@@ -184,8 +183,6 @@ class SparkSession(StreamFit):
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *VIEWS})
-
-    # ------------------------------------------------------------------ server
 
     @property
     def server(self) -> Server | None:
@@ -203,8 +200,6 @@ class SparkSession(StreamFit):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ TF1 path
 
     @keeps_workers_warm("feed_rdd")
     def run(
@@ -244,44 +239,7 @@ class SparkSession(StreamFit):
             ConfigurationError: bad arguments or data (checked here before the job starts).
             WorkerError: a task failed; the message has the worker's traceback.
         """
-        if self.is_keras:
-            raise ConfigurationError(
-                "this SparkSession wraps a Keras model; use fit()/evaluate()/predict()"
-            )
-        if feed_rdd is None:
-            return self.session.run(
-                fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata
-            )
-        connect.require_classic(
-            self.sc,
-            "run(feed_rdd=...), the TF1 graph path,",
-            "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
-        )
-        num_epoch, feed_name_list = check_graph_run(
-            feed_dict, run_metadata, num_epoch, feed_name_list
-        )
-        from tensorspark.training.tf1 import train_graph
-        from tensorspark.training.watch import run_listeners
-
-        result = train_graph(
-            self.sc,
-            self._host,
-            self.session,
-            fetches,
-            feed_rdd,
-            feed_name_list,
-            param_list,
-            shuffle=shuffle_within_partition,
-            num_epoch=num_epoch,
-            run_options=options,
-            loss=loss,
-            listeners=run_listeners(progress, tensorboard_dir, listeners),
-            conf=tsconf.ConfSnapshot.take(self.sc),
-        )
-        self.last_run = result
-        return result
-
-    # ------------------------------------------------------------------ Keras path
+        return session_jobs.run(self, self._host, **_arguments(locals()))
 
     @keeps_workers_warm("data")
     def fit(
@@ -360,45 +318,7 @@ class SparkSession(StreamFit):
                 custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
-        from tensorspark.models.precision import check_policy
-        from tensorspark.tracking.fit import track_fit
-        from tensorspark.training.callbacks import check_callbacks
-        from tensorspark.training.keras import fit
-        from tensorspark.training.watch import run_listeners
-
-        if not self.is_keras:
-            raise ConfigurationError(
-                "fit() trains Keras models; this SparkSession wraps a TF1 session: use run()"
-            )
-        for argument, value in (("data", data), ("validation_data", validation_data)):
-            if value is not None:
-                connect.require_dataframe(self.sc, value, argument)
-        epochs = positive_int("epochs", epochs)
-        policy = check_policy(mixed_precision)
-        # Bad callbacks or listeners are refused before a tracked run is opened.
-        checked = check_callbacks(callbacks)
-        watchers = run_listeners(progress, tensorboard_dir, listeners)
-        with track_fit(tracking, self, data, features_col, shuffle, policy) as tracked:
-            history, result = fit(
-                self.sc,
-                self._host,
-                self.session,
-                data,
-                epochs,
-                validation_data,
-                features_col=features_col,
-                label_col=label_col,
-                shuffle=shuffle,
-                listeners=[*watchers, *tracked.listeners],
-                custom_objects=self.custom_objects,
-                mixed_precision=policy,
-                conf=tsconf.ConfSnapshot.take(self.sc),
-                callbacks=checked,
-                seen_example=tracked.seen,
-            )
-            self.last_run = result
-            tracked.finish(history)
-        return history
+        return session_jobs.fit(self, self._host, **_arguments(locals()))
 
     @keeps_workers_warm("data")
     def evaluate(
@@ -428,25 +348,7 @@ class SparkSession(StreamFit):
             ConfigurationError: as for :meth:`fit`, checked before the job.
             WorkerError: a task failed.
         """
-        from tensorspark.evaluation import evaluate
-
-        if not self.is_keras:
-            raise ConfigurationError(
-                "evaluate() needs a Keras model; this SparkSession wraps a TF1 session"
-            )
-        connect.require_dataframe(self.sc, data, "data")
-        size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
-        return evaluate(
-            self.sc,
-            self.session,
-            data,
-            features_col=features_col,
-            label_col=label_col,
-            batch_size=size,
-            custom_objects=self.custom_objects,
-            description=f"tensorspark {self.name}: evaluate",
-            conf=tsconf.ConfSnapshot.take(self.sc),
-        )
+        return session_jobs.evaluate(self, self._host, **_arguments(locals()))
 
     @keeps_workers_warm("data")
     def predict(
@@ -480,22 +382,67 @@ class SparkSession(StreamFit):
         Raises:
             ConfigurationError: a missing column, features that do not fit the model.
         """
-        from tensorspark.inference import predict
+        return session_jobs.predict(self, self._host, **_arguments(locals()))
 
-        size = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
-        model = model_to_predict(self.session, self.is_keras, fetches, feed_name_list)
-        return predict(
-            self.sc,
-            model,
-            data,
-            features_col=features_col,
-            output_col=output_col,
-            batch_size=size,
-            custom_objects=self.custom_objects,
-            top_k=top_k,
-            labels=labels,
-            feature_dtype=feature_dtype,
-            mixed_precision=mixed_precision,
-            output=output,
-            conf=tsconf.ConfSnapshot.take(self.sc),
-        )
+    def fit_stream(
+        self,
+        rows: Any,
+        *,
+        checkpoint_location: str,
+        trigger: str | float = "10 seconds",
+        features_col: str = "features",
+        label_col: str = "label",
+        arrival_col: str | None = None,
+        on_bad_record: str = "fail",
+        on_batch: Callable[[dict[str, Any]], None] | None = None,
+        listeners: Sequence[RunListener] | None = None,
+        mixed_precision: str | None = None,
+        query_name: str | None = None,
+        tensorboard_dir: str | None = None,
+    ) -> StreamingTraining:
+        """Train the Keras model from a streaming DataFrame, one Spark job per micro-batch,
+        against one parameter server that lives as long as the query (driver).
+
+        Every micro-batch trains once (one epoch, ``sync_interval`` mini-batches of
+        ``batch_size`` between pushes, the session's mode, combiner and compression), and
+        the model is checkpointed with the batch's id before Spark commits the batch, so a
+        driver killed and started again with the same ``checkpoint_location`` trains no
+        batch twice and skips none (README "Training from a stream").
+
+        Args:
+            rows: a streaming DataFrame (``spark.readStream...``) with ``features_col``
+                (``array<number>`` or ``vector``) and ``label_col``. The source's own
+                limits (``maxFilesPerTrigger``, ``maxOffsetsPerTrigger``) bound a batch.
+            checkpoint_location: a folder (local, ``file://``, ``hdfs://``): Spark's
+                checkpoint of the query goes to ``<it>/stream``, the model's to
+                ``<it>/model``. Reused: training resumes; another model's: refused.
+            trigger: ``"10 seconds"`` (an interval, or seconds as a number), or
+                ``"available_now"`` (what the source holds now, then the query ends).
+            features_col: the column of features trained on.
+            label_col: the column of labels trained on.
+            arrival_col: a timestamp column of each record's arrival (Kafka's
+                ``timestamp``; a file's ``_metadata.file_modification_time``) for the lag
+                in :attr:`StreamingTraining.status`; default: the micro-batch's start.
+            on_bad_record: ``"fail"`` (a null or a feature row of another length stops
+                the query with a :class:`~tensorspark.errors.BadRecordError` naming the
+                column and the batch) or ``"skip"`` (counted in ``status["bad_records"]``).
+            on_batch: called on the driver after each micro-batch is trained and
+                checkpointed, with a dict (``batch_id``, ``rows``, ``version``, ...,
+                ``status``); its errors are logged.
+            listeners: :class:`~tensorspark.RunListener` instances told each micro-batch's
+                run.
+            mixed_precision: as for :meth:`fit`.
+            query_name: the streaming query's name (Spark UI).
+            tensorboard_dir: a local folder: one event file for the query, with each
+                micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
+                ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
+                (:mod:`tensorspark.streaming.board`).
+
+        Returns:
+            A :class:`~tensorspark.streaming.StreamingTraining`.
+
+        Raises:
+            ConfigurationError: a batch DataFrame (use :meth:`fit`), bad arguments.
+            CheckpointError: ``checkpoint_location`` holds another model's checkpoints.
+        """
+        return session_jobs.fit_stream(self, self._host, **_arguments(locals()))

@@ -1,0 +1,270 @@
+"""What each :class:`~tensorspark.SparkSession` call does, behind its public method (driver).
+
+The session's methods keep the public signatures and docstrings; each hands its arguments
+here, with the session's :class:`~tensorspark.training.ServerHost`. A function checks what
+its call needs on the driver (the kind of model, Spark Connect's limits, the call's own
+arguments), reads the Spark conf once for the call and runs the job: the training run
+(:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`),
+inference (:mod:`tensorspark.inference`) or the streaming query (:mod:`tensorspark.streaming`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tensorspark import conf as tsconf
+from tensorspark import connect
+from tensorspark.arguments import positive_int
+from tensorspark.errors import ConfigurationError
+from tensorspark.listeners import RunListener
+from tensorspark.tf1_arguments import check_graph_run, model_to_predict
+
+if TYPE_CHECKING:
+    from tensorspark.streaming import StreamingTraining
+    from tensorspark.training import ServerHost, TrainResult
+
+
+class SparkSession(Protocol):
+    """What these functions read of a :class:`tensorspark.SparkSession` (and its
+    ``last_run``, which a training call sets)."""
+
+    sc: Any
+    session: Any
+    user: str | None
+    custom_objects: dict[str, Any] | None
+    is_keras: bool
+    options: dict[str, Any]
+    last_run: TrainResult | None
+    name: str
+    batch_size: int
+
+
+def run(
+    sess: SparkSession,
+    host: ServerHost,
+    *,
+    fetches: Any,
+    feed_dict: dict[Any, Any] | None,
+    feed_rdd: Any,
+    feed_name_list: Sequence[str] | None,
+    param_list: Sequence[Any] | None,
+    shuffle_within_partition: bool,
+    num_epoch: int,
+    options: Any,
+    run_metadata: Any,
+    loss: Any,
+    progress: bool,
+    tensorboard_dir: str | None,
+    listeners: Sequence[RunListener] | None,
+) -> Any:
+    """``SparkSession.run``: a local ``session.run``, or the TF1 graph trained over ``feed_rdd``."""
+    if sess.is_keras:
+        raise ConfigurationError(
+            "this SparkSession wraps a Keras model; use fit()/evaluate()/predict()"
+        )
+    if feed_rdd is None:
+        return sess.session.run(
+            fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata
+        )
+    connect.require_classic(
+        sess.sc,
+        "run(feed_rdd=...), the TF1 graph path,",
+        "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
+    )
+    num_epoch, feed_name_list = check_graph_run(feed_dict, run_metadata, num_epoch, feed_name_list)
+    from tensorspark.training.tf1 import train_graph
+    from tensorspark.training.watch import run_listeners
+
+    result = train_graph(
+        sess.sc,
+        host,
+        sess.session,
+        fetches,
+        feed_rdd,
+        feed_name_list,
+        param_list,
+        shuffle=shuffle_within_partition,
+        num_epoch=num_epoch,
+        run_options=options,
+        loss=loss,
+        listeners=run_listeners(progress, tensorboard_dir, listeners),
+        conf=tsconf.ConfSnapshot.take(sess.sc),
+    )
+    sess.last_run = result
+    return result
+
+
+def fit(
+    sess: SparkSession,
+    host: ServerHost,
+    *,
+    data: Any,
+    epochs: int,
+    validation_data: Any,
+    features_col: str,
+    label_col: str,
+    shuffle: bool,
+    progress: bool,
+    tensorboard_dir: str | None,
+    mixed_precision: str | None,
+    listeners: Sequence[RunListener] | None,
+    callbacks: Sequence[Any] | None,
+    tracking: Any,
+) -> Any:
+    """``SparkSession.fit``: the checks of the call, then the Keras training run (tracked)."""
+    from tensorspark.models.precision import check_policy
+    from tensorspark.tracking.fit import track_fit
+    from tensorspark.training.callbacks import check_callbacks
+    from tensorspark.training.keras import fit
+    from tensorspark.training.watch import run_listeners
+
+    if not sess.is_keras:
+        raise ConfigurationError(
+            "fit() trains Keras models; this SparkSession wraps a TF1 session: use run()"
+        )
+    for argument, value in (("data", data), ("validation_data", validation_data)):
+        if value is not None:
+            connect.require_dataframe(sess.sc, value, argument)
+    epochs = positive_int("epochs", epochs)
+    policy = check_policy(mixed_precision)
+    # Bad callbacks or listeners are refused before a tracked run is opened.
+    checked = check_callbacks(callbacks)
+    watchers = run_listeners(progress, tensorboard_dir, listeners)
+    with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
+        history, result = fit(
+            sess.sc,
+            host,
+            sess.session,
+            data,
+            epochs,
+            validation_data,
+            features_col=features_col,
+            label_col=label_col,
+            shuffle=shuffle,
+            listeners=[*watchers, *tracked.listeners],
+            custom_objects=sess.custom_objects,
+            mixed_precision=policy,
+            conf=tsconf.ConfSnapshot.take(sess.sc),
+            callbacks=checked,
+            seen_example=tracked.seen,
+        )
+        sess.last_run = result
+        tracked.finish(history)
+    return history
+
+
+def evaluate(
+    sess: SparkSession,
+    host: ServerHost,
+    *,
+    data: Any,
+    features_col: str,
+    label_col: str,
+    batch_size: int | None,
+) -> dict[str, float]:
+    """``SparkSession.evaluate``: the evaluation job over ``data``."""
+    from tensorspark.evaluation import evaluate
+
+    if not sess.is_keras:
+        raise ConfigurationError(
+            "evaluate() needs a Keras model; this SparkSession wraps a TF1 session"
+        )
+    connect.require_dataframe(sess.sc, data, "data")
+    size = sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+    return evaluate(
+        sess.sc,
+        sess.session,
+        data,
+        features_col=features_col,
+        label_col=label_col,
+        batch_size=size,
+        custom_objects=sess.custom_objects,
+        description=f"tensorspark {sess.name}: evaluate",
+        conf=tsconf.ConfSnapshot.take(sess.sc),
+    )
+
+
+def predict(
+    sess: SparkSession,
+    host: ServerHost,
+    *,
+    data: Any,
+    features_col: str,
+    output_col: str,
+    batch_size: int | None,
+    fetches: Any,
+    feed_name_list: Sequence[str] | None,
+    top_k: int | None,
+    labels: Sequence[str] | None,
+    feature_dtype: Any,
+    mixed_precision: str | None,
+    output: str | None,
+) -> Any:
+    """``SparkSession.predict``: the inference job over ``data``."""
+    from tensorspark.inference import predict
+
+    size = sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+    model = model_to_predict(sess.session, sess.is_keras, fetches, feed_name_list)
+    return predict(
+        sess.sc,
+        model,
+        data,
+        features_col=features_col,
+        output_col=output_col,
+        batch_size=size,
+        custom_objects=sess.custom_objects,
+        top_k=top_k,
+        labels=labels,
+        feature_dtype=feature_dtype,
+        mixed_precision=mixed_precision,
+        output=output,
+        conf=tsconf.ConfSnapshot.take(sess.sc),
+    )
+
+
+def fit_stream(
+    sess: SparkSession,
+    host: ServerHost,
+    *,
+    rows: Any,
+    checkpoint_location: str,
+    trigger: str | float,
+    features_col: str,
+    label_col: str,
+    arrival_col: str | None,
+    on_bad_record: str,
+    on_batch: Callable[[dict[str, Any]], None] | None,
+    listeners: Sequence[RunListener] | None,
+    mixed_precision: str | None,
+    query_name: str | None,
+    tensorboard_dir: str | None,
+) -> StreamingTraining:
+    """``SparkSession.fit_stream``: training from a stream (:mod:`tensorspark.streaming`)."""
+    from tensorspark.models.precision import check_policy
+    from tensorspark.streaming import StreamColumns, fit_stream
+
+    if not sess.is_keras:
+        raise ConfigurationError(
+            "fit_stream() trains Keras models; this SparkSession wraps a TF1 session"
+        )
+    return fit_stream(
+        sess.sc,
+        host.settings,
+        sess.session,
+        rows,
+        checkpoint_location=checkpoint_location,
+        trigger=trigger,
+        columns=StreamColumns(features_col, label_col, arrival_col),
+        on_bad_record=on_bad_record,
+        listeners=list(listeners or ()),
+        on_batch=on_batch,
+        custom_objects=sess.custom_objects,
+        mixed_precision=check_policy(mixed_precision),
+        query_name=query_name,
+        user=sess.user,
+        keep_checkpoints=int(sess.options["keep_checkpoints"]),  # resolved: conf.py's default
+        conf=tsconf.ConfSnapshot.take(sess.sc),
+        tensorboard_dir=tensorboard_dir,
+        tables=host.tables,
+    )
