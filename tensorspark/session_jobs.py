@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from tensorspark.training import ServerHost, TrainResult
 
 
+def _batch_size(sess: SparkSession, batch_size: int | None) -> int:
+    """A call's ``batch_size``: checked when given, else the session's."""
+    return sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+
+
 class SparkSession(Protocol):
     """What these functions read of a :class:`tensorspark.SparkSession` (and its
     ``last_run``, which a training call sets)."""
@@ -171,7 +176,7 @@ def evaluate(
             "evaluate() needs a Keras model; this SparkSession wraps a TF1 session"
         )
     connect.require_dataframe(sess.sc, data, "data")
-    size = sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+    size = _batch_size(sess, batch_size)
     return evaluate(
         sess.sc,
         sess.session,
@@ -204,7 +209,7 @@ def predict(
     """``SparkSession.predict``: the inference job over ``data``."""
     from tensorspark.inference import predict
 
-    size = sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+    size = _batch_size(sess, batch_size)
     model = model_to_predict(sess.session, sess.is_keras, fetches, feed_name_list)
     return predict(
         sess.sc,
