@@ -18,6 +18,7 @@ and its declaration says so in ``doc``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,6 +30,68 @@ T = TypeVar("T")
 
 #: The prefix of tensorspark's own Spark conf keys.
 PREFIX = "spark.tensorspark."
+
+
+# ------------------------------------------------------------------ the conf text's parsers
+# Each takes the full key (named in its message) and the conf's text.
+
+
+def _text(key: str, text: str) -> str:
+    return text
+
+
+def _port(key: str, text: str) -> int | tuple[int, int]:
+    text = text.strip()
+    try:
+        if "-" in text:
+            lo, hi = (int(p) for p in text.split("-", 1))
+            if not 0 < lo <= hi <= 65535:
+                raise ValueError
+            return (lo, hi)
+        port = int(text)
+        if not 0 <= port <= 65535:
+            raise ValueError
+        return port
+    except ValueError:
+        raise ConfigurationError(
+            f"{key} must be a port (0-65535) or a range 'first-last'. Received: {text!r}"
+        ) from None
+
+
+def _positive(
+    key: str, text: str, convert: Callable[[str], Any], check: Callable[[str, Any], T], what: str
+) -> T:
+    """``key``'s text, ``convert``-ed, then checked with the argument checks of
+    :mod:`tensorspark.arguments`. ``what`` is what that check accepts, for the message,
+    which names the key and quotes the text as the conf wrote it."""
+    try:
+        return check(key, convert(text))
+    except (ValueError, ConfigurationError):
+        raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
+
+
+def _seconds(key: str, text: str) -> float:
+    """A positive (finite) number of seconds (:func:`positive_number`)."""
+    return _positive(key, text, float, positive_number, "a positive number of seconds")
+
+
+def _whole(key: str, text: str) -> int:
+    """A positive whole number (:func:`positive_int`)."""
+    return _positive(key, text, int, positive_int, "a positive integer")
+
+
+def _read_file(key: str, path: str) -> str:
+    """The contents of the file at ``path`` (a secret), stripped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as err:
+        raise ConfigurationError(
+            f"{key}: cannot read the secret file {path!r}: {err.strerror}"
+        ) from None
+
+
+# ------------------------------------------------------------------ the declaration
 
 
 @dataclass(frozen=True)
@@ -52,7 +115,8 @@ class Setting:
         doc: one line: what it is, and where it is checked when not by ``check``.
         conf: the Spark conf key's suffix after :data:`PREFIX` that supplies the setting
             when the keyword is None; "" for none.
-        parse: the conf text's parser (the key named in its message).
+        parse: ``parse(key, text)``: the conf text as the setting (the key named in its
+            message).
         fallback: the value when neither the keyword nor the conf gives one.
         check: ``check(name, value)``: the explicit value as the session keeps it, or a
             :class:`~tensorspark.errors.ConfigurationError` naming it; None: unchecked here.
@@ -65,7 +129,7 @@ class Setting:
     default: Any
     doc: str
     conf: str = ""
-    parse: Callable[[str], Any] = str
+    parse: Callable[[str, str], Any] = _text
     fallback: Any = None
     check: Callable[[str, Any], Any] | None = None
     view: str = ""
@@ -74,67 +138,6 @@ class Setting:
     def key(self) -> str:
         """The full Spark conf key ("" for none)."""
         return PREFIX + self.conf if self.conf else ""
-
-
-# ------------------------------------------------------------------ the conf text's parsers
-
-
-def _port(text: str) -> int | tuple[int, int]:
-    text = text.strip()
-    try:
-        if "-" in text:
-            lo, hi = (int(p) for p in text.split("-", 1))
-            if not 0 < lo <= hi <= 65535:
-                raise ValueError
-            return (lo, hi)
-        port = int(text)
-        if not 0 <= port <= 65535:
-            raise ValueError
-        return port
-    except ValueError:
-        raise ConfigurationError(
-            f"{PREFIX}server.port must be a port (0-65535) or a range 'first-last'. Received: "
-            f"{text!r}"
-        ) from None
-
-
-def _positive(
-    key: str, convert: Callable[[str], Any], check: Callable[[str, Any], T], what: str
-) -> Callable[[str], T]:
-    """A parser of ``key``'s text: ``convert`` it, then ``check`` it with the argument
-    checks of :mod:`tensorspark.arguments`. ``what`` is what that check accepts, for the
-    message, which names the key and quotes the text as the conf wrote it."""
-
-    def parse(text: str) -> T:
-        try:
-            return check(key, convert(text))
-        except (ValueError, ConfigurationError):
-            raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
-
-    return parse
-
-
-def _seconds(suffix: str) -> Callable[[str], float]:
-    """A parser of a positive (finite) number of seconds (:func:`positive_number`)."""
-    return _positive(PREFIX + suffix, float, positive_number, "a positive number of seconds")
-
-
-def _whole(suffix: str) -> Callable[[str], int]:
-    """A parser of a positive whole number (:func:`positive_int`)."""
-    return _positive(PREFIX + suffix, int, positive_int, "a positive integer")
-
-
-def _read_file(suffix: str) -> Callable[[str], str]:
-    def parse(path: str) -> str:
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError as err:
-            raise ConfigurationError(
-                f"{PREFIX + suffix}: cannot read the secret file {path!r}: {err.strerror}"
-            ) from None
-
-    return parse
 
 
 # ------------------------------------------------------------------ the explicit values' checks
@@ -202,7 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "seconds executors retry an unreachable server",
         conf="ps.timeout",
-        parse=_seconds("ps.timeout"),
+        parse=_seconds,
         fallback=60.0,
         check=_optional_seconds,
         view="ps_timeout",
@@ -228,7 +231,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "the server's shared secret (checked: ps.auth)",
         conf="secret.file",
-        parse=_read_file("secret.file"),
+        parse=_read_file,
     ),
     Setting("ssl_certfile", None, "the server's PEM certificate", conf="ssl.certfile"),
     Setting("ssl_keyfile", None, "the certificate's private key", conf="ssl.keyfile"),
@@ -249,7 +252,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "seconds between checkpoints",
         conf="checkpoint.interval",
-        parse=_seconds("checkpoint.interval"),
+        parse=_seconds,
         fallback=600.0,
         check=_optional_seconds,
     ),
@@ -258,7 +261,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "newest checkpoints kept",
         conf="checkpoint.keep",
-        parse=_whole("checkpoint.keep"),
+        parse=_whole,
         fallback=3,
         check=_optional_int,
     ),
@@ -283,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "parameter-server processes (checked: positive integer, with the combiner)",
         conf="ps.shards",
-        parse=_whole("ps.shards"),
+        parse=_whole,
         fallback=1,
     ),
     Setting("warm_up", None, "warm the executors' Python workers", check=_warm_up),
@@ -292,5 +295,7 @@ SETTINGS: tuple[Setting, ...] = (
 
 #: The Spark conf table: the settings with a conf key, in declaration order.
 CONF_SETTINGS: tuple[ConfSetting, ...] = tuple(
-    ConfSetting(s.key, s.name, s.parse, s.fallback) for s in SETTINGS if s.conf
+    ConfSetting(s.key, s.name, functools.partial(s.parse, s.key), s.fallback)
+    for s in SETTINGS
+    if s.conf
 )
