@@ -189,18 +189,10 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 
 
-def _view(path: str) -> Callable[[RunSettings], Any]:
-    return operator.attrgetter(path)
-
-
 #: The session's read-only settings: attribute name -> its reader of the session's
 #: :class:`~tensorspark.training.RunSettings`, derived from the declarations' ``view``.
 VIEWS: Mapping[str, Callable[[RunSettings], Any]] = MappingProxyType(
-    {
-        (s.view.split("=")[0] if "=" in s.view else s.name): _view(s.view.split("=")[-1])
-        for s in SETTINGS
-        if s.view
-    }
+    {s.view_as or s.name: operator.attrgetter(s.view) for s in SETTINGS if s.view}
 )
 
 

@@ -120,9 +120,10 @@ class Setting:
         fallback: the value when neither the keyword nor the conf gives one.
         check: ``check(name, value)``: the explicit value as the session keeps it, or a
             :class:`~tensorspark.errors.ConfigurationError` naming it; None: unchecked here.
-        view: the session's read-only attribute, ``"attribute=path"`` into its
-            :class:`~tensorspark.training.RunSettings` (``"path"``: the attribute is
-            ``name``); "" for none.
+        view: where the session's read-only attribute ``name`` (or ``view_as``) reads the
+            setting back: a path into its :class:`~tensorspark.training.RunSettings`
+            (``"server.mode"``); "" for no attribute.
+        view_as: the attribute's name when it is not ``name``.
     """
 
     name: str
@@ -133,6 +134,7 @@ class Setting:
     fallback: Any = None
     check: Callable[[str, Any], Any] | None = None
     view: str = ""
+    view_as: str = ""
 
     @property
     def key(self) -> str:
@@ -190,7 +192,8 @@ SETTINGS: tuple[Setting, ...] = (
         "weight_combiner",
         None,
         "how pushes combine (checked with outer_lr/outer_momentum: ps.combiners)",
-        view="combiner=server.combiner",
+        view="server.combiner",
+        view_as="combiner",
     ),
     Setting("server_reusable", False, "keep the server alive between runs", view="reusable"),
     Setting("mode", "async", "async or sync (checked with max_staleness)", view="server.mode"),
