@@ -25,12 +25,7 @@ if TYPE_CHECKING:
     from tensorspark.training import ServerHost, TrainResult
 
 
-def _batch_size(sess: SparkSession, batch_size: int | None) -> int:
-    """A call's ``batch_size``: checked when given, else the session's."""
-    return sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
-
-
-class SparkSession(Protocol):
+class SessionLike(Protocol):
     """What these functions read of a :class:`tensorspark.SparkSession` (and its
     ``last_run``, which a training call sets)."""
 
@@ -45,8 +40,13 @@ class SparkSession(Protocol):
     batch_size: int
 
 
+def _batch_size(sess: SessionLike, batch_size: int | None) -> int:
+    """A call's ``batch_size``: checked when given, else the session's."""
+    return sess.batch_size if batch_size is None else positive_int("batch_size", batch_size)
+
+
 def run(
-    sess: SparkSession,
+    sess: SessionLike,
     host: ServerHost,
     *,
     fetches: Any,
@@ -101,7 +101,7 @@ def run(
 
 
 def fit(
-    sess: SparkSession,
+    sess: SessionLike,
     host: ServerHost,
     *,
     data: Any,
@@ -121,7 +121,7 @@ def fit(
     from tensorspark.models.precision import check_policy
     from tensorspark.tracking.fit import track_fit
     from tensorspark.training.callbacks import check_callbacks
-    from tensorspark.training.keras import fit
+    from tensorspark.training.keras import fit as train_keras
     from tensorspark.training.watch import run_listeners
 
     if not sess.is_keras:
@@ -137,7 +137,7 @@ def fit(
     checked = check_callbacks(callbacks)
     watchers = run_listeners(progress, tensorboard_dir, listeners)
     with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
-        history, result = fit(
+        history, result = train_keras(
             sess.sc,
             host,
             sess.session,
@@ -160,7 +160,7 @@ def fit(
 
 
 def evaluate(
-    sess: SparkSession,
+    sess: SessionLike,
     host: ServerHost,
     *,
     data: Any,
@@ -169,7 +169,7 @@ def evaluate(
     batch_size: int | None,
 ) -> dict[str, float]:
     """``SparkSession.evaluate``: the evaluation job over ``data``."""
-    from tensorspark.evaluation import evaluate
+    from tensorspark.evaluation import evaluate as evaluation_job
 
     if not sess.is_keras:
         raise ConfigurationError(
@@ -177,7 +177,7 @@ def evaluate(
         )
     connect.require_dataframe(sess.sc, data, "data")
     size = _batch_size(sess, batch_size)
-    return evaluate(
+    return evaluation_job(
         sess.sc,
         sess.session,
         data,
@@ -191,7 +191,7 @@ def evaluate(
 
 
 def predict(
-    sess: SparkSession,
+    sess: SessionLike,
     host: ServerHost,
     *,
     data: Any,
@@ -207,11 +207,11 @@ def predict(
     output: str | None,
 ) -> Any:
     """``SparkSession.predict``: the inference job over ``data``."""
-    from tensorspark.inference import predict
+    from tensorspark.inference import predict as inference_job
 
     size = _batch_size(sess, batch_size)
     model = model_to_predict(sess.session, sess.is_keras, fetches, feed_name_list)
-    return predict(
+    return inference_job(
         sess.sc,
         model,
         data,
@@ -229,7 +229,7 @@ def predict(
 
 
 def fit_stream(
-    sess: SparkSession,
+    sess: SessionLike,
     host: ServerHost,
     *,
     rows: Any,
@@ -247,13 +247,14 @@ def fit_stream(
 ) -> StreamingTraining:
     """``SparkSession.fit_stream``: training from a stream (:mod:`tensorspark.streaming`)."""
     from tensorspark.models.precision import check_policy
-    from tensorspark.streaming import StreamColumns, fit_stream
+    from tensorspark.streaming import StreamColumns
+    from tensorspark.streaming import fit_stream as stream_job
 
     if not sess.is_keras:
         raise ConfigurationError(
             "fit_stream() trains Keras models; this SparkSession wraps a TF1 session"
         )
-    return fit_stream(
+    return stream_job(
         sess.sc,
         host.settings,
         sess.session,
