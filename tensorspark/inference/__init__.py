@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tensorspark.inference.job import predict
 from tensorspark.models.base import ModelLoader, ModelSource
-from tensorspark.models.keras import KerasLoader, KerasModelSource
+from tensorspark.models.keras_source import KerasLoader, KerasModelSource
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
 from tensorspark.models.tf1 import TF1SessionSource
 

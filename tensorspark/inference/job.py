@@ -50,7 +50,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.inference.tasks import PredictPlan, Scorer
 from tensorspark.inputs import PredictArgs, predict_input_for, require_input
 from tensorspark.models.base import ModelLoader, ModelSource, sha256
-from tensorspark.models.keras import KerasLoader
+from tensorspark.models.keras_source import KerasLoader
 from tensorspark.models.precision import check_policy
 from tensorspark.models.sources import resolve_source, with_checkpoint
 from tensorspark.preflight import preflight
