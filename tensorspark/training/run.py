@@ -90,12 +90,14 @@ class TrainingRun:
         reached once."""
         s = self.settings
         server = self.host.server
-        shards = None if server is None else server.worker_shards()
+        shard_urls: tuple[str, ...] = ()
+        shard_layout = None
+        if server is not None and (shards := server.worker_shards()) is not None:
+            shard_urls = tuple(self.host.url_for(server, p) for p in shards.ports)
+            shard_layout = shards.layout
         return WorkerConfig(
-            shard_urls=()
-            if shards is None or server is None
-            else tuple(self.host.url_for(server, p) for p in shards.ports),
-            shard_layout=None if shards is None else shards.layout,
+            shard_urls=shard_urls,
+            shard_layout=shard_layout,
             server_url=url,
             mode=s.mode,
             sync_interval=s.sync_interval,
