@@ -2,7 +2,7 @@
 
 :class:`MicroBatchTrainer` is the function Spark's ``foreachBatch`` calls with each
 micro-batch (a batch DataFrame) and its id, on the driver. It holds a
-:class:`~tensorspark.training.run.ServerHost` whose server is reusable, so one server
+:class:`~tensorspark.training.host.ServerHost` whose server is reusable, so one server
 (weights, version, combiner state, compression) lives for the whole query, and runs each
 micro-batch as one :class:`~tensorspark.training.run.TrainingRun` over the DataFrame input
 kind (:class:`~tensorspark.inputs.dataframe.DataFrameInput`: Arrow, ``mapInArrow``), exactly
