@@ -104,7 +104,7 @@ def _model_pieces(bcast: Any, _: Any) -> dict[str, float]:
 def _predict_pieces(bcast: Any, _: Any) -> dict[str, float]:
     import numpy as np
 
-    from tensorspark.models.keras import KerasLoader
+    from tensorspark.models.keras_source import KerasLoader
 
     t0 = time.perf_counter()
     predict = KerasLoader().load(bcast.value)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import connect, gpus, jobs, versions, wire
+from tensorspark import connect, jobs, wire
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.data import Block
 from tensorspark.inputs import Input, Passes, input_for
@@ -28,6 +28,7 @@ from tensorspark.inputs.dataframe import SCORE_A_STREAM, refuse_stream
 from tensorspark.models.keras import cached_core, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.preflight import preflight
 
 # Batches one compiled evaluation call loops over.
 _EVAL_STEPS = 32
@@ -189,8 +190,7 @@ def evaluate(
         f"spark.read); {SCORE_A_STREAM}",
     )
     conf = snapshot(sc, conf)
-    gpus.plan(sc, description, conf)
-    versions.check_executors(sc, what=description)
+    preflight(sc, description, conf)
     payload, checked = model_payload(model, custom_objects)
     columns = {"features_col": features_col, "label_col": label_col}
     prepared = input_for(sc, data, KerasFeed(checked), conf=conf, **columns)

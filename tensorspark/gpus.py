@@ -28,10 +28,11 @@ would mean running TensorFlow outside the worker Spark manages. With one GPU per
 (``spark.executor.resource.gpu.amount`` = ``spark.task.resource.gpu.amount``, the layout
 README recommends) every task of an executor gets the same GPU and no retry ever happens.
 
-Driver side, :func:`plan` reads the settings once per job, refuses GPU scheduling in local
-mode (Spark schedules no GPUs there: the job would wait forever) and logs one INFO line
-saying where TensorFlow runs. :func:`requested` tells anything that imports TensorFlow ahead
-of a task (a warm-up) whether it must leave that to :func:`assign`.
+Driver side, :func:`check_and_log` (part of each public call's pre-flight,
+:mod:`tensorspark.preflight`) refuses GPU scheduling in local mode (Spark schedules no GPUs
+there: the job would wait forever) and logs one INFO line saying where TensorFlow runs.
+:func:`requested` tells anything that imports TensorFlow ahead of a task (a warm-up)
+whether it must leave that to :func:`assign`.
 """
 
 from __future__ import annotations
@@ -97,9 +98,10 @@ def check_settings(master: str, conf: Mapping[str, str]) -> float:
     return per_task
 
 
-def plan(sc: Any, job: str, conf: tsconf.ConfSnapshot | None = None) -> float:
+def check_and_log(sc: Any, job: str, conf: tsconf.ConfSnapshot | None = None) -> float:
     """Check the application's GPU settings before ``job`` starts and log where TensorFlow
-    runs, one INFO line. Runs on the driver.
+    runs, one INFO line. Runs on the driver, once per public call
+    (:func:`tensorspark.preflight.preflight`).
 
     Args:
         sc: the SparkContext.

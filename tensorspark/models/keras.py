@@ -1,4 +1,4 @@
-"""Keras 3 models on Spark: weights, the executor adapter, and the inference source.
+"""Keras 3 models trained on Spark: weights and the executor adapter.
 
 How a Keras model trains (see :meth:`tensorspark.SparkSession.fit`):
 
@@ -24,8 +24,8 @@ them per epoch and divide by the epoch's samples across all workers: exact for m
 metrics (loss, accuracy, MAE, ...); for metrics that are not means over examples (AUC, F1)
 it is the sample-weighted mean of per-chunk values.
 
-For inference, :class:`KerasModelSource` (driver) and :class:`KerasLoader` (executor) are
-the :class:`~tensorspark.models.base.ModelSource` pair of a Keras model.
+For inference, :mod:`~tensorspark.models.keras_source` holds the
+:class:`~tensorspark.models.base.ModelSource` pair of a Keras model.
 
 Driver-side checks of a model and its data live in :mod:`~tensorspark.models.keras_checks`.
 """
@@ -43,9 +43,8 @@ import numpy as np
 from tensorspark.data import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.base import ModelSource, PredictFn, Shape, sha256
 from tensorspark.models.embeddings import RowAccess
-from tensorspark.models.keras_checks import model_shapes, tensor_shape
+from tensorspark.models.keras_checks import model_shapes
 
 if TYPE_CHECKING:
     import keras
@@ -394,69 +393,3 @@ class KerasTrainerLoader:
             sync_interval=self.sync_interval,
             mixed_precision=self.mixed_precision,
         )
-
-
-# ---------------------------------------------------------------------- inference
-
-
-@dataclass(frozen=True)
-class KerasLoader:
-    """Rebuilds a Keras model from ``.keras`` bytes on an executor (plain values only),
-    under the ``mixed_precision`` policy when given (outputs stay float32)."""
-
-    custom_objects: Mapping[str, Any] | None = None
-    mixed_precision: str | None = None
-
-    def load(self, payload: bytes) -> PredictFn:
-        model = keras_io.deserialize_model(
-            payload, self.custom_objects, compile=False, mixed_precision=self.mixed_precision
-        )
-        # predict_on_batch runs Keras's compiled predict step (traced once, retraces reduced)
-        # without model.predict's per-call dataset set-up; same numbers as model.predict.
-        return model.predict_on_batch  # type: ignore[no-any-return]
-
-
-class KerasModelSource(ModelSource):
-    """A Keras model held on the driver (in memory, or loaded from a ``.keras`` file).
-
-    Args:
-        model: the model.
-        description: how messages name it.
-        data: the model's ``.keras`` bytes when already at hand (a file's content), else
-            they are written with :func:`~tensorspark.models.keras_io.serialize_model`.
-        custom_objects: custom classes the executors need to rebuild the model.
-        data_digest: the hex SHA-256 of ``data``, when already computed.
-    """
-
-    def __init__(
-        self,
-        model: keras.Model,
-        description: str = "the model",
-        data: bytes | None = None,
-        custom_objects: Mapping[str, Any] | None = None,
-        data_digest: str | None = None,
-    ) -> None:
-        self.model = model
-        self.description = description
-        self._data = data
-        self._data_digest = data_digest if data is not None else None
-        self._custom_objects = dict(custom_objects) if custom_objects else None
-
-    def payload_digest(self, payload: bytes) -> str:
-        if self._data_digest is None:
-            self._data_digest = sha256(payload)
-        return self._data_digest
-
-    def input_shape(self) -> Shape:
-        return tensor_shape(self.model, "input", what=self.description, use="predict supports")
-
-    def output_shape(self) -> Shape:
-        return tensor_shape(self.model, "output", what=self.description, use="predict supports")
-
-    def payload(self) -> bytes:
-        if self._data is None:
-            self._data = keras_io.serialize_model(self.model)
-        return self._data
-
-    def loader(self) -> KerasLoader:
-        return KerasLoader(self._custom_objects)

@@ -19,7 +19,8 @@ import numpy as np
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.base import ModelSource, sha256
-from tensorspark.models.keras import KerasModelSource, match_weights
+from tensorspark.models.keras import match_weights
+from tensorspark.models.keras_source import KerasModelSource
 from tensorspark.models.savedmodel import SAVED_MODEL_FILE, SavedModelSource
 from tensorspark.tfthreads import import_tensorflow_quietly
 

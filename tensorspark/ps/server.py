@@ -38,6 +38,7 @@ from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.control import merge_control
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
+from tensorspark.ps.protocol import WorkerShards
 from tensorspark.ps.settings import MODES, ServerSettings, server_settings
 from tensorspark.ps.store import Snapshot, Store
 
@@ -195,6 +196,15 @@ class ParameterServer(LoopServer):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def check(self) -> None:
+        """Nothing to raise: a server in the driver's process serves until it is stopped
+        (:class:`~tensorspark.ps.protocol.RunServer`; a sharded one checks its processes)."""
+
+    def worker_shards(self) -> WorkerShards | None:
+        """None: workers push the whole model to :attr:`port`
+        (:class:`~tensorspark.ps.protocol.RunServer`)."""
+        return None
 
     # ------------------------------------------------------------------ state
 

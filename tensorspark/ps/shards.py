@@ -48,6 +48,7 @@ from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
+from tensorspark.ps.protocol import WorkerShards
 from tensorspark.ps.settings import (
     ServerSettings,
     check_settings,
@@ -214,6 +215,10 @@ class ShardedServer:
         scheme = "https" if self._front.tls else "http"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return [f"{scheme}://{host}:{port}" for port in self.ports]
+
+    def worker_shards(self) -> WorkerShards:
+        """The shards' ports and which holds what: workers push each slice to its shard."""
+        return WorkerShards(tuple(self.ports), self.layout.to_json())
 
     @property
     def pids(self) -> list[int | None]:

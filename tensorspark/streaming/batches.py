@@ -2,7 +2,7 @@
 
 :class:`MicroBatchTrainer` is the function Spark's ``foreachBatch`` calls with each
 micro-batch (a batch DataFrame) and its id, on the driver. It holds a
-:class:`~tensorspark.training.run.ServerHost` whose server is reusable, so one server
+:class:`~tensorspark.training.host.ServerHost` whose server is reusable, so one server
 (weights, version, combiner state, compression) lives for the whole query, and runs each
 micro-batch as one :class:`~tensorspark.training.run.TrainingRun` over the DataFrame input
 kind (:class:`~tensorspark.inputs.dataframe.DataFrameInput`: Arrow, ``mapInArrow``), exactly
@@ -28,7 +28,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,13 +37,14 @@ from tensorspark.data import FEED_NAMES, example_columns
 from tensorspark.errors import BadRecordError, TensorSparkError
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener
-from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
-from tensorspark.models.keras_checks import KerasFeed
+from tensorspark.preflight import preflight
+from tensorspark.ps.protocol import RunServer
 from tensorspark.ps.server import ParameterServer
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
-from tensorspark.training.run import RunSettings, Server, ServerHost, TrainingRun
-from tensorspark.training.tasks import training_job
+from tensorspark.training.host import RunSettings, ServerHost
+from tensorspark.training.keras_setup import KerasTraining
+from tensorspark.training.run import TrainingRun
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +65,11 @@ class StreamColumns:
 class MicroBatchTrainer:
     """``foreachBatch``'s function: trains each micro-batch once, checkpointing after it.
 
-    Built on the driver before the query starts; the constructor resumes from the
-    location's newest model checkpoint (refusing another model's) and starts the server,
-    so nothing trains when the location is wrong. One micro-batch at a time (a lock, which
-    :meth:`close` also takes so that a stop never cuts a batch in two).
+    Built on the driver before the query starts; the constructor runs the query's one
+    pre-flight (:mod:`tensorspark.preflight`: the micro-batches check nothing again),
+    resumes from the location's newest model checkpoint (refusing another model's) and
+    starts the server, so nothing trains when the location is wrong. One micro-batch at a
+    time (a lock, which :meth:`close` also takes so that a stop never cuts a batch in two).
 
     Args:
         sc: the SparkContext.
@@ -110,26 +111,28 @@ class MicroBatchTrainer:
         self.listeners = list(listeners)
         self.on_batch = on_batch
         self.checkpoints = checkpoints
-        self.payload, checked = model_payload(model, custom_objects)
-        self.feed = KerasFeed(checked)
-        dims = checked.input_shape[1:] if isinstance(checked.input_shape, tuple) else ()
-        self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
-        self.initial = read_weights(model)
-        self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
-        self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
-        self.loader = KerasTrainerLoader(
-            key=uuid.uuid4().hex,
-            custom_objects=None if custom_objects is None else dict(custom_objects),
+        preflight(sc, f"tensorspark {settings.name}", conf)
+        self.keras = KerasTraining.of(
+            model,
+            custom_objects,
             sync_interval=settings.sync_interval,
             mixed_precision=mixed_precision,
         )
+        self.feed = self.keras.feed
+        checked = self.keras.checked
+        dims = checked.input_shape[1:] if isinstance(checked.input_shape, tuple) else ()
+        self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
+        self.initial = self.keras.initial
+        self.payload, self.loader = self.keras.payload, self.keras.loader  # for serving
+        self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
+        self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
         self.before = checkpoints.before()
         self.status = StreamStatus(self.before["batches"], self.before["samples"])
         # Each micro-batch's run sets its own partition count on this (reused) server; a
         # sync server must be made with one, so it starts with 1 until the first batch.
         workers = 1 if settings.mode == "sync" else None
-        self.server: Server = self.host.acquire(self.initial, workers, checkpoint=resumed)
+        self.server: RunServer = self.host.acquire(self.initial, workers, checkpoint=resumed)
         self.status.version = self.server.version
         self.error: BaseException | None = None
         self._reader: ArrowReader | None = None
@@ -202,19 +205,12 @@ class MicroBatchTrainer:
         arrival = self._arrival(df) if self.columns.arrival else (None, None, None)
         run = TrainingRun(self.sc, self.host, self.conf)
         num_partitions = data.count_partitions() if self.host.settings.mode == "sync" else None
-
-        def make_job(server: Server, bcast: Any) -> Any:
-            config = run.worker_config(self.host.url_for(server), 1, False)
-            return training_job(data, bcast=bcast, loader=self.loader, config=config)
-
         try:
             result = run.execute(
+                self.keras.job(data, 1, False),
                 self.initial,
                 num_partitions,
-                make_job,
-                self.payload,
                 listeners=self.listeners,
-                num_epoch=1,
             )
         except TensorSparkError as err:
             self._diagnose(df, batch_id, err)

@@ -27,7 +27,7 @@ from tensorspark.models.keras import assign_weights
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
 from tensorspark.streaming.board import StreamScalars
 from tensorspark.streaming.state import StreamCheckpoints, model_manager, stream_dir
-from tensorspark.training.run import RunSettings
+from tensorspark.training.host import RunSettings
 
 logger = logging.getLogger(__name__)
 

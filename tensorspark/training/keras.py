@@ -13,22 +13,22 @@ driver by one job, :mod:`tensorspark.training.collect`), and no validation job f
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark import versions
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
-from tensorspark.models.keras import KerasTrainerLoader, assign_weights, model_payload, read_weights
+from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
+from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
+from tensorspark.training.host import ServerHost
+from tensorspark.training.keras_setup import KerasTraining
 from tensorspark.training.result import EpochSnapshots, History, build_history
-from tensorspark.training.run import Server, ServerHost, TrainingRun
-from tensorspark.training.tasks import training_job
+from tensorspark.training.run import TrainingRun
 from tensorspark.training.watch import push_fanout
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,14 @@ def fit(
     """
     settings = host.settings
     conf = snapshot(sc, conf)
-    versions.check_executors(sc, what=f"tensorspark {settings.name}")
-    payload, checked = model_payload(model, custom_objects)
-    feed = KerasFeed(checked)
+    preflight(sc, f"tensorspark {settings.name}", conf)
+    keras_run = KerasTraining.of(
+        model,
+        custom_objects,
+        sync_interval=settings.sync_interval,
+        mixed_precision=mixed_precision,
+    )
+    checked, feed = keras_run.checked, keras_run.feed
     columns = {"features_col": features_col, "label_col": label_col}
     train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
     train = input_for(sc, data, train_feed, conf=conf, argument="data", **columns)
@@ -79,23 +84,10 @@ def fit(
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
-    initial = read_weights(model)
     snapshots = EpochSnapshots(
         lambda: host.server.params() if host.server is not None else {},
         status=lambda: host.server.status() if host.server is not None else {},
     )
-    loader = KerasTrainerLoader(
-        key=uuid.uuid4().hex,
-        custom_objects=None if custom_objects is None else dict(custom_objects),  # a copy
-        sync_interval=settings.sync_interval,
-        mixed_precision=mixed_precision,
-    )
-    run = TrainingRun(sc, host, conf)
-
-    def make_job(server: Server, bcast: Any) -> Any:
-        config = run.worker_config(host.url_for(server), epochs, shuffle)
-        return training_job(train, bcast=bcast, loader=loader, config=config)
-
     known_rows = train.known_rows
     driven = None  # the Keras callbacks, driven on this thread while the job runs
     if callbacks or arrays is not None:
@@ -110,14 +102,12 @@ def fit(
             batch_size=settings.batch_size,
         )
         listeners = [*listeners, driven]
-    result = run.execute(
-        initial,
+    result = TrainingRun(sc, host, conf).execute(
+        keras_run.job(train, epochs, shuffle),
+        keras_run.initial,
         num_partitions,
-        make_job,
-        payload,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
         listeners=listeners,
-        num_epoch=epochs,
         total_samples=None if known_rows is None else known_rows * epochs,
     )
     # A stopped run ends, like its checkpoint and ``result.params``, with every push the
@@ -136,7 +126,7 @@ def fit(
         sets = [snapshots.by_epoch.get(e, result.params) for e in range(done)]
         validation = run_evaluation(
             sc,
-            payload,
+            keras_run.payload,
             sets,
             val,
             custom_objects=custom_objects,

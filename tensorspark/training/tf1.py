@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark import versions
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.inputs import input_for
 from tensorspark.listeners import RunListener
@@ -27,9 +26,10 @@ from tensorspark.models.tf1 import (
     variable_map,
 )
 from tensorspark.models.tf1_rows import fed_lookups
+from tensorspark.preflight import preflight
+from tensorspark.training.host import ServerHost
 from tensorspark.training.result import TrainResult
-from tensorspark.training.run import Server, ServerHost, TrainingRun
-from tensorspark.training.tasks import training_job
+from tensorspark.training.run import RunJob, TrainingRun
 
 
 def train_graph(
@@ -56,27 +56,19 @@ def train_graph(
     lookups = fed_lookups(graph, [t.name for t in feeds])
     feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes, lookups=lookups)
     conf = snapshot(sc, conf)
-    versions.check_executors(sc, what="tensorspark run")
+    preflight(sc, f"tensorspark {host.settings.name}", conf)
     data = input_for(sc, feed_rdd, feed, conf=conf, argument="feed_rdd")
     spec = export_graph(
         session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options
     )
     loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
     initial = loader.read(session, param_names)
-    run = TrainingRun(sc, host, conf)
-
-    def make_job(server: Server, bcast: Any) -> Any:
-        config = run.worker_config(host.url_for(server), num_epoch, shuffle)
-        return training_job(data, bcast=bcast, loader=TF1TrainerLoader(), config=config)
-
     rows = data.known_rows
-    result = run.execute(
+    result = TrainingRun(sc, host, conf).execute(
+        RunJob(data, TF1TrainerLoader(), spec, num_epoch, shuffle),
         initial,
         data.count_partitions(),
-        make_job,
-        spec,
         listeners=listeners,
-        num_epoch=num_epoch,
         total_samples=None if rows is None else rows * num_epoch,
     )
     loader.load(session, result.params)

@@ -181,8 +181,8 @@ def test_local_mode_with_gpus_is_refused_with_what_to_do() -> None:
 
 def test_plan_logs_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="tensorspark.gpus")
-    assert gpus.plan(_Context("local[2]", {}), "tensorspark x: fit") == 0.0
-    assert gpus.plan(_Context("spark://h:7077", GPU_CONF), "tensorspark predict") == 1.0
+    assert gpus.check_and_log(_Context("local[2]", {}), "tensorspark x: fit") == 0.0
+    assert gpus.check_and_log(_Context("spark://h:7077", GPU_CONF), "tensorspark predict") == 1.0
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "tensorspark x: fit: no GPU resources requested "

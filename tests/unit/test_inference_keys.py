@@ -1,8 +1,9 @@
-"""The executors' model cache key of a predict call (tensorspark.inference._cache_key)."""
+"""The executors' model cache key of a predict call (tensorspark.inference.job._cache_key)."""
 
 from __future__ import annotations
 
 from tensorspark import inference
+from tensorspark.inference.job import _cache_key
 
 
 class _Source(inference.ModelSource):
@@ -23,9 +24,9 @@ def test_the_same_model_and_loader_share_a_key_and_any_difference_changes_it() -
     source = _Source()
     a = inference.SavedModelLoader("serving_default", "x", "y")
     b = inference.SavedModelLoader("other", "x", "y")
-    assert inference._cache_key(source, a, b"m") == inference._cache_key(source, a, b"m")
-    assert inference._cache_key(source, a, b"m") != inference._cache_key(source, b, b"m")
-    assert inference._cache_key(source, a, b"m") != inference._cache_key(source, a, b"n")
+    assert _cache_key(source, a, b"m") == _cache_key(source, a, b"m")
+    assert _cache_key(source, a, b"m") != _cache_key(source, b, b"m")
+    assert _cache_key(source, a, b"m") != _cache_key(source, a, b"n")
     # Custom classes may be redefined under the same name: never served from the cache.
     custom = inference.KerasLoader({"Layer": object})
-    assert inference._cache_key(source, custom, b"m") != inference._cache_key(source, custom, b"m")
+    assert _cache_key(source, custom, b"m") != _cache_key(source, custom, b"m")

@@ -9,7 +9,8 @@ import pytest
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.keras import KerasLoader, KerasTrainer, weight_names
+from tensorspark.models.keras import KerasTrainer, weight_names
+from tensorspark.models.keras_source import KerasLoader
 from tensorspark.models.precision import check_policy, mixed_config, policy_scope
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensorspark.errors import ExecutorLostError, WorkerError
 from tensorspark.jobs import spark_failure
-from tensorspark.training.run import sync_executor_lost
+from tensorspark.training.sync import sync_executor_lost
 
 # What Spark 4.3 reported when tests/netns SIGKILLed an executor under a sync run.
 BARRIER = (
