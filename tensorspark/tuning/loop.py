@@ -21,7 +21,7 @@ from tensorspark.errors import TuningError
 from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
 from tensorspark.tuning.launch import Launcher
 from tensorspark.tuning.report import SearchProgress
-from tensorspark.tuning.searchers import Running, Searcher
+from tensorspark.tuning.searchers import Running, Searcher, as_searcher
 from tensorspark.tuning.trial import MAX_TRACEBACK_CHARS, Trial, TrialConfig, TrialResult, beats
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _checked(trial: Any, asked: dict[int, Trial]) -> Trial:
 def expected_total(searcher: Searcher, max_trials: int | None) -> int | None:
     """How many trials a search with ``searcher`` runs, when known: its ``total`` (if it
     has one) and ``max_trials``, whichever is smaller."""
-    known = [n for n in (getattr(searcher, "total", None), max_trials) if n is not None]
+    known = [n for n in (searcher.total, max_trials) if n is not None]
     return min(known) if known else None
 
 
@@ -113,6 +113,7 @@ def run_search(
         except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
             return _failed_job(trial, err)
 
+    searcher = as_searcher(searcher)
     total = expected_total(searcher, max_trials)
     asked: dict[int, Trial] = {}
     by_index: dict[int, TrialResult] = {}
@@ -170,17 +171,15 @@ def run_search(
                 values = trial.history.get(config.metric, [])
                 # Whether the trial stopped on a prune is the executor's word: an answer
                 # "prune" that timed out or was lost left the trial training to its end.
-                settle = getattr(searcher, "settle_pruned", None)
-                if settle is not None:
-                    settle(submitted, trial.pruned)
+                searcher.settle_pruned(submitted, trial.pruned)
                 searcher.tell(submitted, trial.score, list(values), seconds, not trial.ok)
                 reporter.update(trial, best)
             start_more()
     except concurrent.futures.TimeoutError:
         logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
         # Trials not asked yet are made and recorded only for a searcher that knows its
-        # total (an Optuna study would otherwise get failed trials that never ran).
-        known = total if getattr(searcher, "total", None) is not None else None
+        # total (a study-backed searcher would otherwise get failed trials that never ran).
+        known = total if searcher.total is not None else None
         _record_cancelled(launcher, searcher, asked, by_index, known, timeout)
     except BaseException:  # KeyboardInterrupt included: stop the cluster's work too
         launcher.cancel()

@@ -37,13 +37,14 @@ from tensorspark.tuning.launch import (
     trial_pool,
 )
 from tensorspark.tuning.loop import expected_total, run_search
-from tensorspark.tuning.optuna_search import OptunaSearcher, optuna_searcher_for
+from tensorspark.tuning.optuna_search import optuna_searcher_for
 from tensorspark.tuning.result import TuneResult
 from tensorspark.tuning.searchers import (
     GridSearcher,
     LongestFirstSearcher,
     RandomSearcher,
     Searcher,
+    as_searcher,
 )
 from tensorspark.tuning.space import check_search
 from tensorspark.tuning.trial import TrialConfig, TrialResult
@@ -125,7 +126,7 @@ def _searcher_for(
                 f"own trials. Received: cost={cost!r}"
             )
         limit = None if n_trials is None else positive_int("n_trials", n_trials)
-        return search, type(search).__name__, limit
+        return as_searcher(search), type(search).__name__, limit
     check_search(search, n_trials)
     inner = GridSearcher(space) if search == "grid" else RandomSearcher(space, n_trials, seed)
     if cost is not None and not callable(cost):
@@ -331,7 +332,7 @@ def tune(
         )
     # Only a searcher that prunes gets the per-epoch reports (kept apart from whatever
     # wraps the searcher later, so a wrapper need not pass them on).
-    judge = searcher if isinstance(searcher, OptunaSearcher) and searcher.prunes else None
+    judge = searcher if searcher.prunes else None
     config = TrialConfig(
         epochs=int(epochs),
         batch_size=int(batch_size),
@@ -424,7 +425,7 @@ def tune(
         seed=seed,
         elapsed_s=elapsed,
         best_weights=best_weights,
-        study=searcher.study if isinstance(searcher, OptunaSearcher) else None,
+        **searcher.result_extras(),
     )
     try:
         tracked.finish(result)
