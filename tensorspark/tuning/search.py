@@ -27,6 +27,7 @@ from tensorspark import connect, gpus, versions
 from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
+from tensorspark.listeners import SearchInfo, SearchListenerList
 from tensorspark.models.precision import check_policy, policy_scope
 from tensorspark.tracking.search import track_search
 from tensorspark.tuning.launch import (
@@ -330,8 +331,7 @@ def tune(
         searcher, search_name, max_trials = _searcher_for(
             space, "grid" if search is None else search, n_trials, seed, cost
         )
-    # Only a searcher that prunes gets the per-epoch reports (kept apart from whatever
-    # wraps the searcher later, so a wrapper need not pass them on).
+    # Only a searcher that prunes gets the per-epoch reports.
     judge = searcher if searcher.prunes else None
     config = TrialConfig(
         epochs=int(epochs),
@@ -378,59 +378,65 @@ def tune(
         }
     # Before anything starts: with strict tracking, a tracking server that cannot be reached
     # fails the call here.
-    tracked = track_search(tracking, {**vars(config), "search": search_name}, metric)
-    # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
-    # the trials run in (a no-op job on warm workers), queued before the trials.
-    try:
-        warming = warm_up(
-            sc,
-            pools=(trial_pool(sc, dataframes=frames),),
-            keep_alive=0.0,
-            enabled=None,
-            yield_to_jobs=False,
-            conf=conf,
-        )
-    except BaseException:
-        tracked.close(failed=True)
-        raise
-    group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
-    channel = None
-    try:
-        if judge is not None:  # the pruning endpoint: stopped below, whatever happens
-            from tensorspark.tuning.prune_server import open_channel
-
-            channel = open_channel(sc, conf, judge.should_prune)
-            config = dataclasses.replace(config, pruning=channel.link())
-        launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
-        start = time.monotonic()
+    with track_search(tracking, {**vars(config), "search": search_name}, metric) as tracked:
+        listener = SearchListenerList(tracked.listeners)
         try:
-            results, best_weights = run_search(
-                launcher, config, tracked.wrap(searcher), parallel, progress, timeout, max_trials
+            # The workers import TensorFlow while the data is shared: a one-off warm-up of the
+            # pool the trials run in (a no-op job on warm workers), queued before the trials.
+            warming = warm_up(
+                sc,
+                pools=(trial_pool(sc, dataframes=frames),),
+                keep_alive=0.0,
+                enabled=None,
+                yield_to_jobs=False,
+                conf=conf,
             )
-        finally:
-            launcher.close()
-    except BaseException:
-        tracked.close(failed=True)
-        raise
-    finally:
-        warming.close(timeout=0.0)
-        if channel is not None:
-            channel.stop()
-    elapsed = time.monotonic() - start
-    result = TuneResult(
-        trials=results,
-        metric=metric,
-        mode=resolved_mode,
-        search=search_name,
-        seed=seed,
-        elapsed_s=elapsed,
-        best_weights=best_weights,
-        **searcher.result_extras(),
-    )
-    try:
+            group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
+            channel = None
+            try:
+                if judge is not None:  # the pruning endpoint: stopped below, whatever happens
+                    from tensorspark.tuning.prune_server import open_channel
+
+                    channel = open_channel(sc, conf, judge.should_prune)
+                    config = dataclasses.replace(config, pruning=channel.link())
+                launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
+                start = time.monotonic()
+                listener.on_search_start(
+                    SearchInfo(search_name, metric, resolved_mode, seed, total, parallel)
+                )
+                try:
+                    results, best_weights = run_search(
+                        launcher,
+                        config,
+                        searcher,
+                        parallel,
+                        progress,
+                        timeout,
+                        max_trials,
+                        listener,
+                    )
+                finally:
+                    launcher.close()
+            finally:
+                warming.close(timeout=0.0)
+                if channel is not None:
+                    channel.stop()
+        except BaseException as err:
+            listener.on_search_failed(err)
+            raise
+        elapsed = time.monotonic() - start
+        result = TuneResult(
+            trials=results,
+            metric=metric,
+            mode=resolved_mode,
+            search=search_name,
+            seed=seed,
+            elapsed_s=elapsed,
+            best_weights=best_weights,
+            **searcher.result_extras(),
+        )
+        listener.on_search_end(result)
         tracked.finish(result)
-    finally:
-        tracked.close(failed=not result.succeeded)
     if not results:
         raise TuningError(
             "The searcher proposed no trial: its ask() returned None with none running. "

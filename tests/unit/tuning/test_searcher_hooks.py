@@ -1,12 +1,13 @@
 """The searcher protocol's optional pruning hooks, and the search loop that calls only them
-(no searcher kind named): defaults, a searcher object that only asks and tells, and the
-loop settling each trial's prune before telling it."""
+(no searcher kind named): defaults, a searcher object that only asks and tells, the loop
+settling each trial's prune before telling it, and telling its listeners after."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tensorspark.listeners import SearchListener, SearchListenerList, TrialEnd
 from tensorspark.tuning import Running, Searcher, Trial
 from tensorspark.tuning.loop import expected_total, run_search
 from tensorspark.tuning.searchers import GridSearcher, as_searcher
@@ -140,3 +141,30 @@ def test_the_loop_settles_each_trial_s_prune_before_telling_it() -> None:
         ("settle", 1, True),
         ("tell", 1, 2.0),
     ]
+
+
+class Watcher(SearchListener):
+    """Keeps every trial end it hears; a broken one raises as well."""
+
+    def __init__(self, broken: bool = False) -> None:
+        self.ends: list[TrialEnd] = []
+        self.broken = broken
+
+    def on_trial_end(self, end: TrialEnd) -> None:
+        self.ends.append(end)
+        if self.broken:
+            raise RuntimeError("broken listener")
+
+
+def test_the_loop_tells_its_listeners_each_trial_end_after_the_searcher() -> None:
+    judge = Judge()
+    broken, watcher = Watcher(broken=True), Watcher()
+    listeners = SearchListenerList([broken, watcher])
+    run_search(
+        Launcher(), CONFIG, judge, parallel=1, progress=False, timeout=60, listener=listeners
+    )
+    assert [(e.trial.index, e.score, list(e.values_per_epoch), e.failed) for e in watcher.ends] == [
+        (0, 1.0, [2.0, 1.0], False),
+        (1, 2.0, [3.0, 2.0], False),
+    ]
+    assert watcher.ends[0].seconds == 0.1 and len(broken.ends) == 2  # a raise stops nothing
