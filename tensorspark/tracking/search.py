@@ -31,9 +31,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tensorspark.listeners import SearchListener, TrialEnd
-from tensorspark.tracking.guard import MlflowGuard
+from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import PARENT_TAG, TrackedRun, close_run, log_batch, open_run
-from tensorspark.tracking.settings import resolve_tracking
 
 #: The tag that marks the best trial's run.
 BEST_TAG = "tensorspark.best"
@@ -166,12 +165,11 @@ def track_search(
         TrackingError: ``strict`` and the tracking server cannot be reached (before any
             trial runs), or a logging call failed (from :meth:`TrackedSearch.finish`).
     """
-    resolved = resolve_tracking(tracking)
-    if resolved is None:
+    guard = guard_for(tracking)
+    if guard is None:
         yield TrackedSearch()
         return
-    config, silent = resolved
-    guard = MlflowGuard(config, silent)
+    config = guard.settings
 
     def start() -> TrackedRun:
         parent = open_run(

@@ -136,15 +136,8 @@ class _AskTell(Searcher):
     def ask(self, running: Sequence[Running]) -> Trial | None:
         return self._searcher.ask(running)  # type: ignore[no-any-return]
 
-    def tell(
-        self,
-        trial: Trial,
-        score: float | None,
-        values_per_epoch: Sequence[float],
-        seconds: float,
-        failed: bool,
-    ) -> None:
-        self._searcher.tell(trial, score, values_per_epoch, seconds, failed)
+    def tell(self, *args: Any, **kwargs: Any) -> None:  # passed on as it came
+        self._searcher.tell(*args, **kwargs)
 
     def should_prune(self, index: int, epoch: int, value: float) -> bool:
         return bool(self._own("should_prune", super().should_prune)(index, epoch, value))
