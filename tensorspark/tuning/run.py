@@ -185,8 +185,8 @@ class TuneRun:
         """The GPUs planned and the executors' versions checked, before anything runs.
 
         Raises:
-            ConfigurationError: GPUs per task were requested in local mode.
-            VersionMismatchError: the executors run other versions than the driver.
+            ConfigurationError: GPUs per task were requested in local mode, or the
+                executors run other versions than the driver.
         """
         gpus.plan(sc, "tensorspark tune", conf)
         versions.check_executors(sc, what="tensorspark tune")
