@@ -64,40 +64,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 SPACE = {"learning_rate": [1e-4, 1e-3, 1e-2, 1e-1], "units": [64, 256]}
 QUICK_SPACE = {"learning_rate": [1e-3, 1e-2], "units": [32, 64]}
 
-
-def build(params: dict[str, Any]) -> Any:
-    """The model of every trial: a one-hidden-layer MLP on flattened 28x28 images."""
-    import keras
-
-    model = keras.Sequential(
-        [
-            keras.Input((784,)),
-            keras.layers.Dense(int(params["units"]), activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(float(params["learning_rate"])),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
-
-
-def load(data_dir: str, rows: int, val_rows: int) -> dict[str, np.ndarray]:
-    """The first ``rows`` training and ``val_rows`` test examples, scaled to [0, 1]."""
-    from tensorspark.datasets.mnist import load_mnist
-
-    mnist = load_mnist(data_dir, download=False)
-
-    def prep(images: np.ndarray, labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        y = labels[:n]
-        y = y.argmax(axis=1) if y.ndim == 2 else y
-        return images[:n].reshape(n, -1).astype("float32") / 255.0, y.astype("int64")
-
-    x, y = prep(mnist.train_images, mnist.train_labels, rows)
-    xv, yv = prep(mnist.test_images, mnist.test_labels, val_rows)
-    return {"x": x, "y": y, "x_val": xv, "y_val": yv}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tune_model  # noqa: E402  (the model and data bench/tune_searches.py shares)
+from tune_model import build, load  # noqa: E402
 
 
 def sequential(args: argparse.Namespace, threads: int) -> dict[str, Any]:
@@ -290,10 +259,12 @@ def run_spark_child(args: argparse.Namespace) -> dict[str, Any]:
 def on_spark(args: argparse.Namespace) -> dict[str, Any]:
     """In this fresh process: the search cold (the first call of a fresh SparkContext, every
     warm-up included), then warm in ABBA order."""
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf, SparkContext, cloudpickle
 
     from tensorspark.tuning import tune
 
+    # The workers cannot import bench/tune_model.py: its `build` travels by value.
+    cloudpickle.register_pickle_by_value(tune_model)
     conf = (
         SparkConf()
         .setMaster(args.master)
@@ -435,7 +406,6 @@ def _summary(runs: list[tuple[float, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     if "--searches" in sys.argv:  # grid, random, TPE and TPE + pruning: bench/tune_searches.py
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import tune_searches
 
         tune_searches.main([a for a in sys.argv[1:] if a != "--searches"])

@@ -41,8 +41,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tune as tune_bench  # noqa: E402  (bench/tune.py: the same model and data)
-from tune import build, load  # noqa: E402
+import tune_model  # noqa: E402  (the same model and data as bench/tune.py)
+from tune_model import build, load  # noqa: E402
 
 SPACE = {
     "learning_rate": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2],
@@ -129,10 +129,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from tensorspark.tuning import tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # The workers cannot import bench/tune.py: its `build` travels by value.
+    # The workers cannot import bench/tune_model.py: its `build` travels by value.
     from pyspark import cloudpickle
 
-    cloudpickle.register_pickle_by_value(tune_bench)
+    cloudpickle.register_pickle_by_value(tune_model)
     conf = (
         SparkConf()
         .setMaster(args.master)

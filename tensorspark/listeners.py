@@ -36,14 +36,22 @@ the run returns the server's weights once they have left, with
 
 Adding a kind of observer (a tracker, a notifier) is one subclass of :class:`RunListener`
 passed as ``SparkSession.fit(..., listeners=[...])``; nothing else changes.
+
+A hyperparameter search (``tune``) is watched the same way, by a :class:`SearchListener`
+(the MLflow tracking of ``tune`` is one): ``on_search_start(info)`` once its trials are
+about to start (:class:`SearchInfo`), ``on_trial_end(end)`` as each trial ends, with what
+its searcher was told (:class:`TrialEnd`), then ``on_search_end(result)`` or
+``on_search_failed(error)``. A :class:`SearchListenerList` calls them in turn on the
+search loop's one thread, and a listener that raises is logged, as above, while the
+search goes on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -157,18 +165,7 @@ class ListenerList(RunListener):
         )
 
     def _call(self, hook: str, *args: Any) -> None:
-        for index, listener in enumerate(self.listeners):
-            try:
-                getattr(listener, hook)(*args)
-            except Exception:
-                key = (index, hook)
-                if key in self._warned:
-                    logger.debug("listener %r failed again in %s", listener, hook, exc_info=True)
-                else:
-                    self._warned.add(key)
-                    logger.warning(
-                        "listener %r failed in %s; training goes on", listener, hook, exc_info=True
-                    )
+        _call_each(self.listeners, self._warned, "training", hook, args)
 
     def on_run_start(self, info: RunInfo) -> None:
         """Forget the listeners' stop requests of an earlier run, then call each."""
@@ -189,3 +186,104 @@ class ListenerList(RunListener):
 
     def on_run_failed(self, error: BaseException) -> None:
         self._call("on_run_failed", error)
+
+
+@dataclass(frozen=True)
+class SearchInfo:
+    """What a search listener is told when the trials are about to start.
+
+    Attributes:
+        search: the search's name (``"grid"``, ``"random"``, ``"optuna:TPESampler"``, or a
+            searcher's class name), as :class:`~tensorspark.tuning.TuneResult` keeps it.
+        metric: the metric optimised.
+        mode: ``"max"`` or ``"min"``.
+        seed: the search's seed.
+        total: the trials it runs, when known, else None.
+        parallel: the trials in flight at once.
+    """
+
+    search: str
+    metric: str
+    mode: str
+    seed: int
+    total: int | None
+    parallel: int
+
+
+class TrialEnd(NamedTuple):
+    """How one trial of a search ended: what its searcher's ``tell`` hears."""
+
+    #: The trial as the searcher's ``ask`` proposed it (a ``tensorspark.tuning.Trial``).
+    trial: Any
+    #: The best value of the metric over its epochs; None when it failed.
+    score: float | None
+    #: The metric after each epoch it ran (empty when it failed before one ended).
+    values_per_epoch: Sequence[float]
+    #: The seconds it trained (for a failed trial, the seconds its task ran).
+    seconds: float
+    #: Whether it failed (raised, diverged, was cancelled or timed out).
+    failed: bool
+
+
+class SearchListener:
+    """Base class of whoever watches a search (``tune``); every hook does nothing unless
+    overridden. Hooks run on the driver, on the search loop's one thread; see the module."""
+
+    def on_search_start(self, info: SearchInfo) -> None:
+        """The trials are about to start."""
+
+    def on_trial_end(self, end: TrialEnd) -> None:
+        """A trial ended (succeeded, failed, pruned or cancelled); its searcher was told."""
+
+    def on_search_end(self, result: Any) -> None:
+        """Every trial ended; ``result`` is the search's TuneResult (checked after this:
+        a search whose trials all failed raises next)."""
+
+    def on_search_failed(self, error: BaseException) -> None:
+        """The search failed with ``error`` before its result, which the caller gets next."""
+
+
+class SearchListenerList(SearchListener):
+    """Calls each search listener's hook in turn, in the given order (driver). A listener
+    that raises an ``Exception`` is logged as :class:`ListenerList` logs it, and the
+    others still run: a broken tracker never breaks a search.
+
+    Args:
+        listeners: the search's listeners, called in this order.
+    """
+
+    def __init__(self, listeners: Iterable[SearchListener] = ()) -> None:
+        self.listeners = list(listeners)
+        self._warned: set[tuple[int, str]] = set()
+
+    def on_search_start(self, info: SearchInfo) -> None:
+        _call_each(self.listeners, self._warned, "the search", "on_search_start", (info,))
+
+    def on_trial_end(self, end: TrialEnd) -> None:
+        _call_each(self.listeners, self._warned, "the search", "on_trial_end", (end,))
+
+    def on_search_end(self, result: Any) -> None:
+        _call_each(self.listeners, self._warned, "the search", "on_search_end", (result,))
+
+    def on_search_failed(self, error: BaseException) -> None:
+        _call_each(self.listeners, self._warned, "the search", "on_search_failed", (error,))
+
+
+def _call_each(
+    listeners: Sequence[Any], warned: set[tuple[int, str]], what: str, hook: str, args: Any
+) -> None:
+    """Call ``hook(*args)`` of each listener in turn; one that raises an ``Exception`` is
+    logged (a warning with its traceback the first time for that listener and hook, noted
+    in ``warned``; later at DEBUG) and ``what`` goes on."""
+    for index, listener in enumerate(listeners):
+        try:
+            getattr(listener, hook)(*args)
+        except Exception:
+            key = (index, hook)
+            if key in warned:
+                logger.debug("listener %r failed again in %s", listener, hook, exc_info=True)
+            else:
+                warned.add(key)
+                logger.warning(
+                    "listener %r failed in %s; %s goes on", listener, hook, what, exc_info=True
+                )

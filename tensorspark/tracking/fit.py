@@ -41,9 +41,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tensorspark.listeners import RunInfo, RunListener
-from tensorspark.tracking.guard import MlflowGuard
+from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
-from tensorspark.tracking.settings import resolve_tracking
 from tensorspark.training.result import worker_traffic
 
 
@@ -290,12 +289,11 @@ def track_fit(
         TrackingError: ``strict`` and the tracking server cannot be reached (before
             anything trains), or a logging call failed (after training).
     """
-    resolved = resolve_tracking(tracking)
-    if resolved is None:
+    guard = guard_for(tracking)
+    if guard is None:
         yield TrackedFit()
         return
-    settings, silent = resolved
-    guard = MlflowGuard(settings, silent)
+    settings = guard.settings
     name = settings.run_name or session.name
     run = guard.start(
         "starting the run",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from tensorspark.errors import TrackingError
-from tensorspark.tracking.settings import MlflowTracking
+from tensorspark.tracking.settings import MlflowTracking, resolve_tracking
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +187,17 @@ class MlflowGuard:
                 f"{type(err).__name__}: {_first_line(err)}. The training itself finished. "
                 f"Received: tracking_uri={_tracking_uri()!r}"
             ) from err
+
+
+def guard_for(tracking: Any) -> MlflowGuard | None:
+    """The guard of one tracked call as its ``tracking`` argument says (None follows
+    ``tensorspark.autolog``); None when the call is untracked. Driver.
+
+    Raises:
+        ConfigurationError: ``tracking`` is invalid, or MLflow is not installed.
+    """
+    resolved = resolve_tracking(tracking)
+    return None if resolved is None else MlflowGuard(*resolved)
 
 
 def _first_line(err: BaseException) -> str:

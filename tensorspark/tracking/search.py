@@ -1,95 +1,63 @@
 """A tracked ``tune``: one parent run, a nested run per trial as it ends, the best marked
 (driver).
 
-:func:`track_search` opens the parent run before any trial starts (the user's active run
-when there is one; a tracking server that cannot be reached warns once, or with
-``strict`` raises :class:`~tensorspark.errors.TrackingError` before anything runs) and
-logs the search's settings as its params. :meth:`TrackedSearch.wrap` puts a
-:class:`TrackedSearcher` around the searcher, so nothing in the search loop or the
-searchers changes: every ``tell`` (the loop calls it as each trial ends) also creates the
-trial's nested run with its params, its score, the metric after each epoch
-(``step=epoch``) and its seconds, tagged with the trial's index and whether it failed.
-:meth:`TrackedSearch.finish` adds each trial's other per-epoch values (all of Keras's
-history), tags the best trial's run ``tensorspark.best = "true"``, logs the best score
-and params on the parent and ends the runs it started.
+:func:`track_search` wraps one ``tune`` call, as :func:`~tensorspark.tracking.fit.track_fit`
+wraps a ``fit``::
+
+    with track_search(tracking, settings, metric) as tracked:
+        result = search(..., listeners=tracked.listeners)
+        tracked.finish(result)
+
+Before any trial starts it opens the parent run (the user's active run when there is
+one; a tracking server that cannot be reached warns once, or with ``strict`` raises
+:class:`~tensorspark.errors.TrackingError` before anything runs) and logs the search's
+settings as its params. While the search runs, :class:`SearchTracker`, a
+:class:`~tensorspark.listeners.SearchListener`, creates each trial's nested run as the
+trial ends (the search tells its listeners right after its searcher): its params, its
+score, the metric after each epoch (``step=epoch``) and its seconds, tagged with the
+trial's index and whether it failed. :meth:`TrackedSearch.finish` adds each trial's other
+per-epoch values (all of Keras's history), tags the best trial's run ``tensorspark.best =
+"true"`` and logs the best score and params on the parent. Leaving the ``with`` ends a
+parent run it started: ``FINISHED`` when a trial succeeded, else (or when the search
+raised before its result) ``FAILED``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tensorspark.tracking.guard import MlflowGuard
+from tensorspark.listeners import SearchListener, TrialEnd
+from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import PARENT_TAG, TrackedRun, close_run, log_batch, open_run
-from tensorspark.tracking.settings import resolve_tracking
 
 #: The tag that marks the best trial's run.
 BEST_TAG = "tensorspark.best"
 
 
-class TrackedSearcher:
-    """A searcher that also logs each trial it is told of as a nested MLflow run.
-
-    Asks are passed through; every other attribute is the wrapped searcher's (``total``
-    and whatever a search loop asks of it). Driver, called from the loop's one thread.
+class SearchTracker(SearchListener):
+    """Logs each trial of one ``tune`` as a nested MLflow run when it ends (driver
+    listener, called from the search loop's one thread).
 
     Args:
-        searcher: the searcher of the search (any object with ``ask`` and ``tell``).
-        search: the tracked search that owns the runs.
+        guard: the call's :class:`~tensorspark.tracking.guard.MlflowGuard`.
+        parent: the search's parent run.
+        metric: the metric optimised (its per-epoch values are logged as the trial ends).
     """
 
-    def __init__(self, searcher: Any, search: TrackedSearch) -> None:
-        self._searcher = searcher
-        self._search = search
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._searcher, name)
-
-    def ask(self, running: Sequence[Any]) -> Any:
-        return self._searcher.ask(running)
-
-    def tell(
-        self,
-        trial: Any,
-        score: float | None,
-        values_per_epoch: Sequence[float],
-        seconds: float,
-        failed: bool,
-    ) -> None:
-        self._searcher.tell(trial, score, values_per_epoch, seconds, failed)
-        self._search.trial_ended(trial, score, values_per_epoch, seconds, failed)
-
-
-class TrackedSearch:
-    """The MLflow runs of one ``tune`` call (see the module); untracked when ``guard`` is
-    None: ``wrap`` returns the searcher itself and the rest does nothing."""
-
-    def __init__(
-        self, guard: MlflowGuard | None = None, parent: TrackedRun | None = None, metric: str = ""
-    ) -> None:
+    def __init__(self, guard: MlflowGuard, parent: TrackedRun, metric: str) -> None:
         self.guard = guard
         self.parent = parent
         self.metric = metric
-        #: The nested run of each trial told, by trial index.
+        #: The nested run of each trial that ended, by trial index.
         self.runs: dict[int, str] = {}
 
-    def wrap(self, searcher: Any) -> Any:
-        return searcher if self.parent is None else TrackedSearcher(searcher, self)
-
-    def trial_ended(
-        self,
-        trial: Any,
-        score: float | None,
-        values_per_epoch: Sequence[float],
-        seconds: float,
-        failed: bool,
-    ) -> None:
+    def on_trial_end(self, end: TrialEnd) -> None:
         """Create the trial's nested run, logged and ended in one go."""
-        if self.guard is None or self.parent is None:
-            return
-        parent = self.parent
+        trial, parent = end.trial, self.parent
 
         def log() -> str:
             import mlflow
@@ -98,17 +66,17 @@ class TrackedSearch:
             tags = {
                 PARENT_TAG: parent.run_id,
                 "tensorspark.trial": str(trial.index),
-                "tensorspark.failed": str(bool(failed)).lower(),
+                "tensorspark.failed": str(bool(end.failed)).lower(),
             }
             run = client.create_run(
                 parent.experiment_id, run_name=f"trial-{trial.index}", tags=tags
             )
-            metrics = [(self.metric, float(v), e) for e, v in enumerate(values_per_epoch)]
-            if score is not None:
-                metrics.append(("score", float(score), 0))
-            metrics.append(("seconds", float(seconds), 0))
+            metrics = [(self.metric, float(v), e) for e, v in enumerate(end.values_per_epoch)]
+            if end.score is not None:
+                metrics.append(("score", float(end.score), 0))
+            metrics.append(("seconds", float(end.seconds), 0))
             log_batch(run.info.run_id, params=dict(trial.params), metrics=metrics)
-            client.set_terminated(run.info.run_id, "FAILED" if failed else "FINISHED")
+            client.set_terminated(run.info.run_id, "FAILED" if end.failed else "FINISHED")
             return str(run.info.run_id)
 
         run_id = self.guard.call(f"logging trial {trial.index}", log)
@@ -121,8 +89,6 @@ class TrackedSearch:
         Raises:
             TrackingError: ``strict`` and a logging call failed during the search.
         """
-        if self.guard is None or self.parent is None:
-            return
         guard, parent = self.guard, self.parent
         now = int(time.time() * 1000)
         for trial in result.trials:
@@ -158,27 +124,52 @@ class TrackedSearch:
             )
         guard.raise_kept()
 
-    def close(self, failed: bool) -> None:
-        """End the parent run if this search started it."""
-        if self.guard is not None and self.parent is not None:
-            parent = self.parent
-            status = "FAILED" if failed else "FINISHED"
-            self.guard.close("ending the search's run", lambda: close_run(parent, status))
+
+class TrackedSearch:
+    """What a ``tune`` holds while tracked: the listeners to add and :meth:`finish`.
+
+    Untracked (``tracker`` is None) it adds no listener and ``finish`` does nothing.
+    """
+
+    def __init__(self, tracker: SearchTracker | None = None) -> None:
+        self.tracker = tracker
+        #: How the parent run ends: ``FAILED`` until :meth:`finish` saw a trial succeed.
+        self.status = "FAILED"
+
+    @property
+    def listeners(self) -> list[SearchListener]:
+        return [] if self.tracker is None else [self.tracker]
+
+    def finish(self, result: Any) -> None:
+        """Log the trials' histories, mark the best, summarise on the parent (driver);
+        the parent run ends ``FINISHED`` when a trial succeeded.
+
+        Raises:
+            TrackingError: ``strict`` and a logging call failed during the search.
+        """
+        self.status = "FINISHED" if result.succeeded else "FAILED"
+        if self.tracker is not None:
+            self.tracker.finish(result)
 
 
-def track_search(tracking: Any, settings: Mapping[str, Any], metric: str) -> TrackedSearch:
-    """Open the parent run of one ``tune`` as ``tracking`` says; log ``settings`` (the
-    search's arguments, plain values) as its params. Driver.
+@contextlib.contextmanager
+def track_search(
+    tracking: Any, settings: Mapping[str, Any], metric: str
+) -> Iterator[TrackedSearch]:
+    """Track one ``tune`` as ``tracking`` says (see the module): open its parent run and
+    log ``settings`` (the search's arguments, plain values) as its params; end the run on
+    leaving. Driver.
 
     Raises:
         ConfigurationError: ``tracking`` is invalid, or MLflow is not installed.
-        TrackingError: ``strict`` and the tracking server cannot be reached.
+        TrackingError: ``strict`` and the tracking server cannot be reached (before any
+            trial runs), or a logging call failed (from :meth:`TrackedSearch.finish`).
     """
-    resolved = resolve_tracking(tracking)
-    if resolved is None:
-        return TrackedSearch()
-    config, silent = resolved
-    guard = MlflowGuard(config, silent)
+    guard = guard_for(tracking)
+    if guard is None:
+        yield TrackedSearch()
+        return
+    config = guard.settings
 
     def start() -> TrackedRun:
         parent = open_run(
@@ -188,4 +179,11 @@ def track_search(tracking: Any, settings: Mapping[str, Any], metric: str) -> Tra
         return parent
 
     parent = guard.start("starting the search's run", start)
-    return TrackedSearch(guard, parent, metric) if parent is not None else TrackedSearch()
+    if parent is None:
+        yield TrackedSearch()
+        return
+    tracked = TrackedSearch(SearchTracker(guard, parent, metric))
+    try:
+        yield tracked
+    finally:
+        guard.close("ending the search's run", lambda: close_run(parent, tracked.status))

@@ -38,8 +38,11 @@ The modules, from the bottom of the import graph up:
 * :mod:`~tensorspark.tuning.result`: :class:`TuneResult` and its table.
 * :mod:`~tensorspark.tuning.report`: the per-trial log lines and progress display.
 * :mod:`~tensorspark.tuning.loop`: the search loop: asks, runs, tells and collects.
-* :mod:`~tensorspark.tuning.search`: :func:`tune`, which checks its arguments and starts
-  the loop.
+* :mod:`~tensorspark.tuning.choice`: the searcher ``tune``'s arguments ask for.
+* :mod:`~tensorspark.tuning.run`: :class:`~tensorspark.tuning.run.TuneRun`, one search:
+  its checks, pre-flight, plan, pruning channel, launch and result.
+* :mod:`~tensorspark.tuning.search`: :func:`tune`, the public call (a facade of
+  :class:`~tensorspark.tuning.run.TuneRun`).
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ import numpy as np
 
 from tensorspark.errors import TuningError
 from tensorspark.jobs import is_spark_failure, spark_failure, worker_traceback
+from tensorspark.listeners import SearchListener, TrialEnd
 from tensorspark.tuning.launch import Launcher
 from tensorspark.tuning.report import SearchProgress
-from tensorspark.tuning.searchers import Running, Searcher
+from tensorspark.tuning.searchers import Running, Searcher, as_searcher
 from tensorspark.tuning.trial import MAX_TRACEBACK_CHARS, Trial, TrialConfig, TrialResult, beats
 
 logger = logging.getLogger(__name__)
@@ -82,10 +83,22 @@ def _checked(trial: Any, asked: dict[int, Trial]) -> Trial:
     return trial
 
 
+class _Told:
+    """Tells the searcher how a trial ended, then the search's listener."""
+
+    def __init__(self, searcher: Searcher, listener: SearchListener) -> None:
+        self.searcher = searcher
+        self.listener = listener
+
+    def __call__(self, end: TrialEnd) -> None:
+        self.searcher.tell(*end)
+        self.listener.on_trial_end(end)
+
+
 def expected_total(searcher: Searcher, max_trials: int | None) -> int | None:
     """How many trials a search with ``searcher`` runs, when known: its ``total`` (if it
     has one) and ``max_trials``, whichever is smaller."""
-    known = [n for n in (getattr(searcher, "total", None), max_trials) if n is not None]
+    known = [n for n in (searcher.total, max_trials) if n is not None]
     return min(known) if known else None
 
 
@@ -97,6 +110,7 @@ def run_search(
     progress: bool,
     timeout: float,
     max_trials: int | None = None,
+    listener: SearchListener | None = None,
 ) -> tuple[list[TrialResult], list[np.ndarray] | None]:
     """Run trials as ``searcher`` proposes them, ``parallel`` at a time, until it has none
     left (or ``max_trials`` were asked for); the results in trial order (by index) and the
@@ -105,6 +119,8 @@ def run_search(
     On timeout the job group is cancelled; the trials in flight, and those a searcher of
     known ``total`` has not been asked for yet, are recorded as cancelled and told to the
     searcher as failed. On an interrupt the job group is cancelled and the error raised.
+    ``listener`` hears each trial's end (:class:`~tensorspark.listeners.TrialEnd`) right
+    after the searcher is told it.
     """
 
     def submit(trial: Trial) -> dict[str, Any]:
@@ -113,6 +129,8 @@ def run_search(
         except Exception as err:  # noqa: BLE001 - Spark-level failure of this trial only
             return _failed_job(trial, err)
 
+    searcher = as_searcher(searcher)
+    told = _Told(searcher, listener or SearchListener())
     total = expected_total(searcher, max_trials)
     asked: dict[int, Trial] = {}
     by_index: dict[int, TrialResult] = {}
@@ -170,18 +188,16 @@ def run_search(
                 values = trial.history.get(config.metric, [])
                 # Whether the trial stopped on a prune is the executor's word: an answer
                 # "prune" that timed out or was lost left the trial training to its end.
-                settle = getattr(searcher, "settle_pruned", None)
-                if settle is not None:
-                    settle(submitted, trial.pruned)
-                searcher.tell(submitted, trial.score, list(values), seconds, not trial.ok)
+                searcher.settle_pruned(submitted, trial.pruned)
+                told(TrialEnd(submitted, trial.score, list(values), seconds, not trial.ok))
                 reporter.update(trial, best)
             start_more()
     except concurrent.futures.TimeoutError:
         logger.warning("Tuning timed out after %.0fs; cancelling unfinished trials", timeout)
         # Trials not asked yet are made and recorded only for a searcher that knows its
-        # total (an Optuna study would otherwise get failed trials that never ran).
-        known = total if getattr(searcher, "total", None) is not None else None
-        _record_cancelled(launcher, searcher, asked, by_index, known, timeout)
+        # total (a study-backed searcher would otherwise get failed trials that never ran).
+        known = total if searcher.total is not None else None
+        _record_cancelled(launcher, searcher, told, asked, by_index, known, timeout)
     except BaseException:  # KeyboardInterrupt included: stop the cluster's work too
         launcher.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -195,6 +211,7 @@ def run_search(
 def _record_cancelled(
     launcher: Launcher,
     searcher: Searcher,
+    told: _Told,
     asked: dict[int, Trial],
     by_index: dict[int, TrialResult],
     total: int | None,
@@ -212,4 +229,4 @@ def _record_cancelled(
     for index, trial in asked.items():
         if index not in by_index:
             by_index[index] = TrialResult(index=index, params=dict(trial.params), error=error)
-            searcher.tell(trial, None, [], 0.0, True)
+            told(TrialEnd(trial, None, [], 0.0, True))

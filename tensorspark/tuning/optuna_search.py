@@ -168,6 +168,10 @@ class OptunaSearcher(Searcher):
             else:
                 self._pruned.discard(trial.index)
 
+    def result_extras(self) -> Mapping[str, Any]:
+        """The study, kept as :attr:`TuneResult.study <tensorspark.tuning.TuneResult.study>`."""
+        return {"study": self.study}
+
     def tell(
         self,
         trial: Trial,

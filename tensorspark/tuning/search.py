@@ -1,5 +1,5 @@
-"""The search: :func:`tune` checks its arguments, schedules one Spark job per trial and
-collects the trials as they finish. Runs on the driver.
+"""The search: :func:`tune`, the public call, checks its arguments, schedules one Spark
+job per trial and collects the trials as they finish. Runs on the driver.
 
 The data set travels once, by ``sc.broadcast`` (or, given as a DataFrame or under Spark
 Connect, as :mod:`tensorspark.tuning.launch` says); each trial is a Spark job of one task,
@@ -9,133 +9,24 @@ far). Which trial starts next is a searcher's choice (:mod:`tensorspark.tuning.s
 asked by the loop of :mod:`tensorspark.tuning.loop` whenever a slot frees. A trial that
 fails, in the user's code or at the Spark level, is recorded with its error; the search
 fails only when every trial fails.
+
+:func:`tune` is the facade: one search is a :class:`~tensorspark.tuning.run.TuneRun`,
+which owns its checks, pre-flight, plan, pruning channel, launch and result.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import secrets
-import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from tensorspark import connect, gpus, versions
-from tensorspark.arguments import positive_int, positive_number
-from tensorspark.conf import ConfSnapshot, task_slots
-from tensorspark.errors import ConfigurationError, TuningError
-from tensorspark.models.precision import check_policy, policy_scope
-from tensorspark.tracking.search import track_search
-from tensorspark.tuning.launch import (
-    ACCEPTED,
-    is_dataframe,
-    launcher_for,
-    plan_frames,
-    trial_pool,
-)
-from tensorspark.tuning.loop import expected_total, run_search
-from tensorspark.tuning.optuna_search import OptunaSearcher, optuna_searcher_for
 from tensorspark.tuning.result import TuneResult
-from tensorspark.tuning.searchers import (
-    GridSearcher,
-    LongestFirstSearcher,
-    RandomSearcher,
-    Searcher,
-)
-from tensorspark.tuning.space import check_search
-from tensorspark.tuning.trial import TrialConfig, TrialResult
-from tensorspark.warmup import warm_up
+from tensorspark.tuning.run import TuneRun
+from tensorspark.tuning.searchers import Searcher
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import SparkContext
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["tune"]
-
-_MODES = ("max", "min", "auto")
-
-
-def _resolve_mode(metric: str, mode: str) -> str:
-    if mode != "auto":
-        return mode
-    return "max" if any(k in metric for k in ("acc", "auc", "precision", "recall")) else "min"
-
-
-def _as_arrays(name: str, value: Any, required: bool) -> tuple[np.ndarray, np.ndarray] | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        accepted = ACCEPTED if name == "train" else "a tuple (x, y) of arrays like `train`"
-        raise ConfigurationError(
-            f"Argument `{name}` must be {accepted}. Received: {name}={type(value).__name__}"
-        )
-    x, y = np.asarray(value[0]), np.asarray(value[1])
-    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y) or len(x) == 0:
-        raise ConfigurationError(
-            f"Argument `{name}` must hold x and y with the same, non-zero number of rows. "
-            f"Received: x.shape={x.shape}, y.shape={y.shape}"
-        )
-    return x, y
-
-
-def _summarise_errors(trials: Sequence[TrialResult], limit: int = 5) -> str:
-    counts: dict[str, list[int]] = {}
-    for t in trials:
-        counts.setdefault(t.error or "no score", []).append(t.index)
-    lines = [
-        f"  {len(idx)}x {err} (trials {idx[:10]}{'...' if len(idx) > 10 else ''})"
-        for err, idx in sorted(counts.items(), key=lambda kv: -len(kv[1]))[:limit]
-    ]
-    if len(counts) > limit:
-        lines.append(f"  ... and {len(counts) - limit} other distinct errors")
-    return "\n".join(lines)
-
-
-def _searcher_for(
-    space: Any, search: Any, n_trials: Any, seed: int, cost: Any
-) -> tuple[Searcher, str, int | None]:
-    """The searcher ``tune``'s arguments ask for, the name :class:`TuneResult` keeps, and the
-    most trials to ask it for (``None``: until it has none left). Driver.
-
-    ``"grid"`` and ``"random"`` are ordered longest-expected first
-    (:class:`~tensorspark.tuning.searchers.LongestFirstSearcher`, by ``cost`` when given);
-    a searcher object is used as it is, asked at most ``n_trials`` times when that is set.
-
-    Raises:
-        ConfigurationError: the space, ``search``, ``n_trials`` or ``cost`` is invalid.
-    """
-    if not isinstance(search, str):
-        if not (callable(getattr(search, "ask", None)) and callable(getattr(search, "tell", None))):
-            raise ConfigurationError(
-                "Argument `search` must be 'grid', 'random' or a searcher (an object with "
-                f"ask() and tell(), see tensorspark.tuning.Searcher). Received: search={search!r}"
-            )
-        if space is not None:
-            raise ConfigurationError(
-                "Argument `space` must be None when `search` is a searcher: the searcher "
-                f"proposes the parameters. Received: space={space!r}"
-            )
-        if cost is not None:
-            raise ConfigurationError(
-                "Argument `cost` orders search='grid' or 'random' only; a searcher orders its "
-                f"own trials. Received: cost={cost!r}"
-            )
-        limit = None if n_trials is None else positive_int("n_trials", n_trials)
-        return search, type(search).__name__, limit
-    check_search(search, n_trials)
-    inner = GridSearcher(space) if search == "grid" else RandomSearcher(space, n_trials, seed)
-    if cost is not None and not callable(cost):
-        raise ConfigurationError(
-            f"Argument `cost` must be a function params -> number or None. Received: cost={cost!r}"
-        )
-    try:
-        return LongestFirstSearcher(inner, cost), search, None
-    except ValueError as err:
-        raise ConfigurationError(f"Argument `cost` failed: {err}") from err
 
 
 def tune(
@@ -270,198 +161,29 @@ def tune(
             trial did not fail), a searcher proposed no trial, or its ask() returned
             something that cannot run.
     """
-    if not callable(build):
-        raise ConfigurationError(
-            "Argument `build` must be a function params -> compiled keras.Model. Received: "
-            f"build={build!r}"
-        )
-    positive_int("epochs", epochs)
-    positive_int("batch_size", batch_size)
-    for name, value in (
-        ("early_stopping_patience", early_stopping_patience),
-        ("max_parallel", max_parallel),
-    ):
-        if value is not None:
-            positive_int(name, value)
-    if not isinstance(metric, str) or not metric:
-        raise ConfigurationError(
-            "Argument `metric` must be a non-empty string such as 'val_accuracy'. Received: "
-            f"metric={metric!r}"
-        )
-    if mode not in _MODES:
-        raise ConfigurationError(
-            f"Argument `mode` must be one of {list(_MODES)}. Received: mode={mode!r}"
-        )
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise ConfigurationError(
-            f"Argument `seed` must be an integer or None. Received: seed={seed!r}"
-        )
-    timeout = positive_number("timeout", timeout)
-    policy = check_policy(mixed_precision)
-    frames = is_dataframe(train)
-    train_xy = None if frames else _as_arrays("train", train, required=True)
-    val_xy = None if frames else _as_arrays("validation", validation, required=False)
-    if validation is None and metric.startswith("val_"):
-        raise ConfigurationError(
-            f"Argument `validation` is needed for metric={metric!r}: pass validation=(x_val, "
-            "y_val) or optimise a training metric. Received: validation=None"
-        )
-    if seed is None:
-        seed = secrets.randbelow(2**31 - 1)
-    seed = int(seed)
-    resolved_mode = _resolve_mode(metric, mode)
-    # An Optuna sampler, pruner or study (checked without importing optuna otherwise).
-    searcher: Searcher
-    optuna_search = optuna_searcher_for(
+    return TuneRun(
+        sc,
+        build,
         space,
-        search,
-        n_trials=n_trials,
-        cost=cost,
-        mode=mode,
-        resolved_mode=resolved_mode,
-        pruner=pruner,
-        study=study,
-    )
-    if optuna_search is not None:
-        searcher, search_name, resolved_mode = optuna_search
-        max_trials: int | None = int(n_trials)  # type: ignore[arg-type]
-    else:
-        searcher, search_name, max_trials = _searcher_for(
-            space, "grid" if search is None else search, n_trials, seed, cost
-        )
-    # Only a searcher that prunes gets the per-epoch reports (kept apart from whatever
-    # wraps the searcher later, so a wrapper need not pass them on).
-    judge = searcher if isinstance(searcher, OptunaSearcher) and searcher.prunes else None
-    config = TrialConfig(
-        epochs=int(epochs),
-        batch_size=int(batch_size),
+        train,
+        validation,
+        features_col=features_col,
+        label_col=label_col,
+        epochs=epochs,
+        batch_size=batch_size,
         metric=metric,
-        mode=resolved_mode,
+        mode=mode,
+        search=search,
+        n_trials=n_trials,
         seed=seed,
         early_stopping_patience=early_stopping_patience,
-        return_weights=bool(return_best_model),
-        mixed_precision=policy,
-    )
-    sc = connect.spark_handle(sc)
-    conf = ConfSnapshot.take(sc)
-    gpus.plan(sc, "tensorspark tune", conf)
-    versions.check_executors(sc, what="tensorspark tune")
-    # DataFrame data is planned through the input seam (its columns checked, its first row
-    # read: one tiny job per DataFrame) before any trial is sent.
-    planned = plan_frames(train, validation, features_col, label_col) if frames else None
-    # By default as many trials are in flight as there are slots (with GPUs, one per GPU),
-    # so every submitted trial starts at once and the order chosen is the order run. (One
-    # more, queued in Spark, saved nothing measurable: a freed slot waited 0.06-0.12 s for
-    # its next trial either way. And the order in which Spark queues jobs sent from several
-    # threads at once is a race.)
-    total = expected_total(searcher, max_trials)
-    parallel = max_parallel or max(1, task_slots(sc, conf))
-    if total is not None:
-        parallel = max(1, min(total, parallel))
-    logger.info(
-        "Tuning: %s search, %s trials, %d in flight, metric %s (%s), seed %d",
-        search_name,
-        "?" if total is None else total,
-        parallel,
-        metric,
-        resolved_mode,
-        seed,
-    )
-    arrays = None
-    if train_xy is not None:
-        arrays = {
-            "x": train_xy[0],
-            "y": train_xy[1],
-            "x_val": val_xy[0] if val_xy else None,
-            "y_val": val_xy[1] if val_xy else None,
-        }
-    # Before anything starts: with strict tracking, a tracking server that cannot be reached
-    # fails the call here.
-    tracked = track_search(tracking, {**vars(config), "search": search_name}, metric)
-    # The workers import TensorFlow while the data is shared: a one-off warm-up of the pool
-    # the trials run in (a no-op job on warm workers), queued before the trials.
-    try:
-        warming = warm_up(
-            sc,
-            pools=(trial_pool(sc, dataframes=frames),),
-            keep_alive=0.0,
-            enabled=None,
-            yield_to_jobs=False,
-            conf=conf,
-        )
-    except BaseException:
-        tracked.close(failed=True)
-        raise
-    group = f"tensorspark-tune-{uuid.uuid4().hex[:12]}"
-    channel = None
-    try:
-        if judge is not None:  # the pruning endpoint: stopped below, whatever happens
-            from tensorspark.tuning.prune_server import open_channel
-
-            channel = open_channel(sc, conf, judge.should_prune)
-            config = dataclasses.replace(config, pruning=channel.link())
-        launcher = launcher_for(sc, build, config, group, arrays=arrays, frames=planned)
-        start = time.monotonic()
-        try:
-            results, best_weights = run_search(
-                launcher, config, tracked.wrap(searcher), parallel, progress, timeout, max_trials
-            )
-        finally:
-            launcher.close()
-    except BaseException:
-        tracked.close(failed=True)
-        raise
-    finally:
-        warming.close(timeout=0.0)
-        if channel is not None:
-            channel.stop()
-    elapsed = time.monotonic() - start
-    result = TuneResult(
-        trials=results,
-        metric=metric,
-        mode=resolved_mode,
-        search=search_name,
-        seed=seed,
-        elapsed_s=elapsed,
-        best_weights=best_weights,
-        study=searcher.study if isinstance(searcher, OptunaSearcher) else None,
-    )
-    try:
-        tracked.finish(result)
-    finally:
-        tracked.close(failed=not result.succeeded)
-    if not results:
-        raise TuningError(
-            "The searcher proposed no trial: its ask() returned None with none running. "
-            f"Received: search={search!r}"
-        )
-    if not result.succeeded:
-        raise TuningError(
-            f"All {len(results)} trials failed; fix `build`, the space or the data. "
-            f"Errors:\n{_summarise_errors(results)}"
-        )
-    logger.info(
-        "Tuning done in %.1fs: %d/%d trials ok (%d pruned), best %s=%.4g with %s",
-        elapsed,
-        len(result.succeeded),
-        len(results),
-        len(result.pruned),
-        metric,
-        result.best_score,
-        result.best_params,
-    )
-    if return_best_model:
-        with policy_scope(policy):
-            result.best_model = _rebuild(build, result)
-    return result
-
-
-def _rebuild(build: Callable[[dict[str, Any]], Any], result: TuneResult) -> Any:
-    """Build the best model on the driver and set the weights shipped back."""
-    if result.best_weights is None:
-        raise TuningError(
-            f"The best trial {result.best_trial.index} sent back no weights; cannot rebuild it."
-        )
-    model = build(result.best_params)
-    model.set_weights(result.best_weights)
-    return model
+        max_parallel=max_parallel,
+        cost=cost,
+        return_best_model=return_best_model,
+        progress=progress,
+        timeout=timeout,
+        mixed_precision=mixed_precision,
+        pruner=pruner,
+        study=study,
+        tracking=tracking,
+    ).execute()

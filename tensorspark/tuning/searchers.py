@@ -8,7 +8,14 @@ a searcher may choose it knowing every trial finished so far.
 
 The protocol is :class:`Searcher`: ``ask(running) -> Trial | None`` and ``tell(trial,
 score, values_per_epoch, seconds, failed)``; ``total`` (the number of trials it will
-propose, when known) sizes the progress display. ``tune(search="grid")`` and
+propose, when known) sizes the progress display. Its optional pruning hooks let a
+searcher stop trials while they train: a searcher whose ``prunes`` is true hears each
+epoch's value through ``should_prune`` (the search then opens the pruning channel of
+:mod:`tensorspark.tuning.prune_server`), and ``settle_pruned`` before each ``tell``;
+``result_extras`` adds what it keeps to the result (an Optuna study, for
+:class:`~tensorspark.tuning.optuna_search.OptunaSearcher`). The search calls these hooks
+only, whatever the searcher; :func:`as_searcher` gives an object that only asks and tells
+their defaults. ``tune(search="grid")`` and
 ``search="random"`` run :class:`LongestFirstSearcher` over a :class:`GridSearcher` or a
 :class:`RandomSearcher`; ``tune(search=searcher)`` runs any object that asks and tells.
 
@@ -31,6 +38,7 @@ __all__ = [
     "RandomSearcher",
     "Running",
     "Searcher",
+    "as_searcher",
 ]
 
 
@@ -86,6 +94,70 @@ class Searcher:
                 for a failed trial, the seconds its task ran.
             failed: Whether it failed (raised, diverged, was cancelled or timed out).
         """
+
+    #: Whether this searcher judges trials while they train (:meth:`should_prune`): only
+    #: then does a search carry each epoch's value from the executors to the driver.
+    prunes: bool = False
+
+    def should_prune(self, index: int, epoch: int, value: float) -> bool:
+        """Whether trial ``index`` should stop after ``epoch`` (0-based), where ``metric``
+        was ``value``. Called only when :attr:`prunes` is true, from the pruning
+        endpoint's threads while the trial trains (so it must be thread-safe). The
+        default never prunes."""
+        return False
+
+    def settle_pruned(self, trial: Trial, pruned: bool) -> None:
+        """Before :meth:`tell`: whether ``trial`` stopped on a prune, as its executor says
+        (a "prune" answer may have been lost, and the trial trained to its end). The
+        default ignores it."""
+
+    def result_extras(self) -> Mapping[str, Any]:
+        """Fields of :class:`~tensorspark.tuning.TuneResult` this searcher fills in (e.g.
+        ``study``), read once every trial ended. The default adds none."""
+        return {}
+
+
+class _AskTell(Searcher):
+    """A searcher object that does not subclass :class:`Searcher`, seen through the
+    protocol: its own ``ask``, ``tell`` and whichever optional members it has, the
+    protocol's defaults for the others."""
+
+    def __init__(self, searcher: Any) -> None:
+        self._searcher = searcher
+
+    @property
+    def total(self) -> int | None:  # type: ignore[override]  # read from the searcher
+        return getattr(self._searcher, "total", None)
+
+    @property
+    def prunes(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self._searcher, "prunes", False))
+
+    def ask(self, running: Sequence[Running]) -> Trial | None:
+        return self._searcher.ask(running)  # type: ignore[no-any-return]
+
+    def tell(self, *args: Any, **kwargs: Any) -> None:  # passed on as it came
+        self._searcher.tell(*args, **kwargs)
+
+    def should_prune(self, index: int, epoch: int, value: float) -> bool:
+        return bool(self._own("should_prune", super().should_prune)(index, epoch, value))
+
+    def settle_pruned(self, trial: Trial, pruned: bool) -> None:
+        self._own("settle_pruned", super().settle_pruned)(trial, pruned)
+
+    def result_extras(self) -> Mapping[str, Any]:
+        return self._own("result_extras", super().result_extras)()  # type: ignore[no-any-return]
+
+    def _own(self, name: str, default: Callable[..., Any]) -> Callable[..., Any]:
+        hook = getattr(self._searcher, name, None)
+        return hook if callable(hook) else default
+
+
+def as_searcher(searcher: Any) -> Searcher:
+    """``searcher`` as a :class:`Searcher`: itself when it is one, else any object with
+    ``ask`` and ``tell`` behind the protocol (its optional members read from it, the
+    protocol's defaults for those it lacks). Pure."""
+    return searcher if isinstance(searcher, Searcher) else _AskTell(searcher)
 
 
 class _InOrder(Searcher):
