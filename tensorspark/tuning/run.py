@@ -32,12 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark import connect, gpus, versions
+from tensorspark import connect
 from tensorspark.arguments import positive_int, positive_number
 from tensorspark.conf import ConfSnapshot, task_slots
 from tensorspark.errors import ConfigurationError, TuningError
 from tensorspark.listeners import SearchInfo, SearchListener, SearchListenerList
 from tensorspark.models.precision import check_policy, policy_scope
+from tensorspark.preflight import preflight
 from tensorspark.tracking.search import track_search
 from tensorspark.tuning.choice import choose_searcher
 from tensorspark.tuning.launch import ACCEPTED, is_dataframe, launcher_for, plan_frames, trial_pool
@@ -182,14 +183,13 @@ class TuneRun:
         return self._finish(result)
 
     def preflight(self, sc: Any, conf: ConfSnapshot) -> None:
-        """The GPUs planned and the executors' versions checked, before anything runs.
+        """The GPU settings checked and the executors' versions checked, before anything runs.
 
         Raises:
             ConfigurationError: GPUs per task were requested in local mode, or the
                 executors run other versions than the driver.
         """
-        gpus.plan(sc, "tensorspark tune", conf)
-        versions.check_executors(sc, what="tensorspark tune")
+        preflight(sc, "tensorspark tune", conf)
 
     def _plan(self, sc: Any, conf: ConfSnapshot) -> SearchInfo:
         """How many trials run at once, logged with the rest of the search's plan.
