@@ -39,7 +39,8 @@ from tensorspark.ps.control import merge_control
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
 from tensorspark.ps.settings import MODES, ServerSettings, server_settings
-from tensorspark.ps.store import Snapshot, Store
+from tensorspark.ps.snapshot import Snapshot
+from tensorspark.ps.store import Store
 
 __all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "ServerSettings", "Snapshot"]
 

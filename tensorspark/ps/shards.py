@@ -57,7 +57,7 @@ from tensorspark.ps.settings import (
 )
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
-from tensorspark.ps.store import Snapshot
+from tensorspark.ps.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
