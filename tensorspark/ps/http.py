@@ -10,8 +10,9 @@ head declares is checked before the body is read (:mod:`tensorspark.ps.head_chec
 (:mod:`tensorspark.ps.validation`, :func:`tensorspark.wire.decode`).
 
 Requests are handled by a small :class:`tornado.httputil.HTTPMessageDelegate`
-(:class:`~tensorspark.ps.request.Request`, one per request) instead of ``tornado.web``: request bodies are copied once into a buffer sized from Content-Length
-and responses are written from the arrays' memory without joining them into one string
+(:class:`~tensorspark.ps.request.Request`, one per request) instead of ``tornado.web``:
+request bodies are copied once into a buffer sized from Content-Length and responses are
+written from the arrays' memory without joining them into one string
 (:mod:`tensorspark.ps.responses`), which is what keeps a 100 MB model near the loopback's
 speed.
 

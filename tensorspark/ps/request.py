@@ -25,7 +25,7 @@ from tornado.iostream import IOStream, StreamClosedError
 
 from tensorspark import wire
 from tensorspark.errors import AuthenticationError, WireFormatError
-from tensorspark.ps import auth, dashboard
+from tensorspark.ps import auth, body_mac, dashboard
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Admission, Limits, content_length
 from tensorspark.ps.head_checks import check_head
 from tensorspark.ps.responses import send
@@ -92,7 +92,7 @@ class Request(httputil.HTTPMessageDelegate):
         self.responded = False
         self.signed = False  # the head verified; the body ends with its signature
         self.payload_length = 0
-        self.hasher: auth.BlockHasher | None = None
+        self.hasher: body_mac.BlockHasher | None = None
         self.admitted = False  # holds room for ``length`` bytes in settings.admission
         self.reading = False  # a body is expected and has not all arrived
         self.timed_out = False
