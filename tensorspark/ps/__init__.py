@@ -2,7 +2,9 @@
 compression of what they send and the combiners that fold a push into the parameters.
 
 ``import tensorspark.ps`` stays light (no Tornado, no NumPy): each name below loads its
-module on first use (PEP 562), as the package's face does.
+module on first use (PEP 562), as the package's face does. The modules of ``ps/`` import
+each other by their full path (``import tensorspark.ps.auth as auth``), never through this
+package, so this face (and its type-checking imports below) closes no import cycle.
 """
 
 from __future__ import annotations

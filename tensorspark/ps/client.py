@@ -59,13 +59,13 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.arguments import positive_number
 from tensorspark.errors import (
     ConfigurationError,
     ParameterServerError,
 )
-from tensorspark.ps import auth
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM
 from tensorspark.ps.answers import Busy, check_answer, unreachable
 from tensorspark.ps.compression import decode as decode_tensor

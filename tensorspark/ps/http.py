@@ -37,7 +37,7 @@ from typing import Any
 
 from tornado import httputil
 
-from tensorspark.ps import auth
+import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.request import Request, Served
 from tensorspark.ps.routes import ROUTES, STATUS_ROUTES, StatusBooks

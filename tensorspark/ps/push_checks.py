@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import tensorspark.ps.compression as compress
 from tensorspark import wire
-from tensorspark.ps import compression as compress
 from tensorspark.ps.validation import MAX_SAMPLES, RequestError, int_field
 
 logger = logging.getLogger(__name__)

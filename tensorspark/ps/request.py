@@ -23,9 +23,11 @@ from tornado import httputil
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError
 
+import tensorspark.ps.auth as auth
+import tensorspark.ps.body_mac as body_mac
+import tensorspark.ps.dashboard as dashboard
 from tensorspark import wire
 from tensorspark.errors import AuthenticationError, WireFormatError
-from tensorspark.ps import auth, body_mac, dashboard
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Admission, Limits, content_length
 from tensorspark.ps.head_checks import check_head
 from tensorspark.ps.responses import send

@@ -31,8 +31,8 @@ import numpy as np
 from tornado import httputil
 from tornado.ioloop import IOLoop
 
+import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError
-from tensorspark.ps import auth
 from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.control import merge_control

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
-from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
