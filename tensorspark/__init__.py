@@ -5,11 +5,12 @@ imports none of TensorFlow, Keras, pyspark, hdfs, requests or matplotlib; each n
 loads its module on first use (PEP 562), so ``tensorspark.SparkSession`` costs what
 ``tensorspark.session`` imports, once.
 
-The face is one table, :data:`_EXPORTS`: ``__all__``, the lazy ``__getattr__`` and (checked
+The face is one table, :data:`_FACE`: ``__all__``, the lazy ``__getattr__`` and (checked
 by ``tests/unit/test_public_face.py``) the type checkers' imports below all follow it. The
 parameter server's parts live in :mod:`tensorspark.ps`, the rarer exceptions in
-:mod:`tensorspark.errors`; the names that left the top level in 0.2 (:data:`_MOVED`) still
-resolve here for one release, with a :class:`DeprecationWarning` naming their new home.
+:mod:`tensorspark.errors`; the names that left the top level in 0.2 (:data:`_MOVED_TO`)
+still resolve here for one release, with a :class:`DeprecationWarning` naming their new
+home.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
-#: Every name ``tensorspark`` resolves -> the module that defines it. All of them but the
-#: moved ones (:data:`_MOVED`) are the public face, ``__all__``.
-_EXPORTS: dict[str, str] = {
+#: The public face, ``__all__``: name -> the module that defines it.
+_FACE: dict[str, str] = {
     # sessions and training
     "SparkSession": "tensorspark.session",
     "History": "tensorspark.training.result",
@@ -63,88 +63,49 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": "tensorspark.errors",
     "DivergenceError": "tensorspark.errors",
     "ParameterServerConnectionError": "tensorspark.errors",
-    # moved in 0.2 (see _MOVED)
-    "ParameterServer": "tensorspark.ps.server",
-    "ServerSettings": "tensorspark.ps.settings",
-    "ParameterClient": "tensorspark.ps.client",
-    "PushResult": "tensorspark.ps.client",
-    "Compression": "tensorspark.ps.compression",
-    "WeightCombiner": "tensorspark.ps.combiners",
-    "DeltaWeightCombiner": "tensorspark.ps.combiners",
-    "DynSGDCombiner": "tensorspark.ps.combiners",
-    "MeanWeightCombiner": "tensorspark.ps.combiners",
-    "NesterovCombiner": "tensorspark.ps.combiners",
-    "AuthenticationError": "tensorspark.errors",
-    "BadRecordError": "tensorspark.errors",
-    "DeviceError": "tensorspark.errors",
-    "ParameterServerError": "tensorspark.errors",
-    "StorageError": "tensorspark.errors",
-    "TrackingError": "tensorspark.errors",
-    "TuningError": "tensorspark.errors",
-    "WireFormatError": "tensorspark.errors",
-    "WorkerPlacementError": "tensorspark.errors",
-    "Distribution": "tensorspark.tuning",
-    "expand_space": "tensorspark.tuning",
-    "ModelSource": "tensorspark.models.base",
-    "ModelLoader": "tensorspark.models.base",
-    "TF1SessionSource": "tensorspark.models.tf1",
-    "FileSource": "tensorspark.fileio.source",
-    "WrittenFiles": "tensorspark.fileio.output",
-    "Checkpoint": "tensorspark.checkpoint",
-    "CheckpointManager": "tensorspark.checkpoint",
-    "WarmUp": "tensorspark.warmup",
-    "Progress": "tensorspark.progress",
 }
 
-_PS = "tensorspark.ps"
-_ERRORS = "tensorspark.errors"
-
-#: Names that left the top level in 0.2 -> the import path to use instead. They still resolve
-#: as ``tensorspark.<name>`` until 0.3, each access warning with a DeprecationWarning.
-_MOVED: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "ParameterServer",
-            "ServerSettings",
-            "ParameterClient",
-            "PushResult",
-            "Compression",
-            "WeightCombiner",
-            "DeltaWeightCombiner",
-            "DynSGDCombiner",
-            "MeanWeightCombiner",
-            "NesterovCombiner",
-        ),
-        _PS,
+#: Names that left the top level in 0.2, by the module to import them from now. Until 0.3
+#: ``tensorspark.<name>`` still returns them, each access warning with a DeprecationWarning.
+_MOVED_TO: dict[str, tuple[str, ...]] = {
+    "tensorspark.ps": (
+        "ParameterServer",
+        "ServerSettings",
+        "ParameterClient",
+        "PushResult",
+        "Compression",
+        "WeightCombiner",
+        "DeltaWeightCombiner",
+        "DynSGDCombiner",
+        "MeanWeightCombiner",
+        "NesterovCombiner",
     ),
-    **dict.fromkeys(
-        (
-            "AuthenticationError",
-            "BadRecordError",
-            "DeviceError",
-            "ParameterServerError",
-            "StorageError",
-            "TrackingError",
-            "TuningError",
-            "WireFormatError",
-            "WorkerPlacementError",
-        ),
-        _ERRORS,
+    "tensorspark.errors": (
+        "AuthenticationError",
+        "BadRecordError",
+        "DeviceError",
+        "ParameterServerError",
+        "StorageError",
+        "TrackingError",
+        "TuningError",
+        "WireFormatError",
+        "WorkerPlacementError",
     ),
-    "Distribution": "tensorspark.tuning",
-    "expand_space": "tensorspark.tuning",
-    "ModelSource": "tensorspark.models.base",
-    "ModelLoader": "tensorspark.models.base",
-    "TF1SessionSource": "tensorspark.models.tf1",
-    "FileSource": "tensorspark.fileio.source",
-    "WrittenFiles": "tensorspark.fileio.output",
-    "Checkpoint": "tensorspark.checkpoint",
-    "CheckpointManager": "tensorspark.checkpoint",
-    "WarmUp": "tensorspark.warmup",
-    "Progress": "tensorspark.progress",
+    "tensorspark.tuning": ("Distribution", "expand_space"),
+    "tensorspark.models.base": ("ModelSource", "ModelLoader"),
+    "tensorspark.models.tf1": ("TF1SessionSource",),
+    "tensorspark.fileio.source": ("FileSource",),
+    "tensorspark.fileio.output": ("WrittenFiles",),
+    "tensorspark.checkpoint": ("Checkpoint", "CheckpointManager"),
+    "tensorspark.warmup": ("WarmUp",),
+    "tensorspark.progress": ("Progress",),
 }
+_MOVED: dict[str, str] = {name: home for home, names in _MOVED_TO.items() for name in names}
 
-__all__ = sorted(name for name in _EXPORTS if name not in _MOVED)
+#: Every name ``tensorspark`` resolves -> the module it is read from.
+_EXPORTS: dict[str, str] = {**_FACE, **_MOVED}
+
+__all__ = sorted(_FACE)
 
 
 def __getattr__(name: str) -> Any:
@@ -172,7 +133,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) - set(_MOVED) | set(__all__))
 
 
-if TYPE_CHECKING:  # what type checkers and IDEs see: __all__, imported eagerly (test-checked)
+if TYPE_CHECKING:  # what type checkers and IDEs see: _FACE, imported eagerly (test-checked)
     from tensorspark.checkpoint import load_checkpoint as load_checkpoint
     from tensorspark.errors import CheckpointError as CheckpointError
     from tensorspark.errors import ConfigurationError as ConfigurationError
