@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,8 @@ import tensorspark
 import tensorspark.ps
 
 pytestmark = pytest.mark.unit
+
+API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def _type_checking_imports(module: ModuleType) -> dict[str, str]:
@@ -95,3 +98,9 @@ def test_a_public_name_does_not_warn() -> None:
         warnings.simplefilter("error")
         for name in tensorspark.__all__:
             assert getattr(tensorspark, name) is not None, name
+
+
+def test_the_api_page_lists_every_moved_name_with_its_new_home() -> None:
+    rows = re.findall(r"^\| (`[^|]+`) \| `(tensorspark[\w.]*)` \|$", API_PAGE.read_text(), re.M)
+    listed = {home: tuple(re.findall(r"`(\w+)`", names)) for names, home in rows}
+    assert listed == tensorspark._MOVED_TO
