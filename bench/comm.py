@@ -111,11 +111,12 @@ def run_config(
     sc: Any, name: str, train: Any, test: Any, args: argparse.Namespace, seed: int = 0
 ) -> dict[str, Any]:
     import tensorspark as sps
+    from tensorspark.ps import Compression
 
     spec = dict(CONFIGS[name])
     spec.setdefault("mode", args.mode)
     if isinstance(spec.get("compression"), tuple):
-        spec["compression"] = sps.Compression(*spec["compression"])
+        spec["compression"] = Compression(*spec["compression"])
     if spec.get("weight_combiner") == "nesterov" and args.outer_lr is not None:
         spec.update(outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
     model = make_model(seed)

@@ -141,11 +141,12 @@ def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any,
     """A fresh model, session and ``fit``, timed from ``SparkSession(...)``."""
     import tensorspark as sps
     from tensorspark.datasets.clicks import ctr_model
+    from tensorspark.ps import Compression
 
     model = ctr_model(learning_rate=args.lr)
     spec = dict(CONFIGS[name])
     if isinstance(spec.get("compression"), tuple):
-        spec["compression"] = sps.Compression(*spec["compression"])
+        spec["compression"] = Compression(*spec["compression"])
     peak = RssPeak()
     started = time.perf_counter()
     session = sps.SparkSession(

@@ -58,7 +58,7 @@ class SparkSession:
         sync_interval: mini-batches a worker trains between push/pulls.
         batch_size: examples per mini-batch.
         weight_combiner: ``"dynsgd"`` (default), ``"delta"``, ``"mean"`` or a
-            :class:`~tensorspark.WeightCombiner`.
+            :class:`~tensorspark.ps.WeightCombiner`.
         server_reusable: keep the server (and its weights) alive between runs; call
             :meth:`close` when done.
         mode: ``"async"`` (default) or ``"sync"`` (bulk-synchronous rounds, gang-scheduled).
@@ -93,7 +93,7 @@ class SparkSession:
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
         compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
-            :class:`~tensorspark.Compression`: deltas pushed (with error feedback) and
+            :class:`~tensorspark.ps.Compression`: deltas pushed (with error feedback) and
             weights pulled in that format (default ``spark.tensorspark.compression``).
         outer_lr: ``weight_combiner="nesterov"``'s outer learning rate (default 0.7).
         outer_momentum: ``weight_combiner="nesterov"``'s momentum (default 0.9).

@@ -59,16 +59,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.arguments import positive_number
 from tensorspark.errors import (
-    AuthenticationError,
     ConfigurationError,
-    ParameterServerConnectionError,
     ParameterServerError,
 )
-from tensorspark.ps import auth
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM
+from tensorspark.ps.answers import Busy, check_answer, unreachable
 from tensorspark.ps.compression import decode as decode_tensor
 from tensorspark.ps.connection import bound_dead_link, read_body, read_head
 
@@ -80,14 +79,6 @@ _SMALL_BODY = 256 * 1024
 # authentication cost 10-13 % of 1M-parameter throughput with 256 KB pieces, 1-6 % with 1 MB.
 _SEND_STEP = 1 << 20
 _MIN_CONNECT = 0.1  # the shortest connection attempt, even with the budget nearly spent
-
-
-class _Busy(Exception):
-    """A 503 with ``Retry-After``: the server may take the request a moment later."""
-
-    def __init__(self, error: ParameterServerError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclass(frozen=True)
@@ -317,17 +308,17 @@ class ParameterClient:
             else:
                 try:
                     return self._send_once(sock, method, path, parts, content_type)
-                except _Busy as busy:
+                except Busy as busy:
                     failure = busy.error
                 except (ConnectionError, TimeoutError, http.client.HTTPException, OSError) as err:
                     self.close()
                     if isinstance(err, TimeoutError) and attempt > 1:  # a read timeout on a retry
-                        raise self._unreachable(err, budget, path) from None
+                        raise unreachable(self.url, err, budget, self.ps_timeout, path) from None
                     failure = err
             if time.monotonic() + delay > deadline:
                 if isinstance(failure, ParameterServerError):
                     raise failure from None
-                raise self._unreachable(failure, budget, path) from None
+                raise unreachable(self.url, failure, budget, self.ps_timeout, path) from None
             logger.debug("parameter server %s: %s; retrying in %.2fs", self.url, failure, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0) * (0.75 + random.random() / 2)
@@ -376,7 +367,7 @@ class ParameterClient:
                 if status != 100:  # refused before the body: the server closes the connection
                     body = read_body(sock, self.url, headers, early, self._response_buffer)
                     self.close()
-                    return self._answer(method, path, status, headers, body)
+                    return check_answer(self.url, method, path, status, headers, body)
             if signing is None:
                 for chunk in wire.coalesce(parts):
                     sock.sendall(chunk)
@@ -398,39 +389,7 @@ class ParameterClient:
             self.close()
         elif status == 200:
             self._proven = True
-        return self._answer(method, path, status, headers, body)
-
-    def _answer(
-        self, method: str, path: str, status: int, headers: dict[str, str], body: bytearray
-    ) -> bytearray:
-        """``body`` of a 200; otherwise the error the server's answer means.
-
-        Raises:
-            AuthenticationError: 401.
-            _Busy: 503 with ``Retry-After`` (retried by the caller).
-            ParameterServerError: any other status, with the server's message.
-        """
-        if status == 200:
-            return body
-        try:
-            message = json.loads(bytes(body).decode("utf-8")).get("error", "")
-        except ValueError:
-            message = bytes(body[:500]).decode("utf-8", "replace")
-        if status == 401:
-            raise AuthenticationError(
-                f"the parameter server at {self.url} refused {method} {path}: {message}. "
-                "The worker must use the secret of the run that started this server.",
-                status=status,
-                url=f"{self.url}{path}",
-            )
-        error = ParameterServerError(
-            f"parameter server {self.url}{path} answered {status}: {message}",
-            status=status,
-            url=f"{self.url}{path}",
-        )
-        if status == 503 and "retry-after" in headers:
-            raise _Busy(error)
-        raise error
+        return check_answer(self.url, method, path, status, headers, body)
 
     def _response_buffer(self, length: int) -> bytearray:
         if not self._recycle or length < (1 << 20):
@@ -440,20 +399,3 @@ class ParameterClient:
         if buf is None or len(buf) != length:
             buf = self._ring[self._turn] = bytearray(length)
         return buf
-
-    def _unreachable(
-        self, err: BaseException, waited: float, path: str
-    ) -> ParameterServerConnectionError:
-        within = (
-            f"ps_timeout={self.ps_timeout:g}s"
-            if waited >= self.ps_timeout
-            else f"{waited:g}s (the run's ps_timeout={self.ps_timeout:g}s since the job started "
-            "had passed)"
-        )
-        return ParameterServerConnectionError(
-            f"cannot reach the parameter server at {self.url} within {within} "
-            f"({type(err).__name__}: {err}). Usual causes: the server host is not reachable from "
-            "the executors (set server_host / spark.driver.host to an address they can route to), "
-            "a firewall blocks the port, or the driver died.",
-            url=f"{self.url}{path}",
-        )

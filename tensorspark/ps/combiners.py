@@ -106,17 +106,15 @@ class WeightCombiner:
         return {"name": self.name, "payload": self.payload}
 
 
-class DeltaWeightCombiner(WeightCombiner):
-    """Downpour-style: ``global += (local - pulled)``.
-
-    Every worker's progress is added in full, so N workers make N times the progress per
-    round of a single one; deltas computed on old weights are added in full too, which
-    makes adaptive optimizers (Adam) swing (see the measurements in README).
-    """
+class _ScaledDeltaCombiner(WeightCombiner):
+    """Adds each pushed delta, scaled by :meth:`scale`: the delta and DynSGD combiners."""
 
     payload = "delta"
-    name = "delta"
     accepts_encoded = True
+
+    def scale(self, info: PushInfo) -> float:
+        """The factor a push's delta is added with."""
+        raise NotImplementedError
 
     def combine(
         self,
@@ -125,10 +123,25 @@ class DeltaWeightCombiner(WeightCombiner):
         info: PushInfo,
         out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
+        scale = self.scale(info)
         result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
         for k, g in global_params.items():
-            add_scaled(g, pushed[k], 1.0, result[k])
+            add_scaled(g, pushed[k], scale, result[k])
         return result
+
+
+class DeltaWeightCombiner(_ScaledDeltaCombiner):
+    """Downpour-style: ``global += (local - pulled)``.
+
+    Every worker's progress is added in full, so N workers make N times the progress per
+    round of a single one; deltas computed on old weights are added in full too, which
+    makes adaptive optimizers (Adam) swing (see the measurements in README).
+    """
+
+    name = "delta"
+
+    def scale(self, info: PushInfo) -> float:
+        return 1.0
 
 
 class MeanWeightCombiner(WeightCombiner):
@@ -156,7 +169,7 @@ class MeanWeightCombiner(WeightCombiner):
         return out
 
 
-class DynSGDCombiner(WeightCombiner):
+class DynSGDCombiner(_ScaledDeltaCombiner):
     """Staleness-aware (DynSGD): a delta pushed against version v is scaled by 1/(current - v + 1).
 
     Damps updates computed on old weights, and equals the delta combiner for a fresh one.
@@ -164,22 +177,10 @@ class DynSGDCombiner(WeightCombiner):
     the TF1 softmax model, Adam on the Keras MLP), with no throughput cost.
     """
 
-    payload = "delta"
     name = "dynsgd"
-    accepts_encoded = True
 
-    def combine(
-        self,
-        global_params: Params,
-        pushed: Pushed,
-        info: PushInfo,
-        out: dict[str, np.ndarray] | None = None,
-    ) -> dict[str, np.ndarray]:
-        scale = 1.0 / (info.staleness + 1)
-        result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
-        for k, g in global_params.items():
-            add_scaled(g, pushed[k], scale, result[k])
-        return result
+    def scale(self, info: PushInfo) -> float:
+        return 1.0 / (info.staleness + 1)
 
 
 class NesterovCombiner(WeightCombiner):

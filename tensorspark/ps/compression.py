@@ -121,7 +121,7 @@ def get_compression(value: Compression | str | None) -> Compression | None:
         if name in CODECS:
             return Compression(name, name)
     raise ConfigurationError(
-        f"compression must be None, one of {CODECS} or a tensorspark.Compression. Received: "
+        f"compression must be None, one of {CODECS} or a tensorspark.ps.Compression. Received: "
         f"compression={value!r}"
     )
 

@@ -17,8 +17,8 @@ from urllib.parse import parse_qs
 
 from tornado import httputil
 
+import tensorspark.ps.auth as auth
 from tensorspark.errors import AuthenticationError
-from tensorspark.ps import auth
 from tensorspark.ps.admission import Limits
 from tensorspark.ps.routes import STATUS_ROUTES, shown
 from tensorspark.ps.validation import RequestError

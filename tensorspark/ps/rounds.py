@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import tensorspark.ps.compression as compress
 from tensorspark import wire
-from tensorspark.ps import compression as compress
 
 #: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
 #: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.

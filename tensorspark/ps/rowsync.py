@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import tensorspark.ps.compression as compress
 from tensorspark import wire
-from tensorspark.ps import compression as compress
 from tensorspark.ps.rows import IDS, ROWS, RowMarks, encode_rows, rows_entry
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from tornado import httputil
 from tornado.ioloop import IOLoop
 
+import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError
-from tensorspark.ps import auth
 from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.control import merge_control
@@ -40,7 +40,8 @@ from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
 from tensorspark.ps.protocol import WorkerShards
 from tensorspark.ps.settings import MODES, ServerSettings, server_settings
-from tensorspark.ps.store import Snapshot, Store
+from tensorspark.ps.snapshot import Snapshot
+from tensorspark.ps.store import Store
 
 __all__ = ["LOOP_CALL_TIMEOUT", "MODES", "ParameterServer", "ServerSettings", "Snapshot"]
 

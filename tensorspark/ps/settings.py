@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.arguments import MODES as MODES  # the modes a server runs in (ps.server)
 from tensorspark.arguments import check_training_mode, positive_int
 from tensorspark.errors import ConfigurationError
-from tensorspark.ps import auth
 from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
 from tensorspark.ps.compression import Compression, get_compression

@@ -16,7 +16,7 @@ from typing import Any
 
 from tornado import httputil
 
-from tensorspark.ps import auth
+import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.http import Router
 from tensorspark.ps.loop import LoopServer

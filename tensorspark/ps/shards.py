@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
-from tensorspark.ps import auth
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
@@ -58,11 +58,11 @@ from tensorspark.ps.settings import (
 )
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
-from tensorspark.ps.store import Snapshot
+from tensorspark.ps.slices import assemble_state, shard_inits
+from tensorspark.ps.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
-_HEADROOM = 4 * 1024 * 1024
 _STATUS_TIMEOUT = 10.0
 
 
@@ -144,33 +144,17 @@ class ShardedServer:
             self._secret = auth.new_secret() if s.secret is None else s.secret
             self._verifier = auth.Verifier(self._secret, window=s.auth_window)
         self._on_push = on_push
-        state_arrays, state_meta = combiner_state if combiner_state is not None else ({}, {})
-        states = split_state(self.layout, state_arrays)
-        self._init: list[tuple[dict[str, Any], list[Any]]] = []
-        for index, part in enumerate(self.layout.split(arrays)):
-            state = states[index]
-            part_bytes = sum(np.asarray(v).nbytes for v in part.values())
-            mine = s.replace(
-                port=_shard_port(s.port, index),
-                max_body_bytes=s.max_body_bytes or 2 * part_bytes + _HEADROOM,
-                secret=self._secret,
-                shards=1,
-            )
-            init = {
-                "index": index,
-                "settings": mine.to_json(),
-                "num_workers": num_workers,
-                "version": int(version),
-                "progress": {
-                    str(p): [int(v["epoch"]), int(v["seq"])] for p, v in (progress or {}).items()
-                },
-                "state_meta": dict(state_meta) if state_meta else None,
-                "events": index == 0 and on_push is not None,
-                "log_level": logging.getLogger("tensorspark").getEffectiveLevel(),
-            }
-            tensors = {f"p/{k}": v for k, v in part.items()}
-            tensors.update({f"s/{k}": np.asarray(v) for k, v in state.items()})
-            self._init.append((init, wire.encode(tensors)))
+        self._init = shard_inits(
+            self.layout,
+            arrays,
+            s,
+            secret=self._secret,
+            num_workers=num_workers,
+            version=version,
+            progress=progress,
+            combiner_state=combiner_state,
+            events=on_push is not None,
+        )
         self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
         self._front = StatusFront(
             s.host,
@@ -462,37 +446,3 @@ class ShardedServer:
             tls=self._front.tls,
             started_at=time.time(),
         )
-
-
-def split_state(layout: Layout, state: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """A combiner's state (``"<kind>/<parameter>"`` arrays) dealt out like the parameters."""
-    kinds: dict[str, dict[str, np.ndarray]] = {}
-    for key, arr in state.items():
-        kind, _, name = key.partition("/")
-        kinds.setdefault(kind, {})[name] = np.asarray(arr)
-    out: list[dict[str, np.ndarray]] = [{} for _ in layout.shards]
-    for kind, arrays in kinds.items():
-        for index, part in enumerate(layout.split(arrays)):
-            out[index].update({f"{kind}/{k}": np.array(v) for k, v in part.items()})
-    return out
-
-
-def assemble_state(layout: Layout, states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The shards' combiner states gathered into whole-parameter arrays
-    (see :func:`split_state`)."""
-    kinds: set[str] = {key.partition("/")[0] for state in states for key in state}
-    out: dict[str, np.ndarray] = {}
-    for kind in sorted(kinds):
-        parts = [
-            {k.partition("/")[2]: v for k, v in state.items() if k.partition("/")[0] == kind}
-            for state in states
-        ]
-        if all(len(part) == len(pieces) for part, pieces in zip(parts, layout.shards, strict=True)):
-            out.update({f"{kind}/{name}": arr for name, arr in layout.assemble(parts).items()})
-    return out
-
-
-def _shard_port(port: int | tuple[int, int], index: int) -> int | list[int]:
-    if isinstance(port, tuple):
-        return list(port)
-    return 0 if int(port) == 0 else int(port) + 1 + index

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+import tensorspark.ps.compression as compress
 from tensorspark import wire
-from tensorspark.ps import compression as compress
 from tensorspark.ps.combiners import (
     DeltaWeightCombiner,
     DynSGDCombiner,

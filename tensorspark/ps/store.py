@@ -27,18 +27,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+import tensorspark.ps.compression as compress
 from tensorspark import wire
-from tensorspark.ps import compression as compress
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
 from tensorspark.ps.holds import HeldPush, PushHold
 from tensorspark.ps.holds import reached as progress_reached
 from tensorspark.ps.ledger import Ledger, WorkerState
+from tensorspark.ps.push_checks import classify, read_push
 from tensorspark.ps.rounds import (
     Contribution,
     Respond,
@@ -48,31 +48,13 @@ from tensorspark.ps.rounds import (
     round_weights,
 )
 from tensorspark.ps.settings import check_settings, sync_workers
+from tensorspark.ps.snapshot import Snapshot
 from tensorspark.ps.sparse import RowTables
-from tensorspark.ps.validation import MAX_SAMPLES, RequestError, int_field
+from tensorspark.ps.validation import RequestError
 
 logger = logging.getLogger(__name__)
 
-#: Most entries of a push's ``metrics``, and the longest name (kept in the loss history).
-MAX_METRICS = 256
-MAX_METRIC_NAME = 200
-
-__all__ = ["MAX_METRICS", "MAX_METRIC_NAME", "Respond", "Snapshot", "Store", "Timers"]
-
-
-@dataclass
-class Snapshot:
-    """A consistent view of the server's state (for checkpoints)."""
-
-    params: dict[str, np.ndarray]
-    version: int
-    progress: dict[int, dict[str, int]]
-    mode: str
-    applied_pushes: int
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: The combiner's state (e.g. the outer optimizer's momentum) and its JSON part.
-    state: dict[str, np.ndarray] = field(default_factory=dict)
-    state_meta: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Respond", "Snapshot", "Store", "Timers"]
 
 
 class Store:
@@ -290,33 +272,13 @@ class Store:
         buffer must not be reused then.
 
         Raises:
-            RequestError: 400: ``meta`` lacks an integer field or has one out of range
-                (negative, beyond int64, ``samples`` beyond 2**53 - 1), has more than
-                :data:`MAX_METRICS` metrics or a longer name, a sync push's partition is not below
-                ``num_workers``, the worker table is full, or the tensors do not match the
-                model's names, shapes and dtypes. Nothing has changed then.
+            RequestError: 400: ``meta`` does not pass
+                :func:`~tensorspark.ps.push_checks.read_push`, the worker table is full, or
+                the tensors do not match the model's names, shapes and dtypes. Nothing has
+                changed then.
         """
-        partition = int_field(meta, "partition")
-        epoch = int_field(meta, "epoch")
-        seq = int_field(meta, "seq")
-        attempt = int_field(meta, "attempt")
-        samples = int_field(meta, "samples", MAX_SAMPLES)
-        base_version = int_field(meta, "base_version")
-        metrics = meta.get("metrics")
-        if isinstance(metrics, dict) and (
-            len(metrics) > MAX_METRICS or any(len(k) > MAX_METRIC_NAME for k in metrics)
-        ):
-            raise RequestError(
-                400,
-                f"meta 'metrics' must have at most {MAX_METRICS} entries with names of at most "
-                f"{MAX_METRIC_NAME} characters; received {len(metrics)} entries",
-            )
-        if self.mode == "sync" and self.num_workers is not None and partition >= self.num_workers:
-            raise RequestError(
-                400,
-                f"sync mode: a push's partition must be below num_workers={self.num_workers}, "
-                f"received {partition}",
-            )
+        fields = read_push(meta, self.mode, self.num_workers)
+        partition, epoch, seq, attempt = fields.partition, fields.epoch, fields.seq, fields.attempt
         dense, rows = self._rows.split(self._sets.current, tensors, meta, self.version)
         if self._hold.holds_back(partition, epoch, seq):
             held = {k: compress.copy_tensor(v) for k, v in tensors.items()}
@@ -327,7 +289,8 @@ class Store:
         worker.attempt = attempt
         if worker.state != "active":
             worker.state = "active"
-        status = self._classify(partition, epoch, seq, tensors, base_version, meta)
+        done = self._progress.get(partition)
+        status = classify(fields, done, tensors, meta, self.version, self.max_staleness)
         if status == "duplicate":
             worker.duplicates += 1
             self.ledger.counters["duplicate_pushes"] += 1
@@ -343,14 +306,14 @@ class Store:
             return False
         if self.mode == "sync":
             self._round.pending[partition] = Contribution(
-                partition, dict(tensors), samples, dict(meta), respond
+                partition, dict(tensors), fields.samples, dict(meta), respond
             )
             self._maybe_complete_round()
             return True
         info = PushInfo(
             partition=partition,
-            samples=samples,
-            base_version=base_version,
+            samples=fields.samples,
+            base_version=fields.base_version,
             current_version=self.version,
             active_workers=self.ledger.active_count(),
         )
@@ -371,31 +334,6 @@ class Store:
         self._respond_params(respond, "applied", meta)
         self._notify(meta, "applied")
         return False
-
-    def _classify(
-        self,
-        partition: int,
-        epoch: int,
-        seq: int,
-        tensors: Mapping[str, wire.Tensor],
-        base_version: int,
-        meta: Mapping[str, Any],
-    ) -> str:
-        done = self._progress.get(partition)
-        if done is not None and (epoch, seq) <= done:
-            return "duplicate"
-        # "finite": false: the worker found NaN/Inf in another shard's slice of this update.
-        if meta.get("finite") is False or not all(compress.is_finite(v) for v in tensors.values()):
-            logger.warning(
-                "rejected a non-finite push from partition %s (epoch %s, sync %s)",
-                partition,
-                epoch,
-                seq,
-            )
-            return "diverged"
-        if self.max_staleness is not None and self.version - base_version > self.max_staleness:
-            return "stale"
-        return "applied"
 
     def _apply_bookkeeping(
         self, worker: WorkerState, meta: Mapping[str, Any], staleness: int

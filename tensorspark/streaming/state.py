@@ -130,7 +130,7 @@ class StreamCheckpoints:
     ) -> str:
         """Write the checkpoint of a trained micro-batch (micro-batch thread).
 
-        ``snapshot``: the server's :class:`~tensorspark.ps.store.Snapshot` after the
+        ``snapshot``: the server's :class:`~tensorspark.ps.snapshot.Snapshot` after the
         batch; ``stream``: the batch's id and the counts so far.
 
         Raises:

@@ -18,6 +18,7 @@ from pyspark import SparkContext
 
 import tensorspark as sps
 from tensorspark import conf as tsconf
+from tensorspark.fileio.source import FileSource
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _model() -> keras.Model:
     return model
 
 
-def _files(folder: Path, rows: int = 64) -> sps.FileSource:
+def _files(folder: Path, rows: int = 64) -> FileSource:
     rng = np.random.default_rng(0)
     table = pa.table(
         {

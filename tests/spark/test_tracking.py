@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tensorspark as sps
+from tensorspark.errors import TrackingError
 from tests.mlflow_server import closed_port
 
 ROWS = 256
@@ -246,7 +247,7 @@ def test_strict_tracking_raises_before_training(sc: Any, tracking_uri: Any) -> N
     model = _model()
     before = [w.copy() for w in model.get_weights()]
     with sps.SparkSession(sc, model, batch_size=32, sync_interval=4) as session:
-        with pytest.raises(sps.TrackingError, match="before training.*Received: tracking_uri="):
+        with pytest.raises(TrackingError, match="before training.*Received: tracking_uri="):
             session.fit(_rdd(sc), epochs=1, tracking=sps.MlflowTracking(strict=True))
         assert session.last_run is None
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))

@@ -6,11 +6,11 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tensorspark.errors import AuthenticationError, ConfigurationError
-from tensorspark.ps import auth
+from tensorspark.ps import auth, body_mac
 
 SECRET = b"s" * 32
 BODY = b"body"
-KEY = auth.body_key(SECRET)
+KEY = body_mac.body_key(SECRET)
 
 
 LENGTH = len(BODY) + auth.TRAILER_BYTES  # the Content-Length of BODY signed
@@ -23,7 +23,7 @@ def _signed(now: float = 1000.0, secret: bytes = SECRET, path: str = "/push") ->
 
 
 def _digest(headers: dict[str, str], body: bytes = BODY) -> str:
-    return auth.body_digest(KEY, headers[auth.HEADER_NONCE], body)
+    return body_mac.body_digest(KEY, headers[auth.HEADER_NONCE], body)
 
 
 def _verify(
@@ -93,14 +93,14 @@ def test_the_head_is_checked_before_the_body_and_names_an_older_scheme() -> None
 
 
 def test_a_body_digest_needs_the_secret_and_depends_on_the_nonce() -> None:
-    nonce = auth.new_nonce()
-    digest = auth.body_digest(KEY, nonce, BODY)
-    assert digest != auth.body_digest(auth.body_key(b"t" * 32), nonce, BODY)
-    assert digest != auth.body_digest(KEY, auth.new_nonce(), BODY)
+    nonce = body_mac.new_nonce()
+    digest = body_mac.body_digest(KEY, nonce, BODY)
+    assert digest != body_mac.body_digest(body_mac.body_key(b"t" * 32), nonce, BODY)
+    assert digest != body_mac.body_digest(KEY, body_mac.new_nonce(), BODY)
     assert len(digest) == 32 and SECRET.hex() not in digest
     for bad in ("", "0" * 31, "g" * 32, "A" * 32, "0" * 64):
         with pytest.raises(AuthenticationError, match="nonce"):
-            auth.body_digest(KEY, bad, BODY)
+            body_mac.body_digest(KEY, bad, BODY)
     headers = dict(_signed(), **{auth.HEADER_NONCE: "x" * 32})
     with pytest.raises(AuthenticationError, match="nonce"):
         auth.Verifier(SECRET, window=60).check_head("POST", "/push", headers, LENGTH, now=1000.0)
@@ -174,26 +174,26 @@ def test_status_token_and_secret_checks() -> None:
 @pytest.mark.parametrize("size", [0, 5, 1 << 20, 3 * (1 << 20) + 17, 9 * (1 << 20) - 1])
 def test_body_digest_is_the_same_however_the_body_is_cut(size: int) -> None:
     body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
-    nonce = auth.new_nonce()
-    whole = auth.body_digest(KEY, nonce, body)
+    nonce = body_mac.new_nonce()
+    whole = body_mac.body_digest(KEY, nonce, body)
     # It is AES-256-GCM's tag with nothing encrypted and the body as associated data (GMAC).
     assert whole == AESGCM(KEY).encrypt(bytes.fromhex(nonce)[:12], b"", body).hex()
     a = min(7, size)
     b = max(a, size // 2)
     parts = [body[:a], memoryview(body)[a:b], bytearray(body[b:])]
-    assert auth.body_digest(KEY, nonce, parts) == whole
+    assert body_mac.body_digest(KEY, nonce, parts) == whole
     received = bytearray(size)
-    hasher = auth.BlockHasher(KEY, nonce, received)
+    hasher = body_mac.BlockHasher(KEY, nonce, received)
     for start in range(0, size, 300_001):  # arrives in odd-sized chunks
         end = min(size, start + 300_001)
         received[start:end] = body[start:end]
         hasher.advance(end)
     assert hasher.hexdigest() == whole
-    assert auth.body_digest(KEY, nonce, body + b"\0") != whole
+    assert body_mac.body_digest(KEY, nonce, body + b"\0") != whole
     if size:
         changed = bytearray(body)
         changed[size - 1] ^= 1
-        assert auth.body_digest(KEY, nonce, bytes(changed)) != whole
+        assert body_mac.body_digest(KEY, nonce, bytes(changed)) != whole
 
 
 def test_a_body_signed_while_it_is_sent_verifies_like_one_signed_at_once() -> None:

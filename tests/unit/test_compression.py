@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tensorspark as sps
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError, WireFormatError
+from tensorspark.ps import Compression, ParameterClient, ParameterServer
 from tensorspark.ps import compression as comp
 from tensorspark.ps.store import Store
 
@@ -91,14 +91,14 @@ def test_non_finite_values_stay_non_finite(codec: str, bad: float) -> None:
 
 def test_settings_are_checked() -> None:
     assert comp.get_compression(None) is None and comp.get_compression("none") is None
-    assert comp.get_compression("INT8") == sps.Compression("int8", "int8")
-    assert comp.get_compression(sps.Compression("bf16", None)).name == "push=bf16,pull=none"  # type: ignore[union-attr]
+    assert comp.get_compression("INT8") == Compression("int8", "int8")
+    assert comp.get_compression(Compression("bf16", None)).name == "push=bf16,pull=none"  # type: ignore[union-attr]
     with pytest.raises(ConfigurationError, match="Received: compression='int4'"):
         comp.get_compression("int4")
     with pytest.raises(ConfigurationError, match="power of two .* Received: block=100"):
-        sps.Compression("int8", "int8", block=100)
+        Compression("int8", "int8", block=100)
     with pytest.raises(ConfigurationError, match="Received: push='float8'"):
-        sps.Compression("float8")
+        Compression("float8")
 
 
 def _entry(**changes: object) -> bytes:
@@ -159,8 +159,8 @@ def test_a_compressed_push_is_added_to_float32_weights_once() -> None:
         np.random.default_rng(i).standard_normal(1000).astype(np.float32) * 1e-3 for i in range(5)
     ]
     with (
-        sps.ParameterServer(params, "delta", compression="int8") as server,
-        sps.ParameterClient(server.url, **server.client_options()) as client,
+        ParameterServer(params, "delta", compression="int8") as server,
+        ParameterClient(server.url, **server.client_options()) as client,
     ):
         joined = client.join(0, 0)
         assert (
@@ -190,11 +190,11 @@ def test_a_compressed_push_is_added_to_float32_weights_once() -> None:
 
 def test_compression_needs_a_combiner_of_deltas() -> None:
     with pytest.raises(ConfigurationError, match="weight_combiner='mean' takes whole weights"):
-        sps.ParameterServer({"w": np.zeros(3, np.float32)}, "mean", compression="bf16")
+        ParameterServer({"w": np.zeros(3, np.float32)}, "mean", compression="bf16")
 
 
 def test_an_old_client_and_an_old_server_get_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with sps.ParameterServer({"w": np.zeros(3, np.float32)}, authenticate=False) as server:
+    with ParameterServer({"w": np.zeros(3, np.float32)}, authenticate=False) as server:
         old_join = json.dumps({"partition": 0, "attempt": 0}).encode()  # version 1 sent no "wire"
         status, body = _raw(
             server.port,
@@ -220,8 +220,8 @@ def test_an_old_client_and_an_old_server_get_a_clear_error(monkeypatch: pytest.M
 
     monkeypatch.setattr(Store, "join", old_server_join)
     with (
-        sps.ParameterServer({"w": np.zeros(3, np.float32)}) as server,
-        sps.ParameterClient(server.url, **server.client_options()) as client,
+        ParameterServer({"w": np.zeros(3, np.float32)}) as server,
+        ParameterClient(server.url, **server.client_options()) as client,
     ):
         with pytest.raises(
             ParameterServerError,
@@ -252,7 +252,7 @@ def _raw(port: int | None, request: bytes) -> tuple[int, bytes]:
 
 
 def test_traffic_is_counted_per_worker_and_in_total_headers_included() -> None:
-    with sps.ParameterServer({"w": np.zeros(100, np.float32)}, authenticate=False) as server:
+    with ParameterServer({"w": np.zeros(100, np.float32)}, authenticate=False) as server:
         join = json.dumps({"partition": 3, "attempt": 0, "wire": wire.VERSION}).encode()
         request = (
             b"POST /join HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(join)
@@ -281,7 +281,7 @@ def test_traffic_is_counted_per_worker_and_in_total_headers_included() -> None:
             len(request),
             len(head) + 4 + length,
         )
-        with sps.ParameterClient(server.url) as client:
+        with ParameterClient(server.url) as client:
             client.pull(3)
             client.pull()  # names no partition: counted in the total only
         status = server.status()

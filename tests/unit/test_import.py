@@ -40,3 +40,13 @@ def test_every_public_name_resolves() -> None:
         assert getattr(tensorspark, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         tensorspark.nonexistent  # noqa: B018
+
+
+def test_import_tensorspark_ps_loads_no_server_until_a_name_is_used() -> None:
+    light = ("tornado", "numpy", "tensorspark.ps.server")
+    assert _loaded_after("import tensorspark.ps", HEAVY + light) == []
+    assert _loaded_after("import tensorspark.ps; tensorspark.ps.ParameterServer", light) == [
+        "tornado",
+        "numpy",
+        "tensorspark.ps.server",
+    ]

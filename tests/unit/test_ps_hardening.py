@@ -30,7 +30,7 @@ from tensorspark.errors import (
     ParameterServerError,
     WireFormatError,
 )
-from tensorspark.ps import auth
+from tensorspark.ps import auth, body_mac
 from tensorspark.ps.admission import EXPECT_CONTINUE_FROM, Limits, content_length
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.server import ParameterServer
@@ -157,7 +157,7 @@ def test_64_half_open_unauthenticated_connections_cost_no_memory() -> None:
                     "Host: 127.0.0.1",
                     f"Content-Length: {max_body if i < 64 else EXPECT_CONTINUE_FROM - 1}",
                     f"{auth.HEADER_TIME}: {time.time():.6f}",
-                    f"{auth.HEADER_NONCE}: {auth.new_nonce()}",
+                    f"{auth.HEADER_NONCE}: {body_mac.new_nonce()}",
                 ]
                 if i % 2:
                     lines.append(f"{auth.HEADER_HEAD}: {'ab' * 32}")

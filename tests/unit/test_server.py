@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-import tensorspark as sps
 from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps import ParameterClient, ParameterServer
 
 
 def _params() -> dict[str, np.ndarray]:
@@ -29,11 +29,11 @@ def _meta(
     }
 
 
-def _client(server: sps.ParameterServer) -> sps.ParameterClient:
+def _client(server: ParameterServer) -> ParameterClient:
     return (
-        sps.ParameterClient(server.url, **server.client_options())
+        ParameterClient(server.url, **server.client_options())
         if hasattr(server, "client_options")
-        else sps.ParameterClient(server.url)
+        else ParameterClient(server.url)
     )
 
 
@@ -44,7 +44,7 @@ def _port_open(port: int) -> bool:
 
 
 def test_push_pull_status_and_exactly_once() -> None:
-    with sps.ParameterServer(_params()) as server, _client(server) as client:
+    with ParameterServer(_params()) as server, _client(server) as client:
         joined = client.join(0, 0)
         assert joined["progress"] is None and joined["version"] == 0
         version, pulled = client.pull()
@@ -65,7 +65,7 @@ def test_push_pull_status_and_exactly_once() -> None:
 
 
 def test_params_is_a_copy_and_port_closes_on_stop() -> None:
-    server = sps.ParameterServer(_params())
+    server = ParameterServer(_params())
     server.start()
     port = server.port
     assert port and _port_open(port)
@@ -82,7 +82,7 @@ def test_busy_port_is_named() -> None:
         holder.listen(1)
         port = holder.getsockname()[1]
         with pytest.raises(ParameterServerError, match=f"port 127.0.0.1:{port} is already in use"):
-            sps.ParameterServer(_params(), port=port).start()
+            ParameterServer(_params(), port=port).start()
 
 
 def test_port_range_skips_busy_ports() -> None:
@@ -92,12 +92,12 @@ def test_port_range_skips_busy_ports() -> None:
         busy = holder.getsockname()[1]
         if busy >= 65535:
             pytest.skip("no room for a range above the busy port")
-        with sps.ParameterServer(_params(), port=(busy, busy + 50)) as server:
+        with ParameterServer(_params(), port=(busy, busy + 50)) as server:
             assert busy < server.port <= busy + 50
 
 
 def test_mismatched_push_is_rejected_and_changes_nothing() -> None:
-    with sps.ParameterServer(_params()) as server, _client(server) as client:
+    with ParameterServer(_params()) as server, _client(server) as client:
         with pytest.raises(ParameterServerError, match="400"):
             client.push({"W": np.ones((784, 10), np.float32)}, _meta())
         with pytest.raises(ParameterServerError, match="expected float32"):
@@ -108,7 +108,7 @@ def test_mismatched_push_is_rejected_and_changes_nothing() -> None:
 
 
 def test_non_finite_push_is_rejected() -> None:
-    with sps.ParameterServer(_params()) as server, _client(server) as client:
+    with ParameterServer(_params()) as server, _client(server) as client:
         bad = {"W": np.full((784, 10), np.nan, np.float32), "b": np.zeros(10, np.float32)}
         assert client.push(bad, _meta()).status == "diverged"
         assert server.version == 0 and np.isfinite(server.params()["W"]).all()
@@ -116,7 +116,7 @@ def test_non_finite_push_is_rejected() -> None:
 
 
 def test_max_staleness_refuses_old_bases() -> None:
-    with sps.ParameterServer(_params(), max_staleness=1) as server, _client(server) as client:
+    with ParameterServer(_params(), max_staleness=1) as server, _client(server) as client:
         d = {"W": np.zeros((784, 10), np.float32), "b": np.ones(10, np.float32)}
         assert client.push(d, _meta(partition=0, seq=0, base=0)).status == "applied"
         assert client.push(d, _meta(partition=0, seq=1, base=0)).status == "applied"  # 1 behind: ok
@@ -127,7 +127,7 @@ def test_max_staleness_refuses_old_bases() -> None:
 
 
 def test_sync_round_is_the_sample_weighted_average() -> None:
-    with sps.ParameterServer({"w": np.zeros(2, np.float64)}, mode="sync", num_workers=2) as server:
+    with ParameterServer({"w": np.zeros(2, np.float64)}, mode="sync", num_workers=2) as server:
         results = {}
 
         def push(partition: int, delta: float, samples: int) -> None:
@@ -150,7 +150,7 @@ def test_sync_round_is_the_sample_weighted_average() -> None:
 
 
 def test_sync_round_does_not_wait_for_a_worker_that_left() -> None:
-    with sps.ParameterServer({"w": np.zeros(1)}, mode="sync", num_workers=2) as server:
+    with ParameterServer({"w": np.zeros(1)}, mode="sync", num_workers=2) as server:
         with _client(server) as a, _client(server) as b:
             a.join(0, 0)
             b.join(1, 0)
@@ -162,11 +162,11 @@ def test_sync_round_does_not_wait_for_a_worker_that_left() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigurationError, match="mode must be one of"):
-        sps.ParameterServer(_params(), mode="bulk")
+        ParameterServer(_params(), mode="bulk")
     with pytest.raises(ConfigurationError, match="num_workers"):
-        sps.ParameterServer(_params(), mode="sync")
+        ParameterServer(_params(), mode="sync")
     with pytest.raises(ConfigurationError, match="at least one parameter"):
-        sps.ParameterServer({})
+        ParameterServer({})
 
 
 def test_recycled_buffers_never_change_a_response_being_sent() -> None:
@@ -179,7 +179,7 @@ def test_recycled_buffers_never_change_a_response_being_sent() -> None:
     from tensorspark.ps import auth
 
     n = 10_000_000  # 40 MB: more than the socket buffers hold, so the write stays pending
-    with sps.ParameterServer({"w": np.zeros(n, np.float32)}) as server, _client(server) as pusher:
+    with ParameterServer({"w": np.zeros(n, np.float32)}) as server, _client(server) as pusher:
         secret = server.client_options()["secret"]
         slow = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
         headers, trailer = auth.Signer(secret).sign("GET", "/pull", b"")
@@ -204,12 +204,12 @@ def test_unreachable_server_is_named_with_the_usual_causes() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
-    client = sps.ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=60)
+    client = ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=60)
     with pytest.raises(ParameterServerConnectionError) as info:
         client.join(0, 1, wait=0.5)  # a retried task past the job's deadline waits briefly
     message = str(info.value)
     assert f"http://127.0.0.1:{port} within 0.5s (the run's ps_timeout=60s" in message
     assert "ConnectionRefusedError" in message and "firewall" in message
-    quick = sps.ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=0.3)
+    quick = ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=0.3)
     with pytest.raises(ParameterServerConnectionError, match=r"within ps_timeout=0.3s"):
         quick.status()

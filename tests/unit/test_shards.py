@@ -18,6 +18,7 @@ import tensorspark as sps
 from tensorspark import wire
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps import DynSGDCombiner, ParameterClient, ParameterServer, PushResult
 from tensorspark.ps.checkpointer import Checkpointer
 from tensorspark.ps.compression import ErrorFeedback, decode, encode
 from tensorspark.ps.fanout import ShardedClient
@@ -98,7 +99,7 @@ def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
         # A worker that died after pushing seq 1 to shard 0 only: its retry is a duplicate
         # there and applied on shard 1; meanwhile a snapshot waits for shard 1 to catch up.
         part0 = server.layout.split(delta)[0]
-        with sps.ParameterClient(server.urls[0], **server.client_options()) as direct:
+        with ParameterClient(server.urls[0], **server.client_options()) as direct:
             direct.join(0, 1)
             assert direct.push(part0, dict(_meta(1), base_version=1)).status == "applied"
         snapshots: list[sps.TrainResult | object] = []
@@ -153,7 +154,7 @@ def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path:
             client.join(p, 0)
         delta = {k: np.full(v.shape, 0.1, v.dtype) for k, v in params.items()}
         for seq in range(2):
-            results: list[sps.PushResult] = []
+            results: list[PushResult] = []
             threads = [
                 threading.Thread(
                     target=lambda c=c, p=p, s=seq, out=results: out.append(
@@ -199,7 +200,7 @@ def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path:
         np.testing.assert_array_equal(
             snap.state["momentum/dense/kernel"], checkpoint.state["momentum/dense/kernel"]
         )
-    with sps.ParameterServer(checkpoint.params, "nesterov", combiner_state=state) as single:
+    with ParameterServer(checkpoint.params, "nesterov", combiner_state=state) as single:
         np.testing.assert_array_equal(
             single.snapshot().state["momentum/out/kernel"], checkpoint.state["momentum/out/kernel"]
         )
@@ -238,7 +239,7 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
             server.start()
         assert all(process_gone(pid) for pid in server.pids) and _free(port - 2) and _free(port - 1)
     with pytest.raises(ConfigurationError, match="built-in combiners"):
-        ShardedServer(_model(), type("Mine", (sps.DynSGDCombiner,), {})(), shards=2)
+        ShardedServer(_model(), type("Mine", (DynSGDCombiner,), {})(), shards=2)
     with pytest.raises(ConfigurationError, match="Received: shards=1"):
         ShardedServer(_model(), shards=1)
     assert wire.VERSION == 2

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tensorspark as sps
 from tensorspark import wire
 from tensorspark.errors import ParameterServerError
+from tensorspark.ps import Compression, ParameterClient, ParameterServer
 from tensorspark.ps.rows import IDS, ROWS, rows_entry, split
 from tensorspark.ps.rowsync import RowSync
 from tensorspark.ps.validation import RequestError
@@ -49,8 +49,8 @@ def _push(ids: Any, values: np.ndarray | None = None) -> dict[str, Any]:
     return out
 
 
-def _client(server: sps.ParameterServer) -> sps.ParameterClient:
-    return sps.ParameterClient(server.url, **server.client_options())
+def _client(server: ParameterServer) -> ParameterClient:
+    return ParameterClient(server.url, **server.client_options())
 
 
 def test_wire_round_trip_and_int8_scale_per_row() -> None:
@@ -74,7 +74,7 @@ def test_wire_round_trip_and_int8_scale_per_row() -> None:
     ],
 )
 def test_bad_ids_are_400_and_change_nothing(ids: list[int], message: str) -> None:
-    with sps.ParameterServer(_params()) as server, _client(server) as client:
+    with ParameterServer(_params()) as server, _client(server) as client:
         client.join(0, 0)
         before = server.params()
         with pytest.raises(ParameterServerError, match=message):
@@ -100,7 +100,7 @@ def test_rows_of_the_wrong_shape_or_a_missing_table_are_refused() -> None:
 
 def test_async_push_applies_rows_and_answers_rows_changed_since_base() -> None:
     params = _params()
-    with sps.ParameterServer(params, "delta") as server, _client(server) as client:
+    with ParameterServer(params, "delta") as server, _client(server) as client:
         assert client.join(0, 0)["rows"] is True
         first = client.push(_push([3, 7]), _meta(partition=0, seq=0, base=0))
         assert first.status == "applied" and first.version == 1
@@ -123,7 +123,7 @@ def test_async_push_applies_rows_and_answers_rows_changed_since_base() -> None:
 
 def test_a_retried_push_is_applied_once_and_answered_the_same_rows() -> None:
     params = _params()
-    with sps.ParameterServer(params) as server, _client(server) as client:
+    with ParameterServer(params) as server, _client(server) as client:
         client.join(0, 0)
         first = client.push(_push([5]), _meta(seq=0))
         again = client.push(_push([5]), _meta(seq=0))  # its answer was lost: sent again
@@ -135,7 +135,7 @@ def test_a_retried_push_is_applied_once_and_answered_the_same_rows() -> None:
 
 
 def test_nan_rows_are_refused() -> None:
-    with sps.ParameterServer(_params()) as server, _client(server) as client:
+    with ParameterServer(_params()) as server, _client(server) as client:
         client.join(0, 0)
         bad = np.ones((1, DIM), np.float32)
         bad[0, 2] = np.nan
@@ -145,7 +145,7 @@ def test_nan_rows_are_refused() -> None:
 
 @pytest.mark.parametrize("combiner", ["mean", "nesterov"])
 def test_servers_whose_combiner_needs_whole_tensors_refuse_rows(combiner: str) -> None:
-    with sps.ParameterServer(_params(), combiner) as server, _client(server) as client:
+    with ParameterServer(_params(), combiner) as server, _client(server) as client:
         assert client.join(0, 0)["rows"] is False
         with pytest.raises(ParameterServerError, match="no row-sparse pushes"):
             client.push(_push([1]), _meta())
@@ -163,7 +163,7 @@ def test_sync_round_of_rows_equals_the_dense_round() -> None:
         deltas.append((ids, d))
     results = {}
     for kind in ("dense", "rows"):
-        with sps.ParameterServer(params, mode="sync", num_workers=2) as server:
+        with ParameterServer(params, mode="sync", num_workers=2) as server:
             clients = [_client(server) for _ in range(2)]
             for p, c in enumerate(clients):
                 c.join(p, 0)
@@ -221,8 +221,8 @@ def test_worker_row_sync_against_a_server_tracks_the_global_weights(codec: str |
     every sync, and int8's per-row error feedback keeps the sum of pushes close."""
     params = _params()
     rng = np.random.default_rng(2)
-    compression = None if codec is None else sps.Compression(push=codec, pull=None)
-    with sps.ParameterServer(params, "delta", compression=compression) as server:
+    compression = None if codec is None else Compression(push=codec, pull=None)
+    with ParameterServer(params, "delta", compression=compression) as server:
         workers = []
         for p in range(2):
             client = _client(server)
@@ -262,7 +262,7 @@ def test_worker_row_sync_against_a_server_tracks_the_global_weights(codec: str |
 def test_a_row_sparse_answer_carries_the_run_s_control() -> None:
     """The stop and learning rate a driver sets (Keras callbacks) reach a worker that syncs
     row-sparse: the sparse answer builds its own meta, which must still hold the control."""
-    with sps.ParameterServer(_params(), "delta") as server, _client(server) as client:
+    with ParameterServer(_params(), "delta") as server, _client(server) as client:
         client.join(0, 0)
         assert "control" not in client.push(_push([1]), _meta(seq=0, base=0)).meta
         server.set_control({"stop": True, "learning_rate": 0.05})

@@ -9,7 +9,7 @@ import pytest
 
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.errors import CheckpointError, ConfigurationError
-from tensorspark.ps.store import Snapshot
+from tensorspark.ps.snapshot import Snapshot
 from tensorspark.streaming.state import StreamCheckpoints, model_manager
 
 pytestmark = pytest.mark.unit

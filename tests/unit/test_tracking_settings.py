@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import tensorspark as sps
+from tensorspark.errors import TrackingError
 from tensorspark.tracking.guard import RETRIES_ENV, TIMEOUT_ENV, MlflowGuard, bounded_requests
 from tensorspark.tracking.settings import resolve_tracking
 
@@ -113,10 +114,10 @@ def test_the_first_failure_warns_once_and_turns_the_rest_off(
     assert calls == ["x"] and guard.failed
     assert len(caplog.records) == 1 and "one: ConnectionError: refused" in caplog.text
     strict = MlflowGuard(sps.MlflowTracking(strict=True))
-    with pytest.raises(sps.TrackingError, match="before training \\(start\\)"):
+    with pytest.raises(TrackingError, match="before training \\(start\\)"):
         strict.start("start", failing)
     strict.call("later", failing)
-    with pytest.raises(sps.TrackingError, match="during the run \\(later\\)"):
+    with pytest.raises(TrackingError, match="during the run \\(later\\)"):
         strict.raise_kept()
 
 
