@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
+from tensorspark._version import __version__
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
