@@ -12,9 +12,9 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+from tensorspark._version import __version__ as __version__  # the one place it is written
 
-from tensorspark._version import __version__
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 from tensorspark.tfthreads import import_tensorflow_quietly
 
@@ -303,3 +303,15 @@ def stop_context(sc: Any, failed: bool) -> None:
         except Exception:  # the JVM may be gone; the run's own error is what matters
             logger.debug("SparkContext.stop(1) failed", exc_info=True)
     sc.stop()
+
+
+def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
+    """The script and ``tensorspark mnist``: train (:func:`run`), then write the final test
+    accuracy to ``out`` (default: standard output). Returns the exit status."""
+    accuracy = run(sys.argv[1:] if argv is None else list(argv))
+    (sys.stdout if out is None else out).write(f"final test accuracy: {accuracy:.4f}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
