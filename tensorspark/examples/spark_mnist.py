@@ -218,8 +218,8 @@ def spark_context(args: argparse.Namespace) -> Any:
 def run(argv: list[str] | None = None) -> float:
     """Parse the script's options, train on Spark and return the test accuracy.
 
-    Behind ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``, which
-    print the result (:mod:`tensorspark.cli`). Starts ``local[*]`` Spark unless run by
+    Behind ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``, whose
+    :func:`main` writes the result. Starts ``local[*]`` Spark unless run by
     spark-submit or given ``--master``; turns on INFO logging for ``tensorspark``.
     """
     args = parse_args(argv)
