@@ -167,7 +167,7 @@ def one_context(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from inference import build_model  # the CNN of bench/inference.py
 
-    from tensorspark.data import first_element
+    from tensorspark.blocks.rows import first_element
     from tensorspark.datasets.mnist import load_mnist
     from tensorspark.models import keras_io
     from tensorspark.models.keras import model_payload

@@ -83,7 +83,8 @@ def make_optimizer(name: str, lr: float) -> Any:
 
 def train_one(name: str, lr: float, rows: int, train: Any, test: Any, epochs: int) -> dict:
     """``model.fit`` of the click model with ``name`` at ``lr``: its test scores and time."""
-    from tensorspark.datasets.clicks import auc, ctr_model, log_loss
+    from tensorspark.datasets.clicks import auc, log_loss
+    from tensorspark.examples.ctr_embeddings import ctr_model
 
     model = ctr_model(rows=rows, optimizer=make_optimizer(name, lr))
     started = time.perf_counter()
@@ -116,7 +117,8 @@ def on_spark(best: dict[str, dict], train: Any, test: Any, epochs: int) -> dict[
     from pyspark import SparkConf, SparkContext
 
     import tensorspark as sps
-    from tensorspark.datasets.clicks import auc, ctr_model
+    from tensorspark.datasets.clicks import auc
+    from tensorspark.examples.ctr_embeddings import ctr_model
 
     conf = (
         SparkConf()

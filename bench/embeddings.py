@@ -140,7 +140,7 @@ def later_epochs(seconds: list[float]) -> float:
 def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any, Any, dict]:
     """A fresh model, session and ``fit``, timed from ``SparkSession(...)``."""
     import tensorspark as sps
-    from tensorspark.datasets.clicks import ctr_model
+    from tensorspark.examples.ctr_embeddings import ctr_model
     from tensorspark.ps import Compression
 
     model = ctr_model(learning_rate=args.lr)
@@ -232,7 +232,7 @@ def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
     import keras
 
     import_s = time.perf_counter() - started
-    from tensorspark.datasets.clicks import ctr_model
+    from tensorspark.examples.ctr_embeddings import ctr_model
 
     model = ctr_model(learning_rate=args.lr)
     ends: list[float] = []

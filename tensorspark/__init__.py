@@ -20,9 +20,9 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+from tensorspark._version import __version__ as __version__  # the one place it is written
 
-__version__ = "0.1.0"
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: The public face, ``__all__``: name -> the module that defines it.
 _FACE: dict[str, str] = {

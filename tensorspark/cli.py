@@ -174,9 +174,7 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
 def _mnist(extra: Sequence[str], out: IO[str]) -> int:
     from tensorspark.examples import spark_mnist
 
-    accuracy = spark_mnist.run(list(extra))
-    out.write(f"final test accuracy: {accuracy:.4f}\n")
-    return 0
+    return spark_mnist.main(list(extra), out)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from tensorspark import connect, jobs, wire
+from tensorspark.blocks import Block
 from tensorspark.conf import ConfSnapshot, snapshot
-from tensorspark.data import Block
 from tensorspark.inputs import Input, Passes, input_for
 from tensorspark.inputs.dataframe import SCORE_A_STREAM, refuse_stream
 from tensorspark.models.keras import cached_core, model_payload, read_weights

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 
 #: One epoch's batches: ``(index, batch, is_last)``, numbered from 0 within the epoch.

@@ -33,6 +33,7 @@ from typing import Any
 # Only the standard library and errors at the top: the probe's task unpickles this module on
 # executors whose environment may be broken (no numpy, another TensorFlow), and must still
 # run there to say so. The Spark side (connect, jobs) is imported where the driver uses it.
+from tensorspark._version import __version__
 from tensorspark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -109,12 +110,7 @@ def installed() -> Versions:
     pyspark's version comes from the imported module when there is one (on a cluster the
     Python workers import pyspark from Spark's own ``pyspark.zip``, which has no metadata).
     """
-    try:
-        import tensorspark
-
-        ours: str | None = tensorspark.__version__
-    except ImportError:  # pragma: no cover - this module is tensorspark's
-        ours = None
+    ours: str | None = __version__
     if "pyspark" not in sys.modules:
         try:
             import pyspark  # noqa: F401  (light next to TensorFlow; the worker has it anyway)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
 from tensorspark.models.base import TrainableModel
 from tensorspark.partition import EpochSource, PartitionData

@@ -1,8 +1,8 @@
-"""A synthetic click log with a known ground truth, and a click-through-rate model for it.
+"""A synthetic click log with a known ground truth, and the metrics to score a model on it.
 
 For the embedding-table benchmark (``bench/embeddings.py``), the example
-(``examples/ctr_embeddings.py``) and the tests. Runs anywhere; pure numpy apart from
-:func:`ctr_model`, which imports Keras when called.
+(:mod:`tensorspark.examples.ctr_embeddings`, which holds the model, ``ctr_model``) and the
+tests. Runs anywhere; pure numpy.
 
 The generator (:func:`click_log`), for ``fields`` categorical fields hashed into one
 table of ``rows`` rows (field ``f`` owns rows ``[f * rows // fields, (f + 1) * rows //
@@ -24,7 +24,6 @@ the true probabilities (:func:`true_auc`) as it learns the weights of the rows s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -93,51 +92,3 @@ def log_loss(labels: np.ndarray, p: np.ndarray) -> float:
 def true_auc(log: ClickLog) -> float:
     """The AUC of the true probabilities: the best any model can reach on ``log``."""
     return auc(log.labels, log.p)
-
-
-def ctr_model(
-    *,
-    rows: int = 1 << 20,
-    fields: int = 8,
-    dim: int = 32,
-    hidden: int = 64,
-    optimizer: Any = "sgd",
-    learning_rate: float = 1.0,
-    row_lookup: bool = True,
-    seed: int = 0,
-) -> Any:
-    """The benchmark's model, compiled: ids ``[fields]`` -> one ``rows x dim`` embedding
-    table -> flattened -> ``Dense(hidden, relu)`` -> ``Dense(1, sigmoid)``, binary
-    cross-entropy.
-
-    Args:
-        optimizer: ``"sgd"`` (row-sparse: a step changes only its batch's rows),
-            ``"adagrad"`` or ``"adam"`` (Keras updates every row of the table at every step;
-            Adam's moments keep moving rows the batch did not touch), or a Keras optimizer.
-        row_lookup: use :class:`~tensorspark.models.row_embedding.RowEmbedding` (reads only
-            the looked-up rows); False: ``keras.layers.Embedding``.
-    """
-    import keras
-
-    from tensorspark.models.row_embedding import RowEmbedding
-
-    keras.utils.set_random_seed(seed)
-    if isinstance(optimizer, str):
-        optimizer = {
-            "adagrad": keras.optimizers.Adagrad,
-            "sgd": keras.optimizers.SGD,
-            "adam": keras.optimizers.Adam,
-        }[optimizer](learning_rate=learning_rate)
-    table = RowEmbedding if row_lookup else keras.layers.Embedding
-    model = keras.Sequential(
-        [
-            keras.Input((fields,), dtype="int32"),
-            table(rows, dim, name="emb"),
-            keras.layers.Flatten(),
-            keras.layers.Dense(hidden, activation="relu"),
-            keras.layers.Dense(1, activation="sigmoid"),
-        ],
-        name="ctr",
-    )
-    model.compile(optimizer=optimizer, loss="binary_crossentropy")
-    return model

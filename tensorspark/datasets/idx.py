@@ -1,7 +1,8 @@
-"""The MNIST-format idx files: their names, parsing, and the arrays a data set is made of.
+"""The MNIST-format idx files: their names, checksums, and the arrays a data set is made of.
 
 An MNIST-format data set (MNIST, Fashion-MNIST) is four idx files, each optionally gzipped:
-training images and labels, test images and labels. This module knows the format and
+training images and labels, test images and labels. The idx format itself (headers,
+parsing) is :mod:`tensorspark.fileio.idx_format`. This module knows
 nothing about where the files are (:mod:`tensorspark.datasets.mnist`) or how Spark reads
 them (:mod:`tensorspark.datasets.spark`).
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.idx_format import GZIP_MAGIC
 
 #: The files of an MNIST-format data set, without the ``.gz`` suffix (which is optional).
 TRAIN_IMAGES = "train-images-idx3-ubyte"
@@ -53,16 +55,6 @@ UNKNOWN_NAME = "MNIST-format"
 
 NUM_CLASSES = 10
 IMAGE_PIXELS = 28 * 28
-
-_GZIP_MAGIC = b"\x1f\x8b"
-_IDX_DTYPES: dict[int, str] = {
-    0x08: "u1",
-    0x09: "i1",
-    0x0B: ">i2",
-    0x0C: ">i4",
-    0x0D: ">f4",
-    0x0E: ">f8",
-}
 
 
 @dataclass(frozen=True)
@@ -103,76 +95,6 @@ class MnistSplit:
     source: str
 
 
-def parse_idx(data: bytes) -> np.ndarray:
-    """Parses one idx file (gzipped or raw) into an array.
-
-    Runs anywhere (driver or executor); pure function.
-
-    Args:
-        data: the file's bytes. Gzip is detected by its magic number.
-
-    Returns:
-        The array with the shape and element type the header declares, in native byte order.
-
-    Raises:
-        ConfigurationError: the bytes are not a valid idx file (bad gzip, bad magic, unknown
-            type code, or a length that does not match the declared dimensions).
-    """
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as err:
-            raise ConfigurationError(
-                f"Invalid idx data: the gzip stream is corrupt ({err}). "
-                f"Received: {len(data)} bytes."
-            ) from err
-    dtype, shape, header = idx_header(data)
-    expected = header + int(np.prod(shape)) * dtype.itemsize
-    if len(data) != expected:
-        raise ConfigurationError(
-            f"Invalid idx data: shape {shape} of {dtype.name} needs {expected} bytes. "
-            f"Received: {len(data)} bytes."
-        )
-    array = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
-    return array.astype(dtype.newbyteorder("="), copy=True)
-
-
-def idx_header(data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
-    """Reads the header at the start of an (uncompressed) idx file.
-
-    Runs anywhere; pure function. ``data`` may be just the file's first bytes: 4 plus 4 per
-    dimension are enough.
-
-    Returns:
-        ``(dtype, shape, header_bytes)``: the element type (big-endian as stored), the
-        declared shape, and where the values start.
-
-    Raises:
-        ConfigurationError: bad magic, unknown type code, 0 dimensions, or too few bytes.
-    """
-    if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise ConfigurationError(
-            "Invalid idx data: it must start with two zero bytes, a type code and the number "
-            f"of dimensions. Received: magic {bytes(data[:4]).hex() or '(empty)'}."
-        )
-    type_code, ndim = data[2], data[3]
-    if type_code not in _IDX_DTYPES:
-        allowed = ", ".join(f"0x{code:02x}" for code in _IDX_DTYPES)
-        raise ConfigurationError(
-            f"Invalid idx data: unknown type code; allowed: {allowed}. Received: 0x{type_code:02x}."
-        )
-    if ndim == 0:
-        raise ConfigurationError("Invalid idx data: it declares 0 dimensions. Received: ndim=0.")
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise ConfigurationError(
-            f"Invalid idx data: the header of {ndim} dimensions needs {header} bytes. "
-            f"Received: {len(data)} bytes."
-        )
-    shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    return np.dtype(_IDX_DTYPES[type_code]), shape, header
-
-
 def one_hot(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
     """Encodes class ids as one-hot rows. Runs anywhere; pure function.
 
@@ -209,7 +131,7 @@ def identify(test_labels_file: bytes) -> str:
         :data:`KNOWN_TEST_LABELS`).
     """
     digests = {hashlib.sha256(test_labels_file).hexdigest()}
-    if test_labels_file[:2] == _GZIP_MAGIC:
+    if test_labels_file[:2] == GZIP_MAGIC:
         try:
             digests.add(hashlib.sha256(gzip.decompress(test_labels_file)).hexdigest())
         except (OSError, EOFError):

@@ -15,9 +15,10 @@ Where the data comes from, in order (:func:`resolve_data_dir`):
    INFO and the result carries ``name="Fashion-MNIST"``: it is never silent, and there is no
    synthetic fallback.
 
-This module is the data sets' front door: it also re-exports the idx format
-(:mod:`tensorspark.datasets.idx`) and the Spark side (:mod:`tensorspark.datasets.spark`),
-so ``from tensorspark.datasets.mnist import load_mnist_rdd, one_hot, IDX_FILES`` keeps
+This module is the data sets' front door: it also re-exports the data sets' files
+(:mod:`tensorspark.datasets.idx`, and :func:`~tensorspark.fileio.idx_format.parse_idx`)
+and the Spark side (:mod:`tensorspark.datasets.spark`), so
+``from tensorspark.datasets.mnist import load_mnist_rdd, one_hot, IDX_FILES`` keeps
 working.
 
 Everything here runs on the driver; nothing holds shared mutable state, so every function
@@ -52,11 +53,11 @@ from tensorspark.datasets.idx import (
     find_idx_file,
     identify,
     one_hot,
-    parse_idx,
 )
 from tensorspark.datasets.location import FASHION_MNIST_DIR, default_mnist_dir
 from tensorspark.datasets.spark import load_mnist_rdd, upload_idx_files
 from tensorspark.errors import ConfigurationError, StorageError
+from tensorspark.fileio.idx_format import parse_idx
 
 __all__ = [
     "FASHION_MNIST_DIR",

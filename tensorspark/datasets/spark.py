@@ -35,9 +35,9 @@ from tensorspark.datasets.idx import (
     find_idx_file,
     identify,
     one_hot,
-    parse_idx,
 )
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.idx_format import parse_idx
 from tensorspark.storage import open_location
 
 if TYPE_CHECKING:

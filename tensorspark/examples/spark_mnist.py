@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 from tensorspark.tfthreads import import_tensorflow_quietly
 
@@ -218,8 +218,8 @@ def spark_context(args: argparse.Namespace) -> Any:
 def run(argv: list[str] | None = None) -> float:
     """Parse the script's options, train on Spark and return the test accuracy.
 
-    Behind ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``, which
-    print the result (:mod:`tensorspark.cli`). Starts ``local[*]`` Spark unless run by
+    Behind ``python examples/spark_mnist.py``, spark-submit and ``tensorspark mnist``, whose
+    :func:`main` writes the result. Starts ``local[*]`` Spark unless run by
     spark-submit or given ``--master``; turns on INFO logging for ``tensorspark``.
     """
     args = parse_args(argv)
@@ -303,3 +303,15 @@ def stop_context(sc: Any, failed: bool) -> None:
         except Exception:  # the JVM may be gone; the run's own error is what matters
             logger.debug("SparkContext.stop(1) failed", exc_info=True)
     sc.stop()
+
+
+def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
+    """The script and ``tensorspark mnist``: train (:func:`run`), then write the final test
+    accuracy to ``out`` (default: standard output). Returns the exit status."""
+    accuracy = run(sys.argv[1:] if argv is None else list(argv))
+    (sys.stdout if out is None else out).write(f"final test accuracy: {accuracy:.4f}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

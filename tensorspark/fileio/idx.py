@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tensorspark.datasets.idx import idx_header
 from tensorspark.errors import ConfigurationError
+from tensorspark.fileio.idx_format import idx_header
 from tensorspark.fileio.listing import Listed
 from tensorspark.fileio.rangefile import gunzip, stream
 from tensorspark.fileio.shards import Shard
@@ -277,6 +277,22 @@ def _skip(pieces: Iterable[bytes], start: int, length: int) -> Iterator[bytes]:
             return
 
 
+def _file_records(
+    storage: Storage, path: str, spec: ReadSpec, file: int, shard: Shard
+) -> tuple[np.dtype, int, Iterator[bytes]]:
+    """``(dtype, values per record, runs of records)`` of file ``file``'s part of ``shard``:
+    its header read again on the executor, then its records streamed ``spec.block_rows`` at a
+    time."""
+    location, gz, size = spec.files[file], spec.gzip[file], spec.sizes[file]
+    dtype, shape, header = _head(storage, path, size, gz, location)
+    width = math.prod(shape[1:])
+    record_bytes = width * dtype.itemsize
+    pieces = _range(
+        storage, path, size, gz, header, shard.first, shard.count, record_bytes, location
+    )
+    return dtype, width, _records(pieces, record_bytes, spec.block_rows, location)
+
+
 def read_shard(
     spec: ReadSpec, open_file: Storage, path: str, shard: Shard, labels: tuple[Storage, str] | None
 ) -> Iterator[RawChunk]:
@@ -285,51 +301,11 @@ def read_shard(
     ``open_file``/``path`` reach the features file; ``labels`` the labels file, when read.
     """
     location = spec.files[shard.file]
-    gz = spec.gzip[shard.file]
-    dtype, shape, header = _head(open_file, path, spec.sizes[shard.file], gz, location)
-    width = math.prod(shape[1:])
-    x_stream = _records(
-        _range(
-            open_file,
-            path,
-            spec.sizes[shard.file],
-            gz,
-            header,
-            shard.first,
-            shard.count,
-            width * dtype.itemsize,
-            location,
-        ),
-        width * dtype.itemsize,
-        spec.block_rows,
-        location,
-    )
+    dtype, width, x_stream = _file_records(open_file, path, spec, shard.file, shard)
     y_stream: Iterator[bytes] | None = None
     l_dtype, l_width = dtype, 0
     if labels is not None and spec.wants_label:
-        l_storage, l_path = labels
-        l_location = spec.files[shard.labels]
-        l_gz = spec.gzip[shard.labels]
-        l_dtype, l_shape, l_header = _head(
-            l_storage, l_path, spec.sizes[shard.labels], l_gz, l_location
-        )
-        l_width = math.prod(l_shape[1:])
-        y_stream = _records(
-            _range(
-                l_storage,
-                l_path,
-                spec.sizes[shard.labels],
-                l_gz,
-                l_header,
-                shard.first,
-                shard.count,
-                l_width * l_dtype.itemsize,
-                l_location,
-            ),
-            l_width * l_dtype.itemsize,
-            spec.block_rows,
-            l_location,
-        )
+        l_dtype, l_width, y_stream = _file_records(labels[0], labels[1], spec, shard.labels, shard)
     first = shard.first
     for xs in x_stream:
         x = np.frombuffer(xs, dtype).reshape(-1, width)

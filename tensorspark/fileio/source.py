@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorspark.arguments import positive_int
-from tensorspark.data import binary_dtype
+from tensorspark.blocks.columns import binary_dtype
 from tensorspark.errors import ConfigurationError
 from tensorspark.storage.options import StorageOptions
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.storage.options import StorageOptions
 

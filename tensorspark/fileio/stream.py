@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.fileio import idx, parquet, tfrecord
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec, to_block

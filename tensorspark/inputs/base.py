@@ -8,7 +8,7 @@ An input has two halves, like a model (:mod:`tensorspark.models.base`):
 * executor side, its :class:`Reader`: a frozen dataclass of plain values, shipped with the
   job, that turns the task's partition into an
   :class:`~tensorspark.partition.EpochSource` of numpy blocks
-  (:data:`tensorspark.data.Block`).
+  (:data:`tensorspark.blocks.Block`).
 
 The jobs (training, evaluation) hand :meth:`Input.job` their per-partition work, a
 :data:`PartitionWork`, and never ask which kind of input they hold. Inference, whose
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.partition import EpochSource, PartitionData

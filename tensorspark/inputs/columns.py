@@ -15,13 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorspark import sparkcompat
-from tensorspark.data import (
-    arrow_column_to_numpy,
-    binary_dtype,
-    binary_rows,
-    column_type,
-    float_array,
-)
+from tensorspark.blocks.arrow import arrow_column_to_numpy, binary_rows
+from tensorspark.blocks.columns import binary_dtype, column_type, float_array
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import Scoring
 

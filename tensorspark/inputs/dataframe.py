@@ -1,10 +1,10 @@
 """DataFrame input: a feature and a label column, read through Arrow (``mapInArrow``).
 
 Driver side, :func:`plan_dataframe` selects the two columns as the model is fed them
-(:func:`~tensorspark.data.example_columns`: ``array<float>`` features, labels cast as the
+(:func:`~tensorspark.blocks.columns.example_columns`: ``array<float>`` features, labels cast as the
 loss wants) and checks the first row (one small job); executor side,
 :class:`ArrowReader` turns Arrow record batches into numpy blocks without a Python object
-per row (:func:`~tensorspark.data.arrow_to_blocks`). Works under Spark Connect too, where
+per row (:func:`~tensorspark.blocks.arrow.arrow_to_blocks`). Works under Spark Connect too, where
 the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
 
 Tuning plans its DataFrame data here too (:func:`plan_dataframe`, with its own
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import connect
-from tensorspark.data import FEED_NAMES, Block, arrow_to_blocks, as_dtypes, example_columns
+from tensorspark.blocks import FEED_NAMES, Block, as_dtypes
+from tensorspark.blocks.arrow import arrow_to_blocks
+from tensorspark.blocks.columns import example_columns
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,
@@ -76,7 +78,7 @@ def _arrow_task(
 
 
 class DataFrameInput(Input):
-    """A DataFrame of two columns named :data:`~tensorspark.data.FEED_NAMES`, first row
+    """A DataFrame of two columns named :data:`~tensorspark.blocks.FEED_NAMES`, first row
     checked (driver)."""
 
     reader: ArrowReader

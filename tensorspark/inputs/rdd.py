@@ -1,9 +1,9 @@
 """RDD input: elements that are tuples aligned with the model's feeds.
 
 Driver side, :func:`plan_rdd` checks the first element against the model (one small job,
-:func:`~tensorspark.data.first_element`, which keeps the Python worker alive); executor
+:func:`~tensorspark.blocks.rows.first_element`, which keeps the Python worker alive); executor
 side, :class:`RddReader` groups the partition's elements into numpy blocks
-(:func:`~tensorspark.data.rows_to_blocks`), batched and spilled for later passes by
+(:func:`~tensorspark.blocks.rows.rows_to_blocks`), batched and spilled for later passes by
 :class:`~tensorspark.partition.PartitionData`. :func:`run_partitions` is the job over any
 RDD whose partitions a reader reads (the files input uses it too).
 
@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.data import as_dtypes, first_element, preview, rows_to_blocks
+from tensorspark.blocks import as_dtypes, preview
+from tensorspark.blocks.rows import first_element, rows_to_blocks
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,

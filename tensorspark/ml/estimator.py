@@ -16,7 +16,7 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 
-from tensorspark.data import column_type
+from tensorspark.blocks.columns import column_type
 from tensorspark.errors import ConfigurationError
 from tensorspark.ml.model import KerasModel
 from tensorspark.ml.params import KerasParams, check_training_params, feature_column

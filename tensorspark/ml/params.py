@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol
 
-from tensorspark.data import column_type, float_array
+from tensorspark.blocks.columns import column_type, float_array
 from tensorspark.errors import ConfigurationError
 
 MODES = ("async", "sync")

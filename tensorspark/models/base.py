@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 
 #: A loaded model on an executor: a batch of inputs in, a batch of outputs out (numpy).
 PredictFn = Callable[[np.ndarray], np.ndarray]

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.embeddings import RowAccess

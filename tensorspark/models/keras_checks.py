@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorspark.data import FEED_NAMES, preview
+from tensorspark.blocks import FEED_NAMES, preview
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.embeddings import check_ids

@@ -32,15 +32,6 @@ ALLOWED_MODELS = (
 )
 
 
-def _is_remote(location: str) -> bool:
-    scheme = location.split("://", 1)[0] if "://" in location else ""
-    return scheme not in ("", "file")
-
-
-def _local_path(location: str) -> str:
-    return location[len("file://") :] if location.startswith("file://") else location
-
-
 def _read_remote_file(conf: Mapping[str, str], location: str, what: str) -> bytes:
     """The bytes of one remote file, through :mod:`tensorspark.storage` (driver); ``conf``:
     the call's Spark conf (:class:`~tensorspark.conf.ConfSnapshot`)."""
@@ -105,9 +96,12 @@ def resolve_source(
             f"Argument `model` must be {ALLOWED_MODELS}. "
             f"Received: model={model!r} (of type {type(model).__name__})"
         )
+    from tensorspark.storage import local_path  # hdfs and requests: only for a location
+
     location = os.fspath(model)
     what = f"model={location!r}"
-    if _is_remote(location):
+    path = local_path(location)
+    if path is None:
         if not location.rstrip("/").endswith(".keras"):
             raise ConfigurationError(
                 f"{what}: remote models must be .keras files for now (copy a SavedModel "
@@ -115,7 +109,6 @@ def resolve_source(
             )
         data = _read_remote_file(conf, location, what)
     else:
-        path = _local_path(location)
         if os.path.isdir(path):
             if not os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
                 raise ConfigurationError(

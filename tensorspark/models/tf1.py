@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.data import Block
+from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource

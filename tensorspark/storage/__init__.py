@@ -48,6 +48,7 @@ __all__ = [
     "Storage",
     "WebHDFSStorage",
     "StorageOptions",
+    "local_path",
     "make_client",
     "open_location",
     "open_storage",
@@ -108,17 +109,11 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
             f"location must be a non-empty path or URL. Received: location={location!r}"
         )
     conf = dict(options.conf)
+    local = local_path(location, conf)
+    if local is not None:
+        return LocalStorage(), os.path.abspath(local)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
-    if scheme in ("", "file") and not _under_hdfs_dir(location, conf):
-        if scheme == "file":
-            if parts.netloc not in ("", "localhost"):
-                raise ConfigurationError(
-                    "A file:// location must name a local path (file:///abs/path). "
-                    f"Received: location={location!r}"
-                )
-            return LocalStorage(), os.path.abspath(unquote(parts.path) or "/")
-        return LocalStorage(), os.path.abspath(location)
     if scheme in ("webhdfs", "swebhdfs"):
         if not parts.netloc:
             raise ConfigurationError(
@@ -144,6 +139,31 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
         "location must be a local path, file://, hdfs://, webhdfs:// or swebhdfs:// URL. "
         f"Received: location={location!r}"
     )
+
+
+def local_path(location: str, conf: Mapping[str, str] | None = None) -> str | None:
+    """The local file system path ``location`` names, or ``None`` when it names HDFS.
+
+    The rules of :func:`open_location`, without opening anything: a bare path (unless it
+    lies under ``spark.hdfs.dir`` in ``conf``) names itself, as given (relative stays
+    relative); ``file:///abs/path`` names ``/abs/path``; any other scheme is not local.
+    Runs on the driver or on executors; pure function.
+
+    Raises:
+        ConfigurationError: a ``file://`` URL names another host.
+    """
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme not in ("", "file") or _under_hdfs_dir(location, conf or {}):
+        return None
+    if scheme == "":
+        return location
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            "A file:// location must name a local path (file:///abs/path). "
+            f"Received: location={location!r}"
+        )
+    return unquote(parts.path) or "/"
 
 
 def webhdfs_url(

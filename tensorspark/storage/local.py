@@ -43,22 +43,8 @@ class LocalStorage(Storage):
             ) from err
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        directory = os.path.dirname(path) or "."
-        tmp = temporary_name(path)
-        with self._converting("write", path):
-            os.makedirs(directory, exist_ok=True)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            _fsync_directory(directory)
+        with self.open_writer(path) as handle:  # a temporary file, fsynced, then renamed
+            handle.write(data)
         logger.debug("Wrote %d bytes to %s", len(data), path)
 
     def read_bytes(self, path: str) -> bytes:

@@ -32,8 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tensorspark.blocks import FEED_NAMES
+from tensorspark.blocks.columns import example_columns
 from tensorspark.conf import ConfSnapshot
-from tensorspark.data import FEED_NAMES, example_columns
 from tensorspark.errors import BadRecordError, TensorSparkError
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener

@@ -30,8 +30,9 @@ import numpy as np
 
 from tensorspark import connect, sparkcompat
 from tensorspark.arguments import positive_int
+from tensorspark.blocks.arrow import arrow_column_to_numpy
+from tensorspark.blocks.columns import column_type, float_array
 from tensorspark.checkpoint import CheckpointManager, checkpoint_version, load_checkpoint
-from tensorspark.data import arrow_column_to_numpy, column_type, float_array
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.streaming.batches import MicroBatchTrainer

@@ -30,6 +30,7 @@ import numpy as np
 
 from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
 from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.storage import local_path
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +165,7 @@ class StreamCheckpoints:
     def _require_stream_log(self) -> None:
         """Refuse model checkpoints whose stream log is gone (local disk only: elsewhere
         Spark's own check applies). Batch ids would start again at 0 and be skipped."""
-        local = self.location[len("file://") :] if self.location.startswith("file://") else None
-        if local is None and "://" not in self.location:
-            local = self.location
+        local = local_path(self.location)
         if local is None:
             return
         offsets = os.path.join(local, STREAM_DIR, "offsets")

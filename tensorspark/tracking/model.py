@@ -36,8 +36,8 @@ def input_example(model: Any, data: Any, features_col: str) -> np.ndarray | None
     """Up to :data:`EXAMPLE_ROWS` rows of ``data``'s features, shaped as ``model`` takes
     them (float32); ``None`` for files or data that does not give them (driver; one small
     Spark job, which keeps the Python worker alive, see
-    :func:`~tensorspark.data.first_element`)."""
-    from tensorspark.data import first_element
+    :func:`~tensorspark.blocks.rows.first_element`)."""
+    from tensorspark.blocks.rows import first_element
 
     rows: list[Any]
     try:

@@ -35,7 +35,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tensorspark import connect, jobs, wire
-from tensorspark.data import FEED_NAMES, column_type
+from tensorspark.blocks import FEED_NAMES
+from tensorspark.blocks.columns import column_type
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.inputs import dataframe, is_dataframe, rdd

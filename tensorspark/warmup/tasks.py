@@ -33,7 +33,8 @@ def warm_worker(import_tensorflow: bool) -> dict[str, Any]:
     started_at = time.time()
     started = time.perf_counter()
     warm = "tensorflow" in sys.modules
-    import tensorspark.data  # noqa: F401 - what every job's executor side uses
+    import tensorspark.blocks.arrow  # noqa: F401 - what every job's executor side uses
+    import tensorspark.blocks.rows  # noqa: F401
     import tensorspark.ps.client  # noqa: F401
 
     if import_tensorflow:

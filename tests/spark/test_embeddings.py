@@ -8,8 +8,9 @@ import pytest
 from pyspark import SparkContext
 
 import tensorspark as sps
-from tensorspark.datasets.clicks import auc, click_log, ctr_model
+from tensorspark.datasets.clicks import auc, click_log
 from tensorspark.errors import ConfigurationError
+from tensorspark.examples.ctr_embeddings import ctr_model
 
 pytestmark = pytest.mark.spark
 

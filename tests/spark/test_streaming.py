@@ -348,7 +348,8 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     import pyarrow.parquet as pq
 
     from tensorspark import SparkSession
-    from tensorspark.datasets.clicks import click_log, ctr_model
+    from tensorspark.datasets.clicks import click_log
+    from tensorspark.examples.ctr_embeddings import ctr_model
 
     rows_n, fields = 4096, 4
     folder = tmp_path / "in"

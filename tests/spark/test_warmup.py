@@ -20,7 +20,7 @@ import pytest
 from pyspark import SparkContext
 
 import tensorspark as sps
-from tensorspark.data import first_element
+from tensorspark.blocks.rows import first_element
 from tensorspark.warmup import WarmUp, plan_for, runner
 
 

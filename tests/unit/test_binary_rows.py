@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tensorspark.data import binary_dtype as _binary_dtype
-from tensorspark.data import binary_rows as _binary_rows
+from tensorspark.blocks.arrow import binary_rows as _binary_rows
+from tensorspark.blocks.columns import binary_dtype as _binary_dtype
 from tensorspark.errors import ConfigurationError
 
 ROWS = np.arange(7 * 3, dtype="<f8").reshape(7, 3) - 10

@@ -94,11 +94,12 @@ def test_an_installed_copy_never_points_inside_site_packages(tmp_path: Path) -> 
     # so the test does not depend on the rest of the package).
     target = tmp_path / "site-packages"
     package = target / "tensorspark"
-    shutil.copytree(
-        ROOT / "tensorspark" / "datasets",
-        package / "datasets",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    for folder in ("datasets", "fileio"):  # fileio: the idx format the data sets parse with
+        shutil.copytree(
+            ROOT / "tensorspark" / folder,
+            package / folder,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     shutil.copy(ROOT / "tensorspark" / "errors.py", package / "errors.py")
     (package / "__init__.py").write_text("")
     work = tmp_path / "work"

@@ -7,8 +7,9 @@ import keras
 import numpy as np
 import pytest
 
-from tensorspark.datasets.clicks import auc, click_log, ctr_model
+from tensorspark.datasets.clicks import auc, click_log
 from tensorspark.errors import ConfigurationError
+from tensorspark.examples.ctr_embeddings import ctr_model
 from tensorspark.models import keras_io
 from tensorspark.models.embeddings import RowAccess, check_ids, check_setup, table_names
 from tensorspark.models.keras import weight_names

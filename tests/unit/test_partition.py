@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tensorspark.data import rows_to_blocks
+from tensorspark.blocks.rows import rows_to_blocks
 from tensorspark.errors import ConfigurationError
 from tensorspark.partition import PartitionData
 

@@ -6,7 +6,8 @@
         examples/ctr_embeddings.py
 
 The model and the synthetic click log (Zipf ids, a logistic ground truth) are those of
-``bench/embeddings.py`` (:mod:`tensorspark.datasets.clicks`). The embedding table syncs
+``bench/embeddings.py`` (:func:`ctr_model` here, the log in
+:mod:`tensorspark.datasets.clicks`). The embedding table syncs
 row-sparse: each sync moves the rows a worker changed and the rows the server changed since
 its copy, not 128 MiB each way (README "Models with embedding tables").
 """
@@ -14,15 +15,67 @@ its copy, not 128 MiB each way (README "Models with embedding tables").
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from typing import Any
 
-from pyspark import SparkConf, SparkContext
+from tensorspark.datasets.clicks import auc, click_log, log_loss, true_auc
 
-import tensorspark as sps
-from tensorspark.datasets.clicks import auc, click_log, ctr_model, log_loss, true_auc
+
+def ctr_model(
+    *,
+    rows: int = 1 << 20,
+    fields: int = 8,
+    dim: int = 32,
+    hidden: int = 64,
+    optimizer: Any = "sgd",
+    learning_rate: float = 1.0,
+    row_lookup: bool = True,
+    seed: int = 0,
+) -> Any:
+    """The benchmark's model, compiled: ids ``[fields]`` -> one ``rows x dim`` embedding
+    table -> flattened -> ``Dense(hidden, relu)`` -> ``Dense(1, sigmoid)``, binary
+    cross-entropy.
+
+    Args:
+        optimizer: ``"sgd"`` (row-sparse: a step changes only its batch's rows),
+            ``"adagrad"`` or ``"adam"`` (Keras updates every row of the table at every step;
+            Adam's moments keep moving rows the batch did not touch), or a Keras optimizer.
+        row_lookup: use :class:`~tensorspark.models.row_embedding.RowEmbedding` (reads only
+            the looked-up rows); False: ``keras.layers.Embedding``.
+    """
+    import keras
+
+    from tensorspark.models.row_embedding import RowEmbedding
+
+    keras.utils.set_random_seed(seed)
+    if isinstance(optimizer, str):
+        optimizer = {
+            "adagrad": keras.optimizers.Adagrad,
+            "sgd": keras.optimizers.SGD,
+            "adam": keras.optimizers.Adam,
+        }[optimizer](learning_rate=learning_rate)
+    table = RowEmbedding if row_lookup else keras.layers.Embedding
+    model = keras.Sequential(
+        [
+            keras.Input((fields,), dtype="int32"),
+            table(rows, dim, name="emb"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ],
+        name="ctr",
+    )
+    model.compile(optimizer=optimizer, loss="binary_crossentropy")
+    return model
 
 
 def main() -> None:
+    """Train on ``local[2]`` Spark (or the master spark-submit gives) and write the AUC."""
+    from pyspark import SparkConf, SparkContext
+
+    import tensorspark as sps
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", type=int, default=100_000)
     parser.add_argument("--test", type=int, default=40_000)
@@ -50,12 +103,12 @@ def main() -> None:
     history = session.fit(train, epochs=args.epochs)
     status = history.result.status
     p = model.predict(test.ids, batch_size=8192, verbose=0)
-    print(
+    sys.stdout.write(
         f"test AUC {auc(test.labels, p):.4f} (the true probabilities': {true_auc(test):.4f}), "
         f"log loss {log_loss(test.labels, p):.4f}, {time.time() - started:.1f} s, "
         f"{(history.bytes_received + history.bytes_sent) / status['samples']:.0f} bytes per "
         f"sample, rows per sync pushed {status.get('rows_pushed_per_sync', 0):.0f} / pulled "
-        f"{status.get('rows_pulled_per_sync', 0):.0f}"
+        f"{status.get('rows_pulled_per_sync', 0):.0f}\n"
     )
     sc.stop()
 

@@ -25,8 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+def _say(line: str) -> None:
+    """One line of the example's report on the terminal, flushed."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def parse_args() -> argparse.Namespace:
@@ -61,6 +64,9 @@ def replay(images, labels, folder, files, rows, interval):  # type: ignore[no-un
 
 
 def main() -> None:
+    """Replay the files, train from the stream and report each micro-batch."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args = parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import keras
@@ -118,15 +124,14 @@ def main() -> None:
             newest = handle[0].model() if handle else model  # the same object, newest weights
             _, accuracy = newest.evaluate(test_x, test_y, verbose=0)
         except Exception as err:  # the example says so; the stream goes on
-            print(f"batch {batch['batch_id']}: could not evaluate: {err!r}", flush=True)
+            _say(f"batch {batch['batch_id']}: could not evaluate: {err!r}")
             return
         lag = status["lag_s"]
-        print(
+        _say(
             f"batch {batch['batch_id']}: {status['samples']:6d} rows trained, "
             f"version {batch['version']:5d}, test accuracy {accuracy:.3f}, "
             f"{status['trained_rows_per_sec']:7.0f} rows/s, "
-            f"lag {'-' if lag is None else f'{lag:.1f}'} s",
-            flush=True,
+            f"lag {'-' if lag is None else f'{lag:.1f}'} s"
         )
 
     training = ks.fit_stream(
@@ -146,7 +151,7 @@ def main() -> None:
     )  # fmt: skip
     producer.start()
     total = args.files * args.rows_per_file
-    print(f"{data.name}: {args.files} files of {args.rows_per_file} rows into {watch}")
+    _say(f"{data.name}: {args.files} files of {args.rows_per_file} rows into {watch}")
     try:
         while training.status["samples"] < total:
             if training.await_termination(1.0):  # raises the error that stopped it
