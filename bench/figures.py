@@ -34,7 +34,12 @@ logger = logging.getLogger(__name__)
 
 ROOT = fr.ROOT
 #: The documents that hold generated blocks.
-DOCUMENTS = ("README.md", "docs/benchmarks.md", "docs/guide/embeddings.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/benchmarks.md",
+    "docs/guide/embeddings.md",
+    "docs/guide/cold-starts.md",
+)
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
 #: What each headline benchmark measures, for its table on the benchmarks page.
@@ -70,6 +75,10 @@ METHODS = {
     "each, from the server's measured CPU per update, memory traffic and a 10 Gbit/s link. "
     "Bars: ≥ 100 at 1M parameters, ≥ 10 at 25M.",
 }
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'s' if n > 1 else ''}"
 
 
 def _short(checks: dict[str, bool]) -> str:
@@ -205,12 +214,59 @@ def embeddings_targets() -> str:
     )
 
 
+def cold_starts() -> str:
+    """The cold-starts guide's table of what a first call costs, from the newest runs."""
+    fit = _newest("keras_fit")
+    cold, single = fit.data["spark"]["cold"], fit.data["single_process"]
+    no_warm_up = fit.data["spark"]["cold_without_warm_up"]["ratio_vs_single"]
+    _, fit_checks = fr.keras_fit(fit)
+    first = _newest("inference_first_call")
+    calls = first.data["summary"]
+    to_target = cold["seconds_to_target"]
+    lines = [
+        "| call | cold | against | ratio | target |",
+        "|---|---|---|---|---|",
+        f"| `fit`, MLP, 3 epochs, {fit.data['setup']['rows']:,} rows (`bench/keras_fit.py`, "
+        f"{_rounds(fit.data['setup']['rounds'])}, {_dated(fit)[1:-1]}) | "
+        f"{cold['seconds']:.2f} s | single-process `model.fit` {single['fit_s']:.2f} s | "
+        f"**{cold['ratio_vs_single']:.2f}x** the speed ({no_warm_up:.2f}x with the warm-up "
+        f"off); accuracy gap {cold['accuracy_gap']:.4f} | ≥ 0.95x, gap ≤ 0.01: "
+        f"{_short(fit_checks)} |",
+    ]
+    if to_target is not None and single["seconds_to_target"] is not None:
+        ratio = cold["time_to_target_vs_single"]
+        lines.append(
+            f"| time to {fit.data['setup']['target']} test accuracy (same run) | "
+            f"{to_target:.2f} s | {single['seconds_to_target']:.2f} s "
+            f"({single['seconds_to_target'] + single['import_s']:.2f} s counting the single "
+            f"process's own import) | **{ratio:.2f}x** the time "
+            f"({cold['time_to_target_vs_single_with_import']:.2f}x) | ≤ 1.5x: "
+            f"{'met' if ratio <= 1.5 else '**not met**'} |"
+        )
+    lines += [
+        f"| first `predict`, CNN, binary DataFrame (`bench/inference.py --first-call`, "
+        f"{first.data['rounds']} fresh processes each, {_dated(first)[1:-1]}) | "
+        f"{calls['none']['first_s']:.1f} s | a warm call, {calls['none']['warm_s']:.1f} s | "
+        f"**{calls['none']['ratio']:.2f}x** | ≤ 2x: "
+        f"{'met' if calls['none']['ratio'] <= 2 else '**not met**'} |",
+        f'| the same, `sps.warm_up(sc, pools="dataframe")` and the call at once | '
+        f"{calls['at_once']['first_s']:.1f} s | {calls['at_once']['warm_s']:.1f} s | "
+        f"{calls['at_once']['ratio']:.2f}x | |",
+        f"| the same, the call once the warm-up is done | {calls['after']['first_s']:.1f} s | "
+        f"{calls['after']['warm_s']:.1f} s | **{calls['after']['ratio']:.2f}x** | "
+        f"{'met' if calls['after']['ratio'] <= 2 else '**not met**'} when the warm-up ran "
+        "ahead |",
+    ]
+    return "\n".join(lines)
+
+
 def blocks() -> dict[str, Callable[[], str]]:
     """Every block name and the function that writes its text."""
     found: dict[str, Callable[[], str]] = {
         "headline": headline,
         "support": support,
         "embeddings_targets": embeddings_targets,
+        "cold_starts": cold_starts,
     }
     for name in METHODS:
         found[f"runs:{name}"] = lambda name=name: runs_table(name)
