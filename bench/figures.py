@@ -39,6 +39,8 @@ DOCUMENTS = (
     "docs/benchmarks.md",
     "docs/guide/embeddings.md",
     "docs/guide/cold-starts.md",
+    "docs/guide/streaming.md",
+    "docs/guide/inference.md",
 )
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
@@ -260,6 +262,38 @@ def cold_starts() -> str:
     return "\n".join(lines)
 
 
+def streaming_measured() -> str:
+    """The streaming guide's measured bullet, from the newest run."""
+    run = _newest("streaming")
+    text, checks = fr.streaming(run)
+    count = len(fr.runs("streaming"))
+    return (
+        f"- **Measured** (`bench/streaming.py`, the newest of {count} stored "
+        f"run{'s' if count > 1 else ''}: {run.date}, {run.commit}, `{run.name}`, load "
+        f"{run.load}): {run.data['rows']:,} rows in {run.data['files']} Parquet files, "
+        f"{run.data['model']}, `local[2]`; {text}; target ≥ 0.8x: {_short(checks)}. Every "
+        "run is on the [Benchmarks](../benchmarks.md#streaming) page; on a loaded machine "
+        "treat the ratio as rough."
+    )
+
+
+def inference_formats() -> str:
+    """The inference guide's binary-against-``array<float>`` figures, every CNN run."""
+    parts = [
+        f"{r.date} (`{r.name}`, {r.data['rows']:,} rows): binary "
+        f"{r.data['dataframe_binary']['ratio']:.2f}x, `array<float>` "
+        f"{r.data['dataframe']['ratio']:.2f}x"
+        for r in fr.runs("inference")
+        if r.data["model"] == "cnn"
+    ]
+    return (
+        "The binary column against `array<float>` in every stored CNN run of "
+        "`bench/inference.py`, as a share of `model.predict`'s rows/s: "
+        + "; ".join(parts)
+        + " ([Benchmarks](../benchmarks.md#inference) has the method and the loads)."
+    )
+
+
 def blocks() -> dict[str, Callable[[], str]]:
     """Every block name and the function that writes its text."""
     found: dict[str, Callable[[], str]] = {
@@ -267,6 +301,8 @@ def blocks() -> dict[str, Callable[[], str]]:
         "support": support,
         "embeddings_targets": embeddings_targets,
         "cold_starts": cold_starts,
+        "streaming_measured": streaming_measured,
+        "inference_formats": inference_formats,
     }
     for name in METHODS:
         found[f"runs:{name}"] = lambda name=name: runs_table(name)
