@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import figures_runs as fr  # noqa: E402  (bench/figures_runs.py: the runs and their bars)
+import figures_tables  # noqa: E402  (bench/figures_tables.py: the guides' tables)
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ DOCUMENTS = (
     "docs/guide/cold-starts.md",
     "docs/guide/streaming.md",
     "docs/guide/inference.md",
+    "docs/guide/communication.md",
 )
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
@@ -89,8 +91,8 @@ def _short(checks: dict[str, bool]) -> str:
 
 
 def _dated(run: fr.Run) -> str:
-    """``(run of 2026-11-26, stored in `abc1234`)``: where a quoted figure comes from."""
-    return f"(run of {run.date}, {run.commit}, `{run.name}`)"
+    """``(run of 2026-11-26, stored in `abc1234`, `x.json`)``: a quoted figure's source."""
+    return run.cite
 
 
 def _newest(benchmark: str, keep: Callable[[fr.Run], bool] = lambda r: True) -> fr.Run:
@@ -303,6 +305,7 @@ def blocks() -> dict[str, Callable[[], str]]:
         "cold_starts": cold_starts,
         "streaming_measured": streaming_measured,
         "inference_formats": inference_formats,
+        **figures_tables.BLOCKS,
     }
     for name in METHODS:
         found[f"runs:{name}"] = lambda name=name: runs_table(name)

@@ -75,6 +75,11 @@ class Run:
         return f"stored in `{str(self.data['stored']['commit'])[:7]}`"
 
     @property
+    def cite(self) -> str:
+        """``(run of 2026-11-26, stored in `abc1234`, `x.json`)``: a quoted figure's source."""
+        return f"(run of {self.date}, {self.commit}, `{self.name}`)"
+
+    @property
     def load(self) -> str:
         """The 1-minute load average at the start and end, or what the run kept of it."""
         d = self.data

@@ -1,0 +1,106 @@
+"""The guides' tables of figures, written from ``bench/results/*.json``.
+
+Part of ``bench/figures.py`` (which rewrites the generated blocks and explains them): the
+communication guide's table of settings (``comm.json``) and its table of server capacity
+(``ps_capacity.json``), each from the newest stored run, with that run's date and commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import figures_runs as fr
+
+#: The comm.py configurations in the guide's order, and how the guide names them.
+COMM_LABELS = {
+    "default": "default: float32, `sync_interval=20`, DynSGD, async",
+    "bf16": "`compression='bf16'`",
+    "int8": "`compression='int8'`",
+    "int8_pushonly": "int8 pushes, float32 pulls",
+    "nesterov_200": "nesterov, `sync_interval=200`, sync",
+    "nesterov_1000": "nesterov, `sync_interval=1000`, sync",
+    "int8_nesterov_1000": "**int8 + nesterov, `sync_interval=1000`, sync**",
+    "nesterov_1000_async": "nesterov, `sync_interval=1000`, async",
+}
+
+
+def comm_table() -> str:
+    """Bytes per sample to the target, accuracy and time, per configuration; the bars."""
+    run = fr.runs("comm")[0]
+    configs, setup = run.data["configs"], run.data["setup"]
+    base = configs["default"]
+    target, seeds = setup["target"], setup["repeats"]
+    lines = [
+        f"Newest stored run {run.cite}, load {run.load}:",
+        "",
+        f"| configuration | bytes/sample to {target} | fewer than default | test accuracy "
+        f"after {setup['epochs']} epochs | reached {target} (of {seeds}) | time to {target} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, label in COMM_LABELS.items():
+        if name not in configs:
+            continue
+        c = configs[name]
+        if c["bytes_per_sample_to_target"] is None:
+            lines.append(
+                f"| {label} | - | ({c['bytes_per_sample_run']:.1f} B/sample over the run) | "
+                f"{c['final_test_accuracy']:.4f} | {c['reached_target']} | never |"
+            )
+            continue
+        fewer = base["bytes_per_sample_to_target"] / c["bytes_per_sample_to_target"]
+        time = f"{c['seconds_to_target']:.2f} s"
+        if name != "default":
+            time += f" ({c['seconds_to_target'] / base['seconds_to_target']:.2f}x)"
+        lines.append(
+            f"| {label} | {c['bytes_per_sample_to_target']:.1f} | "
+            f"{'1x' if name == 'default' else f'{fewer:.1f}x' if fewer < 50 else f'{fewer:.0f}x'}"
+            f" | {c['final_test_accuracy']:.4f} | {c['reached_target']} | {time} |"
+        )
+    best = configs["int8_nesterov_1000"]
+    text, checks = fr.comm(run)
+    lines += [
+        "",
+        f"- **Bars ({fr.verdict(checks)}) in the medians:** {text}; accuracy "
+        f"{best['final_test_accuracy'] - base['final_test_accuracy']:+.4f} from the default's "
+        f"(bar: within 0.01), time to {target} "
+        f"{best['seconds_to_target'] / base['seconds_to_target']:.2f}x the default's.",
+    ]
+    return "\n".join(lines)
+
+
+def _codec(row: dict) -> str:
+    return row["compression"] or "float32"
+
+
+def ps_capacity_table() -> str:
+    """Workers one driver serves, per model size, shard count and codec; the bars."""
+    run = fr.runs("ps_capacity")[0]
+    lines = [
+        f"Newest stored run {run.cite}:",
+        "",
+        "| params | shards | codec | server CPU ms/update (all processes) | busiest process "
+        "ms | KB in / out per update | loop CPU / memory / network ceiling (updates/s) | "
+        "**workers** | ends it |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in run.data["rows"]:
+        ceilings = r["ceilings_updates_per_s"]
+        cpu, busiest = r["server_cpu_s_per_update"] * 1000, r["busiest_cpu_s_per_update"] * 1000
+        digits = 2 if cpu < 20 else 1
+        lines.append(
+            f"| {r['size']} | {r['shards']} | {_codec(r)} | {cpu:.{digits}f} | "
+            f"{busiest:.{digits}f} | {r['received_bytes_per_update'] / 1000:,.0f} / "
+            f"{r['sent_bytes_per_update'] / 1000:,.0f} | "
+            f"{ceilings['loop CPU']:,.0f} / {ceilings['memory bandwidth']:,.0f} / "
+            f"{ceilings['network 10 Gbit/s']:,.0f} | **{r['workers_at_1_sync_per_s']}** | "
+            f"{r['limited_by'].replace(' 10 Gbit/s', '').replace(' bandwidth', '')} |"
+        )
+    text, checks = fr.ps_capacity(run)
+    lines += ["", f"- **Bars ({fr.verdict(checks)}):** {text} (≥ 100 at 1M, ≥ 10 at 25M)."]
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "comm_table": comm_table,
+    "ps_capacity_table": ps_capacity_table,
+}
