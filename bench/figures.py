@@ -43,8 +43,13 @@ DOCUMENTS = (
     "docs/guide/streaming.md",
     "docs/guide/inference.md",
     "docs/guide/communication.md",
+    "docs/guide/optuna.md",
 )
-BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+BLOCK = re.compile(
+    r"^(?P<indent>[ ]*)(?P<open><!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)"
+    r"^(?P=indent)(?P<close><!-- /figures -->)",
+    re.S | re.M,
+)
 
 #: What each headline benchmark measures, for its table on the benchmarks page.
 METHODS = {
@@ -320,7 +325,9 @@ def render(text: str, known: dict[str, Callable[[], str]] | None = None) -> str:
         name = match["name"]
         if name not in known:
             raise KeyError(f"unknown figures block {name!r}; known: {sorted(known)}")
-        return f"{match.group(1)}{known[name]()}\n{match.group(4)}"
+        indent = match["indent"]
+        body = "\n".join(indent + line if line else line for line in known[name]().split("\n"))
+        return f"{indent}{match['open']}{body}\n{indent}{match['close']}"
 
     return BLOCK.sub(one, text)
 
