@@ -44,6 +44,7 @@ DOCUMENTS = (
     "docs/guide/inference.md",
     "docs/guide/communication.md",
     "docs/guide/optuna.md",
+    "docs/support.md",
 )
 BLOCK = re.compile(
     r"^(?P<indent>[ ]*)(?P<open><!-- figures:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)"
