@@ -87,10 +87,6 @@ METHODS = {
 }
 
 
-def _rounds(n: int) -> str:
-    return f"{n} round{'s' if n > 1 else ''}"
-
-
 def _short(checks: dict[str, bool]) -> str:
     """``met`` or ``**missed**``, for a sentence that has just named its bars."""
     return "met" if all(checks.values()) else "**missed**"
@@ -237,7 +233,7 @@ def cold_starts() -> str:
         "| call | cold | against | ratio | target |",
         "|---|---|---|---|---|",
         f"| `fit`, MLP, 3 epochs, {fit.data['setup']['rows']:,} rows (`bench/keras_fit.py`, "
-        f"{_rounds(fit.data['setup']['rounds'])}, {_dated(fit)[1:-1]}) | "
+        f"{fr.rounds(fit.data['setup']['rounds'])}, {_dated(fit)[1:-1]}) | "
         f"{cold['seconds']:.2f} s | single-process `model.fit` {single['fit_s']:.2f} s | "
         f"**{cold['ratio_vs_single']:.2f}x** the speed ({no_warm_up:.2f}x with the warm-up "
         f"off); accuracy gap {cold['accuracy_gap']:.4f} | ≥ 0.95x, gap ≤ 0.01: "

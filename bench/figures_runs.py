@@ -128,6 +128,11 @@ def runs(benchmark: str, results: Path = RESULTS) -> list[Run]:
     return found
 
 
+def rounds(n: int) -> str:
+    """``1 round``, ``3 rounds``."""
+    return f"{n} round{'s' if n > 1 else ''}"
+
+
 def verdict(checks: dict[str, bool]) -> str:
     """``met`` when every bar is met, else which were missed, in bold."""
     missed = [name for name, ok in checks.items() if not ok]
@@ -145,7 +150,7 @@ def keras_fit(run: Run) -> tuple[str, dict[str, bool]]:
         f"**{cold['ratio_vs_single']:.2f}x**; accuracy gap {cold['accuracy_gap']:.4f}; "
         f"warm {d['spark']['warm']['ratio_vs_single']:.2f}x; cold without the warm-up "
         f"{d['spark']['cold_without_warm_up']['ratio_vs_single']:.2f}x; "
-        f"{d['setup']['rounds']} round{'s' if d['setup']['rounds'] > 1 else ''}"
+        f"{rounds(d['setup']['rounds'])}"
     )
     checks = {
         "cold ≥ 0.95x": cold["ratio_vs_single"] >= 0.95,
@@ -192,8 +197,7 @@ def embeddings_auc_ok(run: Run) -> bool | None:
 def embeddings(run: Run) -> tuple[str, dict[str, bool]]:
     d = run.data
     s, args = d["summary"], d["args"]
-    rounds = args.get("rounds") or 1
-    head = f"{args['train']:,} examples, {rounds} round{'s' if rounds > 1 else ''}: "
+    head = f"{args['train']:,} examples, {rounds(args.get('rounds') or 1)}: "
     if "dense" not in s:
         sparse = s["sparse"]
         text = head + (

@@ -258,7 +258,72 @@ def support_fit() -> str:
     )
 
 
+EMBEDDING_LABELS = {
+    "dense": "dense float32 (`embeddings='dense'`)",
+    "sparse": "**row-sparse** (default)",
+    "sparse_int8": "**row-sparse + `compression='int8'`**",
+    "single": "single-process Keras (`model.fit`)",
+}
+
+
+def embeddings_table() -> str:
+    """The embeddings guide's table: the newest 1M-example run, per configuration."""
+    run = next(
+        r
+        for r in fr.runs("embeddings")
+        if r.data["args"]["train"] >= 1_000_000 and "dense" in r.data["summary"]
+    )
+    configs = run.data["configs"]
+    dense, single = configs["dense"], configs["single"]
+    lines = [
+        f"Newest 1M-example run {run.cite}, load {run.load}, "
+        f"{fr.rounds(run.data['args'].get('rounds') or 1)}:",
+        "",
+        "| configuration | test AUC (runs) | log loss | bytes / sample | fewer than dense | "
+        "steady epoch | faster than dense | samples/s steady (vs single) | **cold fit** | "
+        "**samples/s cold (vs single)** | worker peak RSS | driver RSS growth | rows per sync "
+        "pushed / pulled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, label in EMBEDDING_LABELS.items():
+        c = configs[name]
+        aucs = [r["auc"] for r in c.get("runs", [])]
+        each = "every run" if len(set(aucs)) == 1 else ", ".join(f"{a:.4f}" for a in aucs)
+        steady = f"{c['samples_per_s']:,.0f}"
+        cold = f"{c['samples_per_s_cold']:,.0f}"
+        if name == "single":
+            cells = ["-", "-", f"{c['epoch_seconds']:.2f} s", "-", steady]
+            cells += [f"{c['seconds_cold']:.1f} s", cold, "-"]
+            cells += [f"{c['process_rss_growth_mib']:,.0f} MiB", "-"]
+        else:
+            fewer = dense["bytes_per_sample"] / c["bytes_per_sample"]
+            faster = dense["epoch_seconds"] / c["epoch_seconds"]
+            pushed = c["rows_pushed_per_sync"]
+            rows = (
+                "whole table" if not pushed else f"{pushed:,.0f} / {c['rows_pulled_per_sync']:,.0f}"
+            )
+            cells = [
+                f"{c['bytes_per_sample']:,.0f}",
+                "1x" if name == "dense" else f"{fewer:.1f}x" if fewer < 100 else f"{fewer:.0f}x",
+                f"{c['epoch_seconds']:.2f} s" if faster > 1.5 else f"{c['epoch_seconds']:.1f} s",
+                "1x" if name == "dense" else f"{faster:.1f}x",
+                f"{steady} ({c['samples_per_s'] / single['samples_per_s']:.2f}x)",
+                f"{c['seconds_cold']:.1f} s",
+                f"{cold} ({c['samples_per_s_cold'] / single['samples_per_s_cold']:.2f}x)",
+                f"{max(c['worker_peak_rss_mib']):,.0f} MiB",
+                f"{c['driver_rss_growth_mib']:,.0f} MiB",
+                rows,
+            ]
+        lines.append(
+            f"| {label} | {c['auc']:.4f} ({each}) | {c['log_loss']:.4f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "embeddings_table": embeddings_table,
     "support_inference": support_inference,
     "support_fit": support_fit,
     "tune_searches_measured": tune_searches_measured,
