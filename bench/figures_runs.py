@@ -70,6 +70,8 @@ class Run:
     def commit(self) -> str:
         if self.recorded:
             run = self.data["run"]
+            if not run.get("commit"):
+                return "commit not recorded (no git checkout)"
             short = str(run["commit"])[:7]
             return f"`{short}`" + (" (uncommitted changes)" if run.get("dirty") else "")
         return f"stored in `{str(self.data['stored']['commit'])[:7]}`"
