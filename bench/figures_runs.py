@@ -6,6 +6,7 @@ figure is typed by hand. A run is one JSON file. A benchmark's runs are the file
 are, plus the files stored before runs recorded themselves (:data:`EARLIER`), which carry a
 ``"stored"`` record instead: the commit that stored them and its date, from git history.
 Runs are ordered newest first: by date, then (for one date) in :data:`EARLIER`'s order.
+A ``--quick`` smoke run is never quoted.
 """
 
 from __future__ import annotations
@@ -114,8 +115,8 @@ def runs(benchmark: str, results: Path = RESULTS) -> list[Run]:
     found: list[Run] = []
     for path in sorted(results.rglob("*.json")):
         data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            continue
+        if not isinstance(data, dict) or data.get("quick") is True:
+            continue  # a smoke run (``--quick``) measures nothing to quote
         mine = data.get("run", {}).get("benchmark") == benchmark
         if mine or (path.parent == results and path.name in earlier and "stored" in data):
             found.append(Run(path, data, results))
