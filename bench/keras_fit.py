@@ -368,6 +368,7 @@ def main() -> None:
         },
         "spark": summary,
         "runs": sparks,
+        "quick": args.quick,
     }
     run_record.write(Path(args.out), result, record)
     print(json.dumps(result, indent=2))

@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("tensorspark").setLevel(logging.WARNING)
     record = run_record.begin("tune_searches")
     report = run(args)
+    report["quick"] = args.quick
     report["run"] = run_record.finish(record)
     text = json.dumps(report, indent=2, default=str)
     if args.output:
