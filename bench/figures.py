@@ -298,6 +298,14 @@ def inference_formats() -> str:
     )
 
 
+def other_runs() -> str:
+    """Every other stored run with its date, commit and load: the rows above cite them."""
+    lines = ["| run | date | commit | load |", "|---|---|---|---|"]
+    for run in fr.other_runs():
+        lines.append(f"| `{run.name}` | {run.date} | {run.commit} | {run.load} |")
+    return "\n".join(lines)
+
+
 def blocks() -> dict[str, Callable[[], str]]:
     """Every block name and the function that writes its text."""
     found: dict[str, Callable[[], str]] = {
@@ -307,6 +315,7 @@ def blocks() -> dict[str, Callable[[], str]]:
         "cold_starts": cold_starts,
         "streaming_measured": streaming_measured,
         "inference_formats": inference_formats,
+        "other_runs": other_runs,
         **figures_tables.BLOCKS,
     }
     for name in METHODS:

@@ -90,9 +90,13 @@ class Run:
             run = d["run"]
             start, end = run["load_average_start"][0], run["load_average_end"][0]
             return f"{start:.1f} to {end:.1f} ({run['cpus']} CPUs)"
-        before = d.get("load_average_before")
+        before = d.get("load_average_before") or d.get("loadavg_before")
         machine = d.get("machine") if isinstance(d.get("machine"), dict) else {}
-        after = d.get("load_average_after") or machine.get("load_average_after")
+        after = (
+            d.get("load_average_after")
+            or d.get("loadavg_after")
+            or machine.get("load_average_after")
+        )
         if after is None and "load_average_1m_at_end" in d:
             after = [d["load_average_1m_at_end"]]
         if before and after:
@@ -128,6 +132,17 @@ def runs(benchmark: str, results: Path = RESULTS) -> list[Run]:
     found.sort(key=lambda r: r.date, reverse=True)
     if not found:
         raise FileNotFoundError(f"no stored run of {benchmark} in {results}")
+    return found
+
+
+def other_runs(results: Path = RESULTS) -> list[Run]:
+    """Every stored run that no headline benchmark claims, by file name."""
+    claimed = {r.path for name in EARLIER for r in runs(name, results)}
+    found = []
+    for path in sorted(results.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if path not in claimed and isinstance(data, dict) and ("run" in data or "stored" in data):
+            found.append(Run(path, data, results))
     return found
 
 
