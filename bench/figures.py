@@ -158,32 +158,21 @@ def headline() -> str:
     )
 
 
-def _minor(run: fr.Run) -> str | None:
-    found = run.data["run"]["versions"] if run.recorded else run.data.get("versions")
-    return None if not found else ".".join(found["pyspark"].split(".")[:2])
-
-
 def support() -> str:
-    """The README's one-run-per-Spark figures of the support matrix."""
-    fits = {m: r for r in reversed(fr.runs("keras_fit")) if (m := _minor(r))}
-    scores = {
-        m: r
-        for r in reversed(fr.runs("inference"))
-        if (m := _minor(r)) and r.data["model"] == "cnn"
-    }
-    old, new = fits["3.5"], fits["4.3"]
-    rows = (
-        scores["3.5"].data["dataframe"]["rows_per_s"]
-        / scores["4.3"].data["dataframe"]["rows_per_s"]
+    """The README's Spark 3.5 / 4.3 figures: the paired runs docs/support.md shows."""
+    old, new = (figures_tables.named("keras_fit", n) for n in figures_tables.SUPPORT_FIT)
+    score_old, score_new = (
+        figures_tables.named("inference", n) for n in figures_tables.SUPPORT_INFERENCE
     )
+    rows = score_old.data["dataframe"]["rows_per_s"] / score_new.data["dataframe"]["rows_per_s"]
     return (
-        "Measured on both, the newest run on each ([docs/support.md](docs/support.md)): a "
-        f"cold Keras `fit` at {old.data['spark']['cold']['ratio_vs_single']:.2f}x "
-        f"single-process `model.fit` on Spark 3.5 {_dated(old)} and "
-        f"{new.data['spark']['cold']['ratio_vs_single']:.2f}x on 4.3 {_dated(new)}; "
-        f"DataFrame scoring of `array<float>` columns {rows:.2f}x as fast on 3.5's "
-        f"`pandas_udf` path as on 4.3's Arrow UDF ({scores['3.5'].date} and "
-        f"{scores['4.3'].date}, `{scores['3.5'].name}`, `{scores['4.3'].name}`)."
+        "Measured on both, one run each, one after the other "
+        "([docs/support.md](docs/support.md)): a cold Keras `fit` at "
+        f"{old.data['spark']['cold']['ratio_vs_single']:.2f}x single-process `model.fit` on "
+        f"Spark 3.5 and {new.data['spark']['cold']['ratio_vs_single']:.2f}x on 4.3 "
+        f"({old.date}, `{old.name}`, `{new.name}`); DataFrame scoring of `array<float>` "
+        f"columns {rows:.2f}x as fast on 3.5's `pandas_udf` path as on 4.3's Arrow UDF "
+        f"({score_old.date}, `{score_old.name}`, `{score_new.name}`)."
     )
 
 

@@ -160,7 +160,8 @@ def tune_searches_measured() -> str:
     return "\n".join(lines)
 
 
-def _named(benchmark: str, name: str) -> fr.Run:
+def named(benchmark: str, name: str) -> fr.Run:
+    """The stored run of ``benchmark`` in the file ``name``."""
     return next(r for r in fr.runs(benchmark) if r.name == name)
 
 
@@ -177,7 +178,7 @@ SUPPORT_INFERENCE = ("inference_spark35.json", "inference_spark43.json")
 
 def support_inference() -> str:
     """Scoring on Spark 3.5 and 4.3 (docs/support.md), from the named pair of runs."""
-    old, new = (_named("inference", n) for n in SUPPORT_INFERENCE)
+    old, new = (named("inference", n) for n in SUPPORT_INFERENCE)
 
     def cell(run: fr.Run, kind: str, bold: bool = False) -> str:
         rate, ratio = run.data[kind]["rows_per_s"], run.data[kind]["ratio"]
@@ -220,7 +221,7 @@ def support_inference() -> str:
 
 def support_fit() -> str:
     """Keras ``fit`` on Spark 3.5 and 4.3 (docs/support.md), from the named pair of runs."""
-    old, new = (_named("keras_fit", n) for n in SUPPORT_FIT)
+    old, new = (named("keras_fit", n) for n in SUPPORT_FIT)
 
     def single(run: fr.Run, first: bool) -> str:
         s = run.data["single_process"]
