@@ -34,6 +34,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -52,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    record = run_record.begin("callbacks")
     import keras
     import numpy as np
     from pyspark import SparkConf, SparkContext
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         "mean_callbacks_s": sum(r["callbacks"]["seconds"] for r in rounds) / len(rounds),
         "mean_stop_to_return_s": sum(r["stop"]["stop_to_return_s"] for r in rounds) / len(rounds),
     }
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    run_record.write(Path(args.out), out, record)
     print(json.dumps({k: v for k, v in out.items() if k != "rounds"}))
 
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import figures_runs as fr  # noqa: E402  (bench/figures_runs.py: the stored runs, newest first)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -32,7 +37,13 @@ BLUE, ORANGE, GREY = "#1f77b4", "#ff7f0e", "#7f7f7f"
 
 
 def _load(name: str) -> Any:
-    return json.loads((RESULTS / name).read_text())
+    """The newest stored run of the benchmark ``name`` names (``comm.json``: ``comm``), as
+    ``bench/figures.py`` quotes it, so a chart and the tables beside it show one run; the
+    file itself for a benchmark whose runs do not record themselves yet."""
+    try:
+        return fr.runs(name.removesuffix(".json"), RESULTS)[0].data
+    except FileNotFoundError:
+        return json.loads((RESULTS / name).read_text())
 
 
 def comm(plt: Any) -> Any:

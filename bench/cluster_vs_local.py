@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `tests.cluster.conftest` (the cluster launcher)
 
@@ -165,6 +167,7 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="also write the JSON here")
     parser.add_argument("--no-yarn", action="store_true", help="leave out the YARN part")
     args = parser.parse_args()
+    record = run_record.begin("cluster_vs_local")
     logging.basicConfig(level=logging.WARNING)
 
     load_before = os.getloadavg()
@@ -187,6 +190,7 @@ def main() -> None:
             if label in result:
                 other = next(r["seconds"] for r in result[label]["runs"] if r["run"] == run)
                 result[f"{label}_over_local_{run}"] = round(other / lo, 2)
+    result["run"] = run_record.finish(record)
     text = json.dumps(result, indent=2)
     print(text)  # noqa: T201 - the benchmark's result
     if args.output:

@@ -46,6 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def _noop(_: Any) -> int:
     return os.getpid()
@@ -254,6 +256,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(one_context(args)))
         return
+    record = run_record.begin("cold_start")
     argv = [a for a in sys.argv[1:] if a != "--child"]
     runs = []
     for _ in range(args.repeats):
@@ -276,7 +279,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    run_record.write(out, report, record)
     print(json.dumps(report, indent=2))
     for key, value in median.items():
         print(f"{key:28s} {value:7.3f} s", file=sys.stderr)

@@ -28,7 +28,6 @@ configuration, so no configuration pays for it (each still loads and traces its 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -40,6 +39,8 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -197,6 +198,7 @@ def ratios(rows: dict[str, dict[str, Any]], base: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    record = run_record.begin("comm")
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
@@ -280,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": rows,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    run_record.write(out, result, record)
     print(f"written {out}")
     return 0
 

@@ -38,6 +38,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -167,6 +169,7 @@ def on_spark(best: dict[str, dict], train: Any, test: Any, epochs: int) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    record = run_record.begin("embedding_optimizers")
     from tensorspark.datasets.clicks import click_log, true_auc
 
     runs: list[dict] = []
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+    run_record.write(Path(args.out), result, record, indent=1)
     print(json.dumps(result["summary"], indent=1))
     return 0
 

@@ -64,6 +64,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tensorspark.datasets.clicks import click_log, true_auc
 
+    record = run_record.begin("embeddings")
     names = args.configs.split(",")
     unknown = [n for n in names if n != "single" and n not in CONFIGS]
     if unknown:
@@ -376,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {name: _mean_row(name, r, args) for name, r in runs.items()}
     if singles:
         rows["single"] = _mean_row("single", singles, args)
-    write(rows, args, true_auc(click_log(args.test, seed=1)))
+    write(rows, args, true_auc(click_log(args.test, seed=1)), record)
     return 0
 
 
@@ -397,7 +400,12 @@ def _mean_row(name: str, runs: list[dict], args: argparse.Namespace) -> dict:
     return row
 
 
-def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: float) -> None:
+def write(
+    rows: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+    best_auc: float,
+    record: dict[str, Any],
+) -> None:
     """Add the capacity estimates and the ratios, and write the JSON to ``args.out``."""
     summary: dict[str, Any] = {}
     dense = rows.get("dense")
@@ -436,8 +444,7 @@ def write(rows: dict[str, dict[str, Any]], args: argparse.Namespace, best_auc: f
         "configs": rows,
         "summary": summary,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+    run_record.write(Path(args.out), result, record, indent=1)
     print(json.dumps(summary, indent=1))
 
 

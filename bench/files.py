@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.hdfs.conftest
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 INPUTS = ("parquet_files", "dataframe", "tfrecord_files", "rdd")
 
@@ -165,6 +166,7 @@ def fit_once(
 
 def main() -> None:
     args = parse_args()
+    record = run_record.begin("files")
     from tensorspark.datasets.mnist import load_mnist
     from tests.hdfs.conftest import resolve_classpath, start_cluster
 
@@ -269,7 +271,7 @@ def main() -> None:
         cluster.stop()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    run_record.write(out, result, record)
     print(json.dumps({"summary": result["summary"], "memory": result["memory"]}, indent=2))
 
 

@@ -47,6 +47,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -152,7 +154,7 @@ def first_call(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     }
 
 
-def run_first_calls(args: argparse.Namespace) -> None:
+def run_first_calls(args: argparse.Namespace, record: dict[str, Any]) -> None:
     """Every variant in fresh processes, interleaved; the ratios and a JSON report."""
     import subprocess
 
@@ -185,9 +187,7 @@ def run_first_calls(args: argparse.Namespace) -> None:
         "summary": summary,
         "runs": runs,
     }
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(report, indent=2))
+    run_record.write(Path(args.out), report, record)
     print(json.dumps(report, indent=2))
     for v, row in summary.items():
         print(
@@ -235,8 +235,9 @@ def main() -> None:
     if args.variant is not None:
         print(json.dumps(first_call(args, args.variant)))
         return
+    record = run_record.begin("inference_first_call" if args.first_call else "inference")
     if args.first_call:
-        run_first_calls(args)
+        run_first_calls(args, record)
         return
     import keras
     import numpy as np
@@ -370,8 +371,7 @@ def main() -> None:
             "ratio": rate / local_rate,
         }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    run_record.write(out, report, record)
     print(
         f"single process {local_rate:,.0f} rows/s; "
         f"DataFrame, binary column {report['dataframe_binary']['rows_per_s']:,.0f} rows/s "

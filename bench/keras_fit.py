@@ -49,6 +49,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 VARIANTS = ("cold", "cold_after_warm_up", "cold_without_warm_up")
 
 
@@ -304,6 +306,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(on_spark(args, args.child)))
         return
+    record = run_record.begin("keras_fit")
     singles: list[dict[str, Any]] = []
     sparks: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     for _ in range(args.rounds):
@@ -365,10 +368,9 @@ def main() -> None:
         },
         "spark": summary,
         "runs": sparks,
+        "quick": args.quick,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    run_record.write(Path(args.out), result, record)
     print(json.dumps(result, indent=2))
     for key, row in summary.items():
         target = row["seconds_to_target"]

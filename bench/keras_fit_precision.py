@@ -48,6 +48,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -205,6 +207,7 @@ def on_spark(x, y, xt, yt, args: argparse.Namespace, policy: str | None = None) 
 
 def main() -> None:
     args = parse_args()
+    record = run_record.begin("keras_fit_precision")
     from tensorspark.datasets.mnist import load_mnist
 
     data = load_mnist(args.data_dir, download=False)
@@ -225,7 +228,7 @@ def main() -> None:
         result["speedup_spark_job"] = (
             mixed["spark"]["samples_per_s_job"] / fp32["spark"]["samples_per_s_job"]
         )
-        write(result, args.out)
+        write(result, args.out, record)
         return
     spark = on_spark(x, y, xt, yt, args)
     single = single_process(x, y, xt, yt, args)
@@ -237,7 +240,7 @@ def main() -> None:
         "ratio_job_vs_single": spark["samples_per_s_job"] / single["samples_per_s"],
         "accuracy_gap": single["final_test_accuracy"] - spark["final_test_accuracy"],
     }
-    write(result, args.out)
+    write(result, args.out, record)
 
 
 def setup(x, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
@@ -252,10 +255,10 @@ def setup(x, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-def write(result: dict, path: str) -> None:
+def write(result: dict, path: str, record: dict) -> None:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    run_record.write(out, result, record)
     print(json.dumps(result, indent=2))
 
 

@@ -13,7 +13,6 @@ JSON. The training RDD is cached and materialised first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 CONFIGS = [
     ("async, dynsgd (default)", {"mode": "async", "weight_combiner": "dynsgd"}),
@@ -40,6 +41,7 @@ def main() -> int:
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/modes.json")
     args = parser.parse_args()
+    record = run_record.begin("modes")
 
     import tensorflow as tf
     from pyspark import SparkConf, SparkContext
@@ -116,7 +118,7 @@ def main() -> int:
         "results": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    run_record.write(Path(args.out), out, record)
     print(f"written {args.out}")
     return 0
 

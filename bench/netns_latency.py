@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tests' network and cluster launchers
 
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds per sync_interval")
     parser.add_argument("--output", default=None)
     args = parser.parse_args()
+    record = run_record.begin("netns_latency")
     logging.basicConfig(level=logging.WARNING)
     if os.geteuid() != 0:
         sys.exit("bench/netns_latency.py needs root (network namespaces and iptables)")
@@ -141,6 +144,7 @@ def main() -> None:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }
+    result["run"] = run_record.finish(record)
     text = json.dumps(result, indent=2)
     print(text)  # noqa: T201 - the benchmark's result
     if args.output:

@@ -32,7 +32,6 @@ The smallest ceiling is the row's capacity; the table names the resource it belo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_capacity.json"))
     args = parser.parse_args(argv)
+    record = run_record.begin("ps_capacity")
     bandwidth = memory_bandwidth()
     print(
         f"memory bandwidth (one core, copy, read + write): {bandwidth / 1e9:.1f} GB/s; "
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": TARGETS,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    run_record.write(Path(args.out), result, record)
     print(f"written {args.out}")
     return 0
 

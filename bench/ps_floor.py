@@ -35,7 +35,6 @@ stands between the floor and the wall clock.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (str(ROOT), str(ROOT / "bench")):
@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_floor.json"))
     args = parser.parse_args(argv)
+    record = run_record.begin("ps_floor")
     n, nbytes = args.params, args.params * 4
     cores = os.cpu_count() or 1
 
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": verdicts,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    run_record.write(Path(args.out), result, record)
     print(f"written {args.out}")
     return 0
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=str(ROOT / "bench" / "results" / "hardening" / "ps_fuzz.json")
     )
     args = parser.parse_args(argv)
+    record = run_record.begin("ps_fuzz")
     result: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -384,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in fuzz["problems"]:
             print("  problem:", line)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    run_record.write(Path(args.out), result, record)
     print(f"written {args.out}")
     return 0 if ok else 1
 

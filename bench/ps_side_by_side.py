@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _SERVER = r"""
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="one window")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    record = run_record.begin("ps_side_by_side")
     trees = {"before": args.before, "after": args.after}
     running = {k: _start(tree, args.params, args.clients) for k, tree in trees.items()}
     rates: dict[str, list[float]] = {"before": [], "after": []}
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(pairs {min(ratios):.2f} to {max(ratios):.2f})"
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    run_record.write(Path(args.out), result, record)
     print(f"written {args.out}")
     return 0
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -478,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compressions", default="none,int8", help="codecs of the sharded rows")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ps_throughput.json"))
     args = parser.parse_args(argv)
+    record = run_record.begin("ps_throughput")
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     clients = [int(c) for c in args.clients.split(",")]
     shard_sizes = [s.strip() for s in args.shard_sizes.split(",") if s.strip()]
@@ -602,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         "auth_seconds": args.auth_seconds,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    run_record.write(Path(args.out), result, record)
     print(f"written {args.out}")
     return 0
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -59,6 +61,7 @@ def _exit_on_term(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit_on_term)
     args = parse_args(argv)
+    record = run_record.begin("revisions")
     extra = [a for a in args.args if a != "--"]
     base_sha = subprocess.run(
         ["git", "rev-parse", args.base], cwd=ROOT, check=True, capture_output=True, text=True
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         "order": "ABBA",
         "runs": runs,
     }
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    run_record.write(Path(args.out), doc, record)
     print(f"wrote {args.out}")
 
 

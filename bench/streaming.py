@@ -40,6 +40,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 SCHEMA = "pixels array<float>, label long"
 
@@ -155,6 +156,7 @@ def freshness(spark: Any, work: Path, data: Any, trigger: float, seconds: float,
 
 def main() -> None:
     args = parse_args()
+    record = run_record.begin("streaming")
     from pyspark.sql import SparkSession as SQLSession
 
     from tensorspark.datasets.mnist import load_mnist
@@ -237,9 +239,8 @@ def main() -> None:
         "freshness": fresh,
         "quick": args.quick,
     }
+    run_record.write(Path(args.out), result, record)
     print(json.dumps(result, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     spark.stop()
 
 

@@ -32,6 +32,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
 from bench.streaming import session  # noqa: E402
 from tests.kafka.conftest import (  # noqa: E402
@@ -132,6 +133,7 @@ def freshness(spark: Any, bootstrap: str, work: Path, data: Any, trigger: float,
 
 def main() -> None:
     args = parse_args()
+    record = run_record.begin("streaming_kafka")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the broker stops in finally
     from pyspark.sql import SparkSession as SQLSession
 
@@ -169,7 +171,7 @@ def main() -> None:
         }
         print(json.dumps(result, indent=2))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        run_record.write(Path(args.out), result, record)
         spark.stop()
     finally:
         broker.terminate()

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def _graph(rows: int, fields: int, dim: int, lr: float) -> dict[str, Any]:
     import tensorflow as tf
@@ -60,6 +62,7 @@ def main() -> None:
     parser.add_argument("--note", default="")
     parser.add_argument("--out", default="bench/results/tf1_embeddings.json")
     args = parser.parse_args()
+    record = run_record.begin("tf1_embeddings")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pyspark import SparkConf, SparkContext
 
@@ -132,7 +135,7 @@ def main() -> None:
         "fewer_bytes_than_dense": round(dense["bytes_per_sample"] / sparse["bytes_per_sample"], 1),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    run_record.write(Path(args.out), out, record)
     print(json.dumps(out, indent=2))
 
 

@@ -41,6 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's tensorspark, and bench.keras_fit's helpers
 
@@ -145,6 +147,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(child(args, args.child == "on")))
         return
+    record = run_record.begin("tracking")
     from tests.mlflow_server import running_mlflow_server
 
     order = ["off", "on", "on", "off"] * args.pairs
@@ -195,7 +198,7 @@ def main() -> None:
         "note": args.note,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    run_record.write(Path(args.out), report, record)
     print(json.dumps(summary, indent=2))
 
 

@@ -65,6 +65,7 @@ SPACE = {"learning_rate": [1e-4, 1e-3, 1e-2, 1e-1], "units": [64, 256]}
 QUICK_SPACE = {"learning_rate": [1e-3, 1e-2], "units": [32, 64]}
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 import tune_model  # noqa: E402  (the model and data bench/tune_searches.py shares)
 from tune_model import build, load  # noqa: E402
 
@@ -447,6 +448,7 @@ def main() -> None:
         return
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    record = run_record.begin("tune")
     baselines = []
     for spec in args.seq.split(","):
         runner, _, threads = spec.partition(":")
@@ -515,6 +517,7 @@ def main() -> None:
     with_cost["speedup_vs_fastest_sequential"] = fastest["elapsed_s"] / with_cost["elapsed_s"]
     with_cost["speedup_vs_fastest_sequential_mean"] = sequential_s / with_cost["elapsed_s"]
     with_cost["max_score_diff_vs_default"] = _max_score_diff(with_cost["scores"], spark["scores"])
+    report["run"] = run_record.finish(record)
     text = json.dumps(report, indent=2)
     if args.output:
         tmp = Path(f"{args.output}.tmp")

@@ -41,6 +41,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 import tune_model  # noqa: E402  (the same model and data as bench/tune.py)
 from tune_model import build, load  # noqa: E402
 
@@ -260,7 +261,10 @@ def main(argv: list[str] | None = None) -> None:
     args.epochs = args.epochs or (3 if args.quick else 8)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("tensorspark").setLevel(logging.WARNING)
+    record = run_record.begin("tune_searches")
     report = run(args)
+    report["quick"] = args.quick
+    report["run"] = run_record.finish(record)
     text = json.dumps(report, indent=2, default=str)
     if args.output:
         tmp = Path(f"{args.output}.tmp")

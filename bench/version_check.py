@@ -27,6 +27,8 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 
 def timed(fn, rounds: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     seconds = []
@@ -49,6 +51,7 @@ def main() -> None:
     default = Path(__file__).parent / "results" / "version_check.json"
     parser.add_argument("--output", default=str(default))
     args = parser.parse_args()
+    record = run_record.begin("version_check")
 
     from pyspark import SparkConf, SparkContext
 
@@ -86,7 +89,7 @@ def main() -> None:
         "note": args.note,
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    run_record.write(Path(args.output), result, record)
     print(json.dumps(result, indent=2))
 
 

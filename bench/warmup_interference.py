@@ -32,6 +32,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
+
 JOBS = ("rdd_predict", "dataframe_predict", "jvm")
 
 
@@ -116,6 +118,7 @@ def main() -> None:
     if args.job is not None:
         print(json.dumps(one(args)))
         return
+    record = run_record.begin("warmup_interference")
     rows = []
     for job in args.jobs.split(","):
         for offset in (float(o) for o in args.offsets.split(",")):
@@ -154,7 +157,7 @@ def main() -> None:
             )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=2))
+    run_record.write(out, {"cpus": os.cpu_count(), "rows": rows}, record)
 
 
 if __name__ == "__main__":

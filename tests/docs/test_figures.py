@@ -1,0 +1,98 @@
+"""The figures the README and docs/ quote are written from bench/results/*.json, never typed.
+
+``bench/figures.py`` writes the text between ``<!-- figures:NAME -->`` and
+``<!-- /figures -->``; these tests write it again in memory and compare.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.docs.conftest import ROOT
+
+pytestmark = pytest.mark.docs
+
+BENCH = ROOT / "bench"
+
+
+def _module(name: str) -> ModuleType:
+    """A module of bench/ (a folder of scripts, not a package), imported from its file."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_documents_match_what_bench_figures_writes_from_the_results() -> None:
+    figures = _module("figures")
+    documents = figures.rendered()
+    assert documents, "bench/figures.py names no document"
+    for path, (committed, written) in documents.items():
+        assert committed == written, (
+            f"{path.relative_to(ROOT)} differs from what bench/figures.py writes from "
+            "bench/results: run `python bench/figures.py` and commit the result"
+        )
+
+
+def test_every_block_is_quoted_and_every_quoted_block_is_known() -> None:
+    figures = _module("figures")
+    text = "".join((ROOT / name).read_text() for name in figures.DOCUMENTS)
+    quoted = re.findall(r"<!-- figures:([\w:.-]+) -->", text)
+    assert sorted(set(quoted)) == sorted(figures.blocks()), quoted
+    assert text.count("<!-- /figures -->") == len(quoted)
+
+
+def test_every_headline_benchmark_is_on_the_benchmarks_page() -> None:
+    figures = _module("figures")
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    for name in ("keras_fit", "inference", "embeddings", "streaming", "tune_searches", "comm"):
+        assert f"<!-- figures:runs:{name} -->" in page, name
+        assert name in figures.METHODS
+
+
+def test_a_recorded_run_carries_commit_versions_load_and_is_quoted_first(
+    tmp_path: Path,
+) -> None:
+    run_record = _module("run_record")
+    runs = _module("figures_runs")
+    stored = json.loads((BENCH / "results" / "streaming.json").read_text())
+    stored.pop("stored")
+    record = run_record.begin("streaming")
+    run_record.write(tmp_path / "later" / "streaming_again.json", stored, record)
+    data = json.loads((tmp_path / "later" / "streaming_again.json").read_text())
+    run = data["run"]
+    assert run["benchmark"] == "streaming"
+    assert re.fullmatch(r"[0-9a-f]{40}", run["commit"]), run["commit"]
+    assert isinstance(run["dirty"], bool)
+    assert {"tensorspark", "pyspark", "tensorflow", "keras", "python"} <= set(run["versions"])
+    assert run["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert len(run["load_average_start"]) == 3 and len(run["load_average_end"]) == 3
+    assert run["cpus"] >= 1 and run["started"] <= run["ended"]
+    # A run that records itself is found wherever it lies and quoted before older ones.
+    (tmp_path / "streaming.json").write_text((BENCH / "results" / "streaming.json").read_text())
+    found = runs.runs("streaming", tmp_path)
+    assert [r.name for r in found] == ["later/streaming_again.json", "streaming.json"]
+    assert found[0].commit.startswith(f"`{run['commit'][:7]}`")
+    assert found[1].commit.startswith("stored in `")
+
+
+def test_a_missed_bar_is_reported_as_missed() -> None:
+    runs = _module("figures_runs")
+    by_name = {r.name: r for r in runs.runs("tune_searches")}
+    _, checks = runs.tune_searches(by_name["tune_searches_loaded.json"])
+    assert runs.verdict(checks).startswith("**missed**")
+    met, of = _module("figures").auc_tally()
+    assert of >= 3 and met < of
