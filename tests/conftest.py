@@ -13,6 +13,7 @@ import pytest
 from pyspark import cloudpickle
 
 import tests
+from tests import ports
 from tests.compat_set import in_compat_set
 
 # Executors cannot import the `tests` package (it is not installed), so functions defined
@@ -88,6 +89,12 @@ def fashion_mnist_dir() -> Path:
             "(.ci/run does this) or set TENSORSPARK_TEST_DATA."
         )
     return path
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (it was free a moment ago)."""
+    return ports.closed_port()
 
 
 @pytest.fixture

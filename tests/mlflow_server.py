@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,19 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 #: Seconds the server may take to answer its health check.
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (connections are refused at once)."""
-    return free_port()
 
 
 def _healthy(url: str) -> bool:

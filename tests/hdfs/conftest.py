@@ -13,7 +13,6 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,19 +24,14 @@ import pytest
 import requests
 from pyspark import SparkContext
 
+from tests.ports import free_port
+
 MINICLUSTER = Path(__file__).resolve().parent / "minicluster"
 CLASSPATH_SCRIPT = MINICLUSTER / "classpath.sh"
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_HDFS_START_TIMEOUT", "180"))
 RESOLVE_TIMEOUT_S = 900
 STOP_TIMEOUT_S = 30
 MAIN_CLASS = "org.apache.hadoop.mapreduce.MiniHadoopClusterManager"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def resolve_classpath() -> str:
@@ -255,12 +249,6 @@ def start_cluster(base: Path, classpath: str) -> HdfsCluster:
             process.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             pass
-
-
-@pytest.fixture
-def closed_port() -> int:
-    """A port on 127.0.0.1 where nothing listens (it was free a moment ago)."""
-    return free_port()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tensorspark as sps
-from tests.mlflow_server import closed_port
+from tests.ports import closed_port
 
 ROWS = 256
 
