@@ -79,8 +79,9 @@ def running_mlflow_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def mlflow_server() -> Iterator[str]:
-    """The URL of the session's running ``mlflow server``."""
+    """The URL of a running ``mlflow server``, for one test module (its only user): stopped
+    after it, so that its processes do not sit beside the test sets that follow."""
     with running_mlflow_server() as url:
         yield url

@@ -406,9 +406,10 @@ def start_cluster(
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_cluster() -> Iterator[StandaloneCluster]:
-    """A standalone cluster (1 Master, 2 Workers x 1 core) on 127.0.0.1 for the session."""
+    """A standalone cluster (1 Master, 2 Workers x 1 core) on 127.0.0.1 for tests/cluster:
+    stopped after its last test, so that its JVMs do not take CPU from the sets after it."""
     with tempfile.TemporaryDirectory(prefix="tensorspark-cluster-") as tmp:
         cluster = new_cluster(Path(tmp))
         try:

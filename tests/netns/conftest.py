@@ -442,9 +442,10 @@ class NetnsCluster:
         return sorted(d for d in found if not any(c in d.parents for c in self.crashed))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def netns_cluster() -> Iterator[NetnsCluster]:
-    """A standalone cluster whose 2 Workers each run in their own network namespace."""
+    """A standalone cluster whose 2 Workers each run in their own network namespace, for
+    tests/netns: removed after its last test, before the sets after it run."""
     with network() as net, tempfile.TemporaryDirectory(prefix="tensorspark-netns-") as tmp:
         hosts = tuple(WorkerHost(h.address, h.prefix) for h in net.hosts)
         spark = new_cluster(Path(tmp), host=net.driver, worker_hosts=hosts)
