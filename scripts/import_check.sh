@@ -14,13 +14,16 @@
 #   interpreter; versions.check_executors(sc); and a tiny RDD job.
 #
 # Usage: scripts/import_check.sh [4.0 4.1 4.2]
-# Env:   IMPORT_CHECK_DIR (default /tmp/tensorspark-import-check): where the venvs live
-#        (kept between runs: a second run only re-checks); PYTHON311: the interpreter.
+# Env:   IMPORT_CHECK_DIR (default ~/.cache/tensorspark-import-check): where the venvs live,
+#        kept between runs and checkouts, each built once per key: the base's is a hash of
+#        pyproject.toml and the interpreter's version, each line's of the line and the
+#        interpreter's version (a changed key rebuilds it; else a run only re-checks);
+#        PYTHON311: the interpreter; IMPORT_CHECK_BUILD_ONLY=1: build the venvs and stop.
 # Exits non-zero naming the first pyspark line that fails, or a missing interpreter.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-DIR=${IMPORT_CHECK_DIR:-/tmp/tensorspark-import-check}
+DIR=${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}
 LINES=("${@:-4.0 4.1 4.2}")
 # shellcheck disable=SC2206
 LINES=(${LINES[*]})
@@ -43,12 +46,22 @@ fi
 mkdir -p "$DIR"
 started=$(date +%s)
 
+PY_VERSION=$("$PY" -c 'import sys; print(sys.version.split()[0])')
+key_of() { (echo "$PY_VERSION"; "$@") | sha256sum | cut -c1-16; }
+
 BASE="$DIR/base"
-if [[ ! -x "$BASE/bin/python" ]]; then
+base_stamp="$BASE/.tensorspark-base-$(key_of cat "$ROOT/pyproject.toml")"
+if [[ ! -f "$base_stamp" ]]; then
   echo "import_check: base venv (tensorspark's dependencies) in $BASE"
-  "$PY" -m venv "$BASE"
+  if [[ "$(readlink -f "$BASE/bin/python" 2>/dev/null)" != "$(readlink -f "$PY")" ]]; then
+    rm -rf "$BASE"
+    "$PY" -m venv "$BASE"
+  fi
+  rm -f "$BASE"/.tensorspark-base-*
   "$BASE/bin/pip" install -q --upgrade pip
+  # pip adds only what a changed pyproject.toml asks for.
   "$BASE/bin/pip" install -q -e "$ROOT"
+  touch "$base_stamp"
 fi
 BASE_SITE=$("$BASE/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
@@ -76,7 +89,9 @@ print(f"ok: {here.describe()} (context and checks {time.time() - t:.1f}s)")
 for line in "${LINES[@]}"; do
   venv="$DIR/py311-pyspark$line"
   t0=$(date +%s)
-  if [[ ! -x "$venv/bin/python" ]]; then
+  stamp="$venv/.tensorspark-line-$(key_of echo "$line")"
+  if [[ ! -f "$stamp" ]]; then
+    rm -rf "$venv"
     "$PY" -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
     # pip's own resolver picks the newest $line.x and pyspark's dependencies (py4j).
@@ -84,6 +99,11 @@ for line in "${LINES[@]}"; do
     "$venv/bin/pip" install -q --no-deps -e "$ROOT"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$BASE_SITE" > "$site/_tensorspark_base.pth"
+    touch "$stamp"
+  fi
+  if [[ "${IMPORT_CHECK_BUILD_ONLY:-0}" = 1 ]]; then
+    echo "import_check: pyspark $line: venv ready in $(( $(date +%s) - t0 ))s"
+    continue
   fi
   # The venvs are kept between runs (and checkouts): this checkout is the one checked.
   "$venv/bin/pip" install -q --no-deps -e "$ROOT"
@@ -99,4 +119,8 @@ for line in "${LINES[@]}"; do
   fi
   echo "import_check: pyspark $line: install and resolve $((t1 - t0))s, import+smoke $(( $(date +%s) - t1 ))s"
 done
-echo "import_check: all of ${LINES[*]} passed in $(( $(date +%s) - started ))s"
+if [[ "${IMPORT_CHECK_BUILD_ONLY:-0}" = 1 ]]; then
+  echo "import_check: venvs of ${LINES[*]} ready in $(( $(date +%s) - started ))s"
+else
+  echo "import_check: all of ${LINES[*]} passed in $(( $(date +%s) - started ))s"
+fi

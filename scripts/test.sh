@@ -11,9 +11,34 @@
 # (scripts/import_check.sh).
 # Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit` (then no compat run;
 # `bash scripts/compat.sh oldest|newest|both` runs it alone).
+#
+# Every phase is timed; the table is printed at the end, also when a phase fails
+# (scripts/phases.sh). The compat and import-check environments are built once per machine
+# and pin set (under ~/.cache, keyed by a hash of their pins and pyproject.toml), in the
+# background while the jars resolve and the code is linted and type-checked: on a machine
+# that has them, that phase only checks their keys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/phases.sh
+source scripts/phases.sh
+full=0
+[ $# -eq 0 ] && full=1
+logs=test-artifacts
+mkdir -p "$logs"
+
+phase "setup (.venv, Debian packages)"
 bash scripts/setup.sh
+if [ "$full" = 1 ]; then
+  # One job, so the environments' editable installs of this checkout never run at once.
+  build_envs() {
+    COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both
+    IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
+      IMPORT_CHECK_BUILD_ONLY=1 bash scripts/import_check.sh
+  }
+  phase_background "compat and import-check environments" "$logs/environments.log" build_envs
+fi
+
+phase "jar resolution (Maven: mini clusters, Kafka)"
 # Resolve the Hadoop mini clusters' jars (HDFS, and YARN for the yarn set) from Maven Central
 # once (cached in ~/.m2).
 bash tests/hdfs/minicluster/classpath.sh >/dev/null
@@ -21,27 +46,44 @@ bash tests/hdfs/minicluster/classpath.sh >/dev/null
 bash tests/kafka/classpath.sh pom-broker.xml >/dev/null
 bash tests/kafka/classpath.sh pom-spark.xml >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2
+
+phase "lint and type check (ruff, mypy)"
 .venv/bin/ruff format --check tensorspark tests bench examples
 .venv/bin/ruff check tensorspark tests bench examples
 .venv/bin/mypy tensorspark
+phase_end
+
 rc=0
-if [ $# -eq 0 ]; then
-  # The compat environments first (built once, then reused): the newest (Python 3.13) is
-  # also the "other" environment the ML save/load test loads this one's saves in (and
-  # back). The oldest's Keras 3.9 cannot read Keras 3.15's files; docs/support.md.
-  COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both
+if [ "$full" = 1 ]; then
+  # The newest compat environment is also the "other" environment the ML save/load test
+  # loads this one's saves in (and back). The oldest's Keras 3.9 cannot read Keras 3.15's
+  # files; docs/support.md.
+  phase_wait "compat and import-check environments" || {
+    cat "$logs/environments.log"
+    exit 1
+  }
   TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
   export TENSORSPARK_OTHER_PYTHON
 fi
+
+phase "main pytest run"
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 "$@" || rc=$?
-if [ $# -eq 0 ]; then
+phase_end "$([ "$rc" = 0 ] || echo "failed (exit $rc)")"
+
+if [ "$full" = 1 ]; then
   # pyspark 4.0/4.1/4.2 install and import (pip and one small local job each), beside the
   # compat runs, which keep the cores busy.
-  IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
-    bash scripts/import_check.sh > import-check.log 2>&1 &
-  check=$!
-  bash scripts/compat.sh both || rc=$?
-  wait "$check" || { rc=1; echo "import check failed:"; }
-  cat import-check.log
+  phase_background "import check (pyspark 4.0-4.2)" "$logs/import-check.log" \
+    env IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
+    bash scripts/import_check.sh
+  for env in oldest newest; do
+    phase "compat run: $env"
+    crc=0
+    bash scripts/compat.sh "$env" || crc=$?
+    phase_end "$([ "$crc" = 0 ] || echo "failed (exit $crc)")"
+    [ "$crc" = 0 ] || rc=$crc
+  done
+  phase_wait "import check (pyspark 4.0-4.2)" || { rc=1; echo "import check failed:"; }
+  cat "$logs/import-check.log"
 fi
 exit "$rc"

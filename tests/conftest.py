@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
 
 import tests
+from tests import ports
 from tests.compat_set import in_compat_set
 
 # Executors cannot import the `tests` package (it is not installed), so functions defined
@@ -28,6 +32,9 @@ os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 4g pyspark-shell")
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+# The headless browser of the `browser` fixture (Debian's chromium and chromedriver).
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
 
 _MARK_BY_FOLDER = {
     "unit": "unit",
@@ -40,15 +47,27 @@ _MARK_BY_FOLDER = {
 }
 
 
+def _set_mark(path: Path) -> str | None:
+    """The set marker of a test file: by the folder right under tests/ (tests/unit/ps/... is
+    `unit`; a subfolder named like another set, e.g. tests/unit/streaming, adds nothing)."""
+    try:
+        parts = path.resolve().relative_to(ROOT / "tests").parts
+    except ValueError:
+        return None
+    return _MARK_BY_FOLDER.get(parts[0]) if len(parts) > 1 else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the folder it lives in, so `-m unit` etc. select a set, and the
-    compat set's tests (tests/compat_set.py) `compat`."""
+    """Mark every test by the set folder it lives in (tests/<set>/...), so `-m unit` etc.
+    select a set, every test that drives Chromium (uses the `browser` fixture) `browser`, and
+    the compat set's tests (tests/compat_set.py) `compat`."""
     oldest = bool(os.environ.get("TENSORSPARK_HADOOP_VERSION"))
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for folder, mark in _MARK_BY_FOLDER.items():
-            if folder in parts:
-                item.add_marker(getattr(pytest.mark, mark))
+        mark = _set_mark(Path(str(item.fspath)))
+        if mark is not None:
+            item.add_marker(getattr(pytest.mark, mark))
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
         test_id = item.nodeid.removeprefix("tests/")
         if in_compat_set(test_id, oldest=oldest):
             item.add_marker(pytest.mark.compat)
@@ -70,3 +89,43 @@ def fashion_mnist_dir() -> Path:
             "(.ci/run does this) or set TENSORSPARK_TEST_DATA."
         )
     return path
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (it was free a moment ago)."""
+    return ports.closed_port()
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """A headless Chromium (Selenium's driver) with its console log kept; quit afterwards.
+    Every test that uses it is marked `browser`."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="tensorspark-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,1100",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -2,26 +2,28 @@
 
 A connection to the port then hangs in SYN_SENT until the client gives up: the way a host
 that is down or firewalled looks to a client, with no namespace to build. Root only (CI runs
-as root); the rule is removed when the block ends, even when the test fails.
+as root; elsewhere skipped, see tests/privileges.py); the rule is removed when the block
+ends, even when the test fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
+from tests.privileges import require_root
+
 COMMAND_TIMEOUT_S = 30.0
 
 
-def skip_unless_root() -> None:
-    """Skip (saying why) when iptables rules cannot be set; fail when iptables is missing."""
-    if os.geteuid() != 0:
-        pytest.skip("dropping SYNs needs root to add an iptables rule (CI runs as root)")
+def require_iptables() -> None:
+    """Skip (saying why; under CI=true fail) when iptables rules cannot be set for want of
+    root; fail when iptables is missing."""
+    require_root("dropping SYNs with an iptables rule")
     if shutil.which("iptables") is None:
         pytest.fail("iptables is missing: run scripts/setup.sh as root (apt: iptables)")
 
@@ -37,7 +39,7 @@ def _iptables(*rule: str) -> None:
 @contextlib.contextmanager
 def drop_syns(port: int, host: str = "127.0.0.1") -> Iterator[None]:
     """Drop every TCP SYN to ``host:port`` (INPUT chain) until the block ends."""
-    skip_unless_root()
+    require_iptables()
     rule = ("INPUT", "-p", "tcp", "-d", host, "--dport", str(port), "--syn", "-j", "DROP")
     _iptables("-I", *rule)
     try:

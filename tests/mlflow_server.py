@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,19 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 #: Seconds the server may take to answer its health check.
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (connections are refused at once)."""
-    return free_port()
 
 
 def _healthy(url: str) -> bool:
@@ -89,8 +79,9 @@ def running_mlflow_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def mlflow_server() -> Iterator[str]:
-    """The URL of the session's running ``mlflow server``."""
+    """The URL of a running ``mlflow server``, for one test module (its only user): stopped
+    after it, so that its processes do not sit beside the test sets that follow."""
     with running_mlflow_server() as url:
         yield url

@@ -19,7 +19,7 @@ Learning needs finished trials, so the first choices would be blind. One clue co
 sooner: a trial still running when it has trained about as long as predicted (90 %) is
 *overdue*, and its values that no finished trial had probably make trials long. Among
 trials predicted equal, the one sharing more such values goes first. With the benchmark's space
-(tests/unit/test_schedule.py) this finds the best order: when the first 3.5-s trial
+(tests/unit/tuning/test_schedule.py) this finds the best order: when the first 3.5-s trial
 (width 64) ends, the 5-s one (width 256) beside it is overdue, so the other width-256
 trials go next. A user who knows what makes a trial long can say so with ``cost`` (e.g.
 ``lambda p: p["units"]``), and trials start in decreasing order of it from the first.

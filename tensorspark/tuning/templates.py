@@ -18,7 +18,7 @@ variables as they were when that model's optimizer was first built (iteration co
 slots: their initial values follow from the optimizer's settings and the variables'
 shapes, both in the key) with this trial's learning rate and, at each epoch's start as
 always, the metrics. A seeded trial trains exactly as it would have on its own fresh
-model (tests/unit/test_trial_templates.py proves it, dropout, batch norm, Adam and
+model (tests/unit/tuning/test_trial_templates.py proves it, dropout, batch norm, Adam and
 Adagrad included). A reused trial also skips building its fresh model's optimizer
 (:func:`~tensorspark.tuning.prebuild.prebuild`), and the trials of a worker share their
 arrays as tensors and their validation dataset (:meth:`ModelTemplates.tensor`,

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import pytest
 from pyspark import SparkConf, SparkContext, cloudpickle
 
 import tests
+from tests.ports import free_port
 from tests.spark.conftest import new_context
 
 logger = logging.getLogger(__name__)
@@ -58,13 +58,6 @@ EXECUTORS_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.25
 LOG_TAIL_CHARS = 4000
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def poll(check: Any, timeout: float, what: str, on_timeout: Any = None) -> Any:
@@ -413,9 +406,10 @@ def start_cluster(
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_cluster() -> Iterator[StandaloneCluster]:
-    """A standalone cluster (1 Master, 2 Workers x 1 core) on 127.0.0.1 for the session."""
+    """A standalone cluster (1 Master, 2 Workers x 1 core) on 127.0.0.1 for tests/cluster:
+    stopped after its last test, so that its JVMs do not take CPU from the sets after it."""
     with tempfile.TemporaryDirectory(prefix="tensorspark-cluster-") as tmp:
         cluster = new_cluster(Path(tmp))
         try:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import StandaloneCluster, free_port, poll
+from tests.cluster.conftest import StandaloneCluster, poll
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMIT_TIMEOUT_S = 600

@@ -18,17 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_CONNECT_START_TIMEOUT", "180"))
 STOP_TIMEOUT_S = 30.0
 JAR_TIMEOUT_S = 300.0
 MAIN_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spark_home() -> str:

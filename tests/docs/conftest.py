@@ -12,9 +12,6 @@ import pytest
 # The spark set's local[2] context (one per JVM, swapped when another master is needed).
 from tests.spark.conftest import sc, spark, spark_contexts  # noqa: F401
 
-# The dashboard test's headless Chromium (Debian's chromium and chromedriver).
-from tests.unit.test_dashboard_browser import browser  # noqa: F401
-
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 

@@ -13,7 +13,6 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,19 +24,14 @@ import pytest
 import requests
 from pyspark import SparkContext
 
+from tests.ports import free_port
+
 MINICLUSTER = Path(__file__).resolve().parent / "minicluster"
 CLASSPATH_SCRIPT = MINICLUSTER / "classpath.sh"
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_HDFS_START_TIMEOUT", "180"))
 RESOLVE_TIMEOUT_S = 900
 STOP_TIMEOUT_S = 30
 MAIN_CLASS = "org.apache.hadoop.mapreduce.MiniHadoopClusterManager"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def resolve_classpath() -> str:
@@ -257,15 +251,10 @@ def start_cluster(base: Path, classpath: str) -> HdfsCluster:
             pass
 
 
-@pytest.fixture
-def closed_port() -> int:
-    """A port on 127.0.0.1 where nothing listens (it was free a moment ago)."""
-    return free_port()
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsCluster]:
-    """A running HDFS mini cluster shared by the session; stopped at the end whatever happens."""
+    """A running HDFS mini cluster shared by tests/hdfs; stopped after its last test whatever
+    happens, so that its JVM does not take CPU from the sets after it."""
     classpath = resolve_classpath()
     cluster = start_cluster(tmp_path_factory.mktemp("hdfs"), classpath)
     try:
@@ -274,23 +263,49 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsClust
         cluster.stop()
 
 
+class _HdfsContext:
+    """The one local[2] SparkContext of tests/hdfs, started on first use and kept for every
+    module after (its Python workers, TensorFlow imported, with it) while it is the process's
+    active context."""
+
+    def __init__(self, cluster: HdfsCluster) -> None:
+        self.cluster = cluster
+        self.sc: SparkContext | None = None
+
+    def get(self) -> SparkContext:
+        from tests.spark.conftest import make_conf, new_context
+
+        active = SparkContext._active_spark_context  # noqa: SLF001
+        if self.sc is not None and active is self.sc:
+            return self.sc
+        if active is not None:
+            active.stop()  # one per JVM
+        conf = make_conf("local[2]").set("spark.tensorspark.webhdfs.url", self.cluster.webhdfs_url)
+        self.sc = new_context(conf)
+        self.sc.setLogLevel("ERROR")
+        return self.sc
+
+    def stop(self) -> None:
+        if self.sc is not None:
+            self.sc.stop()
+            self.sc = None
+
+
+@pytest.fixture(scope="package")
+def hdfs_contexts(hdfs_cluster: HdfsCluster) -> Iterator[_HdfsContext]:
+    contexts = _HdfsContext(hdfs_cluster)
+    yield contexts
+    contexts.stop()
+
+
 @pytest.fixture(scope="module")
-def hdfs_sc(hdfs_cluster: HdfsCluster) -> Iterator[SparkContext]:
-    """A local[2] SparkContext whose conf names this HDFS's WebHDFS address; per module.
+def hdfs_sc(hdfs_contexts: _HdfsContext) -> SparkContext:
+    """A local[2] SparkContext whose conf names this HDFS's WebHDFS address, shared by the
+    modules of tests/hdfs (stopped after the last; tests/spark's fixtures start theirs again
+    when needed).
 
     ``spark.tensorspark.webhdfs.url`` lets ``hdfs://127.0.0.1:P/...`` locations (checkpoint
-    dirs) reach the NameNode over WebHDFS. Stops the process's active context first (one per
-    JVM) and its own at the end; tests/spark's fixtures start theirs again when needed.
+    dirs) reach the NameNode over WebHDFS. Stops the process's active context first when it
+    is another (one per JVM).
     """
-    from tests.spark.conftest import make_conf, new_context
-
-    active = SparkContext._active_spark_context  # noqa: SLF001
-    if active is not None:
-        active.stop()
-    conf = make_conf("local[2]").set("spark.tensorspark.webhdfs.url", hdfs_cluster.webhdfs_url)
-    sc = new_context(conf)
-    sc.setLogLevel("ERROR")
-    try:
-        yield sc
-    finally:
-        sc.stop()
+    return hdfs_contexts.get()

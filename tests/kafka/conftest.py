@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 RESOLVE_TIMEOUT_S = 900
@@ -50,12 +51,6 @@ def spark_kafka_jars() -> str:
     """``spark.jars`` for Spark's Kafka source: the connector and what pyspark lacks."""
     jars = [j for j in classpath("pom-spark.xml") if Path(j).name.startswith(SPARK_JARS)]
     return ",".join(jars)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def java() -> str:

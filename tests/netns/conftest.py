@@ -16,7 +16,8 @@ Links are degraded inside a namespace, so nothing outside it is touched:
 * :meth:`Network.delay`: every packet to the driver held for a fixed time, through
   NFQUEUE and ``tests/netns/linkdelay.py`` (this kernel has no ``sch_netem``).
 
-Needs root (CI runs as root); otherwise every test here is skipped, saying why. ``ip``,
+Needs root (CI runs as root); otherwise every test here is skipped, saying why, and fails
+under ``CI=true`` (``tests/privileges.py``). ``ip``,
 ``iptables`` come from Debian's iproute2 and iptables (``scripts/setup.sh`` installs them).
 Namespaces, the bridge and every process in them are removed at the end whatever happened,
 and so are those left by an earlier session that was killed (their names carry its pid).
@@ -54,6 +55,7 @@ from tests.cluster.conftest import (
     start_worker,
     wait_workers,
 )
+from tests.privileges import missing_privilege, require_root
 
 logger = logging.getLogger(__name__)
 
@@ -334,12 +336,10 @@ def _remove_stale() -> None:
             _run("ip", "link", "del", match.group(1), check=False)
 
 
-def skip_unless_possible() -> None:
-    """Skip (saying why) where namespaces cannot be made; fail where a tool is missing."""
-    if os.geteuid() != 0:
-        pytest.skip(
-            "netns tests need root to create network namespaces and a bridge (CI runs as root)"
-        )
+def require_namespaces() -> None:
+    """Skip (saying why; under CI=true fail) where namespaces cannot be made for want of
+    root; fail where a tool is missing."""
+    require_root("creating the netns tests' network namespaces and bridge")
     missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
     if missing:
         pytest.fail(
@@ -351,7 +351,7 @@ def skip_unless_possible() -> None:
 @contextlib.contextmanager
 def network() -> Iterator[Network]:
     """A bridge and :data:`HOSTS` namespaces on a free 10.213.X.0/24, removed at the end."""
-    skip_unless_possible()
+    require_namespaces()
     _remove_stale()
     used = _used_subnets()
     pid = os.getpid()
@@ -362,7 +362,7 @@ def network() -> Iterator[Network]:
             net.create()
         except RuntimeError as err:
             if "Operation not permitted" in str(err):
-                pytest.skip(f"cannot create network namespaces here: {err}")
+                missing_privilege(f"cannot create network namespaces here: {err}")
             raise
         net.check_reachable()
         yield net
@@ -442,9 +442,10 @@ class NetnsCluster:
         return sorted(d for d in found if not any(c in d.parents for c in self.crashed))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def netns_cluster() -> Iterator[NetnsCluster]:
-    """A standalone cluster whose 2 Workers each run in their own network namespace."""
+    """A standalone cluster whose 2 Workers each run in their own network namespace, for
+    tests/netns: removed after its last test, before the sets after it run."""
     with network() as net, tempfile.TemporaryDirectory(prefix="tensorspark-netns-") as tmp:
         hosts = tuple(WorkerHost(h.address, h.prefix) for h in net.hosts)
         spark = new_cluster(Path(tmp), host=net.driver, worker_hosts=hosts)

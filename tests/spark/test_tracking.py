@@ -21,7 +21,7 @@ import pytest
 
 import tensorspark as sps
 from tensorspark.errors import TrackingError
-from tests.mlflow_server import closed_port
+from tests.ports import closed_port
 
 ROWS = 256
 

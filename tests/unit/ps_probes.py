@@ -9,7 +9,7 @@
   body mutations (wire metadata and shapes, JSON nesting and numbers), hang-ups, replays;
   and it keeps the model of the valid pushes (the parameters they must add up to).
 
-Used by ``tests/unit/test_ps_http_fuzz.py`` (short form) and ``bench/ps_fuzz.py`` (long form).
+Used by ``tests/unit/ps/test_ps_http_fuzz.py`` (short form) and ``bench/ps_fuzz.py`` (long form).
 Run as ``python -m tests.unit.ps_probes CONFIG_JSON`` it is the child process's host.
 """
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from tensorspark.cli import format_status, main, status_url
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.server import ParameterServer
+from tests.ports import closed_port
 
 SECRET = "a-test-secret-of-32-characters!!"
 SCRIPT = Path(sys.executable).parent / "tensorspark"
@@ -107,9 +107,7 @@ def test_status_without_credentials_says_what_to_pass(
 
 
 def test_status_of_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as sock:  # a port that nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = closed_port()  # a port that nothing listens on
     assert main(["status", f"http://127.0.0.1:{port}", "--timeout", "5"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(

@@ -249,7 +249,7 @@ def test_tune_checks_its_optuna_arguments_before_using_spark(kwargs: dict, messa
 
 def test_a_timed_out_search_fails_the_trials_in_flight_and_adds_none() -> None:
     from tensorspark.tuning.loop import run_search
-    from tests.unit.test_searchers import CONFIG, LocalLauncher
+    from tests.unit.tuning.test_searchers import CONFIG, LocalLauncher
 
     study = optuna.create_study(direction="minimize")
     searcher = OptunaSearcher(study, {"x": Uniform(0.0, 1.0)})

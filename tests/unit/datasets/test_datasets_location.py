@@ -14,7 +14,7 @@ import pytest
 from tensorspark.datasets import mnist
 from tensorspark.datasets.location import default_mnist_dir, source_checkout, user_cache_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def checkout(tmp_path: Path, project: str = "tensorspark") -> Path:

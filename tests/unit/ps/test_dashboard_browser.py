@@ -8,8 +8,6 @@ page is open; the page must load without console errors, pass its ``?token=`` on
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -23,8 +21,6 @@ from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.dashboard import dashboard_url, page
 from tensorspark.ps.server import ParameterServer
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 PARTITIONS = 3
 
 
@@ -85,38 +81,6 @@ def server() -> Iterator[ParameterServer]:
     ps.start()
     yield ps
     ps.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="tensorspark-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,1100",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    driver.set_script_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.mark.browser
@@ -208,6 +172,7 @@ def test_dashboard_shows_rows_per_sync_of_embedding_tables(browser) -> None:  # 
         assert browser.find_element(By.ID, "rows").text == "4 / 4"
 
 
+@pytest.mark.browser
 def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ignore[no-untyped-def]
     """fit_stream annotates the server's /status with the stream's progress; the dashboard
     shows its input and trained rates and the lag to the model in a card of its own."""

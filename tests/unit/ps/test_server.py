@@ -10,6 +10,7 @@ import pytest
 
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import ParameterClient, ParameterServer
+from tests.ports import closed_port
 
 
 def _params() -> dict[str, np.ndarray]:
@@ -201,9 +202,7 @@ def test_recycled_buffers_never_change_a_response_being_sent() -> None:
 def test_unreachable_server_is_named_with_the_usual_causes() -> None:
     from tensorspark.errors import ParameterServerConnectionError
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    port = closed_port()  # nothing listens there
     client = ParameterClient(f"http://127.0.0.1:{port}", ps_timeout=60)
     with pytest.raises(ParameterServerConnectionError) as info:
         client.join(0, 1, wait=0.5)  # a retried task past the job's deadline waits briefly
