@@ -30,6 +30,7 @@ import numpy as np
 
 from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
 from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.ps.snapshot import Snapshot
 from tensorspark.storage import local_path
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class StreamCheckpoints:
 
     def save(
         self,
-        snapshot: Any,
+        snapshot: Snapshot,
         *,
         combiner: str,
         stream: Mapping[str, Any],
@@ -144,15 +145,7 @@ class StreamCheckpoints:
             "saved_at": time.time(),
             "stream": dict(stream),
         }
-        path = self.manager.save(
-            snapshot.params,
-            snapshot.version,
-            snapshot.mode,
-            {},
-            extra_meta=meta,
-            state=snapshot.state,
-            state_meta=snapshot.state_meta,
-        )
+        path = snapshot.save(self.manager, meta, progress={})
         if path is None:
             raise CheckpointError(
                 f"the model checkpoint of micro-batch {stream.get('batch_id')} could not be "
