@@ -35,8 +35,9 @@ import numpy as np
 
 from tensorspark.blocks import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
+from tensorspark.inputs.base import Passes
 from tensorspark.models.base import TrainableModel
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
@@ -81,6 +82,11 @@ class WorkerConfig:
     #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
+
+    @property
+    def passes(self) -> Passes:
+        """How each task reads its partition: these batches, epochs, shuffle and seed."""
+        return Passes(self.batch_size, self.num_epoch, shuffle=self.shuffle, seed=self.seed)
 
     def to_json(self) -> str:
         """The settings as JSON, without the secret."""
@@ -246,16 +252,7 @@ class _Loop:
             self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         data: EpochSource = (
-            blocks
-            if isinstance(blocks, EpochSource)
-            else PartitionData(
-                blocks,
-                cfg.batch_size,
-                cfg.num_epoch,
-                shuffle=cfg.shuffle,
-                seed=cfg.seed,
-                partition=self.partition,
-            )
+            blocks if isinstance(blocks, EpochSource) else cfg.passes.over(blocks, self.partition)
         )
         try:
             for epoch, batches in data.epochs():
