@@ -199,6 +199,8 @@ def _zero_counts() -> dict[str, int]:
 
 @dataclass(eq=False)
 class _Loop:
+    """One task's training loop: pull, train ``sync_interval`` batches, push (executor)."""
+
     partition: int
     attempt: int
     config: WorkerConfig
