@@ -27,7 +27,7 @@ from tensorspark.inputs import Input, Passes, input_for
 from tensorspark.inputs.dataframe import SCORE_A_STREAM, refuse_stream
 from tensorspark.models.keras import cached_core, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource
 from tensorspark.preflight import preflight
 
 # Batches one compiled evaluation call loops over.
@@ -86,7 +86,7 @@ def evaluate_blocks(
     source = (
         blocks
         if isinstance(blocks, EpochSource)
-        else PartitionData(blocks, plan.batch_size, len(snapshots), partition=partition)
+        else Passes(plan.batch_size, len(snapshots)).over(blocks, partition)
     )
     try:
         for index, batches in source.epochs():

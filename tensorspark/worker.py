@@ -35,8 +35,9 @@ import numpy as np
 
 from tensorspark.blocks import Block
 from tensorspark.errors import DivergenceError, ParameterServerError
+from tensorspark.inputs.base import Passes
 from tensorspark.models.base import TrainableModel
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
@@ -81,6 +82,11 @@ class WorkerConfig:
     #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
+
+    @property
+    def passes(self) -> Passes:
+        """How each task reads its partition: these batches, epochs, shuffle and seed."""
+        return Passes(self.batch_size, self.num_epoch, shuffle=self.shuffle, seed=self.seed)
 
     def to_json(self) -> str:
         """The settings as JSON, without the secret."""
@@ -185,40 +191,33 @@ def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
     return ParameterClient(config.server_url, **options)
 
 
+def _zero_counts() -> dict[str, int]:
+    """The loop's counts of pushes by the server's answer, and of batches skipped on resume."""
+    names = ("applied", "duplicate", "stale", "diverged", "skipped_batches", "skipped_samples")
+    return dict.fromkeys(names, 0)
+
+
+@dataclass(eq=False)
 class _Loop:
-    def __init__(
-        self,
-        partition: int,
-        attempt: int,
-        config: WorkerConfig,
-        client: ParameterClient | ShardedClient,
-        model: TrainableModel,
-        payload: str,
-        resume_after: tuple[int, int] | None,
-        feedback: ErrorFeedback | None = None,
-    ) -> None:
-        self.partition = partition
-        self.feedback = feedback  # compresses deltas, keeping what rounding took
-        self.attempt = attempt
-        self.config = config
-        self.client = client
-        self.model = model
-        self.payload = payload
-        self.resume_after = resume_after
-        self.counts = {
-            "applied": 0,
-            "duplicate": 0,
-            "stale": 0,
-            "diverged": 0,
-            "skipped_batches": 0,
-            "skipped_samples": 0,
-        }
-        self.version = 0
-        self.base: dict[str, np.ndarray] = {}
-        self.stopping = False  # the driver asked the run to stop (the control's ``stop``)
-        self.learning_rate: float | None = None  # the control's, once applied
-        self.rows: RowSync | None = None  # row-sparse sync of embedding tables
-        self.fresh = False  # row-sparse and the server at version 0: start from the model
+    """One task's training loop: pull, train ``sync_interval`` batches, push (executor)."""
+
+    partition: int
+    attempt: int
+    config: WorkerConfig
+    client: ParameterClient | ShardedClient
+    model: TrainableModel
+    payload: str
+    resume_after: tuple[int, int] | None
+    feedback: ErrorFeedback | None = None  # compresses deltas, keeping what rounding took
+    counts: dict[str, int] = field(default_factory=_zero_counts, init=False)
+    version: int = field(default=0, init=False)
+    base: dict[str, np.ndarray] = field(default_factory=dict, init=False)
+    #: The driver asked the run to stop (the control's ``stop``).
+    stopping: bool = field(default=False, init=False)
+    learning_rate: float | None = field(default=None, init=False)  # the control's, once applied
+    rows: RowSync | None = field(default=None, init=False)  # row-sparse sync of embedding tables
+    #: Row-sparse and the server at version 0: start from the model.
+    fresh: bool = field(default=False, init=False)
 
     def follow(self, control: Mapping[str, Any]) -> None:
         """Apply the run's control from the server's last answer (see the module)."""
@@ -246,16 +245,7 @@ class _Loop:
             self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
         data: EpochSource = (
-            blocks
-            if isinstance(blocks, EpochSource)
-            else PartitionData(
-                blocks,
-                cfg.batch_size,
-                cfg.num_epoch,
-                shuffle=cfg.shuffle,
-                seed=cfg.seed,
-                partition=self.partition,
-            )
+            blocks if isinstance(blocks, EpochSource) else cfg.passes.over(blocks, self.partition)
         )
         try:
             for epoch, batches in data.epochs():

@@ -42,45 +42,39 @@ def example_class() -> Any:
     ):
         message = proto.message_type.add(name=name)
         message.field.add(name="value", number=1, type=kind, label=field.LABEL_REPEATED)
-    feature = proto.message_type.add(name="Feature")
-    feature.oneof_decl.add(name="kind")
-    for number, (name, type_name) in enumerate(
-        zip(KINDS, ("BytesList", "FloatList", "Int64List")), start=1
-    ):
-        feature.field.add(
+
+    def add_message_field(
+        owner: Any,
+        name: str,
+        number: int,
+        message: str,
+        label: int = field.LABEL_OPTIONAL,
+        **extra: int,
+    ) -> None:
+        """Field ``number`` of ``owner``, named ``name``, holding the message ``message``."""
+        owner.field.add(
             name=name,
             number=number,
             type=field.TYPE_MESSAGE,
-            type_name=f".{package}.{type_name}",
-            label=field.LABEL_OPTIONAL,
-            oneof_index=0,
+            type_name=f".{package}.{message}",
+            label=label,
+            **extra,
         )
+
+    feature = proto.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for number, (name, message) in enumerate(
+        zip(KINDS, ("BytesList", "FloatList", "Int64List")), start=1
+    ):
+        add_message_field(feature, name, number, message, oneof_index=0)
     features = proto.message_type.add(name="Features")
     entry = features.nested_type.add(name="FeatureEntry")
     entry.options.map_entry = True
     entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-    entry.field.add(
-        name="value",
-        number=2,
-        type=field.TYPE_MESSAGE,
-        type_name=f".{package}.Feature",
-        label=field.LABEL_OPTIONAL,
-    )
-    features.field.add(
-        name="feature",
-        number=1,
-        type=field.TYPE_MESSAGE,
-        type_name=f".{package}.Features.FeatureEntry",
-        label=field.LABEL_REPEATED,
-    )
+    add_message_field(entry, "value", 2, "Feature")
+    add_message_field(features, "feature", 1, "Features.FeatureEntry", field.LABEL_REPEATED)
     example = proto.message_type.add(name="Example")
-    example.field.add(
-        name="features",
-        number=1,
-        type=field.TYPE_MESSAGE,
-        type_name=f".{package}.Features",
-        label=field.LABEL_OPTIONAL,
-    )
+    add_message_field(example, "features", 1, "Features")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Example"))

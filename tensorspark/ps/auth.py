@@ -352,3 +352,34 @@ class Verifier:
 def _ascii(text: str) -> bytes:
     """Header text as bytes for a constant-time compare (non-ASCII never matches)."""
     return text.encode("utf-8", "replace")
+
+
+class SignedServer:
+    """What a server holds of request signing, mixed into both server kinds
+    (:class:`~tensorspark.ps.server.ParameterServer`,
+    :class:`~tensorspark.ps.shards.ShardedServer`): the run's secret and the
+    :class:`Verifier` of its requests, both None when requests need no signature."""
+
+    _secret: bytes | None = None
+    _verifier: Verifier | None = None
+
+    def _sign_requests(self, authenticate: bool, secret: bytes | None, window: float) -> None:
+        """Require signed requests when ``authenticate``, under ``secret`` (else a new one)."""
+        if authenticate:
+            self._secret = new_secret() if secret is None else secret
+            self._verifier = Verifier(self._secret, window=window)
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether requests must be signed with a secret."""
+        return self._verifier is not None
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for a :class:`~tensorspark.ps.client.ParameterClient` of this
+        server in the same process (the secret, when there is one). Never log them."""
+        return {} if self._secret is None else {"secret": self._secret}
+
+    @property
+    def status_token(self) -> str | None:
+        """The read-only ``?token=`` for ``GET /`` and ``/status`` (None without a secret)."""
+        return None if self._verifier is None else self._verifier.status_token

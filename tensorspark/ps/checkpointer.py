@@ -94,15 +94,7 @@ class Checkpointer:
             meta = dict(self.extra_meta)
             meta["applied_pushes"] = self.applied_before + snap.applied_pushes
             meta["saved_at"] = time.time()
-            path = self.manager.save(
-                snap.params,
-                snap.version,
-                snap.mode,
-                snap.progress,
-                extra_meta=meta,
-                state=snap.state,
-                state_meta=snap.state_meta,
-            )
+            path = snap.save(self.manager, meta)
             if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
                 self.saved.append(path)

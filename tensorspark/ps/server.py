@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 _HEADROOM = 4 * 1024 * 1024
 
 
-class ParameterServer(LoopServer):
+class ParameterServer(auth.SignedServer, LoopServer):
     """Holds the global parameters and serves pushes and pulls over HTTP.
 
     Thread-safe as the module docstring describes: every public method may be called
@@ -136,30 +136,11 @@ class ParameterServer(LoopServer):
             # backs it up.
             body_timeout=self.limits.body_timeout + 60,
         )
-        self._secret: bytes | None = None
-        self._verifier: auth.Verifier | None = None
-        if s.authenticate:
-            self._secret = auth.new_secret() if s.secret is None else s.secret
-            self._verifier = auth.Verifier(self._secret, window=s.auth_window)
+        self._sign_requests(s.authenticate, s.secret, s.auth_window)
         self.public_status = s.public_status
         self._notes: dict[str, Any] = {}  # annotate(): the loop thread's, like the store
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def authenticated(self) -> bool:
-        """Whether requests must be signed with a secret."""
-        return self._verifier is not None
-
-    def client_options(self) -> dict[str, Any]:
-        """Keyword arguments for a :class:`~tensorspark.ps.client.ParameterClient` of this
-        server in the same process (the secret, when there is one). Never log them."""
-        return {} if self._secret is None else {"secret": self._secret}
-
-    @property
-    def status_token(self) -> str | None:
-        """The read-only ``?token=`` for ``GET /`` and ``/status`` (None without a secret)."""
-        return None if self._verifier is None else self._verifier.status_token
 
     def _router(self) -> httputil.HTTPServerConnectionDelegate:
         return Router(

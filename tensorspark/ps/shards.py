@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 _STATUS_TIMEOUT = 10.0
 
 
-class ShardedServer:
+class ShardedServer(auth.SignedServer):
     """The parameter server as N processes (see the module docstring); the same public
     API as :class:`~tensorspark.ps.server.ParameterServer`, plus :attr:`urls`.
 
@@ -138,11 +138,7 @@ class ShardedServer:
         self.public_status = s.public_status
         self.cut_timeout = float(s.cut_timeout)
         self._num_workers = num_workers
-        self._secret = None
-        self._verifier = None
-        if s.authenticate:
-            self._secret = auth.new_secret() if s.secret is None else s.secret
-            self._verifier = auth.Verifier(self._secret, window=s.auth_window)
+        self._sign_requests(s.authenticate, s.secret, s.auth_window)
         self._on_push = on_push
         self._init = shard_inits(
             self.layout,
@@ -211,18 +207,6 @@ class ShardedServer:
     @property
     def running(self) -> bool:
         return self._front.running and all(s.alive for s in self._shards)
-
-    @property
-    def authenticated(self) -> bool:
-        return self._verifier is not None
-
-    def client_options(self) -> dict[str, Any]:
-        """Keyword arguments for a client of this server in this process (the secret)."""
-        return {} if self._secret is None else {"secret": self._secret}
-
-    @property
-    def status_token(self) -> str | None:
-        return None if self._verifier is None else self._verifier.status_token
 
     def start(self, timeout: float = START_TIMEOUT) -> str:
         """Start the shards and the status page; return the status page's URL.

@@ -6,10 +6,14 @@ a sharded server (:mod:`tensorspark.ps.shards`) joins its shards' into one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tensorspark.checkpoint import CheckpointManager
 
 
 @dataclass
@@ -25,3 +29,25 @@ class Snapshot:
     #: The combiner's state (e.g. the outer optimizer's momentum) and its JSON part.
     state: dict[str, np.ndarray] = field(default_factory=dict)
     state_meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(
+        self,
+        manager: CheckpointManager,
+        extra_meta: Mapping[str, Any],
+        progress: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> str | None:
+        """Write this view as ``manager``'s next checkpoint, the combiner's state in the same
+        file; ``progress``: the partitions' progress to record (default: this view's own).
+
+        Returns and raises what :meth:`CheckpointManager.save
+        <tensorspark.checkpoint.CheckpointManager.save>` does.
+        """
+        return manager.save(
+            self.params,
+            self.version,
+            self.mode,
+            self.progress if progress is None else progress,
+            extra_meta=extra_meta,
+            state=self.state,
+            state_meta=self.state_meta,
+        )

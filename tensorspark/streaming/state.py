@@ -24,12 +24,14 @@ import os
 import posixpath
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
 from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.ps.snapshot import Snapshot
 from tensorspark.storage import local_path
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ def stream_dir(location: str) -> str:
     return posixpath.join(location.rstrip("/"), STREAM_DIR)
 
 
+@dataclass(eq=False)
 class StreamCheckpoints:
     """The model half of a stream's checkpoint location (driver; one micro-batch at a time).
 
@@ -56,16 +59,13 @@ class StreamCheckpoints:
         user: the HDFS user the manager was made with (for readers elsewhere).
     """
 
-    def __init__(
-        self, location: str, name: str, manager: CheckpointManager, user: str | None = None
-    ) -> None:
-        self.location = location
-        self.user = user
-        self.name = name
-        self.manager = manager
-        self.resumed: Checkpoint | None = None
-        #: The id of the last micro-batch in the model (-1: none yet).
-        self.last_batch_id = -1
+    location: str
+    name: str
+    manager: CheckpointManager
+    user: str | None = None
+    resumed: Checkpoint | None = field(default=None, init=False)
+    #: The id of the last micro-batch in the model (-1: none yet).
+    last_batch_id: int = field(default=-1, init=False)
 
     def resume(self, params: Mapping[str, np.ndarray], mode: str) -> Checkpoint | None:
         """The newest model checkpoint, checked against the model, or None for a new
@@ -124,7 +124,7 @@ class StreamCheckpoints:
 
     def save(
         self,
-        snapshot: Any,
+        snapshot: Snapshot,
         *,
         combiner: str,
         stream: Mapping[str, Any],
@@ -144,15 +144,7 @@ class StreamCheckpoints:
             "saved_at": time.time(),
             "stream": dict(stream),
         }
-        path = self.manager.save(
-            snapshot.params,
-            snapshot.version,
-            snapshot.mode,
-            {},
-            extra_meta=meta,
-            state=snapshot.state,
-            state_meta=snapshot.state_meta,
-        )
+        path = snapshot.save(self.manager, meta, progress={})
         if path is None:
             raise CheckpointError(
                 f"the model checkpoint of micro-batch {stream.get('batch_id')} could not be "

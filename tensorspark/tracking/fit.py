@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorspark.listeners import RunInfo, RunListener
@@ -183,29 +184,25 @@ class FitTracker(RunListener):
         self._flush({})
 
 
+@dataclass(eq=False)
 class TrackedFit:
     """What the facade holds for one ``fit``: the listeners to add and :meth:`finish`.
 
     Untracked (``tracker`` is None) it adds no listener and ``finish`` does nothing.
     """
 
-    def __init__(
-        self,
-        tracker: FitTracker | None = None,
-        model: Any = None,
-        data: Any = None,
-        features_col: str = "features",
-        log_model: bool = False,
-    ) -> None:
-        self.tracker = tracker
-        self.model = model
-        self.data = data
-        self.features_col = features_col
-        self.log_model = log_model
-        self.model_info: Any = None
-        #: Given to ``fit``'s input check, which appends the first example's features: the
-        #: model's input example, without a job of its own (None untracked).
-        self.seen: list[Any] | None = [] if tracker is not None and log_model else None
+    tracker: FitTracker | None = None
+    model: Any = None
+    data: Any = None
+    features_col: str = "features"
+    log_model: bool = False
+    model_info: Any = field(default=None, init=False)
+    #: Given to ``fit``'s input check, which appends the first example's features: the
+    #: model's input example, without a job of its own (None untracked).
+    seen: list[Any] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.seen = [] if self.tracker is not None and self.log_model else None
 
     @property
     def listeners(self) -> list[RunListener]:

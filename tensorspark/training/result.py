@@ -105,6 +105,7 @@ def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, fl
     return out
 
 
+@dataclass(eq=False, repr=False)
 class History:
     """What :meth:`tensorspark.SparkSession.fit` returns, shaped like ``keras.callbacks.History``.
 
@@ -128,22 +129,20 @@ class History:
             None (:mod:`tensorspark.ps.sparse`).
     """
 
-    def __init__(
-        self,
-        history: dict[str, list[float]],
-        epoch: list[int],
-        params: dict[str, Any],
-        epoch_seconds: list[float | None],
-        result: Any,
-        model: Any,
-    ) -> None:
-        self.history = history
-        self.epoch = epoch
-        self.params = params
-        self.epoch_seconds = epoch_seconds
-        self.result = result
-        self.model = model
-        status = getattr(result, "status", None) or {}
+    history: dict[str, list[float]]
+    epoch: list[int]
+    params: dict[str, Any]
+    epoch_seconds: list[float | None]
+    result: Any
+    model: Any
+    bytes_received: int = field(init=False)
+    bytes_sent: int = field(init=False)
+    worker_bytes: dict[int, dict[str, int]] = field(init=False)
+    epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
+    epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        status = getattr(self.result, "status", None) or {}
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))
         self.worker_bytes = {
@@ -153,8 +152,6 @@ class History:
             }
             for w in status.get("workers", ())
         }
-        self.epoch_traffic: list[dict[str, int] | None] = []
-        self.epoch_rows: list[dict[str, float] | None] = []
 
     def __repr__(self) -> str:
         return f"History(epochs={len(self.epoch)}, keys={sorted(self.history)})"

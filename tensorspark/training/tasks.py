@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tensorspark.inputs import Input, JobThunk, Passes
+from tensorspark.inputs import Input, JobThunk
 from tensorspark.models.base import TrainerLoader
 from tensorspark.partition import EpochSource
 from tensorspark.worker import WorkerConfig, train_partition
@@ -69,5 +69,4 @@ def training_job(
     data: Input, *, bcast: Any, loader: TrainerLoader, config: WorkerConfig
 ) -> JobThunk:
     """A thunk that runs the training job over ``data`` (barrier stage in sync mode)."""
-    passes = Passes(config.batch_size, config.num_epoch, shuffle=config.shuffle, seed=config.seed)
-    return data.job(TrainWork(bcast, loader, config), passes, barrier=config.mode == "sync")
+    return data.job(TrainWork(bcast, loader, config), config.passes, barrier=config.mode == "sync")
