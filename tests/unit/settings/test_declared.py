@@ -13,7 +13,7 @@ from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.session import SparkSession
 from tensorspark.session_settings import VIEWS, check_given
-from tensorspark.settings.declared import PREFIX, SETTINGS
+from tensorspark.settings.declared import CONF_ORDER, PREFIX, SETTINGS
 from tests.unit.spark_conf import DictConf
 
 
@@ -41,7 +41,8 @@ def test_every_declared_setting_has_a_line_in_the_constructor_s_docstring() -> N
 
 def test_the_conf_table_is_derived_from_the_declaration() -> None:
     assert [(s.key, s.argument, s.default) for s in tsconf.SETTINGS] == [
-        (PREFIX + s.conf, s.name, s.fallback) for s in SETTINGS if s.conf
+        (PREFIX + s.conf, s.name, s.fallback)
+        for s in sorted((s for s in SETTINGS if s.conf), key=lambda s: CONF_ORDER.index(s.conf))
     ]
     assert {s.key for s in tsconf.SETTINGS} <= {
         line.split()[0] for line in (tsconf.__doc__ or "").splitlines() if line.startswith(PREFIX)
