@@ -9,7 +9,7 @@ fills in the cluster-wide defaults (:func:`tensorspark.conf.resolve`: explicit k
 Spark conf key > default) and builds the :class:`~tensorspark.training.RunSettings` (with
 their :class:`~tensorspark.ps.settings.ServerSettings`) and the checkpoint manager the
 session's :class:`~tensorspark.training.ServerHost` is made with. :data:`VIEWS` are the
-session's read-only attributes over those settings.
+session's read-only attributes over those settings (properties: :func:`add_views`).
 
 Runs on the driver (Spark Connect: in the client). Pure apart from the one read of the
 Spark conf; a resolved session's settings are frozen.
@@ -21,7 +21,7 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from tensorspark import conf as tsconf
 from tensorspark import versions
@@ -220,6 +220,31 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
 VIEWS: Mapping[str, Callable[[RunSettings], Any]] = MappingProxyType(
     {s.view_as or s.name: operator.attrgetter(s.view) for s in SETTINGS if s.view}
 )
+
+C = TypeVar("C", bound=type)
+
+
+def _view_property(name: str, read: Callable[[RunSettings], Any], doc: str) -> property:
+    """The read-only property ``name`` of a session: ``read`` of its run settings."""
+
+    def fget(session: Any) -> Any:
+        return read(session._host.settings)
+
+    def fset(session: Any, value: Any) -> None:
+        raise AttributeError(f"SparkSession's {name} is read-only (a resolved setting)")
+
+    return property(fget, fset, doc=f"{doc[:1].upper()}{doc[1:]} (read-only, as resolved).")
+
+
+def add_views(cls: C) -> C:
+    """Class decorator: ``cls`` (:class:`~tensorspark.SparkSession`) with a read-only
+    property for each of :data:`VIEWS`, documented by its setting's one-line doc, so that
+    the settings are real class attributes (``hasattr``, ``help``, the API reference)."""
+    for s in SETTINGS:
+        if s.view:
+            name = s.view_as or s.name
+            setattr(cls, name, _view_property(name, VIEWS[name], s.doc))
+    return cls
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:

@@ -108,3 +108,12 @@ def test_explicit_values_are_checked_in_the_declaration_s_order() -> None:
     with pytest.raises(TypeError, match="unexpected settings"):
         check_given({"batch": 1})
     assert check_given({})["batch_size"] == 100
+
+
+def test_the_views_are_documented_read_only_properties_of_the_class() -> None:
+    by_view = {s.view_as or s.name: s for s in SETTINGS if s.view}
+    assert set(by_view) == set(VIEWS)
+    for name, setting in by_view.items():
+        prop = getattr(SparkSession, name)
+        assert isinstance(prop, property), name
+        assert setting.doc[1:] in (prop.__doc__ or ""), name
