@@ -8,11 +8,15 @@ with its declared one-line doc), in the declarations' order.
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 import griffe
 
-from tensorspark.settings.declared import SETTINGS
+#: The checkout whose declarations are documented (not an installed tensorspark's).
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class SettingsViews(griffe.Extension):
@@ -21,7 +25,10 @@ class SettingsViews(griffe.Extension):
     def on_class_members(self, *, node: Any, cls: griffe.Class, agent: Any, **kwargs: Any) -> None:
         if cls.path != "tensorspark.session.SparkSession":
             return
-        for setting in SETTINGS:
+        if ROOT not in sys.path:
+            sys.path.insert(0, ROOT)
+        declared = importlib.import_module("tensorspark.settings.declared")
+        for setting in declared.SETTINGS:
             if not setting.view:
                 continue
             name = setting.view_as or setting.name
