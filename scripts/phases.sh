@@ -2,7 +2,7 @@
 # progress and starts NAME; `phase_add NAME SECONDS [NOTE]` records one timed elsewhere (a
 # background job). At exit, also after a failure, a table of every phase's minutes and
 # seconds is printed, the phase that was in progress when a command failed marked so.
-# Needs bash 4+.
+# Needs bash 4.4+ (an empty associative array under `set -u`).
 
 PHASE_NAMES=()
 PHASE_SECONDS=()
@@ -39,13 +39,17 @@ phase_background() {
   local name="$1" log="$2"
   shift 2
   (
+    # Not the parent's phase table at its exit; stopped (TERM), it stops its child, the
+    # trap set before the child starts so that a TERM at once leaves nothing running.
+    trap - EXIT
     start=$SECONDS
     rc=0
+    child=""
+    trap '[ -z "$child" ] || kill -- -"$child" 2>/dev/null; exit 143' TERM
     # Its own process group (job control on), so that stopping it stops all it started.
     set -m
     "$@" >"$log" 2>&1 &
     child=$!
-    trap 'kill -- -"$child" 2>/dev/null; exit 143' TERM
     wait "$child" || rc=$?
     echo "$((SECONDS - start)) $rc" >"$log.time"
     exit "$rc"
@@ -72,6 +76,9 @@ phase_table() {
   # A background phase still running when a foreground one failed: ours, stopped.
   for pid in "${_PHASE_BG_PID[@]}"; do
     kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${_PHASE_BG_PID[@]}"; do
+    wait "$pid" 2>/dev/null || true
   done
   if [ "$rc" != 0 ]; then phase_end "failed (exit $rc)"; else phase_end; fi
   {

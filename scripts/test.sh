@@ -29,6 +29,10 @@ mkdir -p "$logs"
 phase "setup (.venv, Debian packages)"
 bash scripts/setup.sh
 if [ "$full" = 1 ]; then
+  # The oldest environment's Spark Connect jar, resolved here before the background job
+  # (whose compat.sh then finds it in ~/.m2): Maven does not lock its local repository, so
+  # no two mvn may run at once, and the jar phase below runs mvn in the foreground.
+  bash tests/connect/server_jar.sh >/dev/null
   # One job, so the environments' editable installs of this checkout never run at once.
   build_envs() {
     COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both

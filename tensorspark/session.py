@@ -6,7 +6,7 @@ client). It checks the arguments at once, resolves the cluster-wide defaults fro
 arguments: :mod:`tensorspark.tf1_arguments`), and hands the work to the job layer: a
 training run (:mod:`tensorspark.training`), the evaluation job
 (:mod:`tensorspark.evaluation`) and inference (:mod:`tensorspark.inference`). The session
-holds its resolved settings (read back through :data:`~tensorspark.session_settings.VIEWS`)
+holds its resolved settings (read-only properties from :data:`~tensorspark.session_settings.VIEWS`)
 and the one :class:`~tensorspark.training.ServerHost` that owns its parameter server across
 runs; each public call hands its arguments to :mod:`tensorspark.session_jobs`.
 """
@@ -22,7 +22,7 @@ from tensorspark.checkpoint import CheckpointManager
 from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
-from tensorspark.session_settings import VIEWS, embedding_tables, resolve_settings
+from tensorspark.session_settings import add_views, embedding_tables, resolve_settings
 from tensorspark.training import Server, ServerHost, TrainResult
 from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
@@ -37,6 +37,7 @@ def _arguments(names: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in names.items() if name != "self"}
 
 
+@add_views
 class SparkSession:
     """Wraps a ``tf.compat.v1.Session`` or a compiled ``keras.Model`` for training on Spark.
 
@@ -168,21 +169,9 @@ class SparkSession:
         self.warmup: WarmUp = start_warm_up(sc, enabled=warm_up, conf=resolved.conf)
         weakref.finalize(self, self.warmup.close, 0.0)  # a dropped session keeps nothing alive
 
-    def __getattr__(self, name: str) -> Any:
-        """The read-only settings (``mode``, ``batch_size``, ``server_host``, ...: the
-        declared settings' views, :data:`~tensorspark.session_settings.VIEWS`), as resolved."""
-        view = VIEWS.get(name)
-        if view is None or "_host" not in self.__dict__:
-            raise AttributeError(f"'SparkSession' object has no attribute {name!r}")
-        return view(self._host.settings)
+    if TYPE_CHECKING:  # the settings' properties are added from VIEWS (add_views)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in VIEWS:
-            raise AttributeError(f"SparkSession's {name} is read-only (a resolved setting)")
-        super().__setattr__(name, value)
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *VIEWS})
+        def __getattr__(self, name: str) -> Any: ...
 
     @property
     def server(self) -> Server | None:

@@ -3,13 +3,13 @@
 The settings are declared once, in :mod:`tensorspark.settings.declared`; this module derives
 from that declaration the session's resolution and its read-only view. :func:`resolve_settings`
 is the session constructor's argument handling: it checks what the user passed (each
-declared check, in the declaration's order, then the checks that need a part of the package
-or several settings), reads the Spark conf once (:class:`~tensorspark.conf.ConfSnapshot`),
+declared check and those that need a part of the package or several settings, in the
+declarations' CHECK_ORDER), reads the Spark conf once (:class:`~tensorspark.conf.ConfSnapshot`),
 fills in the cluster-wide defaults (:func:`tensorspark.conf.resolve`: explicit keyword >
 Spark conf key > default) and builds the :class:`~tensorspark.training.RunSettings` (with
 their :class:`~tensorspark.ps.settings.ServerSettings`) and the checkpoint manager the
 session's :class:`~tensorspark.training.ServerHost` is made with. :data:`VIEWS` are the
-session's read-only attributes over those settings.
+session's read-only attributes over those settings (properties: :func:`add_views`).
 
 Runs on the driver (Spark Connect: in the client). Pure apart from the one read of the
 Spark conf; a resolved session's settings are frozen.
@@ -21,7 +21,7 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from tensorspark import conf as tsconf
 from tensorspark import versions
@@ -32,7 +32,7 @@ from tensorspark.ps.auth import as_secret
 from tensorspark.ps.combiners import get_combiner
 from tensorspark.ps.compression import get_compression
 from tensorspark.ps.settings import ServerSettings
-from tensorspark.settings.declared import SETTINGS
+from tensorspark.settings.declared import CHECK_ORDER, SETTINGS
 from tensorspark.storage.options import check_auth
 from tensorspark.training import RunSettings
 
@@ -64,23 +64,43 @@ def _is_keras_model(obj: Any) -> bool:
     return isinstance(obj, keras.Model)
 
 
-def check_given(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The constructor's keywords ``given`` (by name), each declared setting's explicit value
-    checked by its declared check, in the declaration's order; every setting present.
+def given_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor's keywords ``given`` (by name), every declared setting present (its
+    default when not given), unchecked.
 
     Raises:
-        ConfigurationError: the first bad value (:mod:`tensorspark.settings.declared`).
         TypeError: a name that is no declared setting.
     """
     unknown = sorted(set(given) - set(DECLARED))
     if unknown:
         raise TypeError(f"SparkSession got unexpected settings {unknown}")
-    values: dict[str, Any] = {}
-    for setting in SETTINGS:
-        value = given.get(setting.name, setting.default)
-        values[setting.name] = (
-            value if setting.check is None else setting.check(setting.name, value)
-        )
+    return {s.name: given.get(s.name, s.default) for s in SETTINGS}
+
+
+def check_values(values: dict[str, Any], names: tuple[str, ...]) -> None:
+    """Check the settings ``names`` of ``values``, in that order, with their declared checks
+    (those without one are skipped), keeping the checked values in ``values``.
+
+    Raises:
+        ConfigurationError: the first bad value (:mod:`tensorspark.settings.declared`).
+    """
+    for name in names:
+        check = DECLARED[name].check
+        if check is not None:
+            values[name] = check(name, values[name])
+
+
+def check_given(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor's keywords ``given`` (by name), each declared setting's explicit value
+    checked by its declared check, in :data:`~tensorspark.settings.declared.CHECK_ORDER`;
+    every setting present.
+
+    Raises:
+        ConfigurationError: the first bad value (:mod:`tensorspark.settings.declared`).
+        TypeError: a name that is no declared setting.
+    """
+    values = given_values(given)
+    check_values(values, CHECK_ORDER)
     return values
 
 
@@ -112,12 +132,17 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             "session must be a tf.compat.v1.Session or a compiled keras.Model. "
             f"Received: {type(session).__name__}"
         )
-    v = check_given(given)
-    # The checks that need a part of the package, or more than one setting.
+    # The checks in CHECK_ORDER: the declared ones, and at their place those that need a
+    # part of the package or more than one setting; warm_up's after the model's.
+    v = given_values(given)
+    check_values(v, CHECK_ORDER[: CHECK_ORDER.index("weight_combiner")])
     combiner = get_combiner(
         v["weight_combiner"], outer_lr=v["outer_lr"], outer_momentum=v["outer_momentum"]
     )
     check_training_mode(v["mode"], v["max_staleness"])
+    check_values(
+        v, CHECK_ORDER[CHECK_ORDER.index("on_divergence") : CHECK_ORDER.index("hdfs_auth")]
+    )
     check_auth(v["hdfs_auth"], "hdfs_auth")
     conf = tsconf.ConfSnapshot.take(sc)  # this call's one read of the Spark conf
     name = v["name"] or "tensorspark"
@@ -186,6 +211,7 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
         from tensorspark.models.tf1_rows import check_graph
 
         check_graph(session.graph, run.server.combiner, run.server.embeddings)
+    check_values(v, CHECK_ORDER[CHECK_ORDER.index("warm_up") :])
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 
 
@@ -194,6 +220,31 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
 VIEWS: Mapping[str, Callable[[RunSettings], Any]] = MappingProxyType(
     {s.view_as or s.name: operator.attrgetter(s.view) for s in SETTINGS if s.view}
 )
+
+C = TypeVar("C", bound=type)
+
+
+def _view_property(name: str, read: Callable[[RunSettings], Any], doc: str) -> property:
+    """The read-only property ``name`` of a session: ``read`` of its run settings."""
+
+    def fget(session: Any) -> Any:
+        return read(session._host.settings)
+
+    def fset(session: Any, value: Any) -> None:
+        raise AttributeError(f"SparkSession's {name} is read-only (a resolved setting)")
+
+    return property(fget, fset, doc=f"{doc[:1].upper()}{doc[1:]} (read-only, as resolved).")
+
+
+def add_views(cls: C) -> C:
+    """Class decorator: ``cls`` (:class:`~tensorspark.SparkSession`) with a read-only
+    property for each of :data:`VIEWS`, documented by its setting's one-line doc, so that
+    the settings are real class attributes (``hasattr``, ``help``, the API reference)."""
+    for s in SETTINGS:
+        if s.view:
+            name = s.view_as or s.name
+            setattr(cls, name, _view_property(name, VIEWS[name], s.doc))
+    return cls
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:

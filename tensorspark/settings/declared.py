@@ -296,9 +296,47 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("embeddings", "sparse", "sparse or dense tables (checked: ps.settings)"),
 )
 
-#: The Spark conf table: the settings with a conf key, in declaration order.
+#: The order the explicit values are checked in, so that of several bad arguments the same
+#: one is reported first as before the declaration: the declared checks, and at their place
+#: the checks of a package part (``weight_combiner``: ps.combiners; ``mode`` with
+#: ``max_staleness``; ``hdfs_auth``: storage.options), ``warm_up`` after the model's checks
+#: (:func:`tensorspark.session_settings.resolve_settings`).
+CHECK_ORDER: tuple[str, ...] = (
+    "sync_interval",
+    "batch_size",
+    "weight_combiner",
+    "mode",
+    "on_divergence",
+    "ps_timeout",
+    "checkpoint_interval",
+    "keep_checkpoints",
+    "max_body_bytes",
+    "hdfs_auth",
+    "warm_up",
+)
+
+#: The order the conf keys are read in (the first bad key is the one reported), as before
+#: the declaration.
+CONF_ORDER: tuple[str, ...] = (
+    "server.host",
+    "server.bind",
+    "server.port",
+    "ps.timeout",
+    "checkpoint.dir",
+    "checkpoint.interval",
+    "checkpoint.keep",
+    "secret.file",
+    "ssl.certfile",
+    "ssl.keyfile",
+    "ssl.cafile",
+    "compression",
+    "ps.shards",
+)
+
+_BY_CONF = {s.conf: s for s in SETTINGS if s.conf}
+
+#: The Spark conf table: the settings with a conf key, in :data:`CONF_ORDER`.
 CONF_SETTINGS: tuple[ConfSetting, ...] = tuple(
     ConfSetting(s.key, s.name, functools.partial(s.parse, s.key), s.fallback)
-    for s in SETTINGS
-    if s.conf
+    for s in (_BY_CONF[conf] for conf in CONF_ORDER)
 )

@@ -13,7 +13,7 @@ from tensorspark import conf as tsconf
 from tensorspark.errors import ConfigurationError
 from tensorspark.session import SparkSession
 from tensorspark.session_settings import VIEWS, check_given
-from tensorspark.settings.declared import PREFIX, SETTINGS
+from tensorspark.settings.declared import CONF_ORDER, PREFIX, SETTINGS
 from tests.unit.spark_conf import DictConf
 
 
@@ -41,7 +41,8 @@ def test_every_declared_setting_has_a_line_in_the_constructor_s_docstring() -> N
 
 def test_the_conf_table_is_derived_from_the_declaration() -> None:
     assert [(s.key, s.argument, s.default) for s in tsconf.SETTINGS] == [
-        (PREFIX + s.conf, s.name, s.fallback) for s in SETTINGS if s.conf
+        (PREFIX + s.conf, s.name, s.fallback)
+        for s in sorted((s for s in SETTINGS if s.conf), key=lambda s: CONF_ORDER.index(s.conf))
     ]
     assert {s.key for s in tsconf.SETTINGS} <= {
         line.split()[0] for line in (tsconf.__doc__ or "").splitlines() if line.startswith(PREFIX)
@@ -107,3 +108,12 @@ def test_explicit_values_are_checked_in_the_declaration_s_order() -> None:
     with pytest.raises(TypeError, match="unexpected settings"):
         check_given({"batch": 1})
     assert check_given({})["batch_size"] == 100
+
+
+def test_the_views_are_documented_read_only_properties_of_the_class() -> None:
+    by_view = {s.view_as or s.name: s for s in SETTINGS if s.view}
+    assert set(by_view) == set(VIEWS)
+    for name, setting in by_view.items():
+        prop = getattr(SparkSession, name)
+        assert isinstance(prop, property), name
+        assert setting.doc[1:] in (prop.__doc__ or ""), name
