@@ -314,4 +314,8 @@ def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the package's module, not as ``__main__``: its log lines (the data set it
+    # read, among them) then go to the ``tensorspark`` logger that run() turns INFO on for.
+    from tensorspark.examples import spark_mnist
+
+    sys.exit(spark_mnist.main())

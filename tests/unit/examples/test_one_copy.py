@@ -33,3 +33,21 @@ def test_each_example_runs_as_a_script_from_the_link(name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: {name}.py")
+
+
+def test_the_mnist_script_runs_as_the_package_module() -> None:
+    # Run as __main__, the script's own logger would be "__main__", outside the
+    # "tensorspark" logger the run turns INFO on for, and its "data set: ..." line would be
+    # lost: the script must hand over to the package's module.
+    probe = (
+        "import runpy, sys\n"
+        "import tensorspark.examples.spark_mnist as module\n"
+        "module.main = lambda: print('package module') or 0\n"
+        "sys.argv = ['spark_mnist.py']\n"
+        f"runpy.run_path({str(ROOT / 'examples' / 'spark_mnist.py')!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "package module\n"
