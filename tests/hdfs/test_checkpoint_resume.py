@@ -50,7 +50,7 @@ def test_sigkilled_driver_resumes_from_hdfs_checkpoints(
 
     args = [
         "--data-dir", str(fashion_mnist_dir), "--checkpoint-dir", location, "--user", USER,
-        "--checkpoint-interval", "1", *SHAPE.args(),
+        "--checkpoint-interval", "0.25", *SHAPE.args(),
     ]  # fmt: skip
     # The kill follows the first trained checkpoint: the run takes a few seconds once its
     # workers are warm, and by a second WebHDFS listing it had sometimes written its last.
@@ -59,6 +59,7 @@ def test_sigkilled_driver_resumes_from_hdfs_checkpoints(
         names,
         lambda: load_checkpoint(location, user=USER),
         tmp_path,
+        total_syncs=SHAPE.total_syncs(),
         checkpoints_before_crash=1,
     )
     assert_resumed_exactly(outcome, SHAPE)

@@ -151,9 +151,14 @@ def killed_at_exit(run: ExampleRun):  # type: ignore[no-untyped-def]
 
 
 def wait_for_checkpoints(
-    run: ExampleRun, list_names: Callable[[], list[str]], count: int, timeout: float
+    run: ExampleRun,
+    list_names: Callable[[], list[str]],
+    count: int,
+    timeout: float,
+    below: int | None = None,
 ) -> list[int]:
-    """Poll a checkpoint directory until ``count`` checkpoints of trained versions (> 0) were seen.
+    """Poll a checkpoint directory until ``count`` checkpoints of trained versions (> 0, and
+    below ``below`` when given: mid-run, not the run's last) were seen.
 
     Old files are pruned while we watch (``keep_checkpoints``), so versions are remembered
     across polls. Fails the test if the driver exits first or after ``timeout`` seconds.
@@ -166,7 +171,7 @@ def wait_for_checkpoints(
     while True:
         for name in list_names():
             version = checkpoint_version(name)
-            if version:
+            if version and (below is None or version < below):
                 seen.add(version)
         if len(seen) >= count:
             return sorted(seen)
@@ -210,22 +215,32 @@ def crash_and_resume(
     load_latest: Callable[[], Checkpoint],
     log_dir: Path,
     *,
+    total_syncs: int,
     checkpoints_before_crash: int = 2,
     timeout: float = 600,
 ) -> CrashAndResume:
-    """Run the example, SIGKILL its driver after the second checkpoint, run it with --resume.
+    """Run the example, SIGKILL its driver after its second mid-run checkpoint, run it with
+    --resume.
+
+    Only checkpoints of versions below ``total_syncs`` count: the run's last checkpoint is
+    written when training has ended, and a kill after it would crash nothing mid-way. (On a
+    quiet machine the whole run trains in under 2 s, so the callers checkpoint every
+    quarter second.)
 
     Args:
         args: the example's arguments (with ``--checkpoint-dir``, without ``--resume``).
         list_names: lists the checkpoint directory's file names (``[]`` before it exists).
         load_latest: loads the newest valid checkpoint of that directory.
         log_dir: where the two runs' logs go (shown when an assertion fails).
+        total_syncs: the run's syncs (its last version with the delta combiner).
         checkpoints_before_crash: checkpoints of trained versions to see before the kill.
         timeout: seconds allowed for each of the two runs.
     """
     crashed_run = start_example(args, log_dir / "crashed.log")
     with killed_at_exit(crashed_run):
-        wait_for_checkpoints(crashed_run, list_names, checkpoints_before_crash, timeout)
+        wait_for_checkpoints(
+            crashed_run, list_names, checkpoints_before_crash, timeout, below=total_syncs
+        )
         crashed_run.kill()
     assert crashed_run.process.returncode == -signal.SIGKILL, crashed_run.tail()
     crashed = load_latest()

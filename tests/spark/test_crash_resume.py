@@ -23,9 +23,13 @@ def test_sigkilled_driver_resumes_from_local_checkpoints(
     ckpt = tmp_path / "ckpt"
     args = [
         "--data-dir", str(fashion_mnist_dir), "--checkpoint-dir", str(ckpt),
-        "--checkpoint-interval", "1", *SHAPE.args(),
+        "--checkpoint-interval", "0.25", *SHAPE.args(),
     ]  # fmt: skip
     outcome = crash_and_resume(
-        args, local_names(ckpt), lambda: load_checkpoint(str(ckpt)), tmp_path
+        args,
+        local_names(ckpt),
+        lambda: load_checkpoint(str(ckpt)),
+        tmp_path,
+        total_syncs=SHAPE.total_syncs(),
     )
     assert_resumed_exactly(outcome, SHAPE)
