@@ -388,6 +388,8 @@ class SparkSession:
         mixed_precision: str | None = None,
         query_name: str | None = None,
         tensorboard_dir: str | None = None,
+        shuffle: bool = False,
+        seed: int | None = None,
     ) -> StreamingTraining:
         """Train the Keras model from a streaming DataFrame, one Spark job per micro-batch,
         against one parameter server that lives as long as the query (driver).
@@ -426,6 +428,13 @@ class SparkSession:
                 micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
                 ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
                 (:mod:`tensorspark.streaming.board`).
+            shuffle: shuffle the rows within each partition of each micro-batch, seeded
+                by ``(seed or the session's seed, batch id, partition)``.
+            seed: makes a sync-mode stream replayable: the same micro-batches give the
+                same weights, run after run and across a driver restart (each task then
+                starts from the optimizer's initial state instead of the state its
+                Python worker kept from earlier micro-batches). None: as before. See
+                the serving guide's "Reproducible replays" for what the stream must keep.
 
         Returns:
             A :class:`~tensorspark.streaming.StreamingTraining`.

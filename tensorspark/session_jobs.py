@@ -244,6 +244,8 @@ def fit_stream(
     mixed_precision: str | None,
     query_name: str | None,
     tensorboard_dir: str | None,
+    shuffle: bool = False,
+    seed: int | None = None,
 ) -> StreamingTraining:
     """``SparkSession.fit_stream``: training from a stream (:mod:`tensorspark.streaming`)."""
     from tensorspark.models.precision import check_policy
@@ -273,4 +275,6 @@ def fit_stream(
         conf=tsconf.ConfSnapshot.take(sess.sc),
         tensorboard_dir=tensorboard_dir,
         tables=host.tables,
+        shuffle=shuffle,
+        seed=seed,
     )

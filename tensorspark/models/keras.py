@@ -174,6 +174,8 @@ class CompiledModel:
         self._train_fn: Any = None
         self._test_fn: Any = None
         self._built = False
+        self._fresh_optimizer: list[np.ndarray] | None = None  # its state when built
+        self._reset_pending = False
 
     def _build(self, x: np.ndarray, y: np.ndarray) -> None:
         if not self._built:
@@ -181,6 +183,23 @@ class CompiledModel:
             # state and the optimizer's slots outside the traced function.
             self.model._symbolic_build(data_batch=(x[:1], y[:1]))
             self._built = True
+            optimizer = getattr(self.model, "optimizer", None)
+            if optimizer is not None:
+                self._fresh_optimizer = [np.array(v.numpy()) for v in optimizer.variables]
+        if self._reset_pending:
+            self._reset_pending = False
+            if self._fresh_optimizer is not None:
+                for variable, value in zip(
+                    self.model.optimizer.variables, self._fresh_optimizer, strict=True
+                ):
+                    variable.assign(value)
+
+    def reset_optimizer(self) -> None:
+        """Start the next training step from the optimizer's state as it was built (its
+        step count 0, its slots as created) instead of the state this process's earlier
+        tasks left: a task's training then depends on its partition and the weights it
+        pulls, not on which Python worker ran it before (seeded stream replays)."""
+        self._reset_pending = True
 
     def _multi_step(self, step: Callable[[Any], Any], x: np.ndarray, y: np.ndarray) -> Any:
         import tensorflow as tf
@@ -307,6 +326,8 @@ class KerasTrainer:
         sync_interval: mini-batches per chunk (the length of one compiled loop).
         mixed_precision: ``"mixed_float16"``/``"mixed_bfloat16"`` to train under that Keras
             policy (float32 variables, so the weights moved stay float32), or ``None``.
+        fresh_optimizer: start this task from the optimizer's built state rather than
+            the state earlier tasks of this process left (seeded stream replays).
     """
 
     def __init__(
@@ -316,6 +337,7 @@ class KerasTrainer:
         custom_objects: Mapping[str, Any] | None = None,
         sync_interval: int = 100,
         mixed_precision: str | None = None,
+        fresh_optimizer: bool = False,
     ) -> None:
         self._core = cached_core(
             f"fit-{key or uuid.uuid4().hex}-{mixed_precision}",
@@ -323,6 +345,8 @@ class KerasTrainer:
             custom_objects,
             mixed_precision,
         )
+        if fresh_optimizer:
+            self._core.reset_optimizer()
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
 
@@ -375,12 +399,15 @@ class KerasTrainerLoader:
         custom_objects: custom Keras classes needed to rebuild the model.
         sync_interval: mini-batches per chunk.
         mixed_precision: the Keras dtype policy to train under, or ``None``.
+        fresh_optimizer: each task starts from the optimizer's built state (see
+            :meth:`CompiledModel.reset_optimizer`), not the process's earlier tasks' state.
     """
 
     key: str
     custom_objects: Mapping[str, Any] | None = None
     sync_interval: int = 100
     mixed_precision: str | None = None
+    fresh_optimizer: bool = False
 
     def load(self, payload: object, threads: int) -> KerasTrainer:
         """The adapter over the broadcast ``.keras`` bytes (``threads``: Keras reads the
@@ -392,4 +419,5 @@ class KerasTrainerLoader:
             custom_objects=self.custom_objects,
             sync_interval=self.sync_interval,
             mixed_precision=self.mixed_precision,
+            fresh_optimizer=self.fresh_optimizer,
         )

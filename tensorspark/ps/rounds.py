@@ -101,8 +101,10 @@ class SyncRound:
         return [p for p in range(num_workers) if p not in left and p not in self.pending]
 
     def complete(self) -> list[Contribution]:
-        """Take the round's contributions: the round is over, its timer cancelled."""
-        contributions = list(self.pending.values())
+        """Take the round's contributions, in partition order (so the round's mean sums
+        them in the same order whichever partition pushed first: a seeded replay gives
+        the same weights to the last bit); the round is over, its timer cancelled."""
+        contributions = [self.pending[p] for p in sorted(self.pending)]
         self.pending.clear()
         self.number += 1
         self._cancel_timer()

@@ -41,11 +41,12 @@ from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
 from tensorspark.ps.server import ParameterServer
+from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
 from tensorspark.training.host import RunSettings, ServerHost
 from tensorspark.training.keras_setup import KerasTraining
-from tensorspark.training.run import TrainingRun
+from tensorspark.training.run import RunJob, TrainingRun
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class MicroBatchTrainer:
         conf: the call's Spark conf.
         tables: the model's embedding tables a sharded server holds by rows (the
             session's, see :func:`tensorspark.session_settings.embedding_tables`).
+        replay: the shuffle and seed of each micro-batch's tasks
+            (:mod:`tensorspark.streaming.replay`).
     """
 
     def __init__(
@@ -104,8 +107,10 @@ class MicroBatchTrainer:
         on_batch: Callable[[dict[str, Any]], None] | None,
         conf: ConfSnapshot,
         tables: Sequence[str] = (),
+        replay: StreamReplay | None = None,
     ) -> None:
         self.sc = sc
+        self.replay = replay if replay is not None else StreamReplay(session_seed=settings.seed)
         self.conf = conf
         self.columns = columns
         self.on_bad_record = on_bad_record
@@ -125,6 +130,8 @@ class MicroBatchTrainer:
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
         self.initial = self.keras.initial
         self.payload, self.loader = self.keras.payload, self.keras.loader  # for serving
+        if self.replay.fresh_optimizer:
+            self.loader = replace(self.loader, fresh_optimizer=True)
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
         self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
@@ -208,7 +215,14 @@ class MicroBatchTrainer:
         num_partitions = data.count_partitions() if self.host.settings.mode == "sync" else None
         try:
             result = run.execute(
-                self.keras.job(data, 1, False),
+                RunJob(
+                    data,
+                    self.loader,
+                    self.payload,
+                    1,
+                    self.replay.shuffle,
+                    seed=self.replay.seed_of(batch_id),
+                ),
                 self.initial,
                 num_partitions,
                 listeners=self.listeners,

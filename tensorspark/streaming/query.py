@@ -26,6 +26,7 @@ from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
 from tensorspark.streaming.board import StreamScalars
+from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints, model_manager, stream_dir
 from tensorspark.training.host import RunSettings
 
@@ -216,6 +217,8 @@ def fit_stream(
     conf: ConfSnapshot,
     tensorboard_dir: str | None = None,
     tables: Sequence[str] = (),
+    shuffle: bool = False,
+    seed: int | None = None,
 ) -> StreamingTraining:
     """Start training ``model`` from ``rows``; see :meth:`tensorspark.SparkSession.fit_stream`.
 
@@ -230,6 +233,7 @@ def fit_stream(
     )
     require_stream(rows)
     trigger_kw = trigger_options(trigger)
+    replay = StreamReplay.of(shuffle, seed, settings.seed)
     if on_bad_record not in BAD_RECORD_POLICIES:
         raise ConfigurationError(
             f"Argument `on_bad_record` must be one of {BAD_RECORD_POLICIES}. "
@@ -263,6 +267,7 @@ def fit_stream(
             on_batch=on_batch if board is None else board,
             conf=conf,
             tables=tables,
+            replay=replay,
         )
     except BaseException:
         if board is not None:

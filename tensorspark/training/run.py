@@ -60,6 +60,9 @@ class RunJob:
         payload: what the executors rebuild the model from (broadcast once).
         num_epoch: passes over ``data``.
         shuffle: whether each task shuffles its partition every epoch.
+        seed: the shuffle's base seed for this run (combined with the partition and the
+            epoch), or None for the session's ``seed``; a stream's micro-batch derives
+            its own from the batch id (:func:`tensorspark.streaming.replay.batch_seed`).
     """
 
     data: Input
@@ -67,6 +70,7 @@ class RunJob:
     payload: Any
     num_epoch: int
     shuffle: bool
+    seed: int | None = None
 
 
 class TrainingRun:
@@ -84,10 +88,12 @@ class TrainingRun:
         self.host = host
         self.settings = host.settings
 
-    def worker_config(self, url: str, num_epoch: int, shuffle: bool) -> WorkerConfig:
+    def worker_config(
+        self, url: str, num_epoch: int, shuffle: bool, seed: int | None = None
+    ) -> WorkerConfig:
         """What every task of this run is told: the server's URL and secret (and where its
-        shards are), the settings, and the deadline by which the server must have been
-        reached once."""
+        shards are), the settings (``seed``, when given, instead of the session's), and
+        the deadline by which the server must have been reached once."""
         s = self.settings
         server = self.host.server
         shard_urls: tuple[str, ...] = ()
@@ -104,7 +110,7 @@ class TrainingRun:
             batch_size=s.batch_size,
             num_epoch=num_epoch,
             shuffle=bool(shuffle),
-            seed=s.seed,
+            seed=s.seed if seed is None else int(seed),
             ps_timeout=s.ps_timeout,
             on_divergence=s.on_divergence,
             ssl_cafile=s.ssl_cafile,
@@ -222,7 +228,9 @@ class TrainingRun:
                 self.host.poll()
                 watch.poll()
 
-            config = self.worker_config(self.host.url_for(server), job.num_epoch, job.shuffle)
+            config = self.worker_config(
+                self.host.url_for(server), job.num_epoch, job.shuffle, job.seed
+            )
             try:
                 return jobs.run_job(
                     self.sc,
