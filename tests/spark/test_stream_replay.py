@@ -1,0 +1,113 @@
+"""A sync-mode stream with ``fit_stream(seed=...)`` replays to the same weights, on real
+Spark (``local[2]``) and real Fashion-MNIST.
+
+Eight Parquet files, one per micro-batch (``maxFilesPerTrigger=1``), each split by Spark
+into two partitions (as a large file is), trained by a driver subprocess
+(tests/spark/replay_driver.py): two uninterrupted runs end with the same weights, and a
+run whose driver is SIGKILLed after micro-batch 3's checkpoint (before Spark commits it)
+and started again ends with them too. Without the fix, the runs differed by up to 0.014
+and the restarted one by 0.047 (the optimizer state a Python worker carried between
+micro-batches depended on Spark's scheduling, and a restart lost it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorspark.checkpoint import load_checkpoint
+from tensorspark.datasets.mnist import FASHION_MNIST_DIR, load_mnist
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("replay_driver.py")
+FILES = 8
+ROWS = 400  # per file: about 200 kB, two splits of the driver's 128 kB maxPartitionBytes
+TOLERANCE = 1e-6
+
+
+def write_files(folder: Path) -> None:
+    """Fashion-MNIST's first ``FILES * ROWS`` training images, ``ROWS`` a file, in row groups
+    of 100 (so each of a file's two splits holds rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = load_mnist(FASHION_MNIST_DIR, download=False)
+    folder.mkdir()
+    for i in range(FILES):
+        x = data.train_images[i * ROWS : (i + 1) * ROWS]
+        y = data.train_labels[i * ROWS : (i + 1) * ROWS].astype(np.int64)
+        table = pa.table(
+            {"features": pa.array(list(x), pa.list_(pa.float32())), "label": pa.array(y)}
+        )
+        tmp = folder.parent / f".part-{i}.tmp"
+        pq.write_table(table, tmp, row_group_size=100)
+        os.replace(tmp, folder / f"part-{i:04d}.parquet")
+
+
+def run_driver(data: Path, ckpt: Path, out: Path, *extra: str) -> int:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), "--data", str(data), "--ckpt", str(ckpt), "--out",
+         str(out), *extra],
+        env=env, start_new_session=True, timeout=600, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode not in (0, -9):
+        raise AssertionError(f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.returncode
+
+
+def weights(path: Path) -> list[np.ndarray]:
+    with np.load(path) as saved:
+        return [saved[k] for k in saved.files]
+
+
+def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+def test_a_seeded_sync_stream_replays_to_the_same_weights_across_runs_and_a_sigkill(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "in"
+    write_files(data)
+
+    firsts = []
+    for run in ("a", "b"):
+        out = tmp_path / f"{run}.npz"
+        assert run_driver(data, tmp_path / f"ckpt-{run}", out) == 0
+        firsts.append(weights(out))
+        last = load_checkpoint(str(tmp_path / f"ckpt-{run}" / "model"))
+        stream = last.meta["extra"]["stream"]
+        assert stream["batch_id"] == FILES - 1 and stream["samples"] == FILES * ROWS
+    assert largest_difference(*firsts) <= TOLERANCE
+    assert largest_difference(firsts[0], weights_before_training(tmp_path)) > 1e-2  # it trained
+
+    # A driver SIGKILLed after micro-batch 3's model checkpoint, then started again: batch 3
+    # is replayed (and skipped), batches 4..7 train in fresh Python workers.
+    ckpt, out = tmp_path / "ckpt-killed", tmp_path / "killed.npz"
+    assert run_driver(data, ckpt, out, "--kill-after-batch", "3") == -9
+    assert load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]["batch_id"] == 3
+    assert run_driver(data, ckpt, out) == 0
+    assert largest_difference(firsts[0], weights(out)) <= TOLERANCE
+
+
+def weights_before_training(tmp_path: Path) -> list[np.ndarray]:
+    """The MLP's initial weights, as the driver builds them (its seed)."""
+    code = (
+        "import sys, numpy as np; sys.path.insert(0, sys.argv[2]);"
+        "from tests.spark.replay_driver import mnist_model;"
+        "np.savez(sys.argv[1], *mnist_model(7).get_weights())"
+    )
+    out = tmp_path / "initial.npz"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run(
+        [sys.executable, "-c", code, str(out), str(ROOT)], env=env, timeout=300, check=True
+    )
+    return weights(out)

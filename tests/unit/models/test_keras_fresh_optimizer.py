@@ -1,0 +1,47 @@
+"""A task of a replayable stream starts from the optimizer's built state, whatever the
+earlier tasks of its Python worker left (tensorspark.models.keras, without Spark)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorspark.models import keras_io
+from tensorspark.models.keras import KerasTrainer
+
+from .test_keras_adapter import batches, data, mlp
+
+
+def train(adapter: KerasTrainer, start: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """One task: pull ``start``, train a chunk of 3 batches (Adam), return the weights."""
+    adapter.set_weights(start)
+    x, y = data(48, seed=seed)
+    adapter.train_chunk(batches(x, y, 16))
+    return adapter.get_weights()
+
+
+def test_a_fresh_optimizer_task_trains_as_in_a_new_process() -> None:
+    payload = keras_io.serialize_model(mlp())
+    start = KerasTrainer(payload, key="fresh-start").get_weights()
+
+    # A new process: the first task of a key, nothing trained before.
+    alone = train(KerasTrainer(payload, key="fresh-alone"), start, seed=5)
+
+    # A worker that trained another partition first under the same key (Adam's moments and
+    # step count moved): without the reset its next task differs, with it, it does not.
+    train(KerasTrainer(payload, key="fresh-reused"), start, seed=9)
+    carried = train(KerasTrainer(payload, key="fresh-reused"), start, seed=5)
+    assert any(not np.array_equal(carried[k], alone[k]) for k in alone)
+
+    train(KerasTrainer(payload, key="fresh-reset"), start, seed=9)
+    reset = train(KerasTrainer(payload, key="fresh-reset", fresh_optimizer=True), start, seed=5)
+    for name, value in alone.items():
+        np.testing.assert_array_equal(reset[name], value)
+
+
+def test_a_fresh_optimizer_before_the_first_build_changes_nothing() -> None:
+    payload = keras_io.serialize_model(mlp())
+    start = KerasTrainer(payload, key="first-start").get_weights()
+    plain = train(KerasTrainer(payload, key="first-plain"), start, seed=3)
+    fresh = train(KerasTrainer(payload, key="first-fresh", fresh_optimizer=True), start, seed=3)
+    for name, value in plain.items():
+        np.testing.assert_array_equal(fresh[name], value)
