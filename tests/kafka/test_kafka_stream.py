@@ -46,3 +46,31 @@ def test_trains_each_kafka_record_once_with_bounded_batches(
     assert status["lag_max_s"] >= 0
     stream = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
     assert stream["samples"] == MESSAGES and stream["server_samples"] == MESSAGES
+
+
+def test_a_seeded_sync_stream_replays_a_topic_to_the_same_weights(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """The same offsets cut at the same boundaries (``maxOffsetsPerTrigger``, from
+    ``earliest``, two topic partitions: two Spark partitions a batch): two sync-mode runs
+    with ``fit_stream(seed=...)`` end with the same weights."""
+    import numpy as np
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    finals = []
+    for run, produce in (("a", []), ("b", ["--no-produce"])):
+        out, weights = tmp_path / f"{run}.json", tmp_path / f"{run}.npz"
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.kafka.kafka_driver", "--bootstrap", kafka_broker,
+             "--topic", "replay", "--jars", spark_kafka_jars(), "--ckpt",
+             str(tmp_path / f"ckpt-{run}"), "--out", str(out), "--messages", str(MESSAGES),
+             "--per-trigger", str(PER_TRIGGER), "--seed", "3", "--weights", str(weights),
+             *produce],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+        result = json.loads(out.read_text())
+        assert result["status"]["samples"] == MESSAGES  # the topic was written once
+        with np.load(weights) as saved:
+            finals.append([saved[k] for k in saved.files])
+    assert max(float(np.abs(a - b).max()) for a, b in zip(*finals, strict=True)) <= 1e-6
