@@ -184,10 +184,16 @@ class CompiledModel:
             self.model._symbolic_build(data_batch=(x[:1], y[:1]))
             self._built = True
             optimizer = getattr(self.model, "optimizer", None)
-            if optimizer is not None:
+            if self._reset_pending and optimizer is not None:  # kept only when asked for
                 self._fresh_optimizer = [np.array(v.numpy()) for v in optimizer.variables]
         if self._reset_pending:
             self._reset_pending = False
+            optimizer = getattr(self.model, "optimizer", None)
+            if optimizer is not None and self._fresh_optimizer is None:
+                raise RuntimeError(  # a loader's tasks all reset or none: a bug if not
+                    "reset_optimizer() after this model trained without it: its built "
+                    "optimizer state was not kept"
+                )
             if self._fresh_optimizer is not None:
                 for variable, value in zip(
                     self.model.optimizer.variables, self._fresh_optimizer, strict=True
@@ -198,7 +204,11 @@ class CompiledModel:
         """Start the next training step from the optimizer's state as it was built (its
         step count 0, its slots as created) instead of the state this process's earlier
         tasks left: a task's training then depends on its partition and the weights it
-        pulls, not on which Python worker ran it before (seeded stream replays)."""
+        pulls, not on which Python worker ran it before (seeded stream replays).
+
+        The state as built is copied at the first build of a model whose first task asked
+        for this; every task of one cache key asks alike (a stream's loader is fixed for
+        its query), so the copy exists whenever a later task asks."""
         self._reset_pending = True
 
     def _multi_step(self, step: Callable[[Any], Any], x: np.ndarray, y: np.ndarray) -> Any:

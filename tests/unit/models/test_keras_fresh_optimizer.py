@@ -4,6 +4,7 @@ earlier tasks of its Python worker left (tensorspark.models.keras, without Spark
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tensorspark.models import keras_io
 from tensorspark.models.keras import KerasTrainer
@@ -32,10 +33,19 @@ def test_a_fresh_optimizer_task_trains_as_in_a_new_process() -> None:
     carried = train(KerasTrainer(payload, key="fresh-reused"), start, seed=5)
     assert any(not np.array_equal(carried[k], alone[k]) for k in alone)
 
-    train(KerasTrainer(payload, key="fresh-reset"), start, seed=9)
+    train(KerasTrainer(payload, key="fresh-reset", fresh_optimizer=True), start, seed=9)
     reset = train(KerasTrainer(payload, key="fresh-reset", fresh_optimizer=True), start, seed=5)
     for name, value in alone.items():
         np.testing.assert_array_equal(reset[name], value)
+
+
+def test_a_reset_after_training_without_one_is_refused() -> None:
+    """A key's tasks all start fresh or none do; mixing them is a bug, said, not ignored."""
+    payload = keras_io.serialize_model(mlp())
+    start = KerasTrainer(payload, key="mixed-start").get_weights()
+    train(KerasTrainer(payload, key="mixed"), start, seed=9)
+    with pytest.raises(RuntimeError, match="built optimizer state was not kept"):
+        train(KerasTrainer(payload, key="mixed", fresh_optimizer=True), start, seed=5)
 
 
 def test_a_fresh_optimizer_before_the_first_build_changes_nothing() -> None:
