@@ -37,6 +37,21 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.partition import EpochSource, PartitionData
 
+#: The protocol every kind implements and the jobs hold; :mod:`tensorspark.inputs`
+#: re-exports exactly these names.
+__all__ = [
+    "Columns",
+    "Input",
+    "JobThunk",
+    "ModelFeed",
+    "PartitionWork",
+    "Passes",
+    "PredictArgs",
+    "PredictInput",
+    "Reader",
+    "Scoring",
+]
+
 #: A job's work on one partition (executor): ``(partition, attempt, source) -> one line``
 #: (JSON statistics). A frozen dataclass or a partial of plain values: it is shipped.
 PartitionWork = Callable[[int, int, EpochSource], str]

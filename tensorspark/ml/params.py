@@ -10,6 +10,7 @@ any job: :func:`check_training_params` and :func:`feature_column`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -21,59 +22,57 @@ from tensorspark.errors import ConfigurationError
 MODES = ("async", "sync")
 
 
+def _param(name: str, doc: str, converter: Callable[[Any], Any]) -> Param[Any]:
+    """A param of :class:`KerasParams`, declared as Spark ML's own shared params are
+    (on the ``Params._dummy()`` parent; each instance copies it onto itself)."""
+    return Param(Params._dummy(), name, doc, typeConverter=converter)
+
+
 class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol):
     """Params of a Keras model trained and applied on Spark (mixed into both classes)."""
 
-    epochs: Param[int] = Param(
-        Params._dummy(),
+    epochs: Param[int] = _param(
         "epochs",
         "passes over each partition of the training data (>= 1)",
-        typeConverter=TypeConverters.toInt,
+        TypeConverters.toInt,
     )
-    batchSize: Param[int] = Param(
-        Params._dummy(),
+    batchSize: Param[int] = _param(
         "batchSize",
         "examples per mini-batch when training, and rows per model call when transforming (>= 1)",
-        typeConverter=TypeConverters.toInt,
+        TypeConverters.toInt,
     )
-    syncInterval: Param[int] = Param(
-        Params._dummy(),
+    syncInterval: Param[int] = _param(
         "syncInterval",
         "mini-batches a worker trains between exchanges with the parameter server (>= 1)",
-        typeConverter=TypeConverters.toInt,
+        TypeConverters.toInt,
     )
-    mode: Param[str] = Param(
-        Params._dummy(),
+    mode: Param[str] = _param(
         "mode",
         "'async' (workers push and pull independently) or 'sync' (bulk-synchronous rounds, "
         "all partitions at once as a Spark barrier stage)",
-        typeConverter=TypeConverters.toString,
+        TypeConverters.toString,
     )
-    learningRate: Param[float] = Param(
-        Params._dummy(),
+    learningRate: Param[float] = _param(
         "learningRate",
         "learning rate of the model's compiled optimizer, set before training (> 0); "
         "unset: the optimizer's own",
-        typeConverter=TypeConverters.toFloat,
+        TypeConverters.toFloat,
     )
-    seed: Param[int] = Param(
-        Params._dummy(),
+    seed: Param[int] = _param(
         "seed",
         "seed of the within-partition shuffle",
-        typeConverter=TypeConverters.toInt,
+        TypeConverters.toInt,
     )
-    topK: Param[int] = Param(
-        Params._dummy(),
+    topK: Param[int] = _param(
         "topK",
         "with a value k >= 1, transform adds topKCol: the k best classes and their scores, "
         "best first; 0: no such column",
-        typeConverter=TypeConverters.toInt,
+        TypeConverters.toInt,
     )
-    topKCol: Param[str] = Param(
-        Params._dummy(),
+    topKCol: Param[str] = _param(
         "topKCol",
         "column of the topK best classes: array<struct<label: bigint, score: float>>",
-        typeConverter=TypeConverters.toString,
+        TypeConverters.toString,
     )
 
     def __init__(self) -> None:
