@@ -43,6 +43,7 @@ from tensorspark.inputs.base import (
     PredictInput,
     Scoring,
 )
+from tensorspark.inputs import rdd
 from tensorspark.inputs.rdd import run_partitions
 from tensorspark.partition import EpochSource
 from tensorspark.storage import open_location
@@ -244,9 +245,9 @@ def plan_file_predict(
 # ---------------------------------------------------------------------- the kind's entry points
 
 
-#: The Python worker pool this kind's jobs run in: an RDD of the plan's shards
-#: (:func:`~tensorspark.inputs.rdd.run_partitions`).
-POOL = "rdd"
+#: The Python worker pool this kind's jobs run in: the RDD kind's, as they are an RDD of the
+#: plan's shards run by :func:`~tensorspark.inputs.rdd.run_partitions`.
+POOL = rdd.POOL
 
 
 def accepts(data: Any) -> bool:
