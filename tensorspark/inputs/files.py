@@ -32,6 +32,7 @@ from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.source import FileSource
 from tensorspark.fileio.spec import Feed, ReadSpec
 from tensorspark.fileio.stream import FileEpochs
+from tensorspark.inputs import rdd
 from tensorspark.inputs.base import (
     Columns,
     Input,
@@ -43,7 +44,6 @@ from tensorspark.inputs.base import (
     PredictInput,
     Scoring,
 )
-from tensorspark.inputs import rdd
 from tensorspark.inputs.rdd import run_partitions
 from tensorspark.partition import EpochSource
 from tensorspark.storage import open_location
@@ -59,15 +59,7 @@ class FileReader:
         self, partition: int, elements: Iterator[tuple[Shard, ...]], passes: Passes
     ) -> EpochSource:
         mine = [shard for element in elements for shard in element]
-        return FileEpochs(
-            self.spec,
-            mine,
-            batch_size=passes.batch_size,
-            num_epoch=passes.num_epoch,
-            shuffle=passes.shuffle,
-            seed=passes.seed,
-            partition=partition,
-        )
+        return FileEpochs(self.spec, mine, passes, partition=partition)
 
 
 class FileInput(Input):
