@@ -45,7 +45,7 @@ from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
 from tensorspark.training.host import RunSettings, ServerHost
 from tensorspark.training.keras_setup import KerasTraining
-from tensorspark.training.run import TrainingRun
+from tensorspark.training.run import RunJob, TrainingRun
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class MicroBatchTrainer:
         num_partitions = data.count_partitions() if self.host.settings.mode == "sync" else None
         try:
             result = run.execute(
-                self.keras.job(data, 1, False),
+                RunJob(data, self.keras.loader, self.keras.payload, 1, False),
                 self.initial,
                 num_partitions,
                 listeners=self.listeners,

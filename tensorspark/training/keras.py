@@ -28,7 +28,7 @@ from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
 from tensorspark.training.keras_setup import KerasTraining
 from tensorspark.training.result import EpochSnapshots, History, build_history
-from tensorspark.training.run import TrainingRun
+from tensorspark.training.run import RunJob, TrainingRun
 from tensorspark.training.watch import push_fanout
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def fit(
         )
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
-        keras_run.job(train, epochs, shuffle),
+        RunJob(train, keras_run.loader, keras_run.payload, epochs, shuffle),
         keras_run.initial,
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
