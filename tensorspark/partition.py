@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -47,37 +48,49 @@ class EpochSource(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Passes:
+    """How a task reads its partition: batches of ``batch_size`` rows, ``num_epoch``
+    passes, shuffled per epoch with ``seed`` (combined with the partition) or in order.
+
+    Both kinds of :class:`EpochSource` take one, so a retried task built anew from the
+    same passes gives the same batches."""
+
+    batch_size: int
+    num_epoch: int = 1
+    shuffle: bool = False
+    seed: int = 0
+
+    def over(self, blocks: Iterator[Block], partition: int) -> EpochSource:
+        """``blocks`` read as these passes ask (executor; bounded memory: later passes
+        replay a spill, see :class:`PartitionData`)."""
+        return PartitionData(blocks, self, partition=partition)
+
+
 class PartitionData:
     """Yields the batches of each epoch of one partition.
 
     Args:
         blocks: the partition as an iterator of column blocks (equal leading lengths).
-        batch_size: rows per mini-batch (the last batch of an epoch may be smaller).
-        num_epoch: how many passes will be made.
-        shuffle: shuffle rows within the partition each epoch (seeded, reproducible, so a
-            retried task sees the same batches).
-        seed: base seed; combined with ``partition`` and the epoch number.
+        passes: rows per mini-batch (the last batch of an epoch may be smaller), how many
+            passes will be made, and whether to shuffle rows within the partition each
+            epoch (seeded, reproducible, so a retried task sees the same batches).
+        partition: combined with the passes' seed and the epoch number.
         spill_dir: where to spill rows when needed (default: Spark's local dir or /tmp).
     """
 
     def __init__(
         self,
         blocks: Iterator[Block],
-        batch_size: int,
-        num_epoch: int,
+        passes: Passes,
         *,
-        shuffle: bool = False,
-        seed: int = 0,
         partition: int = 0,
         spill_dir: str | None = None,
     ) -> None:
         self._blocks = blocks
-        self.batch_size = int(batch_size)
-        self.num_epoch = int(num_epoch)
-        self.shuffle = shuffle
-        self.seed = seed
+        self.passes = passes
         self.partition = partition
-        self._needs_spill = shuffle or num_epoch > 1
+        self._needs_spill = passes.shuffle or passes.num_epoch > 1
         self._dir: str | None = None
         self._spill_root = spill_dir or _local_dir()
         self._files: list[Any] = []
@@ -105,22 +118,22 @@ class PartitionData:
         Each epoch's batch iterator must be consumed before the next epoch is requested.
         """
         first = 0
-        if not self.shuffle:
+        if not self.passes.shuffle:
             yield 0, with_last(self._stream_batches())
             first = 1
         else:
             for _ in self._spilled(self._blocks):
                 pass
-        if self.num_epoch > first:
+        if self.passes.num_epoch > first:
             self._finish_spill()
-            for epoch in range(first, self.num_epoch):
+            for epoch in range(first, self.passes.num_epoch):
                 yield epoch, with_last(self._memmap_batches(epoch))
 
     # -- first pass ---------------------------------------------------------------
 
     def _stream_batches(self) -> Iterator[Block]:
         blocks = self._spilled(self._blocks) if self._needs_spill else self._counted(self._blocks)
-        yield from rebatch(blocks, self.batch_size)
+        yield from rebatch(blocks, self.passes.batch_size)
 
     def _counted(self, blocks: Iterator[Block]) -> Iterator[Block]:
         for block in blocks:
@@ -164,15 +177,15 @@ class PartitionData:
             )
             for i, (shape, dtype) in enumerate(self._row_specs)
         ]
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, self.partition, epoch])
+        if self.passes.shuffle:
+            rng = np.random.default_rng([self.passes.seed, self.partition, epoch])
             order = rng.permutation(self.rows)
-            for start in range(0, self.rows, self.batch_size):
-                idx = np.sort(order[start : start + self.batch_size])
+            for start in range(0, self.rows, self.passes.batch_size):
+                idx = np.sort(order[start : start + self.passes.batch_size])
                 yield tuple(np.asarray(c[idx]) for c in cols)
         else:
-            for start in range(0, self.rows, self.batch_size):
-                yield tuple(np.array(c[start : start + self.batch_size]) for c in cols)
+            for start in range(0, self.rows, self.passes.batch_size):
+                yield tuple(np.array(c[start : start + self.passes.batch_size]) for c in cols)
 
 
 def rebatch(blocks: Iterable[Block], batch_size: int) -> Iterator[Block]:

@@ -118,6 +118,7 @@ def fit(
     tracking: Any,
 ) -> Any:
     """``SparkSession.fit``: the checks of the call, then the Keras training run (tracked)."""
+    from tensorspark.inputs import Columns
     from tensorspark.models.precision import check_policy
     from tensorspark.tracking.fit import track_fit
     from tensorspark.training.callbacks import check_callbacks
@@ -144,8 +145,7 @@ def fit(
             data,
             epochs,
             validation_data,
-            features_col=features_col,
-            label_col=label_col,
+            columns=Columns(features_col, label_col),
             shuffle=shuffle,
             listeners=[*watchers, *tracked.listeners],
             custom_objects=sess.custom_objects,

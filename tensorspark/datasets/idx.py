@@ -180,3 +180,18 @@ def as_labels(array: np.ndarray, what: str, count: int) -> np.ndarray:
             f"Received: shape {tuple(array.shape)}."
         )
     return array.astype(np.int64)
+
+
+def as_split(
+    images: np.ndarray, labels: np.ndarray, *, test: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """A split's parsed images and labels files as float32 ``[N, 784]`` rows in ``[0, 1]``
+    and int64 ``[N]`` class ids, checked to match; errors name the training (or, with
+    ``test``, the test) files. Runs anywhere; pure function.
+
+    Raises:
+        ConfigurationError: see :func:`as_images` and :func:`as_labels`.
+    """
+    images_stem, labels_stem = (TEST_IMAGES, TEST_LABELS) if test else (TRAIN_IMAGES, TRAIN_LABELS)
+    rows = as_images(images, images_stem)
+    return rows, as_labels(labels, labels_stem, rows.shape[0])

@@ -48,8 +48,7 @@ from tensorspark.datasets.idx import (
     UNKNOWN_NAME,
     MnistData,
     MnistSplit,
-    as_images,
-    as_labels,
+    as_split,
     find_idx_file,
     identify,
     one_hot,
@@ -259,13 +258,13 @@ def load_mnist(data_dir: str | os.PathLike[str] | None = None, download: bool = 
             arrays[stem] = parse_idx(path.read_bytes())
         except ConfigurationError as err:
             raise ConfigurationError(f"{path}: {err}") from err
-    train_images = as_images(arrays[TRAIN_IMAGES], TRAIN_IMAGES)
-    test_images = as_images(arrays[TEST_IMAGES], TEST_IMAGES)
+    train_images, train_labels = as_split(arrays[TRAIN_IMAGES], arrays[TRAIN_LABELS], test=False)
+    test_images, test_labels = as_split(arrays[TEST_IMAGES], arrays[TEST_LABELS], test=True)
     data = MnistData(
         train_images=train_images,
-        train_labels=as_labels(arrays[TRAIN_LABELS], TRAIN_LABELS, train_images.shape[0]),
+        train_labels=train_labels,
         test_images=test_images,
-        test_labels=as_labels(arrays[TEST_LABELS], TEST_LABELS, test_images.shape[0]),
+        test_labels=test_labels,
         name=name,
         source=location,
     )

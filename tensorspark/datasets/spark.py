@@ -30,8 +30,7 @@ from tensorspark.datasets.idx import (
     TRAIN_LABELS,
     UNKNOWN_NAME,
     MnistSplit,
-    as_images,
-    as_labels,
+    as_split,
     find_idx_file,
     identify,
     one_hot,
@@ -158,8 +157,7 @@ def _rows(
         return
     if set(parts) != {"images", "labels"}:
         raise ConfigurationError(f"A partition holds only {sorted(parts)} of images and labels.")
-    images = as_images(parts["images"], TRAIN_IMAGES)
-    labels = as_labels(parts["labels"], TRAIN_LABELS, images.shape[0])
+    images, labels = as_split(parts["images"], parts["labels"], test=False)
     encoded = one_hot(labels) if one_hot_labels else labels
     for index in range(images.shape[0]):
         label = encoded[index] if one_hot_labels else int(encoded[index])
@@ -207,8 +205,9 @@ def load_mnist_rdd(
     if test_images_file is None or test_labels_file is None:
         raise ConfigurationError(f"Could not read the test files under {location!r}.")
     name = identify(test_labels_file)
-    test_images = as_images(parse_idx(test_images_file), TEST_IMAGES)
-    test_labels = as_labels(parse_idx(test_labels_file), TEST_LABELS, test_images.shape[0])
+    test_images, test_labels = as_split(
+        parse_idx(test_images_file), parse_idx(test_labels_file), test=True
+    )
     test = MnistSplit(
         images=test_images,
         labels=one_hot(test_labels) if one_hot_labels else test_labels,

@@ -25,7 +25,7 @@ from tensorspark.blocks import Block
 from tensorspark.fileio import idx, parquet, tfrecord
 from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.spec import RawChunk, ReadSpec, to_block
-from tensorspark.partition import EpochBatches, rebatch, with_last
+from tensorspark.partition import EpochBatches, Passes, rebatch, with_last
 from tensorspark.storage import Storage, open_location
 
 
@@ -35,30 +35,18 @@ class FileEpochs:
     Args:
         spec: how the job reads its files.
         shards: this task's shards, in listing order.
-        batch_size: rows per mini-batch (the last of an epoch may be smaller).
-        num_epoch: how many passes.
-        shuffle: shuffle the shards' order (and rows, with ``spec.shuffle_buffer``) per epoch.
-        seed: base seed, combined with ``partition`` and the epoch.
-        partition: the task's partition.
+        passes: rows per mini-batch (the last of an epoch may be smaller), how many
+            passes, and whether to shuffle the shards' order (and rows, with
+            ``spec.shuffle_buffer``) per epoch, from what seed.
+        partition: the task's partition (combined with the seed).
     """
 
     def __init__(
-        self,
-        spec: ReadSpec,
-        shards: Sequence[Shard],
-        *,
-        batch_size: int,
-        num_epoch: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        partition: int = 0,
+        self, spec: ReadSpec, shards: Sequence[Shard], passes: Passes, *, partition: int = 0
     ) -> None:
         self.spec = spec
         self.shards = list(shards)
-        self.batch_size = int(batch_size)
-        self.num_epoch = int(num_epoch)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
+        self.passes = passes
         self.partition = int(partition)
         self.rows = 0
         self._storages: dict[str, tuple[Storage, str]] = {}
@@ -75,22 +63,22 @@ class FileEpochs:
 
     def epochs(self) -> Iterator[tuple[int, EpochBatches]]:
         """Yield ``(epoch, batches)``; ``batches`` yields ``(index, batch, is_last)``."""
-        for epoch in range(self.num_epoch):
-            yield epoch, with_last(rebatch(self._blocks(epoch), self.batch_size))
+        for epoch in range(self.passes.num_epoch):
+            yield epoch, with_last(rebatch(self._blocks(epoch), self.passes.batch_size))
 
     def order(self, epoch: int) -> list[Shard]:
         """The shards in the order epoch ``epoch`` reads them."""
-        if not self.shuffle:
+        if not self.passes.shuffle:
             return list(self.shards)
-        rng = np.random.default_rng([self.seed, self.partition, epoch])
+        rng = np.random.default_rng([self.passes.seed, self.partition, epoch])
         return [self.shards[i] for i in rng.permutation(len(self.shards))]
 
     def _blocks(self, epoch: int) -> Iterator[Block]:
         blocks: Iterator[Block] = (
             to_block(self.spec, chunk) for shard in self.order(epoch) for chunk in self._read(shard)
         )
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, self.partition, epoch, 1])
+        if self.passes.shuffle:
+            rng = np.random.default_rng([self.passes.seed, self.partition, epoch, 1])
             blocks = _permuted(blocks, rng)
             if self.spec.shuffle_buffer > 0:
                 blocks = shuffled(blocks, self.spec.shuffle_buffer, rng)

@@ -17,36 +17,12 @@ from typing import Any
 
 from tensorspark.connect import is_dataframe  # the one definition, here for the jobs
 from tensorspark.errors import ConfigurationError
-from tensorspark.inputs.base import (
-    Columns,
-    Input,
-    JobThunk,
-    ModelFeed,
-    PartitionWork,
-    Passes,
-    PredictArgs,
-    PredictInput,
-    Reader,
-    Scoring,
-)
+from tensorspark.inputs import base
+from tensorspark.inputs.base import *  # noqa: F403  (the protocol: base.__all__)
+from tensorspark.inputs.base import Columns, Input, ModelFeed, PredictArgs, PredictInput
 
-__all__ = [
-    "Columns",
-    "Input",
-    "JobThunk",
-    "ModelFeed",
-    "PartitionWork",
-    "Passes",
-    "PredictArgs",
-    "PredictInput",
-    "Reader",
-    "Scoring",
-    "input_for",
-    "is_dataframe",
-    "pool_of",
-    "predict_input_for",
-    "require_input",
-]
+__all__ = ["input_for", "is_dataframe", "pool_of", "predict_input_for", "require_input"]
+__all__ += base.__all__
 
 #: The kinds of input, one module each, tried in this order (imported when first asked).
 #: Each has ``accepts(data)``, ``plan(...) -> Input`` and ``plan_predict(...) -> PredictInput``,

@@ -32,10 +32,24 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
-from tensorspark.partition import EpochSource, PartitionData
+from tensorspark.partition import EpochSource, Passes
+
+#: The protocol every kind implements and the jobs hold; :mod:`tensorspark.inputs`
+#: re-exports exactly these names.
+__all__ = [
+    "Columns",
+    "Input",
+    "JobThunk",
+    "ModelFeed",
+    "PartitionWork",
+    "Passes",
+    "PredictArgs",
+    "PredictInput",
+    "Reader",
+    "Scoring",
+]
 
 #: A job's work on one partition (executor): ``(partition, attempt, source) -> one line``
 #: (JSON statistics). A frozen dataclass or a partial of plain values: it is shipped.
@@ -51,29 +65,6 @@ class Columns:
 
     features: str = "features"
     label: str = "label"
-
-
-@dataclass(frozen=True)
-class Passes:
-    """How a task reads its partition: batches of ``batch_size`` rows, ``num_epoch``
-    passes, shuffled per epoch with ``seed`` (combined with the partition) or in order."""
-
-    batch_size: int
-    num_epoch: int = 1
-    shuffle: bool = False
-    seed: int = 0
-
-    def over(self, blocks: Iterator[Block], partition: int) -> EpochSource:
-        """``blocks`` read as these passes ask (executor; bounded memory: later passes
-        replay a spill, see :class:`~tensorspark.partition.PartitionData`)."""
-        return PartitionData(
-            blocks,
-            self.batch_size,
-            self.num_epoch,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            partition=partition,
-        )
 
 
 class Reader(Protocol):

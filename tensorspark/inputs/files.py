@@ -32,6 +32,7 @@ from tensorspark.fileio.shards import Shard
 from tensorspark.fileio.source import FileSource
 from tensorspark.fileio.spec import Feed, ReadSpec
 from tensorspark.fileio.stream import FileEpochs
+from tensorspark.inputs import rdd
 from tensorspark.inputs.base import (
     Columns,
     Input,
@@ -58,15 +59,7 @@ class FileReader:
         self, partition: int, elements: Iterator[tuple[Shard, ...]], passes: Passes
     ) -> EpochSource:
         mine = [shard for element in elements for shard in element]
-        return FileEpochs(
-            self.spec,
-            mine,
-            batch_size=passes.batch_size,
-            num_epoch=passes.num_epoch,
-            shuffle=passes.shuffle,
-            seed=passes.seed,
-            partition=partition,
-        )
+        return FileEpochs(self.spec, mine, passes, partition=partition)
 
 
 class FileInput(Input):
@@ -244,9 +237,9 @@ def plan_file_predict(
 # ---------------------------------------------------------------------- the kind's entry points
 
 
-#: The Python worker pool this kind's jobs run in: an RDD of the plan's shards
-#: (:func:`~tensorspark.inputs.rdd.run_partitions`).
-POOL = "rdd"
+#: The Python worker pool this kind's jobs run in: the RDD kind's, as they are an RDD of the
+#: plan's shards run by :func:`~tensorspark.inputs.rdd.run_partitions`.
+POOL = rdd.POOL
 
 
 def accepts(data: Any) -> bool:

@@ -10,7 +10,8 @@ any job: :func:`check_training_params` and :func:`feature_column`.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol
@@ -21,59 +22,60 @@ from tensorspark.errors import ConfigurationError
 MODES = ("async", "sync")
 
 
+#: The type converter of each kind of param value.
+_CONVERTERS: dict[type, Callable[[Any], Any]] = {
+    int: TypeConverters.toInt,
+    float: TypeConverters.toFloat,
+    str: TypeConverters.toString,
+}
+
+T = TypeVar("T", int, float, str)
+
+
+def _param(name: str, kind: type[T], doc: str) -> Param[T]:
+    """A param of :class:`KerasParams` holding a ``kind`` value (converted by Spark ML's
+    converter of that type), declared as Spark ML's own shared params are: on the
+    ``Params._dummy()`` parent, each instance copying it onto itself."""
+    return Param(Params._dummy(), name, doc, typeConverter=_CONVERTERS[kind])
+
+
 class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol):
     """Params of a Keras model trained and applied on Spark (mixed into both classes)."""
 
-    epochs: Param[int] = Param(
-        Params._dummy(),
-        "epochs",
-        "passes over each partition of the training data (>= 1)",
-        typeConverter=TypeConverters.toInt,
-    )
-    batchSize: Param[int] = Param(
-        Params._dummy(),
+    epochs = _param("epochs", int, "passes over each partition of the training data (>= 1)")
+    batchSize = _param(
         "batchSize",
+        int,
         "examples per mini-batch when training, and rows per model call when transforming (>= 1)",
-        typeConverter=TypeConverters.toInt,
     )
-    syncInterval: Param[int] = Param(
-        Params._dummy(),
+    syncInterval = _param(
         "syncInterval",
+        int,
         "mini-batches a worker trains between exchanges with the parameter server (>= 1)",
-        typeConverter=TypeConverters.toInt,
     )
-    mode: Param[str] = Param(
-        Params._dummy(),
+    mode = _param(
         "mode",
+        str,
         "'async' (workers push and pull independently) or 'sync' (bulk-synchronous rounds, "
         "all partitions at once as a Spark barrier stage)",
-        typeConverter=TypeConverters.toString,
     )
-    learningRate: Param[float] = Param(
-        Params._dummy(),
+    learningRate = _param(
         "learningRate",
+        float,
         "learning rate of the model's compiled optimizer, set before training (> 0); "
         "unset: the optimizer's own",
-        typeConverter=TypeConverters.toFloat,
     )
-    seed: Param[int] = Param(
-        Params._dummy(),
-        "seed",
-        "seed of the within-partition shuffle",
-        typeConverter=TypeConverters.toInt,
-    )
-    topK: Param[int] = Param(
-        Params._dummy(),
+    seed = _param("seed", int, "seed of the within-partition shuffle")
+    topK = _param(
         "topK",
+        int,
         "with a value k >= 1, transform adds topKCol: the k best classes and their scores, "
         "best first; 0: no such column",
-        typeConverter=TypeConverters.toInt,
     )
-    topKCol: Param[str] = Param(
-        Params._dummy(),
+    topKCol = _param(
         "topKCol",
+        str,
         "column of the topK best classes: array<struct<label: bigint, score: float>>",
-        typeConverter=TypeConverters.toString,
     )
 
     def __init__(self) -> None:

@@ -39,6 +39,7 @@ from tornado import httputil
 
 import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import Admission, Limits
+from tensorspark.ps.loop import LoopServer
 from tensorspark.ps.request import Request, Served
 from tensorspark.ps.routes import ROUTES, STATUS_ROUTES, StatusBooks
 from tensorspark.ps.store import Store
@@ -78,3 +79,36 @@ class Router(httputil.HTTPServerConnectionDelegate):
         self, server_conn: object, request_conn: httputil.HTTPConnection
     ) -> httputil.HTTPMessageDelegate:
         return Request(self._settings, request_conn)
+
+
+class RoutedServer(LoopServer):
+    """A :class:`~tensorspark.ps.loop.LoopServer` whose requests a :class:`Router` serves:
+    the parameter server and a sharded server's status page (base class).
+
+    A subclass sets, in its constructor, what the router is given: ``_verifier``,
+    ``limits``, ``_admission`` and ``public_status``, and says what it serves
+    (:meth:`_served`) and what ``/status`` holds (:meth:`_status_here`).
+    """
+
+    _verifier: auth.Verifier | None
+    limits: Limits
+    _admission: Admission
+    public_status: bool
+
+    def _served(self) -> Store | StatusBooks:
+        """The state requests read and change (a :class:`StatusBooks`: status only)."""
+        raise NotImplementedError
+
+    def _status_here(self) -> dict[str, Any]:
+        """The ``/status`` JSON (loop thread)."""
+        raise NotImplementedError
+
+    def _router(self) -> httputil.HTTPServerConnectionDelegate:
+        return Router(
+            self._served(),
+            verifier=self._verifier,
+            limits=self.limits,
+            admission=self._admission,
+            public_status=self.public_status,
+            status=self._status_here,
+        )

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from tornado import httputil
 from tornado.ioloop import IOLoop
 
 import tensorspark.ps.auth as auth
@@ -36,8 +35,8 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.ps.admission import Admission, Limits
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.control import merge_control
-from tensorspark.ps.http import Router
-from tensorspark.ps.loop import LOOP_CALL_TIMEOUT, LoopServer
+from tensorspark.ps.http import RoutedServer
+from tensorspark.ps.loop import LOOP_CALL_TIMEOUT
 from tensorspark.ps.protocol import WorkerShards
 from tensorspark.ps.settings import MODES, ServerSettings, server_settings
 from tensorspark.ps.snapshot import Snapshot
@@ -50,7 +49,7 @@ logger = logging.getLogger(__name__)
 _HEADROOM = 4 * 1024 * 1024
 
 
-class ParameterServer(auth.SignedServer, LoopServer):
+class ParameterServer(auth.SignedServer, RoutedServer):
     """Holds the global parameters and serves pushes and pulls over HTTP.
 
     Thread-safe as the module docstring describes: every public method may be called
@@ -142,15 +141,8 @@ class ParameterServer(auth.SignedServer, LoopServer):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _router(self) -> httputil.HTTPServerConnectionDelegate:
-        return Router(
-            self._store,
-            verifier=self._verifier,
-            limits=self.limits,
-            admission=self._admission,
-            public_status=self.public_status,
-            status=self._status_here,
-        )
+    def _served(self) -> Store:
+        return self._store
 
     def _loop_started(self, loop: IOLoop) -> None:
         self._store.set_timers(loop)

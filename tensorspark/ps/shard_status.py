@@ -14,16 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tornado import httputil
-
 import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
-from tensorspark.ps.http import Router
-from tensorspark.ps.loop import LoopServer
+from tensorspark.ps.http import RoutedServer
 from tensorspark.ps.routes import StatusBooks
 
 
-class StatusFront(LoopServer):
+class StatusFront(RoutedServer):
     """The driver's HTTP server of a sharded server: ``GET /status`` and the dashboard."""
 
     def __init__(
@@ -47,20 +44,16 @@ class StatusFront(LoopServer):
         )
         self._status = status
         self._verifier = verifier
-        self._public = public_status
+        self.public_status = public_status
         self.books = StatusBooks()  # the loop thread's
-        self._limits = Limits.make(self.max_body_bytes)
-        self._admission = Admission(self._limits)
+        self.limits = Limits.make(self.max_body_bytes)
+        self._admission = Admission(self.limits)
 
-    def _router(self) -> httputil.HTTPServerConnectionDelegate:
-        return Router(
-            self.books,
-            verifier=self._verifier,
-            limits=self._limits,
-            admission=self._admission,
-            public_status=self._public,
-            status=self._status,
-        )
+    def _served(self) -> StatusBooks:
+        return self.books
+
+    def _status_here(self) -> dict[str, Any]:
+        return self._status()
 
 
 _MIN = ("version", "applied_pushes", "samples", "round")

@@ -18,6 +18,7 @@ called :func:`autolog`, so a later ``fit`` decides "off" without importing MLflo
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import sys
 from dataclasses import dataclass
@@ -141,18 +142,12 @@ def autolog(
     require_mlflow("tensorspark.autolog()")
     from mlflow.utils.autologging_utils import autologging_integration
 
-    def _autolog(
-        experiment: str | None = None,
-        run_name: str | None = None,
-        log_model: bool = True,
-        strict: bool = False,
-        timeout: float = 10.0,
-        max_retries: int = 1,
-        disable: bool = False,
-        silent: bool = False,
-    ) -> None:
+    def _autolog(**config: Any) -> None:
         """Nothing to patch: ``fit``/``tune`` read the stored configuration."""
 
+    # MLflow reads the integration's settings and their defaults from its signature:
+    # they are autolog's own.
+    _autolog.__signature__ = inspect.signature(autolog)  # type: ignore[attr-defined]
     fields = dataclasses.asdict(settings)
     autologging_integration(INTEGRATION)(_autolog)(**fields, disable=disable, silent=silent)
 

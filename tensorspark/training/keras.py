@@ -18,7 +18,7 @@ from typing import Any
 
 from tensorspark.conf import ConfSnapshot, snapshot
 from tensorspark.evaluation import run_evaluation
-from tensorspark.inputs import input_for
+from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
@@ -28,7 +28,7 @@ from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
 from tensorspark.training.keras_setup import KerasTraining
 from tensorspark.training.result import EpochSnapshots, History, build_history
-from tensorspark.training.run import TrainingRun
+from tensorspark.training.run import RunJob, TrainingRun
 from tensorspark.training.watch import push_fanout
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ def fit(
     epochs: int,
     validation_data: Any,
     *,
-    features_col: str,
-    label_col: str,
+    columns: Columns,
     shuffle: bool,
     listeners: Sequence[RunListener],
     custom_objects: dict[str, Any] | None,
@@ -69,15 +68,15 @@ def fit(
         mixed_precision=mixed_precision,
     )
     checked, feed = keras_run.checked, keras_run.feed
-    columns = {"features_col": features_col, "label_col": label_col}
+    named = {"features_col": columns.features, "label_col": columns.label}
     train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
-    train = input_for(sc, data, train_feed, conf=conf, argument="data", **columns)
+    train = input_for(sc, data, train_feed, conf=conf, argument="data", **named)
     val = None
     arrays = validation_arrays(validation_data)
     if arrays is not None:
         arrays = _driver_validation(checked, arrays, feed)
     elif validation_data is not None:
-        val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **columns)
+        val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **named)
         if callbacks:  # evaluated on the driver while the job runs: its rows are brought here
             rows = collect_arrays(sc, val, f"tensorspark {settings.name}: validation rows")
             arrays, val = _driver_validation(checked, rows, feed), None
@@ -103,7 +102,7 @@ def fit(
         )
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
-        keras_run.job(train, epochs, shuffle),
+        RunJob(train, keras_run.loader, keras_run.payload, epochs, shuffle),
         keras_run.initial,
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),

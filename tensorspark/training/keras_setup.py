@@ -5,8 +5,8 @@ the model's ``.keras`` bytes, checked by rebuilding them here; the feed that che
 data against the rebuilt copy; the weights the server starts from; and the trainer loader
 the tasks build their trainer with, under a cache key minted once, so a Python worker that
 trains several partitions (or micro-batches) rebuilds the model once. :class:`KerasTraining`
-holds these, and :meth:`KerasTraining.job` makes the :class:`~tensorspark.training.run.RunJob`
-of one run over a planned input.
+holds these; a run's :class:`~tensorspark.training.run.RunJob` takes its loader and payload
+with the input planned with its feed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.inputs import Input
 from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.training.run import RunJob
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,3 @@ class KerasTraining:
             mixed_precision=mixed_precision,
         )
         return cls(payload, checked, KerasFeed(checked), read_weights(model), loader)
-
-    def job(self, data: Input, num_epoch: int, shuffle: bool) -> RunJob:
-        """The run over ``data`` (planned with :attr:`feed`)."""
-        return RunJob(data, self.loader, self.payload, num_epoch, shuffle)

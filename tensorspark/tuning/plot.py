@@ -10,7 +10,7 @@ import math
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,19 +20,20 @@ from tensorspark.tuning.trial import TrialResult, better
 __all__ = ["plot_metric"]
 
 
+class Searched(Protocol):
+    """What a plot reads of a search's result (a :class:`~tensorspark.tuning.TuneResult`)."""
+
+    trials: list[TrialResult]
+    metric: str
+    mode: str
+    search: str
+
+
 def plot_metric(
-    trials: Sequence[TrialResult],
-    *,
-    metric: str,
-    mode: str,
-    search: str,
-    x: str,
-    y: str | None,
-    path: str,
-    figsize: tuple[float, float],
-    dpi: int,
+    result: Searched, *, x: str, y: str | None, path: str, figsize: tuple[float, float], dpi: int
 ) -> str:
-    """Draw ``metric`` over parameter ``x`` (and ``y``) of ``trials`` into the PNG ``path``.
+    """Draw ``result``'s metric over parameter ``x`` (and ``y``) of its trials into the PNG
+    ``path``.
 
     What :meth:`~tensorspark.tuning.TuneResult.plot` draws; its docstring has the details.
     Runs on the driver; not thread-safe with other matplotlib use.
@@ -44,6 +45,7 @@ def plot_metric(
         ConfigurationError: ``x`` or ``y`` is not a parameter of the search, or both
             name the same one.
     """
+    trials, metric, mode, search = result.trials, result.metric, result.mode, result.search
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

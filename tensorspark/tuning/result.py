@@ -152,14 +152,4 @@ class TuneResult:
         Raises:
             ConfigurationError: ``x`` or ``y`` is not a parameter of the search.
         """
-        return plot_metric(
-            self.trials,
-            metric=self.metric,
-            mode=self.mode,
-            search=self.search,
-            x=x,
-            y=y,
-            path=path,
-            figsize=figsize,
-            dpi=dpi,
-        )
+        return plot_metric(self, x=x, y=y, path=path, figsize=figsize, dpi=dpi)

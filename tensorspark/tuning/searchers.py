@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from tensorspark.listeners import TrialEnd
 from tensorspark.tuning.schedule import LongestFirst
 from tensorspark.tuning.space import grid_params, grid_size, random_params
 from tensorspark.tuning.trial import Trial
@@ -237,17 +238,13 @@ class LongestFirstSearcher(Searcher):
     def ask(self, running: Sequence[Running] = ()) -> Trial | None:
         return self._order.next([(r.trial.params, r.seconds) for r in running])
 
-    def tell(
-        self,
-        trial: Trial,
-        score: float | None,
-        values_per_epoch: Sequence[float],
-        seconds: float,
-        failed: bool,
-    ) -> None:
-        if not failed:  # a failed trial may have stopped early: its time teaches nothing
-            self._order.finished(trial.params, seconds)
-        self._searcher.tell(trial, score, values_per_epoch, seconds, failed)
+    def tell(self, *args: Any, **kwargs: Any) -> None:
+        """Learns a finished trial's seconds, then passes the end on as it came (the
+        fields of a :class:`~tensorspark.listeners.TrialEnd`)."""
+        end = TrialEnd(*args, **kwargs)
+        if not end.failed:  # a failed trial may have stopped early: its time teaches nothing
+            self._order.finished(end.trial.params, end.seconds)
+        self._searcher.tell(*args, **kwargs)
 
     def expected_seconds(self, params: Mapping[str, Any]) -> float | None:
         """The learned prediction of a trial's seconds (``None`` before any finished)."""

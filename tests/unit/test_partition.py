@@ -9,7 +9,7 @@ import pytest
 
 from tensorspark.blocks.rows import rows_to_blocks
 from tensorspark.errors import ConfigurationError
-from tensorspark.partition import PartitionData
+from tensorspark.partition import PartitionData, Passes
 
 
 def _rows(n: int) -> list[tuple[np.ndarray, int]]:
@@ -27,7 +27,7 @@ def test_batches_cover_every_row_once_per_epoch_in_order(tmp_path) -> None:
     blocks = rows_to_blocks(
         iter(_rows(10)), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=3
     )
-    with PartitionData(blocks, batch_size=4, num_epoch=3, spill_dir=str(tmp_path)) as data:
+    with PartitionData(blocks, Passes(batch_size=4, num_epoch=3), spill_dir=str(tmp_path)) as data:
         epochs = _epochs(data)
         assert data.rows == 10
     assert len(epochs) == 3
@@ -42,7 +42,7 @@ def test_shuffle_is_seeded_and_differs_per_epoch(tmp_path) -> None:
     def run(seed: int) -> list[np.ndarray]:
         blocks = rows_to_blocks(iter(_rows(50)), ["x", "y"], [None, None], block_rows=7)
         with PartitionData(
-            blocks, 8, 2, shuffle=True, seed=seed, partition=1, spill_dir=str(tmp_path)
+            blocks, Passes(8, 2, shuffle=True, seed=seed), partition=1, spill_dir=str(tmp_path)
         ) as data:
             return [np.concatenate([b for _, b, _ in ep]) for ep in _epochs(data)]
 
@@ -56,7 +56,7 @@ def test_shuffle_is_seeded_and_differs_per_epoch(tmp_path) -> None:
 
 def test_single_epoch_streams_without_spilling(tmp_path) -> None:
     blocks = rows_to_blocks(iter(_rows(5)), ["x", "y"], [None, None], block_rows=2)
-    data = PartitionData(blocks, 2, 1, spill_dir=str(tmp_path))
+    data = PartitionData(blocks, Passes(2, 1), spill_dir=str(tmp_path))
     epochs = list(data.epochs())
     assert len(epochs) == 1
     assert sum(len(b[0]) for _, b, _ in epochs[0][1]) == 5
@@ -88,7 +88,7 @@ def test_memory_stays_bounded_for_a_large_partition(tmp_path) -> None:
     blocks = rows_to_blocks(
         gen(), ["x", "y"], [np.dtype("float32"), np.dtype("int64")], block_rows=256
     )
-    with PartitionData(blocks, 64, 2, spill_dir=str(tmp_path)) as data:
+    with PartitionData(blocks, Passes(64, 2), spill_dir=str(tmp_path)) as data:
         for _, batches in data.epochs():
             for _ in batches:
                 pass

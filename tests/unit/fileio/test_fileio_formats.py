@@ -24,6 +24,7 @@ from tensorspark.fileio.source import files
 from tensorspark.fileio.spec import Feed
 from tensorspark.fileio.stream import FileEpochs
 from tensorspark.fileio.tfrecord import RecordWriter, frame, records
+from tensorspark.partition import Passes
 from tensorspark.storage.options import StorageOptions
 
 pytestmark = pytest.mark.unit
@@ -64,12 +65,10 @@ def _tfrecord(path: Path, x: np.ndarray, y: np.ndarray, gz: bool = False) -> Non
         writer.close()
 
 
-def _read_all(plan: FilePlan, **kw) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+def _read_all(plan: FilePlan) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for p, shards in enumerate(plan.partitions):
-        with FileEpochs(
-            plan.spec, shards, batch_size=kw.pop("batch_size", 4), num_epoch=1, partition=p, **kw
-        ) as data:
+        with FileEpochs(plan.spec, shards, Passes(batch_size=4, num_epoch=1), partition=p) as data:
             for _, batches in data.epochs():
                 for _, batch, _ in batches:
                     xs.append(batch[0])
@@ -371,7 +370,7 @@ def test_every_epoch_reads_every_record_once_in_a_new_seeded_order(tmp_path: Pat
     def orders(seed: int) -> list[list[int]]:
         out = []
         with FileEpochs(
-            plan.spec, shards, batch_size=8, num_epoch=3, shuffle=True, seed=seed
+            plan.spec, shards, Passes(batch_size=8, num_epoch=3, shuffle=True, seed=seed)
         ) as data:
             for _, batches in data.epochs():
                 out.append([int(v) for _, batch, _ in batches for v in batch[1]])
