@@ -246,6 +246,7 @@ class SparkSession:
         listeners: Sequence[RunListener] | None = None,
         callbacks: Sequence[Any] | None = None,
         tracking: Any = None,
+        export: Any = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -296,6 +297,9 @@ class SparkSession:
                 :class:`~tensorspark.MlflowTracking`, logs the settings, each epoch's
                 metrics as it ends, the validation metrics and the trained model to the
                 active MLflow run (or a new one); ``False``: untracked.
+            export: a :class:`~tensorspark.Export`: a numbered version for serving after
+                every N epochs (``every_batches``, or ``every`` an interval) and after the
+                last, behind an optional quality gate; checked before the job.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -388,6 +392,7 @@ class SparkSession:
         mixed_precision: str | None = None,
         query_name: str | None = None,
         tensorboard_dir: str | None = None,
+        export: Any = None,
     ) -> StreamingTraining:
         """Train the Keras model from a streaming DataFrame, one Spark job per micro-batch,
         against one parameter server that lives as long as the query (driver).
@@ -426,6 +431,11 @@ class SparkSession:
                 micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
                 ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
                 (:mod:`tensorspark.streaming.board`).
+            export: a :class:`~tensorspark.Export`: numbered versions for serving in
+                ``<base_path>/<version>/`` after every N micro-batches (or every interval),
+                behind an optional quality gate (docs: "Serving a model that keeps
+                learning"). Its base path, gate metric and holdout are checked before the
+                query starts.
 
         Returns:
             A :class:`~tensorspark.streaming.StreamingTraining`.

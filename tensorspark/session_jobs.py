@@ -116,8 +116,11 @@ def fit(
     listeners: Sequence[RunListener] | None,
     callbacks: Sequence[Any] | None,
     tracking: Any,
+    export: Any = None,
 ) -> Any:
     """``SparkSession.fit``: the checks of the call, then the Keras training run (tracked)."""
+    from tensorspark.export.epochs import epoch_exports
+    from tensorspark.export.spec import check_export
     from tensorspark.models.precision import check_policy
     from tensorspark.tracking.fit import track_fit
     from tensorspark.training.callbacks import check_callbacks
@@ -136,6 +139,16 @@ def fit(
     # Bad callbacks or listeners are refused before a tracked run is opened.
     checked = check_callbacks(callbacks)
     watchers = run_listeners(progress, tensorboard_dir, listeners)
+    spec = check_export(export)
+    if spec is not None:  # its checks (path, gate, holdout) run here, before the job
+        checked.append(
+            epoch_exports(
+                sess.sc, spec, sess.session, custom_objects=sess.custom_objects,
+                conf=tsconf.ConfSnapshot.take(sess.sc), batch_size=_batch_size(sess, None),
+                features_col=features_col, label_col=label_col, listeners=watchers,
+                mixed_precision=policy,
+            )
+        )  # fmt: skip
     with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
         history, result = train_keras(
             sess.sc,
@@ -244,8 +257,10 @@ def fit_stream(
     mixed_precision: str | None,
     query_name: str | None,
     tensorboard_dir: str | None,
+    export: Any = None,
 ) -> StreamingTraining:
     """``SparkSession.fit_stream``: training from a stream (:mod:`tensorspark.streaming`)."""
+    from tensorspark.export.spec import check_export
     from tensorspark.models.precision import check_policy
     from tensorspark.streaming import StreamColumns
     from tensorspark.streaming import fit_stream as stream_job
@@ -273,4 +288,5 @@ def fit_stream(
         conf=tsconf.ConfSnapshot.take(sess.sc),
         tensorboard_dir=tensorboard_dir,
         tables=host.tables,
+        export=check_export(export),
     )

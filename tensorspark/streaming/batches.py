@@ -36,6 +36,8 @@ from tensorspark.blocks import FEED_NAMES
 from tensorspark.blocks.columns import example_columns
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import BadRecordError, TensorSparkError
+from tensorspark.export import Export
+from tensorspark.export.publisher import Exporter
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
@@ -87,6 +89,7 @@ class MicroBatchTrainer:
         conf: the call's Spark conf.
         tables: the model's embedding tables a sharded server holds by rows (the
             session's, see :func:`tensorspark.session_settings.embedding_tables`).
+        export: numbered exports after micro-batches (checked here, before the query).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class MicroBatchTrainer:
         on_batch: Callable[[dict[str, Any]], None] | None,
         conf: ConfSnapshot,
         tables: Sequence[str] = (),
+        export: Export | None = None,
     ) -> None:
         self.sc = sc
         self.conf = conf
@@ -125,6 +129,12 @@ class MicroBatchTrainer:
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
         self.initial = self.keras.initial
         self.payload, self.loader = self.keras.payload, self.keras.loader  # for serving
+        self.exporter = None if export is None else Exporter(
+            sc, export, payload=self.payload, model=self.keras.checked, conf=conf,
+            custom_objects=custom_objects, batch_size=settings.batch_size,
+            features_col=columns.features, label_col=columns.label, listeners=self.listeners,
+            mixed_precision=mixed_precision,
+        )  # fmt: skip
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
         self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
@@ -177,6 +187,7 @@ class MicroBatchTrainer:
                 logger.error("micro-batch %d failed; the stream stops: %s", batch_id, err)
                 raise
             self.status.trained(record)
+            self._export(record)
             self.status.set_state("waiting")
             self._publish()
             self._progress(record)
@@ -366,6 +377,24 @@ class MicroBatchTrainer:
         return tuple(None if v is None else float(v) for v in row)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ after a batch
+
+    def _export(self, record: BatchRecord) -> None:
+        """Export the weights after a trained batch when due (:mod:`tensorspark.export`).
+        A version that cannot be written is logged and counted; training goes on."""
+        if self.exporter is None or not record.rows:
+            return
+        try:
+            self.exporter.after(
+                self.server.params(),
+                batch_id=record.batch_id,
+                rows=record.rows,
+                arrival_median=record.arrival_median or record.started_at,
+                arrival_oldest=record.arrival_min or record.started_at,
+            )
+        except TensorSparkError as err:
+            logger.error("export after micro-batch %d failed: %s", record.batch_id, err)
+            self.exporter.failed += 1
+        self.status.set_exports(self.exporter.snapshot())
 
     def _publish(self) -> None:
         """Show the stream's status on the server's ``/status`` (``"stream"``)."""

@@ -22,6 +22,7 @@ from typing import Any
 from tensorspark import connect
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, TensorSparkError
+from tensorspark.export import Export
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
@@ -216,6 +217,7 @@ def fit_stream(
     conf: ConfSnapshot,
     tensorboard_dir: str | None = None,
     tables: Sequence[str] = (),
+    export: Export | None = None,
 ) -> StreamingTraining:
     """Start training ``model`` from ``rows``; see :meth:`tensorspark.SparkSession.fit_stream`.
 
@@ -263,6 +265,7 @@ def fit_stream(
             on_batch=on_batch if board is None else board,
             conf=conf,
             tables=tables,
+            export=export,
         )
     except BaseException:
         if board is not None:
