@@ -146,7 +146,7 @@ def fit(
                 sess.sc, spec, sess.session, custom_objects=sess.custom_objects,
                 conf=tsconf.ConfSnapshot.take(sess.sc), batch_size=_batch_size(sess, None),
                 features_col=features_col, label_col=label_col, listeners=watchers,
-                mixed_precision=policy,
+                mixed_precision=policy, tracking=tracking, name=sess.name, call="fit",
             )
         )  # fmt: skip
     with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:

@@ -20,7 +20,8 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
     """A ``keras.callbacks.Callback`` exporting ``model`` after epochs (driver).
 
     ``options`` go to :class:`Exporter` (``custom_objects``, ``conf``, ``batch_size``,
-    ``features_col``, ``label_col``, ``listeners``, ``mixed_precision``); the model's
+    ``features_col``, ``label_col``, ``listeners``, ``mixed_precision``, ``tracking``,
+    ``name``, ``call``); the model's
     bytes and compiled copy are made here, so every check runs before the job.
 
     Raises:
@@ -52,6 +53,7 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
         def on_train_end(self, logs: Any = None) -> None:
             if self.exporter.pending:  # stopped early: the epochs since the last export
                 self._export(self.last_epoch, True)
+            self.exporter.close()
 
         def _export(self, epoch: int, final: bool) -> None:
             self.last_epoch = epoch

@@ -113,6 +113,11 @@ class Exporter:
         batch_size: rows per model call when scoring the holdout.
         features_col, label_col: the holdout's columns.
         listeners: told each decision (``on_export``).
+        tracking: MLflow tracking as ``fit``'s ``tracking`` argument (None follows
+            ``tensorspark.autolog()``): each decision logged, each published version
+            registered (:mod:`tensorspark.tracking.versions`).
+        name: the training's name (the registered model's default name, the run's name).
+        call: ``"fit"`` or ``"fit_stream"`` (tagged on an MLflow run it starts).
 
     Raises:
         ConfigurationError: the base path is not writable, the gate metric is not
@@ -133,6 +138,9 @@ class Exporter:
         label_col: str = "label",
         listeners: Sequence[RunListener] = (),
         mixed_precision: str | None = None,
+        tracking: Any = None,
+        name: str = "tensorspark",
+        call: str = "fit_stream",
     ) -> None:
         self.sc = sc
         self.spec = spec
@@ -155,6 +163,12 @@ class Exporter:
                 )
             self.holdout = self._plan_holdout(model, conf, features_col, label_col)
         self.model = model
+        self.versions = None
+        if tracking is not False:  # None follows tensorspark.autolog()
+            from tensorspark.tracking.versions import ModelVersions
+
+            model_name = spec.registered_model or name
+            self.versions = ModelVersions.open(tracking, model_name, name, call)
         self.version = next_version(self.storage, self.base)
         self.baseline = self._published_baseline()
         self.last_export_at = time.time()
@@ -254,6 +268,9 @@ class Exporter:
             self.since = 0
             self.last_export_at = time.time()
             record = self._export(params, batch_id)
+            if self.versions is not None:
+                model = self.model if record["published"] else None
+                record["registered_version"] = self.versions.decided(record, model)
             self.decisions.append(record)
         self.listeners.on_export(record)
         return record
@@ -352,6 +369,11 @@ class Exporter:
             "freshness_p50_s": weighted_quantile(medians, weights, 0.5),
             "freshness_p99_s": weighted_quantile(oldest, weights, 0.99),
         }
+
+    def close(self, status: str = "FINISHED") -> None:
+        """End the MLflow run the exports started, if any (the training ended)."""
+        if self.versions is not None:
+            self.versions.close(status)
 
     # ------------------------------------------------------------------ status
 

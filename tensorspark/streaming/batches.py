@@ -133,7 +133,7 @@ class MicroBatchTrainer:
             sc, export, payload=self.payload, model=self.keras.checked, conf=conf,
             custom_objects=custom_objects, batch_size=settings.batch_size,
             features_col=columns.features, label_col=columns.label, listeners=self.listeners,
-            mixed_precision=mixed_precision,
+            mixed_precision=mixed_precision, name=settings.name, call="fit_stream",
         )  # fmt: skip
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
         self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
@@ -428,6 +428,8 @@ class MicroBatchTrainer:
                 self._closed = True
                 self._last_params = self.server.params() if self.server.running else None
                 self.host.close()
+                if self.exporter is not None:
+                    self.exporter.close("FAILED" if self.status.state == "failed" else "FINISHED")
                 if self.status.state != "failed":
                     self.status.set_state("stopped")
         finally:

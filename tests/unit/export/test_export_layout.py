@@ -83,3 +83,52 @@ def test_a_failed_write_leaves_no_version_and_no_leftover(tmp_path: Path) -> Non
     with pytest.raises(OSError, match="disk full"):
         publish(storage, base, 1, write)
     assert os.listdir(base) == []
+
+
+KILLED_WRITER = """
+import os, sys, time
+from pathlib import Path
+from tensorspark.export.saved import publish
+from tensorspark.storage import LocalStorage
+
+def write(folder):
+    os.makedirs(os.path.join(folder, "variables"))
+    Path(folder, "saved_model.pb").write_bytes(b"half a model")
+    Path(sys.argv[2]).write_text(folder)  # tell the test, then wait to be killed
+    time.sleep(300)
+
+publish(LocalStorage(), sys.argv[1], 1, write)
+"""
+
+
+def test_a_process_killed_mid_export_leaves_nothing_visible(tmp_path: Path) -> None:
+    """SIGKILL while a version is half written: a watcher sees no version; the next
+    exporter's sweep removes the hidden leftover."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base, flag = tmp_path / "m", tmp_path / "writing"
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": root}
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(base), str(flag)], env=env, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert process.poll() is None, "the writer ended early"
+            assert time.monotonic() < deadline, "the writer never started writing"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    names = os.listdir(base)
+    assert len(names) == 1 and names[0].startswith(".export-1-")  # hidden, half written
+    assert versions(LocalStorage(), str(base)) == []
+    assert sweep_partial(LocalStorage(), str(base)) == [str(base / names[0])]
+    assert os.listdir(base) == []
