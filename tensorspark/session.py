@@ -206,6 +206,7 @@ class SparkSession:
         progress: bool = True,
         tensorboard_dir: str | None = None,
         listeners: Sequence[RunListener] | None = None,
+        export: Any = None,
     ) -> Any:
         """Run ``fetches``: locally like ``tf.Session.run``, or distributed over ``feed_rdd``.
 
@@ -223,6 +224,10 @@ class SparkSession:
         ``listeners`` (:class:`~tensorspark.RunListener` instances) are told the run's start,
         each epoch's end with its training metrics as it happens, checkpoints and the end,
         after the progress display and TensorBoard (see :mod:`tensorspark.listeners`).
+        ``export`` (a :class:`~tensorspark.Export` with ``inputs`` and ``outputs``, the
+        names of the tensors a server feeds and fetches) writes the session's graph and
+        final variables as the next numbered SavedModel version after the run; its tensors
+        and base path are checked before the job.
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).

@@ -62,6 +62,7 @@ def run(
     progress: bool,
     tensorboard_dir: str | None,
     listeners: Sequence[RunListener] | None,
+    export: Any = None,
 ) -> Any:
     """``SparkSession.run``: a local ``session.run``, or the TF1 graph trained over ``feed_rdd``."""
     if sess.is_keras:
@@ -78,8 +79,14 @@ def run(
         "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
     )
     num_epoch, feed_name_list = check_graph_run(feed_dict, run_metadata, num_epoch, feed_name_list)
+    from tensorspark.export.graph import GraphExport
+    from tensorspark.export.spec import check_export
     from tensorspark.training.tf1 import train_graph
     from tensorspark.training.watch import run_listeners
+
+    spec = check_export(export)
+    conf = tsconf.ConfSnapshot.take(sess.sc)
+    graph_export = None if spec is None else GraphExport(sess.session, spec, conf, listeners or ())
 
     result = train_graph(
         sess.sc,
@@ -94,9 +101,11 @@ def run(
         run_options=options,
         loss=loss,
         listeners=run_listeners(progress, tensorboard_dir, listeners),
-        conf=tsconf.ConfSnapshot.take(sess.sc),
+        conf=conf,
     )
     sess.last_run = result
+    if graph_export is not None:
+        graph_export.after_run(num_epoch)
     return result
 
 

@@ -100,6 +100,24 @@ def compiled_metric_names(model: Any) -> list[str]:
     return names
 
 
+def check_writable(storage: Any, base: str, given: str) -> None:
+    """Write and delete a probe file in ``base`` (driver; before any query or job).
+
+    Raises:
+        ConfigurationError: the folder cannot be made or written.
+    """
+    probe = posixpath.join(base, f".export-probe-{uuid.uuid4().hex[:12]}")
+    try:
+        storage.makedirs(base)
+        storage.write_bytes(probe, b"")
+        storage.delete(probe)
+    except (StorageError, OSError) as err:
+        raise ConfigurationError(
+            "Argument `base_path` must be a folder the driver can write versions into. "
+            f"{err}. Received: base_path={given!r}"
+        ) from err
+
+
 class Exporter:
     """Numbered, gated exports of one training (driver; one batch at a time).
 
@@ -150,7 +168,7 @@ class Exporter:
         self.mixed_precision = mixed_precision
         self.listeners = ListenerList(listeners)
         self.storage, self.base = open_storage(spec.base_path, user=spec.user, conf=conf)
-        self._check_writable()
+        check_writable(self.storage, self.base, spec.base_path)
         sweep_partial(self.storage, self.base)
         self.holdout: Any = None
         if spec.gate is not None:
@@ -189,18 +207,6 @@ class Exporter:
         )
 
     # ------------------------------------------------------------------ checks
-
-    def _check_writable(self) -> None:
-        probe = posixpath.join(self.base, f".export-probe-{uuid.uuid4().hex[:12]}")
-        try:
-            self.storage.makedirs(self.base)
-            self.storage.write_bytes(probe, b"")
-            self.storage.delete(probe)
-        except (StorageError, OSError) as err:
-            raise ConfigurationError(
-                "Argument `base_path` must be a folder the driver can write versions into. "
-                f"{err}. Received: base_path={self.spec.base_path!r}"
-            ) from err
 
     def _plan_holdout(self, model: Any, conf: Any, features_col: str, label_col: str) -> Any:
         from tensorspark import connect

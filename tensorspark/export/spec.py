@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,10 @@ class Export:
             errors (names with ``loss``, ``error``, ``mse``, ``mae``, ...), else higher.
         registered_model: with MLflow tracking on, each published version also becomes a
             version of this registered model.
+        inputs: a TF1 graph's (``run(feed_rdd=..., export=)``) serving inputs: a mapping
+            of input name to the name of the tensor fed (``{"x": "x:0"}``), or a list of
+            tensor names (their names without ``:0`` become the input names).
+        outputs: the same for the tensors fetched (``{"probabilities": "Softmax:0"}``).
         user: the HDFS user for an HDFS ``base_path``.
 
     Raises:
@@ -104,6 +108,8 @@ class Export:
     higher_is_better: bool | None = None
     registered_model: str | None = None
     user: str | None = None
+    inputs: Mapping[str, str] | Sequence[str] | None = None
+    outputs: Mapping[str, str] | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_path, str) or not self.base_path.strip():
@@ -157,6 +163,14 @@ class Export:
                 "Argument `tolerance` must be a number >= 0. Received: "
                 f"tolerance={self.tolerance!r}"
             )
+        for role in ("inputs", "outputs"):
+            object.__setattr__(self, role, tensor_names(role, getattr(self, role)))
+        if (self.inputs is None) != (self.outputs is None):
+            raise ConfigurationError(
+                "A TF1 graph's export names both `inputs` (the tensors fed) and `outputs` "
+                f"(the tensors fetched). Received: inputs={self.inputs!r}, "
+                f"outputs={self.outputs!r}"
+            )
         if self.registered_model is not None and (
             not isinstance(self.registered_model, str) or not self.registered_model.strip()
         ):
@@ -181,6 +195,28 @@ class Export:
         if self.higher_is_better is not None:
             return bool(self.higher_is_better)
         return self.gate is not None and not lower_is_better(self.gate)
+
+
+def tensor_names(role: str, names: Any) -> dict[str, str] | None:
+    """``inputs`` / ``outputs`` as ``{signature key: tensor name}`` (pure).
+
+    Raises:
+        ConfigurationError: not a mapping or list of tensor names.
+    """
+    if names is None:
+        return None
+    if isinstance(names, Mapping):
+        pairs = [(str(k), v) for k, v in names.items()]
+    elif isinstance(names, (list, tuple)):
+        pairs = [(str(v).split(":")[0].replace("/", "_"), v) for v in names]
+    else:
+        pairs = []
+    if not pairs or any(not isinstance(v, str) or not v for _, v in pairs):
+        raise ConfigurationError(
+            f"Argument `{role}` must map names to tensor names ({{'x': 'x:0'}}) or list tensor "
+            f"names (['x:0']). Received: {role}={names!r}"
+        )
+    return dict(pairs)
 
 
 def check_export(export: Any) -> Export | None:

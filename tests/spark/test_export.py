@@ -233,3 +233,33 @@ def test_fit_exports_after_epochs_and_the_last(spark: Any, tmp_path: Path) -> No
         served(tmp_path / "m" / "2", probe, tmp_path), m.predict(probe, verbose=0), atol=1e-5,
         rtol=0,
     )  # fmt: skip
+
+
+def test_a_tf1_graph_exports_the_named_feed_and_fetch_after_its_run(
+    sc: Any, tmp_path: Path
+) -> None:
+    import tensorspark as sps
+
+    from .mnist_graph import softmax_regression
+
+    m = softmax_regression(0.1)
+    x, y = examples(11, 200)
+    rows = [(r, np.eye(10, dtype=np.float32)[c]) for r, c in zip(np.pad(x, ((0, 0), (0, 780))), y)]
+    ks = sps.SparkSession(sc, m.sess, name="tf1-export", sync_interval=5, batch_size=20)
+    with pytest.raises(ConfigurationError, match=r"Received: outputs\['y'\]='nope:0'"):
+        ks.run(
+            m.train_step, feed_rdd=sc.parallelize(rows, 2), feed_name_list=[m.x.name, m.y_.name],
+            param_list=[m.W, m.b], progress=False,
+            export=Export(str(tmp_path / "g"), inputs={"x": m.x.name}, outputs={"y": "nope:0"}),
+        )  # fmt: skip
+    told = Decisions()
+    ks.run(
+        m.train_step, feed_rdd=sc.parallelize(rows, 2), feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b], progress=False, listeners=[told],
+        export=Export(str(tmp_path / "g"), inputs={"x": m.x.name}, outputs={"y": m.y.name}),
+    )  # fmt: skip
+    assert [r["version"] for r in told.records] == [1]
+    assert numbered(tmp_path / "g") == ["1"]
+    probe = np.pad(examples(12, 8)[0], ((0, 0), (0, 780)))
+    expected = m.sess.run(m.y, {m.x: probe})
+    np.testing.assert_allclose(served(tmp_path / "g" / "1", probe, tmp_path), expected, atol=1e-5)

@@ -110,3 +110,15 @@ def test_weighted_quantile() -> None:
     assert weighted_quantile([3.0, 1.0, 2.0], [1, 1, 1], 0.5) == 2.0
     assert weighted_quantile([1.0, 10.0], [99, 1], 0.5) == 1.0
     assert weighted_quantile([1.0, 10.0], [99, 1], 0.999) == 10.0
+
+
+def test_tf1_tensor_names() -> None:
+    spec = Export("/m", inputs=["input/x:0"], outputs={"probabilities": "Softmax:0"})
+    assert spec.inputs == {"input_x": "input/x:0"}
+    assert spec.outputs == {"probabilities": "Softmax:0"}
+    with pytest.raises(ConfigurationError, match="names both `inputs`"):
+        Export("/m", inputs=["x:0"])
+    with pytest.raises(ConfigurationError, match="Received: outputs=7"):
+        Export("/m", inputs=["x:0"], outputs=7)
+    with pytest.raises(ConfigurationError, match=r"Received: inputs=\[\]"):
+        Export("/m", inputs=[], outputs=["y:0"])
