@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -177,6 +178,9 @@ def kafka_run(spark: Any, bootstrap: str, work: Path, data: Any, args: Any) -> d
         features_col="pixels", arrival_col="timestamp", on_batch=batches.append,
         listeners=[Told()], export=sps.Export(str(work / "serving-kafka"), every_batches=1),
     )  # fmt: skip
+    deadline = time.time() + 120  # "latest" is resolved by the first trigger: wait for it
+    while training.query.lastProgress is None and time.time() < deadline:
+        time.sleep(0.2)
     produced, i, end = 0, 0, time.time() + args.seconds
     while time.time() < end:
         tick = time.time()
@@ -242,6 +246,7 @@ def gate_run(spark: Any, work: Path, data: Any, args: Any) -> dict:
 def main() -> None:
     args = parse_args()
     record = run_record.begin("streaming_serving")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the broker stops in finally
     from pyspark.sql import SparkSession as SQLSession
 
     from tensorspark.datasets.clicks import click_log
