@@ -107,6 +107,19 @@ class Decisions(RunListener):
         self.records.append(dict(record))
 
 
+def scalar_steps(logdir: Path, tag: str) -> list[int]:
+    """The steps (model versions) at which ``tag`` was written to the event file."""
+    import tensorflow as tf
+
+    [events] = logdir.glob("events.out.tfevents.*")
+    return [
+        event.step
+        for event in tf.compat.v1.train.summary_iterator(str(events))
+        for value in event.summary.value
+        if value.tag == tag
+    ]
+
+
 def numbered(base: Path) -> list[str]:
     return sorted((p.name for p in base.iterdir()), key=lambda n: (not n.isdigit(), n))
 
@@ -128,9 +141,11 @@ def test_every_batch_is_exported_whole_numbered_and_servable(spark: Any, tmp_pat
         trigger="available_now",
         export=spec,
         listeners=[told],
+        tensorboard_dir=str(tmp_path / "tb"),
     )
     assert training.await_termination(WAIT_S)
     assert [r["version"] for r in told.records] == [1, 2, 3]
+    assert scalar_steps(tmp_path / "tb", "export/freshness_p50_s") == [6, 12, 18]
     assert all(r["published"] and r["freshness_p50_s"] > 0 for r in told.records)
     assert numbered(base) == ["2", "3"]  # nothing hidden left, the oldest retired
     newest = base / "3"
