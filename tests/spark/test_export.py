@@ -278,3 +278,22 @@ def test_a_tf1_graph_exports_the_named_feed_and_fetch_after_its_run(
     probe = np.pad(examples(12, 8)[0], ((0, 0), (0, 780)))
     expected = m.sess.run(m.y, {m.x: probe})
     np.testing.assert_allclose(served(tmp_path / "g" / "1", probe, tmp_path), expected, atol=1e-5)
+
+
+def test_fit_with_the_gate_scores_each_epoch_on_the_holdout(spark: Any, tmp_path: Path) -> None:
+    x, y = examples(5, 300)
+    data = spark.createDataFrame([(list(map(float, r)), int(c)) for r, c in zip(x, y)], SCHEMA)
+    hx, hy = examples(6, 200)
+    holdout = spark.createDataFrame([(list(map(float, r)), int(c)) for r, c in zip(hx, hy)], SCHEMA)
+    m = model(("accuracy",))
+    told = Decisions()
+    spec = Export(str(tmp_path / "m"), gate="accuracy", holdout=holdout, tolerance=1.0)
+    session(spark.sparkContext, m).fit(
+        data, epochs=2, export=spec, listeners=[told], progress=False
+    )
+    assert [(r["batch_id"], r["published"], r["version"]) for r in told.records] == [
+        (0, True, 1),
+        (1, True, 2),
+    ]
+    expected = m.evaluate(hx, hy, verbose=0, return_dict=True)["accuracy"]
+    assert told.records[1]["value"] == pytest.approx(expected, abs=1e-6)
