@@ -224,10 +224,8 @@ class SparkSession:
         ``listeners`` (:class:`~tensorspark.RunListener` instances) are told the run's start,
         each epoch's end with its training metrics as it happens, checkpoints and the end,
         after the progress display and TensorBoard (see :mod:`tensorspark.listeners`).
-        ``export`` (a :class:`~tensorspark.Export` with ``inputs`` and ``outputs``, the
-        names of the tensors a server feeds and fetches) writes the session's graph and
-        final variables as the next numbered SavedModel version after the run; its tensors
-        and base path are checked before the job.
+        ``export=Export(..., inputs=, outputs=)`` (the tensors a server feeds and fetches)
+        writes the graph and final variables as the next numbered SavedModel after the run.
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).
@@ -436,11 +434,9 @@ class SparkSession:
                 micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
                 ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
                 (:mod:`tensorspark.streaming.board`).
-            export: a :class:`~tensorspark.Export`: numbered versions for serving in
-                ``<base_path>/<version>/`` after every N micro-batches (or every interval),
-                behind an optional quality gate (docs: "Serving a model that keeps
-                learning"). Its base path, gate metric and holdout are checked before the
-                query starts.
+            export: a :class:`~tensorspark.Export`: numbered versions for serving after
+                every N micro-batches (or interval), behind an optional quality gate;
+                checked before the query starts.
 
         Returns:
             A :class:`~tensorspark.streaming.StreamingTraining`.
