@@ -31,6 +31,7 @@ _FACE: dict[str, str] = {
     "History": "tensorspark.training.result",
     "TrainResult": "tensorspark.training.result",
     "StreamingTraining": "tensorspark.streaming",
+    "Export": "tensorspark.export",
     "RunListener": "tensorspark.listeners",
     "warm_up": "tensorspark.warmup",
     # inputs, files and inference
@@ -142,6 +143,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: _FACE, imported eagerly (t
     from tensorspark.errors import ParameterServerConnectionError as ParameterServerConnectionError
     from tensorspark.errors import TensorSparkError as TensorSparkError
     from tensorspark.errors import WorkerError as WorkerError
+    from tensorspark.export import Export as Export
     from tensorspark.fileio.source import files as files
     from tensorspark.fileio.write import write_tfrecord as write_tfrecord
     from tensorspark.inference import predict as predict

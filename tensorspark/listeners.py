@@ -23,6 +23,9 @@ The hooks, in the order a run calls them (all on the driver, on the thread that 
   Validation metrics (``val_*``) are computed after the job and are in the returned
   History only.
 * ``on_checkpoint(path)``: a checkpoint was written (seen at the next poll).
+* ``on_export(record)``: a version was judged for export (``fit(..., export=)``,
+  ``fit_stream(..., export=)``; :mod:`tensorspark.export`): published or held back by the
+  quality gate, with the reason, the gate metric, the version and its freshness, as a dict.
 * ``on_run_end(result)`` or ``on_run_failed(error)``: exactly one of them, last.
 
 A listener that raises is logged (a warning with the traceback, once per listener and
@@ -112,6 +115,9 @@ class RunListener:
     def on_checkpoint(self, path: str) -> None:
         """A checkpoint of the run was written at ``path``."""
 
+    def on_export(self, record: Mapping[str, Any]) -> None:
+        """A version was judged for export: ``record["published"]``, ``"reason"``, ..."""
+
     def on_run_end(self, result: Any) -> None:
         """The run ended (normally or on request); ``result`` is its TrainResult."""
 
@@ -180,6 +186,9 @@ class ListenerList(RunListener):
 
     def on_checkpoint(self, path: str) -> None:
         self._call("on_checkpoint", path)
+
+    def on_export(self, record: Mapping[str, Any]) -> None:
+        self._call("on_export", record)
 
     def on_run_end(self, result: Any) -> None:
         self._call("on_run_end", result)

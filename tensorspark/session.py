@@ -1,14 +1,12 @@
 """``SparkSession``: a TensorFlow session (or Keras model) that trains on Spark.
 
 The facade of the seed's API (and the Keras one). Runs on the driver (Spark Connect: in the
-client). It checks the arguments at once, resolves the cluster-wide defaults from Spark conf
-(:mod:`tensorspark.session_settings`, over :mod:`tensorspark.conf`; a TF1 session's own
-arguments: :mod:`tensorspark.tf1_arguments`), and hands the work to the job layer: a
-training run (:mod:`tensorspark.training`), the evaluation job
-(:mod:`tensorspark.evaluation`) and inference (:mod:`tensorspark.inference`). The session
-holds its resolved settings (read-only properties from :data:`~tensorspark.session_settings.VIEWS`)
-and the one :class:`~tensorspark.training.ServerHost` that owns its parameter server across
-runs; each public call hands its arguments to :mod:`tensorspark.session_jobs`.
+client). It checks the arguments at once and resolves the cluster-wide defaults from Spark
+conf (:mod:`tensorspark.session_settings`; a TF1 session's own arguments:
+:mod:`tensorspark.tf1_arguments`). The session holds its resolved settings (read-only
+properties from :data:`~tensorspark.session_settings.VIEWS`) and the one
+:class:`~tensorspark.training.ServerHost` that owns its parameter server across runs; each
+public call hands its arguments to :mod:`tensorspark.session_jobs`, which runs the job.
 """
 
 from __future__ import annotations
@@ -206,6 +204,7 @@ class SparkSession:
         progress: bool = True,
         tensorboard_dir: str | None = None,
         listeners: Sequence[RunListener] | None = None,
+        export: Any = None,
     ) -> Any:
         """Run ``fetches``: locally like ``tf.Session.run``, or distributed over ``feed_rdd``.
 
@@ -223,6 +222,8 @@ class SparkSession:
         ``listeners`` (:class:`~tensorspark.RunListener` instances) are told the run's start,
         each epoch's end with its training metrics as it happens, checkpoints and the end,
         after the progress display and TensorBoard (see :mod:`tensorspark.listeners`).
+        ``export=Export(..., inputs=, outputs=)`` (the tensors a server feeds and fetches)
+        writes the graph and final variables as the next numbered SavedModel after the run.
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).
@@ -246,6 +247,7 @@ class SparkSession:
         listeners: Sequence[RunListener] | None = None,
         callbacks: Sequence[Any] | None = None,
         tracking: Any = None,
+        export: Any = None,
     ) -> Any:
         """Train the Keras model on Spark, like ``model.fit``; the driver's model ends trained.
 
@@ -291,11 +293,14 @@ class SparkSession:
                 holding that epoch's server weights; ``model.stop_training`` stops the run
                 cleanly and a new learning rate reaches every worker at its next sync.
                 Per-batch hooks are refused (:mod:`tensorspark.training.callbacks`).
-            tracking: MLflow tracking of this fit (:mod:`tensorspark.tracking`): ``None``
-                (default) follows ``tensorspark.autolog()``; ``True``, or a
-                :class:`~tensorspark.MlflowTracking`, logs the settings, each epoch's
-                metrics as it ends, the validation metrics and the trained model to the
-                active MLflow run (or a new one); ``False``: untracked.
+            tracking: MLflow tracking (:mod:`tensorspark.tracking`): ``None`` (default)
+                follows ``tensorspark.autolog()``; ``True`` or a
+                :class:`~tensorspark.MlflowTracking` logs the settings, each epoch's and the
+                validation metrics and the model to the active MLflow run (or a new one);
+                ``False``: untracked.
+            export: a :class:`~tensorspark.Export`: a numbered version for serving every N
+                epochs (``every_batches``, or ``every`` an interval) and after the last,
+                behind an optional quality gate; checked before the job.
 
         Returns:
             A :class:`~tensorspark.training.History`: ``history.history`` holds per-epoch
@@ -303,8 +308,8 @@ class SparkSession:
 
         Raises:
             ConfigurationError: checked on the driver before any job: bad arguments, a
-                missing column, features or labels that do not fit the model or its loss, a
-                custom class missing from ``custom_objects``.
+                missing column, features or labels that do not fit the model or its loss or
+                a custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
         return session_jobs.fit(self, self._host, **_arguments(locals()))
@@ -390,13 +395,13 @@ class SparkSession:
         tensorboard_dir: str | None = None,
         shuffle: bool = False,
         seed: int | None = None,
+        export: Any = None,
     ) -> StreamingTraining:
         """Train the Keras model from a streaming DataFrame, one Spark job per micro-batch,
         against one parameter server that lives as long as the query (driver).
 
-        Every micro-batch trains once (one epoch, ``sync_interval`` mini-batches of
-        ``batch_size`` between pushes, the session's mode, combiner and compression), and
-        the model is checkpointed with the batch's id before Spark commits the batch, so a
+        Every micro-batch trains once (one epoch, with the session's settings), and the
+        model is checkpointed with the batch's id before Spark commits the batch, so a
         driver killed and started again with the same ``checkpoint_location`` trains no
         batch twice and skips none (README "Training from a stream").
 
@@ -428,13 +433,12 @@ class SparkSession:
                 micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
                 ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
                 (:mod:`tensorspark.streaming.board`).
-            shuffle: shuffle the rows within each partition of each micro-batch, seeded
-                by ``(seed or the session's seed, batch id, partition)``.
-            seed: makes a sync-mode stream replayable: the same micro-batches give the
-                same weights, run after run and across a driver restart (each task then
-                starts from the optimizer's initial state instead of the state its
-                Python worker kept from earlier micro-batches). None: as before. See
-                the serving guide's "Reproducible replays" for what the stream must keep.
+            shuffle: shuffle each partition's rows, seeded by (seed, batch id, partition).
+            seed: a sync-mode stream replays to the same weights, across restarts too
+                (each task starts from the optimizer's initial state); the serving guide's
+                "Reproducible replays" says what the stream must keep. None: as before.
+            export: a :class:`~tensorspark.Export`: numbered versions for serving, behind
+                an optional quality gate; checked before the query starts.
 
         Returns:
             A :class:`~tensorspark.streaming.StreamingTraining`.

@@ -62,6 +62,7 @@ def run(
     progress: bool,
     tensorboard_dir: str | None,
     listeners: Sequence[RunListener] | None,
+    export: Any = None,
 ) -> Any:
     """``SparkSession.run``: a local ``session.run``, or the TF1 graph trained over ``feed_rdd``."""
     if sess.is_keras:
@@ -78,8 +79,14 @@ def run(
         "Under Spark Connect, train a compiled Keras model on a DataFrame with fit().",
     )
     num_epoch, feed_name_list = check_graph_run(feed_dict, run_metadata, num_epoch, feed_name_list)
+    from tensorspark.export.graph import GraphExport
+    from tensorspark.export.spec import check_export
     from tensorspark.training.tf1 import train_graph
     from tensorspark.training.watch import run_listeners
+
+    spec = check_export(export)
+    conf = tsconf.ConfSnapshot.take(sess.sc)
+    graph_export = None if spec is None else GraphExport(sess.session, spec, conf, listeners or ())
 
     result = train_graph(
         sess.sc,
@@ -94,9 +101,11 @@ def run(
         run_options=options,
         loss=loss,
         listeners=run_listeners(progress, tensorboard_dir, listeners),
-        conf=tsconf.ConfSnapshot.take(sess.sc),
+        conf=conf,
     )
     sess.last_run = result
+    if graph_export is not None:
+        graph_export.after_run(num_epoch)
     return result
 
 
@@ -116,8 +125,11 @@ def fit(
     listeners: Sequence[RunListener] | None,
     callbacks: Sequence[Any] | None,
     tracking: Any,
+    export: Any = None,
 ) -> Any:
     """``SparkSession.fit``: the checks of the call, then the Keras training run (tracked)."""
+    from tensorspark.export.epochs import epoch_exports
+    from tensorspark.export.spec import check_export
     from tensorspark.inputs import Columns
     from tensorspark.models.precision import check_policy
     from tensorspark.tracking.fit import track_fit
@@ -137,6 +149,16 @@ def fit(
     # Bad callbacks or listeners are refused before a tracked run is opened.
     checked = check_callbacks(callbacks)
     watchers = run_listeners(progress, tensorboard_dir, listeners)
+    spec = check_export(export)
+    if spec is not None:  # its checks (path, gate, holdout) run here, before the job
+        checked.append(
+            epoch_exports(
+                sess.sc, spec, sess.session, custom_objects=sess.custom_objects,
+                conf=tsconf.ConfSnapshot.take(sess.sc), batch_size=_batch_size(sess, None),
+                features_col=features_col, label_col=label_col, listeners=watchers,
+                mixed_precision=policy, tracking=tracking, name=sess.name, call="fit",
+            )
+        )  # fmt: skip
     with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
         history, result = train_keras(
             sess.sc,
@@ -246,8 +268,10 @@ def fit_stream(
     tensorboard_dir: str | None,
     shuffle: bool = False,
     seed: int | None = None,
+    export: Any = None,
 ) -> StreamingTraining:
     """``SparkSession.fit_stream``: training from a stream (:mod:`tensorspark.streaming`)."""
+    from tensorspark.export.spec import check_export
     from tensorspark.models.precision import check_policy
     from tensorspark.streaming import StreamColumns
     from tensorspark.streaming import fit_stream as stream_job
@@ -277,4 +301,5 @@ def fit_stream(
         tables=host.tables,
         shuffle=shuffle,
         seed=seed,
+        export=check_export(export),
     )

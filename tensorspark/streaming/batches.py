@@ -36,6 +36,8 @@ from tensorspark.blocks import FEED_NAMES
 from tensorspark.blocks.columns import example_columns
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import BadRecordError, TensorSparkError
+from tensorspark.export import Export
+from tensorspark.export.publisher import Exporter
 from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
 from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
@@ -88,8 +90,8 @@ class MicroBatchTrainer:
         conf: the call's Spark conf.
         tables: the model's embedding tables a sharded server holds by rows (the
             session's, see :func:`tensorspark.session_settings.embedding_tables`).
-        replay: the shuffle and seed of each micro-batch's tasks
-            (:mod:`tensorspark.streaming.replay`).
+        replay: each micro-batch's shuffle and seed (:mod:`tensorspark.streaming.replay`).
+        export: numbered exports after micro-batches (checked here, before the query).
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class MicroBatchTrainer:
         conf: ConfSnapshot,
         tables: Sequence[str] = (),
         replay: StreamReplay | None = None,
+        export: Export | None = None,
     ) -> None:
         self.sc = sc
         self.replay = replay if replay is not None else StreamReplay(session_seed=settings.seed)
@@ -129,9 +132,14 @@ class MicroBatchTrainer:
         dims = checked.input_shape[1:] if isinstance(checked.input_shape, tuple) else ()
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
         self.initial = self.keras.initial
-        self.payload, self.loader = self.keras.payload, self.keras.loader  # for serving
-        if self.replay.fresh_optimizer:
-            self.loader = replace(self.loader, fresh_optimizer=True)
+        self.payload = self.keras.payload  # for serving; a replay's tasks reset the optimizer
+        self.loader = replace(self.keras.loader, fresh_optimizer=self.replay.fresh_optimizer)
+        self.exporter = None if export is None else Exporter(
+            sc, export, payload=self.payload, model=self.keras.checked, conf=conf,
+            custom_objects=custom_objects, batch_size=settings.batch_size,
+            features_col=columns.features, label_col=columns.label, listeners=self.listeners,
+            mixed_precision=mixed_precision, name=settings.name, call="fit_stream",
+        )  # fmt: skip
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
         self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
         resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
@@ -184,6 +192,7 @@ class MicroBatchTrainer:
                 logger.error("micro-batch %d failed; the stream stops: %s", batch_id, err)
                 raise
             self.status.trained(record)
+            self._export(record)
             self.status.set_state("waiting")
             self._publish()
             self._progress(record)
@@ -381,6 +390,24 @@ class MicroBatchTrainer:
 
     # ------------------------------------------------------------------ after a batch
 
+    def _export(self, record: BatchRecord) -> None:
+        """Export the weights after a trained batch when due (:mod:`tensorspark.export`).
+        A version that cannot be written is logged and counted; training goes on."""
+        if self.exporter is None or not record.rows:
+            return
+        try:
+            self.exporter.after(
+                self.server.params(),
+                batch_id=record.batch_id,
+                rows=record.rows,
+                arrival_median=record.arrival_median or record.started_at,
+                arrival_oldest=record.arrival_min or record.started_at,
+            )
+        except TensorSparkError as err:
+            logger.error("export after micro-batch %d failed: %s", record.batch_id, err)
+            self.exporter.failed += 1
+        self.status.set_exports(self.exporter.snapshot())
+
     def _publish(self) -> None:
         """Show the stream's status on the server's ``/status`` (``"stream"``)."""
         if isinstance(self.server, ParameterServer) and self.server.running:  # not sharded
@@ -413,6 +440,8 @@ class MicroBatchTrainer:
                 self._closed = True
                 self._last_params = self.server.params() if self.server.running else None
                 self.host.close()
+                if self.exporter is not None:
+                    self.exporter.close("FAILED" if self.status.state == "failed" else "FINISHED")
                 if self.status.state != "failed":
                     self.status.set_state("stopped")
         finally:

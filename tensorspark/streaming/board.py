@@ -2,7 +2,7 @@
 
 ``SparkSession.fit_stream(..., tensorboard_dir="runs/stream")`` wraps the ``on_batch``
 hook with a :class:`StreamScalars`, which writes, after each micro-batch is trained and
-checkpointed, the stream's rates and lag (``StreamStatus.snapshot``,
+checkpointed, the stream's rates, lag and export freshness (``StreamStatus.snapshot``,
 :mod:`tensorspark.streaming.status`) at the model version that batch ended on
 (TensorBoard's "step", as for ``fit``'s loss), with the batch's end as wall time, into one
 event file for the whole query. Skipped (replayed) batches write nothing.
@@ -22,6 +22,8 @@ STREAM_SCALARS = {
     "stream/trained_rows_per_sec": "trained_rows_per_sec",
     "stream/lag_s": "lag_s",
     "stream/lag_max_s": "lag_max_s",
+    "export/freshness_p50_s": "export_freshness_p50_s",
+    "export/freshness_p99_s": "export_freshness_p99_s",
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from tensorspark import connect
 from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import ConfigurationError, TensorSparkError
+from tensorspark.export import Export
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
@@ -219,6 +220,7 @@ def fit_stream(
     tables: Sequence[str] = (),
     shuffle: bool = False,
     seed: int | None = None,
+    export: Export | None = None,
 ) -> StreamingTraining:
     """Start training ``model`` from ``rows``; see :meth:`tensorspark.SparkSession.fit_stream`.
 
@@ -268,6 +270,7 @@ def fit_stream(
             conf=conf,
             tables=tables,
             replay=replay,
+            export=export,
         )
     except BaseException:
         if board is not None:

@@ -79,6 +79,7 @@ class StreamStatus:
         self.recent: deque[BatchRecord] = deque(maxlen=RECENT_BATCHES)
         self._train_seconds = 0.0
         self._trained_rows = 0  # in this process (the rate's numerator)
+        self.exports: dict[str, Any] | None = None  # the exporter's snapshot, if exporting
 
     def trained(self, record: BatchRecord) -> None:
         """Count a micro-batch trained (or skipped as already trained) (micro-batch thread)."""
@@ -100,6 +101,11 @@ class StreamStatus:
         with self._lock:
             self.state = state
 
+    def set_exports(self, exports: dict[str, Any]) -> None:
+        """The exporter's snapshot after a batch (:mod:`tensorspark.export`) (any thread)."""
+        with self._lock:
+            self.exports = exports
+
     def set_input_rate(self, rows_per_sec: float) -> None:
         """The source's input rate, from the query's last progress (any thread)."""
         with self._lock:
@@ -115,7 +121,10 @@ class StreamStatus:
         ``trained_rows_per_sec`` (rows over the seconds spent training them, this process),
         ``lag_s`` / ``lag_max_s`` (the last batch's median and oldest record: arrival to
         the version that includes it), ``lag_p50_s`` / ``lag_p99_s`` over the recent
-        batches' oldest records, and ``recent`` (the last batches as dicts).
+        batches' oldest records, and ``recent`` (the last batches as dicts); with
+        exports, ``exports`` (published and held-back versions, the last gate decision)
+        and ``export_freshness_p50_s`` / ``export_freshness_p99_s`` of the newest published
+        version (record arrival to the first published version that includes it).
         """
         with self._lock:
             trained = [r for r in self.recent if not r.skipped]
@@ -139,6 +148,9 @@ class StreamStatus:
                 "lag_p99_s": percentile(lags, 0.99),
                 "uptime_s": time.time() - self.started_at,
                 "recent": [asdict(r) for r in list(self.recent)[-20:]],
+                "exports": self.exports,
+                "export_freshness_p50_s": (self.exports or {}).get("freshness_p50_s"),
+                "export_freshness_p99_s": (self.exports or {}).get("freshness_p99_s"),
             }
 
 

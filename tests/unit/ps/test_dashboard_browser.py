@@ -189,3 +189,29 @@ def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ign
         # (Selenium reads a hidden element's text as "": wait for the card itself.)
         wait.until(lambda d: d.find_element(By.ID, "stream-card").is_displayed())
         assert browser.find_element(By.ID, "stream").text == "812 / 640, 7.3 s"
+
+
+@pytest.mark.browser
+def test_dashboard_shows_a_stream_s_exports(browser) -> None:  # type: ignore[no-untyped-def]
+    """With fit_stream(export=...), the stream's status carries the exporter's counts and
+    the newest published version's freshness; the dashboard shows them in a card."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with ParameterServer({"w": np.zeros(8, np.float32)}, port=0) as ps:
+        browser.get(dashboard_url(ps.url, ps.status_token))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        note = {"input_rows_per_sec": 10.0, "trained_rows_per_sec": 10.0, "lag_p50_s": 1.0}
+        ps.annotate("stream", note)
+        wait.until(lambda d: d.find_element(By.ID, "stream-card").is_displayed())
+        assert not browser.find_element(By.ID, "exports-card").is_displayed()
+        exports = {
+            "published": 4,
+            "rejected": 1,
+            "freshness_p50_s": 6.5,
+            "freshness_p99_s": 12.25,
+            "last_decision": {"reason": "accuracy 0.7 within 0.01 of 0.69"},
+        }
+        ps.annotate("stream", {**note, "exports": exports})
+        wait.until(lambda d: d.find_element(By.ID, "exports-card").is_displayed())
+        assert browser.find_element(By.ID, "exports").text == "4 / 1, 6.5 s / 12 s"

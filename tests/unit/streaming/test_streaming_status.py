@@ -59,3 +59,13 @@ def test_the_servers_status_page_shows_the_stream() -> None:
         with urllib.request.urlopen(f"{server.url}/status", timeout=10) as answer:
             served = json.loads(answer.read())
     assert served["stream"] == {"batches": 3, "lag_s": 1.5}
+
+
+def test_exports_show_in_the_snapshot() -> None:
+    status = StreamStatus()
+    snap = status.snapshot()
+    assert snap["exports"] is None and snap["export_freshness_p50_s"] is None
+    status.set_exports({"published": 2, "freshness_p50_s": 4.5, "freshness_p99_s": 9.0})
+    snap = status.snapshot()
+    assert snap["exports"]["published"] == 2
+    assert (snap["export_freshness_p50_s"], snap["export_freshness_p99_s"]) == (4.5, 9.0)

@@ -1,0 +1,132 @@
+"""``run(feed_rdd=..., export=)``: a TF1 graph exported for serving after its run (driver).
+
+A TF1 session has no compiled metrics and no input layer, so the user names what a
+server feeds and fetches (``Export(inputs={"x": "x:0"}, outputs={"y": "Softmax:0"})``):
+the SavedModel is written with ``tf.compat.v1.saved_model.Builder`` under the serving
+tag, its ``serving_default`` signature mapping those names to the tensors, and the
+session's variables as they are after the run (the server's final values). Numbering,
+the hidden folder and its rename, and retention are the Keras exports'
+(:mod:`tensorspark.export.layout`, :mod:`tensorspark.export.saved`). The quality gate
+scores compiled Keras metrics and is refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tensorspark.errors import ConfigurationError
+from tensorspark.export.layout import next_version, retire, sweep_partial
+from tensorspark.export.publisher import RECORD_FILE, check_writable
+from tensorspark.export.saved import publish
+from tensorspark.export.spec import Export, tensor_names
+from tensorspark.listeners import ListenerList, RunListener
+from tensorspark.storage import open_storage
+
+logger = logging.getLogger(__name__)
+
+
+def graph_tensors(session: Any, names: Mapping[str, str], role: str) -> dict[str, Any]:
+    """The session graph's tensors by signature key (driver).
+
+    Raises:
+        ConfigurationError: a name that is no tensor of the graph.
+    """
+    found = {}
+    for key, name in names.items():
+        try:
+            found[key] = session.graph.get_tensor_by_name(name)
+        except (KeyError, ValueError) as err:
+            raise ConfigurationError(
+                f"Argument `{role}` names a tensor the session's graph does not have: {err}. "
+                f"Received: {role}[{key!r}]={name!r}"
+            ) from err
+    return found
+
+
+class GraphExport:
+    """Checks a TF1 export before the run and writes its version after it (driver).
+
+    Raises:
+        ConfigurationError: no ``inputs``/``outputs``, a gate, an unknown tensor, a base
+            path that cannot be written.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        spec: Export,
+        conf: Mapping[str, str],
+        listeners: Any = (),
+    ) -> None:
+        if spec.inputs is None or spec.outputs is None:
+            raise ConfigurationError(
+                "Exporting a TF1 graph needs the tensors a server feeds and fetches: "
+                "Export(..., inputs={'x': 'x:0'}, outputs={'y': 'Softmax:0'}). Received: "
+                f"inputs={spec.inputs!r}, outputs={spec.outputs!r}"
+            )
+        if spec.gate is not None:
+            raise ConfigurationError(
+                "The quality gate scores a Keras model's compiled metrics; a TF1 graph's "
+                f"export has none. Received: gate={spec.gate!r}"
+            )
+        self.session = session
+        self.spec = spec
+        self.inputs = graph_tensors(session, tensor_names("inputs", spec.inputs) or {}, "inputs")
+        self.outputs = graph_tensors(
+            session, tensor_names("outputs", spec.outputs) or {}, "outputs"
+        )
+        self.storage, self.base = open_storage(spec.base_path, user=spec.user, conf=conf)
+        check_writable(self.storage, self.base, spec.base_path)
+        sweep_partial(self.storage, self.base)
+        self.listeners = ListenerList([x for x in listeners if isinstance(x, RunListener)])
+
+    def write(self, folder: str) -> None:
+        """The SavedModel of the session's graph and current variables into ``folder``."""
+        import tensorflow as tf
+
+        tf1 = tf.compat.v1
+        with self.session.graph.as_default():  # signatures are built in graph mode
+            signature = tf1.saved_model.predict_signature_def(
+                inputs=self.inputs, outputs=self.outputs
+            )
+            builder = tf1.saved_model.Builder(folder)
+            builder.add_meta_graph_and_variables(
+                self.session,
+                [tf1.saved_model.tag_constants.SERVING],
+                signature_def_map={"serving_default": signature},
+                strip_default_attrs=True,
+            )
+        builder.save()
+
+    def after_run(self, epochs: int) -> dict[str, Any]:
+        """Publish the session's variables as the next version; the record."""
+        started = time.time()
+        version = next_version(self.storage, self.base)
+        meta = {"version": version, "batch_id": epochs - 1, "written_at": started}
+
+        def write(folder: str) -> None:
+            self.write(folder)
+            with open(os.path.join(folder, RECORD_FILE), "w", encoding="utf-8") as out:
+                json.dump(meta, out)
+
+        path = self.storage.location(publish(self.storage, self.base, version, write))
+        retire(self.storage, self.base, self.spec.keep)
+        record = {
+            "batch_id": epochs - 1,
+            "version": version,
+            "published": True,
+            "reason": "no gate: a TF1 graph after its run",
+            "metric": None,
+            "value": None,
+            "baseline": None,
+            "path": path,
+            "export_s": time.time() - started,
+        }
+        logger.info("exported the TF1 graph as version %d to %s", version, path)
+        self.listeners.on_export(record)
+        return record
