@@ -1,10 +1,10 @@
 """A real S3-compatible object store on 127.0.0.1 for the tests: ``tests/s3/server``.
 
 The server is gofakes3 (MIT) built from the Go module proxy by ``tests/s3/server/build.sh``
-(cached under ~/.cache), keeping every bucket in one bbolt file in a temporary folder (each
-PUT is one transaction: an object is whole or absent after a kill, and everything outlives a
-restart), behind an AWS Signature Version 4 check of one key pair, so wrong credentials fail
-as on a real store. MinIO's server is AGPL and is not used.
+(cached under ~/.cache), keeping every bucket as files in a temporary folder (each object
+written to a temporary file and renamed into place: whole or absent after a kill, and
+everything outlives a restart), behind an AWS Signature Version 4 check of one key pair,
+so wrong credentials fail as on a real store. MinIO's server is AGPL and is not used.
 
 Use the session fixture ``s3_server`` from any test folder's conftest.py::
 
@@ -20,6 +20,7 @@ on the same port and data.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -117,7 +118,7 @@ class S3Server:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [self.binary, "-addr", f"127.0.0.1:{self.port}",
-                 "-db", str(self.folder / "s3.db"), "-buckets", self.bucket],
+                 "-root", str(self.folder / "data"), "-buckets", self.bucket],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -129,7 +130,7 @@ class S3Server:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        """Crash the server (SIGKILL): what was committed stays in its bbolt file."""
+        """Crash the server (SIGKILL): every object written before stays, whole."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=STOP_TIMEOUT_S)
@@ -158,5 +159,4 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
-        for path in server.folder.iterdir():
-            path.unlink()
+        shutil.rmtree(server.folder, ignore_errors=True)

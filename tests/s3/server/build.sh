@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the `s3` test set's S3 server (main.go: gofakes3 over a bbolt file, behind a
+# Builds the `s3` test set's S3 server (main.go: gofakes3 over a folder of files, behind a
 # Signature Version 4 check) from the Go module proxy, once per source version, and prints
 # the binary's path. Cached under ~/.cache keyed by a hash of main.go, go.mod and go.sum, like
 # the compat environments; go's own module and build caches make a rebuild quick.

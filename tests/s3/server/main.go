@@ -1,8 +1,10 @@
 // Command s3server is the S3-compatible object store of tensorspark's `s3` test set: gofakes3
-// (MIT) serving buckets kept in one bbolt file (each PUT is one bbolt transaction, so an object
-// is whole or absent after a kill, and the data outlives a restart), behind an AWS Signature
-// Version 4 check of one access key pair, so wrong credentials are refused as a real store
-// refuses them.
+// (MIT) serving buckets kept as files in a folder (its s3afero backend), each object written
+// to a temporary file and renamed into place when whole, so an object is whole or absent
+// after a kill, as on S3, and the data outlives a restart; behind an AWS Signature Version 4
+// check of one access key pair, so wrong credentials are refused as a real store refuses
+// them. (gofakes3's bbolt backend was not used: its objects alias the database's memory map
+// after their transaction ends, which crashed a server-side copy.)
 //
 // The key pair comes from the environment (S3SERVER_ACCESS_KEY, S3SERVER_SECRET_KEY), never
 // from the command line, where `ps` would show it.
@@ -19,23 +21,101 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3bolt"
+	"github.com/johannesboyne/gofakes3/backend/s3afero"
+	"github.com/spf13/afero"
 )
+
+// newBackend keeps the buckets under root/buckets and their metadata under root/metadata
+// (s3afero's layout), and the objects being written under root/tmp (one file system, so the
+// final rename is atomic).
+func newBackend(root string) (gofakes3.Backend, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(root, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	fs := &atomicFs{Fs: afero.NewBasePathFs(afero.NewOsFs(), root), root: root, tmp: tmp}
+	backend, err := s3afero.MultiBucket(fs)
+	if err != nil {
+		return nil, err
+	}
+	return &prefixes{Backend: backend, fs: fs}, nil
+}
+
+// prefixes answers a listing under a prefix that is no folder (nothing there, or an object's
+// own key followed by "/") with an empty list, as S3 does; s3afero reports a missing bucket
+// or an error for those.
+type prefixes struct {
+	gofakes3.Backend
+	fs afero.Fs
+}
+
+func (b *prefixes) ListBucket(bucket string, prefix *gofakes3.Prefix, page gofakes3.ListBucketPage) (*gofakes3.ObjectList, error) {
+	if prefix != nil {
+		if dir, _, ok := prefix.FilePrefix(); ok && dir != "" {
+			if exists, err := b.Backend.BucketExists(bucket); err == nil && exists {
+				st, err := b.fs.Stat(filepath.Join("buckets", bucket, filepath.FromSlash(dir)))
+				if err != nil || !st.IsDir() {
+					return gofakes3.NewObjectList(), nil
+				}
+			}
+		}
+	}
+	return b.Backend.ListBucket(bucket, prefix, page)
+}
+
+// atomicFs writes every file opened for a truncating write to a temporary file, renamed over
+// the target on Close: a reader, or a restart after a kill, sees the old file or the new one.
+type atomicFs struct {
+	afero.Fs
+	root, tmp string
+}
+
+func (a *atomicFs) Create(name string) (afero.File, error) {
+	return a.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+}
+
+func (a *atomicFs) OpenFile(name string, flag int, perm os.FileMode) (afero.File, error) {
+	if flag&os.O_TRUNC == 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 {
+		return a.Fs.OpenFile(name, flag, perm)
+	}
+	f, err := os.CreateTemp(a.tmp, "put-*")
+	if err != nil {
+		return nil, err
+	}
+	return &renameOnClose{File: f, dst: filepath.Join(a.root, filepath.Clean("/"+name))}, nil
+}
+
+type renameOnClose struct {
+	*os.File
+	dst string
+}
+
+func (r *renameOnClose) Close() error {
+	if err := r.File.Close(); err != nil {
+		return err
+	}
+	return os.Rename(r.File.Name(), r.dst)
+}
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "host:port to listen on")
-	db := flag.String("db", "s3server.db", "bbolt file holding every bucket and object")
+	root := flag.String("root", "s3data", "folder holding every bucket, object and its metadata")
 	buckets := flag.String("buckets", "", "comma-separated buckets to create at start")
 	flag.Parse()
 	access, secret := os.Getenv("S3SERVER_ACCESS_KEY"), os.Getenv("S3SERVER_SECRET_KEY")
 	if access == "" || secret == "" {
 		log.Fatal("s3server: set S3SERVER_ACCESS_KEY and S3SERVER_SECRET_KEY")
 	}
-	backend, err := s3bolt.NewFile(*db)
+	backend, err := newBackend(*root)
 	if err != nil {
 		log.Fatalf("s3server: %v", err)
 	}
@@ -47,7 +127,7 @@ func main() {
 			log.Fatalf("s3server: create bucket %q: %v", name, err)
 		}
 	}
-	faker := gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog()))
+	faker := gofakes3.New(backend, gofakes3.WithLogger(errorsOnly{}))
 	listener, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatalf("s3server: %v", err)
@@ -56,6 +136,15 @@ func main() {
 	fmt.Printf("s3server listening on %s\n", listener.Addr())
 	handler := &signed{next: faker.Server(), access: access, secret: secret}
 	log.Fatal(http.Serve(listener, handler))
+}
+
+// errorsOnly logs gofakes3's errors (to stderr, the fixture's server.log), nothing else.
+type errorsOnly struct{}
+
+func (errorsOnly) Print(level gofakes3.LogLevel, v ...interface{}) {
+	if level == gofakes3.LogErr {
+		log.Println(append([]interface{}{"s3server:"}, v...)...)
+	}
 }
 
 // signed passes on only requests signed (AWS Signature Version 4, Authorization header) with
@@ -74,7 +163,38 @@ func (s *signed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"<Message>%s</Message></Error>", code, msg)
 		return
 	}
+	if r.Header.Get("Range") != "" {
+		w = &partial{ResponseWriter: w}
+	}
 	s.next.ServeHTTP(w, r)
+}
+
+// partial drops the whole object's checksum headers from a ranged GET's answer, as S3 does
+// (gofakes3 returns the stored ones, which a client then checks against the range).
+type partial struct {
+	http.ResponseWriter
+	done bool
+}
+
+func (p *partial) strip() {
+	if !p.done {
+		for name := range p.Header() {
+			if strings.HasPrefix(strings.ToLower(name), "x-amz-checksum-") {
+				p.Header().Del(name)
+			}
+		}
+		p.done = true
+	}
+}
+
+func (p *partial) WriteHeader(code int) {
+	p.strip()
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *partial) Write(b []byte) (int, error) {
+	p.strip()
+	return p.ResponseWriter.Write(b)
 }
 
 func (s *signed) check(r *http.Request) (code, msg string) {
