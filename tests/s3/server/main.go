@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -52,7 +53,8 @@ func newBackend(root string) (gofakes3.Backend, error) {
 
 // prefixes answers a listing under a prefix that is no folder (nothing there, or an object's
 // own key followed by "/") with an empty list, as S3 does; s3afero reports a missing bucket
-// or an error for those.
+// or an error for those. A delete removes the folders it leaves empty, so a prefix with no
+// object under it is listed nowhere, as on S3.
 type prefixes struct {
 	gofakes3.Backend
 	fs afero.Fs
@@ -70,6 +72,34 @@ func (b *prefixes) ListBucket(bucket string, prefix *gofakes3.Prefix, page gofak
 		}
 	}
 	return b.Backend.ListBucket(bucket, prefix, page)
+}
+
+func (b *prefixes) DeleteObject(bucket, object string) (gofakes3.ObjectDeleteResult, error) {
+	result, err := b.Backend.DeleteObject(bucket, object)
+	if err == nil {
+		b.prune(bucket, object)
+	}
+	return result, err
+}
+
+func (b *prefixes) DeleteMulti(bucket string, objects ...string) (gofakes3.MultiDeleteResult, error) {
+	result, err := b.Backend.DeleteMulti(bucket, objects...)
+	for _, deleted := range result.Deleted {
+		b.prune(bucket, deleted.Key)
+	}
+	return result, err
+}
+
+// prune removes the now empty folders above object, up to the bucket (Remove refuses a
+// folder that is not empty, which ends the walk).
+func (b *prefixes) prune(bucket, object string) {
+	dir := path.Dir(object)
+	for dir != "." && dir != "/" && dir != "" {
+		if b.fs.Remove(filepath.Join("buckets", bucket, filepath.FromSlash(dir))) != nil {
+			return
+		}
+		dir = path.Dir(dir)
+	}
 }
 
 // atomicFs writes every file opened for a truncating write to a temporary file, renamed over
