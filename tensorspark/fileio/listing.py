@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.manifest import folder_files
-from tensorspark.storage import LocalStorage, Storage, open_location
+from tensorspark.storage import LocalStorage, Storage, check_reachable, open_location
 from tensorspark.storage.base import FileStatus
 from tensorspark.storage.options import StorageOptions
 
@@ -116,6 +116,7 @@ def list_files(
         storage, path = open_location(location, options)
         matches = _expand(storage, path)
         if not matches:
+            check_reachable(storage)  # a missing bucket or refused credentials say so
             raise ConfigurationError(
                 f"Argument `{argument}` matches no file or folder: nothing is at "
                 f"{storage.location(path)}. Check the path (globs match within one folder level). "

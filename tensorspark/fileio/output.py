@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.fileio.listing import location_of
 from tensorspark.fileio.manifest import write_manifest, write_pending
-from tensorspark.storage import open_location
+from tensorspark.storage import check_reachable, open_location
 from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class OutputDir:
                 f"{argument}={location!r}"
             )
         self.storage, self.path = open_location(location, options)
+        check_reachable(self.storage)  # an object store's bucket, before any job
         self.options = options
         status = self.storage.status(self.path)
         if status is not None and not status.is_dir:

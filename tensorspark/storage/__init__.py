@@ -62,6 +62,7 @@ __all__ = [
     "Storage",
     "WebHDFSStorage",
     "StorageOptions",
+    "check_reachable",
     "local_path",
     "make_client",
     "open_location",
@@ -173,6 +174,19 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
         "s3://, s3a://, gs://, abfs:// or abfss:// URL. "
         f"Received: location={location!r}"
     )
+
+
+def check_reachable(storage: Storage) -> None:
+    """On the driver, before a job uses ``storage``: for an object store, one call that fails
+    at once, naming the location and never a secret, when the bucket does not exist, the
+    credentials are refused or the endpoint does not answer within the timeouts. Local disk
+    and WebHDFS need no such call (their first listing says the same).
+
+    Raises:
+        StorageError: the bucket cannot be reached.
+    """
+    if isinstance(storage, ObjectStoreStorage):
+        storage.check()
 
 
 def local_path(location: str, conf: Mapping[str, str] | None = None) -> str | None:

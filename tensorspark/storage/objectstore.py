@@ -251,7 +251,8 @@ class ObjectStoreStorage(Storage):
         self._call("Deleting", src, lambda: self.fs.rm_file(self._key(src)))
 
     def check(self) -> None:
-        """One listing call at the bucket's root: on the driver before any job, so a bucket
+        """One call at the bucket (S3's HeadBucket; a listing of the root elsewhere), made on
+        the driver before any job (:func:`tensorspark.storage.check_reachable`), so a bucket
         that does not exist, wrong credentials or an endpoint that does not answer fail
         there, naming the location.
 
@@ -260,7 +261,10 @@ class ObjectStoreStorage(Storage):
         """
         where = f"{self.scheme}://{self.bucket}"
         try:
-            self.fs.ls(self._root or "/", detail=False)
+            if self._protocol == "s3":  # one HEAD request, whatever the bucket holds
+                self.fs.call_s3("head_bucket", Bucket=self.bucket)
+            else:
+                self.fs.ls(self._root, detail=False)
         except FileNotFoundError as err:
             raise StorageError(
                 f"The bucket of {where} does not exist (or these credentials cannot see it). "
