@@ -251,7 +251,11 @@ def storage_option_pairs(options: Mapping[str, Any] | None) -> tuple[tuple[str, 
     if options is None:
         return ()
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-        keys = sorted(map(repr, options)) if isinstance(options, Mapping) else None
+        keys = (
+            "[" + ", ".join(sorted(map(repr, options))) + "]"
+            if isinstance(options, Mapping)
+            else None
+        )
         raise ConfigurationError(
             "storage_options must be a mapping of the object store's option names to values "
             f"(e.g. {{'endpoint_url': ..., 'key': ..., 'secret': ...}}). Received: a "
