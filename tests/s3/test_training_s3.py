@@ -1,8 +1,9 @@
-"""Training, checkpoints, resume, files and predict on a real S3 server (tests/s3_server.py),
-with the credentials only in the Spark conf's ``spark.hadoop.fs.s3a.*`` keys: a Keras fit
-that checkpoints to ``s3://`` and resumes, a files fit from Parquet objects, predict from a
-saved model object into an ``s3a://`` folder, a run whose store is killed and restarted
-mid-training, and the secret searched for everywhere a run shows things (MLflow included)."""
+"""Training, checkpoints, resume, files (Parquet, TFRecord) and predict on a real S3 server
+(tests/s3_server.py), with the credentials only in the Spark conf's ``spark.hadoop.fs.s3a.*``
+keys: a Keras fit that checkpoints to ``s3://`` and resumes, a files fit from Parquet objects,
+TFRecord written by ``write_tfrecord`` and evaluated from, predict from a saved model object
+into an ``s3a://`` folder, a run whose store is killed and restarted mid-training, and the
+secret searched for everywhere a run shows things (MLflow included)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,18 @@ def test_files_fit_from_parquet_and_predict_from_a_saved_model_on_s3(
     history = ks.fit(train, epochs=2, progress=False)
     assert history.params["samples"] == ROWS
     assert history.history["accuracy"][-1] >= 0.6
+    # TFRecord written to S3 by write_tfrecord (committed with its manifest), then read back.
+    from pyspark.sql import SparkSession as SQLSession
+
+    spark = SQLSession.builder.getOrCreate()
+    frame = spark.createDataFrame(
+        [(x[i].astype(np.float32).tolist(), int(y[i])) for i in range(500)], ["pixels", "label"]
+    )
+    written = sps.write_tfrecord(frame, s3_server.url(f"{base}/tfr"), num_shards=2)
+    assert written.rows == 500 and len(written.files) == 2
+    on_tfrecord = ks.evaluate(sps.files(s3_server.url(f"{base}/tfr"), "pixels", "label"))
+    local_eval = model.evaluate(x[:500], y[:500], verbose=0, return_dict=True)
+    assert on_tfrecord["accuracy"] == pytest.approx(local_eval["accuracy"], abs=1e-6)
     # A saved model object on S3, predicted from into an s3a:// folder (the same store).
     local = tmp_path / "model.keras"
     model.save(local)
