@@ -104,7 +104,8 @@ def test_keras_fit_checkpoints_to_s3_and_resumes_and_no_secret_shows(
         )  # fmt: skip
         before = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-        try:
+        try:  # artifacts under tmp_path too (a sqlite store's default is ./mlruns)
+            mlflow.create_experiment("s3-secret", artifact_location=(tmp_path / "art").as_uri())
             first = ks.fit(
                 _rdd(s3_sc, fashion), epochs=1, listeners=[watch], progress=True,
                 tracking=sps.MlflowTracking(experiment="s3-secret", strict=True),
