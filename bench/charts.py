@@ -107,6 +107,7 @@ def files(plt: Any) -> Any:
         "dataframe": "spark.read.parquet\n(DataFrame)",
         "tfrecord_files": "TFRecord on HDFS,\nsps.files",
         "rdd": "RDD of numpy rows\n(cached)",
+        "s3_parquet_files": "Parquet on S3,\nsps.files",
     }
     runs = _load("files.json")["runs"]
     names = [n for n in labels if n in runs]

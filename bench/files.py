@@ -1,4 +1,4 @@
-"""Benchmark: Keras fit from files on HDFS vs the DataFrame path vs an RDD, and task memory.
+"""Benchmark: Keras fit from files on HDFS and S3 vs the DataFrame path vs an RDD, and task memory.
 
 Trains the 784-128-10 MLP (Adam, batch 64, ``sync_interval=20``) on Fashion-MNIST's 60,000
 training rows for 3 epochs over 2 partitions on ``local[2]``, from four inputs, all on
@@ -11,7 +11,10 @@ Hadoop's own HDFS mini cluster (started here, as the ``hdfs`` tests do):
 * ``tfrecord_files``: ``sps.files('hdfs://.../tfrecord', ...)``, written from that
   DataFrame by ``sps.write_tfrecord`` (2 shards);
 * ``rdd``: an RDD of ``(features, label)`` numpy rows, cached and materialised before
-  timing (data already in Spark's memory: the fastest a Spark input can be).
+  timing (data already in Spark's memory: the fastest a Spark input can be);
+* ``s3_parquet_files``: the same Parquet files copied to an S3-compatible server on
+  127.0.0.1 (the ``s3`` test set's, ``tests/s3_server.py``), read by
+  ``sps.files('s3://...')`` with the credentials in the Spark conf's ``fs.s3a.*`` keys.
 
 The Parquet files are written by Spark (``df.repartition(2).write.parquet``), as a Spark
 pipeline writes them: ``pixels`` ``array<float>`` (scaled to [0, 1]), ``label`` ``bigint``.
@@ -46,7 +49,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.hdfs.conftest
 import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
-INPUTS = ("parquet_files", "dataframe", "tfrecord_files", "rdd")
+INPUTS = ("parquet_files", "dataframe", "tfrecord_files", "rdd", "s3_parquet_files")
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,6 +82,10 @@ def make_model() -> Any:
     return model
 
 
+#: The S3 server's ``spark.hadoop.fs.s3a.*`` keys and bucket URL, set by ``main``.
+S3: dict[str, Any] = {"conf": {}, "url": ""}
+
+
 def context(webhdfs_url: str) -> Any:
     from pyspark import SparkConf, SparkContext
 
@@ -94,6 +101,8 @@ def context(webhdfs_url: str) -> Any:
         .set("spark.driver.memory", "3g")
         .set("spark.tensorspark.webhdfs.url", webhdfs_url)
     )
+    for key, value in S3["conf"].items():
+        conf.set(key, value)
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     return sc
@@ -115,6 +124,12 @@ def prepare(
         spark.read.parquet(f"{hdfs}/parquet"), f"{hdfs}/tfrecord", num_shards=partitions
     )
     parts = [n for n in client.list(f"{base}/parquet") if n.endswith(".parquet")]
+    from tensorspark.storage import open_storage
+
+    s3, root = open_storage(f"{S3['url']}/parquet", conf=S3["conf"])
+    for name in parts:  # the same files on S3, through tensorspark's storage layer
+        with client.read(f"{base}/parquet/{name}") as reader:
+            s3.write_bytes(f"{root}/{name}", reader.read())
     client.makedirs(f"{base}/parquet_x{copies}")
     for copy in range(copies):
         for name in parts:
@@ -129,6 +144,9 @@ def data_for(
 
     if name == "parquet_files":
         return sps.files(f"{hdfs}/parquet", "pixels", "label", num_partitions=partitions), {}
+    if name == "s3_parquet_files":
+        location = f"{S3['url']}/parquet"
+        return sps.files(location, "pixels", "label", num_partitions=partitions), {}
     if name == "tfrecord_files":
         return sps.files(f"{hdfs}/tfrecord", "pixels", "label", num_partitions=partitions), {}
     if name == "dataframe":
@@ -175,7 +193,12 @@ def main() -> None:
     copies = args.copies
     if args.quick:
         x, y, args.epochs, copies = x[:6000], y[:6000], 1, 2
+    from tests.s3_server import S3Server, build
+
     cluster = start_cluster(Path(tempfile.mkdtemp(prefix="bench-files-hdfs-")), resolve_classpath())
+    server = S3Server(binary=build(), folder=Path(tempfile.mkdtemp(prefix="bench-files-s3-")))
+    server.start()
+    S3.update(conf=server.hadoop_conf(), url=server.url("bench"))
     result: dict[str, Any] = {
         "setup": {
             "rows": len(x),
@@ -185,7 +208,8 @@ def main() -> None:
             "partitions": args.partitions,
             "master": "local[2]",
             "cpus": os.cpu_count(),
-            "storage": "HDFS mini cluster on 127.0.0.1 (files over WebHDFS)",
+            "storage": "HDFS mini cluster on 127.0.0.1 (files over WebHDFS); the S3 test "
+            "server on 127.0.0.1 for s3_parquet_files",
         },
         "runs": {name: [] for name in INPUTS},
     }
@@ -269,6 +293,7 @@ def main() -> None:
         result["memory"] = {"runs": memory, "ratio_largest_task": large / small}
     finally:
         cluster.stop()
+        server.stop()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     run_record.write(out, result, record)

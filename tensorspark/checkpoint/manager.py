@@ -25,7 +25,7 @@ from tensorspark.checkpoint.format import (
     encode_checkpoint,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
-from tensorspark.storage import Storage, open_location
+from tensorspark.storage import Storage, check_reachable, open_location
 from tensorspark.storage.options import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -95,6 +95,7 @@ class CheckpointManager:
                 conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
             )
             storage, path = open_location(location, options)
+            check_reachable(storage)  # an object store's bucket, before any job
         else:
             path = location if path is None else path
         self._storage = storage

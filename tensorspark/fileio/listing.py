@@ -3,7 +3,9 @@
 Paths go through :func:`tensorspark.storage.open_storage`, so local disk, ``file://``,
 ``hdfs://`` and ``webhdfs://`` behave alike. A folder means every file under it, at any
 depth, leaving out names that start with ``_`` or ``.`` (``_SUCCESS``, ``.crc`` files,
-staging folders), as Spark does. Glob characters (``*``, ``?``, ``[...]``) match within one
+staging folders), as Spark does; a folder that a tensorspark job committed means exactly the
+files its manifest names, and a half-committed one is refused
+(:mod:`tensorspark.fileio.manifest`). Glob characters (``*``, ``?``, ``[...]``) match within one
 path component; each folder on the way is listed once (one WebHDFS request each).
 """
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.storage import LocalStorage, Storage, open_location
+from tensorspark.fileio.manifest import folder_files
+from tensorspark.storage import LocalStorage, Storage, check_reachable, open_location
 from tensorspark.storage.base import FileStatus
 from tensorspark.storage.options import StorageOptions
 
@@ -46,9 +49,15 @@ def _hidden(name: str) -> bool:
 
 
 def _walk(storage: Storage, folder: str) -> list[FileStatus]:
-    """Every file under ``folder`` (hidden names left out), depth first, sorted by path."""
+    """Every file under ``folder`` (hidden names left out), depth first, sorted by path; a
+    folder that tensorspark committed, exactly the files its manifest names
+    (:mod:`tensorspark.fileio.manifest`; a half-committed one is refused)."""
+    entries = storage.list_status(folder)
+    committed = folder_files(storage, folder, entries)
+    if committed is not None:
+        return committed
     out: list[FileStatus] = []
-    for entry in storage.list_status(folder):
+    for entry in entries:
         if _hidden(posixpath.basename(entry.path)):
             continue
         out.extend(_walk(storage, entry.path) if entry.is_dir else [entry])
@@ -107,6 +116,7 @@ def list_files(
         storage, path = open_location(location, options)
         matches = _expand(storage, path)
         if not matches:
+            check_reachable(storage)  # a missing bucket or refused credentials say so
             raise ConfigurationError(
                 f"Argument `{argument}` matches no file or folder: nothing is at "
                 f"{storage.location(path)}. Check the path (globs match within one folder level). "

@@ -6,9 +6,12 @@ has the tasks write under a staging folder ``<out>/_temporary-<id>/`` (hidden fr
 readers: Spark and :func:`tensorspark.files` leave out names starting with ``_``). Each
 task writes through :meth:`~tensorspark.storage.base.Storage.open_writer` (a temporary
 name, renamed when complete), so a retried task replaces its predecessor's file. When
-the job succeeds, :meth:`OutputDir.commit` renames the files into the folder and removes
-the staging folder; when it fails, :meth:`OutputDir.abort` removes the staging folder and
-what is in it, so a failed job leaves no file behind.
+the job succeeds, :meth:`OutputDir.commit` marks the folder pending, renames the files into
+it, writes the manifest naming them last and removes the staging folder
+(:mod:`tensorspark.fileio.manifest`: on an object store, where a rename is a copy and a
+folder is never written atomically, readers trust only the manifest); when it fails,
+:meth:`OutputDir.abort` removes the staging folder and what is in it, so a failed job leaves
+no file behind.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import dataclass
 
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.fileio.listing import location_of
-from tensorspark.storage import open_location
+from tensorspark.fileio.manifest import write_manifest, write_pending
+from tensorspark.storage import check_reachable, open_location
 from tensorspark.storage.options import StorageOptions
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,7 @@ class OutputDir:
                 f"{argument}={location!r}"
             )
         self.storage, self.path = open_location(location, options)
+        check_reachable(self.storage)  # an object store's bucket, before any job
         self.options = options
         status = self.storage.status(self.path)
         if status is not None and not status.is_dir:
@@ -99,13 +104,16 @@ class OutputDir:
     def commit(self, partitions: Sequence[int]) -> tuple[str, ...]:
         """Move the files of ``partitions`` from staging into the folder, in order; remove
         the staging folder. Returns the files' locations."""
-        out = []
+        out, names = [], []
+        write_pending(self.storage, self.path)
         for partition in sorted(partitions):
             name = posixpath.basename(self.target.location(partition))
             self.storage.rename(
                 posixpath.join(self._staging, name), posixpath.join(self.path, name)
             )
+            names.append(name)
             out.append(location_of(self.storage, posixpath.join(self.path, name)))
+        write_manifest(self.storage, self.path, names)
         self._remove_staging()
         return tuple(out)
 

@@ -11,7 +11,17 @@ the path inside it:
 ``hdfs://nn:8020/path``           HDFS; the WebHDFS address comes from the Spark conf
 a bare path under                 HDFS, as ``hdfs://`` above (``spark.hdfs.dir``, e.g. ``/data``
 ``spark.hdfs.dir``                or ``hdfs://nn:8020/data``, is tensorspark's HDFS folder)
+``s3://bucket/key``,              an S3 (or S3-compatible) bucket through s3fs
+``s3a://bucket/key``              (``s3a`` is Spark's spelling of the same store)
+``gs://bucket/key``               Google Cloud Storage through gcsfs
+``abfs[s]://container@account``   Azure Data Lake Storage / Blob Storage through adlfs
+``.dfs.core.windows.net/key``
 ================================  ==========================================================
+
+Object stores (:mod:`tensorspark.storage.objectstore`) take their credentials and endpoint
+from explicit ``storage_options``, the Spark conf's ``spark.hadoop.fs.s3a.*`` keys and
+``spark.tensorspark.storage.option.*``, or else each cloud's standard chain
+(:mod:`tensorspark.storage.cloudconf`).
 
 The WebHDFS address for ``hdfs://`` locations is, in this order: ``spark.tensorspark.webhdfs.url``,
 ``dfs.namenode.http-address``, ``spark.hadoop.dfs.namenode.http-address``
@@ -26,11 +36,13 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.storage.base import Storage
 from tensorspark.storage.local import LocalStorage
+from tensorspark.storage.objectstore import OBJECT_SCHEMES, ObjectStoreStorage
 from tensorspark.storage.options import (
     AUTH_MODES,
     DEFAULT_CONNECT_TIMEOUT,
@@ -45,9 +57,12 @@ from tensorspark.storage.webhdfs import WebHDFSStorage, make_client, normalize_p
 __all__ = [
     "AUTH_MODES",
     "LocalStorage",
+    "OBJECT_SCHEMES",
+    "ObjectStoreStorage",
     "Storage",
     "WebHDFSStorage",
     "StorageOptions",
+    "check_reachable",
     "local_path",
     "make_client",
     "open_location",
@@ -65,6 +80,7 @@ def open_storage(
     *,
     timeout: float = DEFAULT_READ_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[Storage, str]:
     """Return the storage that holds ``location`` and the path of ``location`` inside it.
 
@@ -80,16 +96,26 @@ def open_storage(
         token: Delegation token for ``auth="token"``.
         timeout: Seconds each WebHDFS HTTP call may wait for the next bytes of its answer.
         connect_timeout: Seconds each WebHDFS HTTP call may wait for its connection.
+        storage_options: an object store's options (fsspec's: ``key``, ``secret``,
+            ``token``, ``endpoint_url``, ``region``, ``client_kwargs``, ...), winning over
+            the Spark conf's and the standard chains'. Never logged nor shown.
 
     Returns:
         ``(storage, path)``; ``path`` is absolute.
 
     Raises:
         ConfigurationError: an unsupported scheme, a malformed URL, an ``hdfs://`` location
-            with no WebHDFS address configured, or bad ``auth``/``token``/timeouts.
+            with no WebHDFS address configured, bad ``auth``/``token``/timeouts, or an
+            object store whose package (s3fs, gcsfs, adlfs) is not installed.
     """
     options = StorageOptions.from_conf(
-        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+        conf,
+        user,
+        auth,
+        token,
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        storage_options=storage_options,
     )
     return open_location(location, options)
 
@@ -128,6 +154,14 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
         url = webhdfs_url(options.hdfs_conf(), location=location, namenode_host=parts.hostname)
         display = f"hdfs://{parts.netloc}" if parts.netloc else "hdfs://"
         return WebHDFSStorage(url, options, display=display), normalize_path(unquote(parts.path))
+    if scheme in OBJECT_SCHEMES:
+        if not parts.netloc:
+            raise ConfigurationError(
+                f"A {scheme}:// location names its bucket: {scheme}://bucket/path. "
+                f"Received: location={location!r}"
+            )
+        bucket = ObjectStoreStorage(scheme, parts.netloc, options)
+        return bucket, normalize_path(unquote(parts.path))
     if scheme == "":  # a bare path under spark.hdfs.dir
         hdfs_dir = urlsplit(conf[HDFS_DIR_KEY])
         if hdfs_dir.scheme.lower() in ("webhdfs", "swebhdfs"):
@@ -136,9 +170,23 @@ def open_location(location: str, options: StorageOptions) -> tuple[Storage, str]
             rebased = f"hdfs://{hdfs_dir.netloc}{normalize_path(location)}"
         return open_location(rebased, options)
     raise ConfigurationError(
-        "location must be a local path, file://, hdfs://, webhdfs:// or swebhdfs:// URL. "
+        "location must be a local path or a file://, hdfs://, webhdfs://, swebhdfs://, "
+        "s3://, s3a://, gs://, abfs:// or abfss:// URL. "
         f"Received: location={location!r}"
     )
+
+
+def check_reachable(storage: Storage) -> None:
+    """On the driver, before a job uses ``storage``: for an object store, one call that fails
+    at once, naming the location and never a secret, when the bucket does not exist, the
+    credentials are refused or the endpoint does not answer within the timeouts. Local disk
+    and WebHDFS need no such call (their first listing says the same).
+
+    Raises:
+        StorageError: the bucket cannot be reached.
+    """
+    if isinstance(storage, ObjectStoreStorage):
+        storage.check()
 
 
 def local_path(location: str, conf: Mapping[str, str] | None = None) -> str | None:

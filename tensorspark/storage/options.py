@@ -32,8 +32,20 @@ DEFAULT_READ_TIMEOUT = 60.0
 WEBHDFS_URL_KEY = "spark.tensorspark.webhdfs.url"
 HTTP_ADDRESS_KEYS = ("dfs.namenode.http-address", "spark.hadoop.dfs.namenode.http-address")
 HDFS_DIR_KEY = "spark.hdfs.dir"
-#: The Spark settings that say where HDFS is: the only ones a StorageOptions keeps.
+#: The Spark settings that say where HDFS is: the only ones a StorageOptions keeps in ``conf``.
 LOCATION_KEYS = (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS, HDFS_DIR_KEY)
+#: Prefixes of the Spark settings an object store reads (``spark.hadoop.fs.s3a.access.key``,
+#: ``fs.s3a.endpoint``, ``spark.tensorspark.storage.option.endpoint_url``, ...): kept apart in
+#: :attr:`StorageOptions.cloud`, never shown, since they may hold secrets.
+CLOUD_PREFIXES = (
+    "spark.hadoop.fs.s3a.",
+    "fs.s3a.",
+    "spark.hadoop.fs.gs.",
+    "fs.gs.",
+    "spark.hadoop.fs.azure.",
+    "fs.azure.",
+    "spark.tensorspark.storage.option.",
+)
 
 
 def check_auth(auth: Any, argument: str = "auth") -> str:
@@ -113,6 +125,13 @@ class StorageOptions:
         site: where ``conf`` names no WebHDFS address, the NameNode's from the Hadoop site
             files, looked up only when an ``hdfs://`` location is opened (:class:`SiteLookup`;
             not compared, not shown).
+        cloud: the object-store settings of the Spark conf (:data:`CLOUD_PREFIXES`: the
+            ``fs.s3a.*`` keys a Spark user set, credentials included) as ``(key, value)``
+            pairs; never shown (``repr``), since they may hold secrets; they travel with the
+            options to the executors.
+        extra: explicit ``storage_options=`` for the object store's filesystem (fsspec's
+            keyword arguments, e.g. ``key``, ``secret``, ``endpoint_url``), as ``(key,
+            value)`` pairs; they win over ``cloud`` and the standard chains; never shown.
 
     Raises:
         ConfigurationError: an unknown ``auth`` or a timeout that is not a positive number.
@@ -125,9 +144,13 @@ class StorageOptions:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     site: SiteLookup | None = field(default=None, compare=False, repr=False)
+    cloud: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    extra: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         check_auth(self.auth)
+        if isinstance(self.extra, Mapping):
+            object.__setattr__(self, "extra", storage_option_pairs(self.extra))
         for name in ("connect_timeout", "read_timeout"):
             object.__setattr__(self, name, positive_number(name, getattr(self, name)))
 
@@ -141,25 +164,38 @@ class StorageOptions:
         *,
         timeout: float = DEFAULT_READ_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> StorageOptions:
         """Options from a public function's keyword arguments (``timeout``: the read
-        timeout), with the HDFS location settings of ``conf`` (a Spark conf as a mapping;
-        a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not read here).
+        timeout), with the HDFS location and object-store settings of ``conf`` (a Spark conf
+        as a mapping; a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not read
+        here) and the explicit ``storage_options``.
 
         Raises:
-            ConfigurationError: a bad ``auth`` or timeout, named as the caller's argument.
+            ConfigurationError: a bad ``auth``, timeout or ``storage_options``, named as the
+                caller's argument.
         """
         read = positive_number("timeout", timeout)
         connect = positive_number("connect_timeout", connect_timeout)
         pairs, site = located(conf)
-        return cls(user, pairs, auth, token, connect, read, site)
+        extra = storage_option_pairs(storage_options)
+        return cls(user, pairs, auth, token, connect, read, site, cloud_pairs(conf), extra)
 
     def with_conf(self, conf: Mapping[str, str] | None) -> StorageOptions:
-        """These options with the HDFS location settings of ``conf`` instead of their own
-        (a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not read here)."""
+        """These options with the HDFS location and object-store settings of ``conf``
+        instead of their own (a :class:`~tensorspark.conf.ConfSnapshot`'s site files are not
+        read here); the explicit ``storage_options`` stay."""
         pairs, site = located(conf)
         return StorageOptions(
-            self.user, pairs, self.auth, self.token, self.connect_timeout, self.read_timeout, site
+            self.user,
+            pairs,
+            self.auth,
+            self.token,
+            self.connect_timeout,
+            self.read_timeout,
+            site,
+            cloud_pairs(conf) or self.cloud,
+            self.extra,
         )
 
     def hdfs_conf(self) -> dict[str, str]:
@@ -193,3 +229,41 @@ def located(
     named = any(k in dict(pairs) for k in (WEBHDFS_URL_KEY, *HTTP_ADDRESS_KEYS))
     site = SiteLookup(conf) if isinstance(conf, ConfSnapshot) and not named else None
     return pairs, site
+
+
+def cloud_pairs(conf: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """The object-store settings of ``conf`` (:data:`CLOUD_PREFIXES`), sorted ``(key, value)``
+    pairs; a :class:`~tensorspark.conf.ConfSnapshot` gives its Spark conf. Pure."""
+    plain = conf.spark_conf if isinstance(conf, ConfSnapshot) else (conf or {})
+    return tuple(
+        sorted((k, str(v)) for k, v in plain.items() if k.startswith(CLOUD_PREFIXES) and v)
+    )
+
+
+def storage_option_pairs(options: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """Explicit ``storage_options=`` as sorted ``(key, value)`` pairs (nested mappings, e.g.
+    ``client_kwargs``, as pairs too), so the options stay hashable and picklable.
+
+    Raises:
+        ConfigurationError: not a mapping with string keys (the message names the keys
+            only, never a value, since values may be secrets).
+    """
+    if options is None:
+        return ()
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        keys = (
+            "[" + ", ".join(sorted(map(repr, options))) + "]"
+            if isinstance(options, Mapping)
+            else None
+        )
+        raise ConfigurationError(
+            "storage_options must be a mapping of the object store's option names to values "
+            f"(e.g. {{'endpoint_url': ..., 'key': ..., 'secret': ...}}). Received: a "
+            f"{type(options).__name__}" + (f" with keys {keys}" if keys is not None else "")
+        )
+    return tuple(
+        sorted(
+            (k, storage_option_pairs(v) if isinstance(v, Mapping) else v)
+            for k, v in options.items()
+        )
+    )

@@ -40,7 +40,10 @@ from tensorspark.streaming.batches import MicroBatchTrainer
 logger = logging.getLogger(__name__)
 
 #: Spark conf keys executors need to reach a remote checkpoint folder.
-_STORAGE_KEYS = ("webhdfs", "hdfs", "dfs.", "tensorspark.storage", "tensorspark.ssl")
+_STORAGE_KEYS = (
+    "webhdfs", "hdfs", "dfs.", "tensorspark.storage", "tensorspark.ssl",
+    "fs.s3a.", "fs.gs.", "fs.azure.",  # an object store's (tensorspark.storage.cloudconf)
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

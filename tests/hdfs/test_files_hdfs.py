@@ -97,6 +97,7 @@ def test_fit_write_tfrecord_and_predict_on_hdfs(
         "part-00001.tfrecord.gz",
     ]
     assert sorted(client.list(f"{base}/tfr")) == [
+        "_tensorspark_manifest.json",  # the commit record, written last (fileio.manifest)
         "part-00000.tfrecord.gz",
         "part-00001.tfrecord.gz",
     ]
@@ -112,6 +113,7 @@ def test_fit_write_tfrecord_and_predict_on_hdfs(
         output=out,
     )
     assert preds.rows == 4000 and sorted(client.list(f"{base}/preds")) == [
+        "_tensorspark_manifest.json",
         "part-00000.parquet",
         "part-00001.parquet",
     ]

@@ -194,6 +194,7 @@ def test_predict_writes_parquet_read_back_in_input_order(
         "part-00002.parquet",
     ]
     assert sorted(os.listdir(out)) == [
+        "_tensorspark_manifest.json",  # the commit record, written last (fileio.manifest)
         "part-00000.parquet",
         "part-00001.parquet",
         "part-00002.parquet",
