@@ -41,6 +41,7 @@ _MARK_BY_FOLDER = {
     "spark": "spark",
     "cluster": "cluster",
     "hdfs": "hdfs",
+    "s3": "s3",
     "yarn": "yarn",
     "netns": "netns",
     "connect": "connect",
