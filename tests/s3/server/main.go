@@ -9,11 +9,13 @@
 package main
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -21,6 +23,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3bolt"
@@ -47,7 +50,7 @@ func main() {
 			log.Fatalf("s3server: create bucket %q: %v", name, err)
 		}
 	}
-	faker := gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog()))
+	faker := gofakes3.New(copying{backend}, gofakes3.WithLogger(gofakes3.DiscardLog()))
 	listener, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatalf("s3server: %v", err)
@@ -56,6 +59,36 @@ func main() {
 	fmt.Printf("s3server listening on %s\n", listener.Addr())
 	handler := &signed{next: faker.Server(), access: access, secret: secret}
 	log.Fatal(http.Serve(listener, handler))
+}
+
+// copying is the bbolt backend with a CopyObject that reads the source object into memory
+// (its hash and bytes copied) before writing the copy. gofakes3's generic CopyObject, which
+// s3bolt uses, hex-encodes the source's hash after the PUT, when that hash still points into
+// bbolt's memory map of a closed read transaction: the server crashes (SIGSEGV) on the copy
+// that Hadoop's s3a connector makes for every rename (a committed task's files, a Structured
+// Streaming checkpoint's offsets and commits).
+type copying struct {
+	*s3bolt.Backend
+}
+
+func (c copying) CopyObject(srcBucket, srcKey, dstBucket, dstKey string, meta map[string]string) (gofakes3.CopyObjectResult, error) {
+	src, err := c.Backend.GetObject(srcBucket, srcKey, nil)
+	if err != nil {
+		return gofakes3.CopyObjectResult{}, err
+	}
+	body, err := io.ReadAll(src.Contents)
+	src.Contents.Close()
+	if err != nil {
+		return gofakes3.CopyObjectResult{}, err
+	}
+	hash := append([]byte(nil), src.Hash...)
+	if _, err := c.Backend.PutObject(dstBucket, dstKey, meta, bytes.NewReader(body), int64(len(body)), nil); err != nil {
+		return gofakes3.CopyObjectResult{}, err
+	}
+	return gofakes3.CopyObjectResult{
+		ETag:         `"` + hex.EncodeToString(hash) + `"`,
+		LastModified: gofakes3.NewContentTime(time.Now()),
+	}, nil
 }
 
 // signed passes on only requests signed (AWS Signature Version 4, Authorization header) with
