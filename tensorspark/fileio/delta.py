@@ -132,8 +132,12 @@ def delta(
         version: the table version to read (time travel).
         timestamp: read the version that was current at this time: an ISO 8601 string
             (``"2026-11-29T04:00:00Z"``) or a timezone-aware ``datetime``.
-        feature_dtype, scale, one_hot, shuffle_buffer, num_partitions: as
+        feature_dtype: how raw-byte features are read (a numpy dtype), as in
             :func:`tensorspark.files`.
+        scale: multiply the features by this (e.g. ``1/255``).
+        one_hot: turn class-id labels into one-hot rows of this many classes.
+        shuffle_buffer: rows a task keeps to mix neighbouring shards when the job shuffles.
+        num_partitions: Spark tasks to read with (default: the default parallelism).
         storage_options: options for ``deltalake``'s object store (never logged).
 
     Raises:
