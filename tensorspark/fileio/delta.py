@@ -204,8 +204,14 @@ def _timestamp(value: str | dt.datetime) -> dt.datetime:
     return parsed
 
 
-def resolve(source: DeltaSource, *, argument: str = "data") -> DeltaSnapshot:
+def resolve(
+    source: DeltaSource, *, argument: str = "data", conf: Mapping[str, str] | None = None
+) -> DeltaSnapshot:
     """Pin ``source`` to one version, check it, and list its Parquet files (driver; no job).
+
+    ``conf`` is the Spark conf: for an ``s3://``/``s3a://`` table without
+    ``storage_options``, the ``spark.hadoop.fs.s3a.*`` keys a Spark user already set
+    (credentials, endpoint, region) become ``deltalake``'s (:func:`s3a_options`).
 
     Raises:
         ConfigurationError: ``deltalake`` is not installed; the table cannot be opened;
@@ -222,7 +228,7 @@ def resolve(source: DeltaSource, *, argument: str = "data") -> DeltaSnapshot:
             "pip install 'tensorspark[delta]'. Received: " + argument + "=" + source.description
         ) from err
     what = f"{argument}={source.description}"
-    options = dict(source.storage_options) or None
+    options = dict(source.storage_options) or s3a_options(source.table, conf or {}) or None
     try:
         table = DeltaTable(source.table, version=source.version, storage_options=options)
         if source.timestamp is not None:
@@ -258,6 +264,41 @@ def resolve(source: DeltaSource, *, argument: str = "data") -> DeltaSnapshot:
     )  # the log's statistics, when every file has them
     logger.info("%s: version %d, %d files", source.description, version, len(files))
     return DeltaSnapshot(source, version, files, rows)
+
+
+#: Hadoop s3a keys -> the ``deltalake`` (object_store) option each one is.
+_S3A_KEYS = {
+    "access.key": "AWS_ACCESS_KEY_ID",
+    "secret.key": "AWS_SECRET_ACCESS_KEY",
+    "session.token": "AWS_SESSION_TOKEN",
+    "endpoint.region": "AWS_REGION",
+}
+
+
+def s3a_options(table: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """``deltalake``'s storage options for an ``s3://``/``s3a://`` table from the Spark
+    conf's ``spark.hadoop.fs.s3a.*`` keys (empty for another scheme or none set).
+
+    The endpoint gets ``http://`` when ``fs.s3a.connection.ssl.enabled`` is false, and
+    plain HTTP is then allowed; ``path.style.access`` keeps path-style requests. Without
+    these keys ``deltalake`` uses the AWS default chain (environment, profile, instance or
+    workload identity).
+    """
+    if not table.startswith(("s3://", "s3a://")):
+        return {}
+    prefix = "spark.hadoop.fs.s3a."
+    options = {name: conf[prefix + key] for key, name in _S3A_KEYS.items() if prefix + key in conf}
+    endpoint = conf.get(prefix + "endpoint")
+    insecure = conf.get(prefix + "connection.ssl.enabled", "true").lower() == "false"
+    if endpoint:
+        if "://" not in endpoint:
+            endpoint = ("http://" if insecure else "https://") + endpoint
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    if conf.get(prefix + "path.style.access", "").lower() == "true":
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    return options
 
 
 def _load_at(table: Any, when: dt.datetime) -> None:

@@ -35,7 +35,7 @@ def plan(
         ConfigurationError: what :func:`~tensorspark.fileio.delta.resolve` refuses, and
             what the files' metadata shows wrong.
     """
-    snapshot = resolve(data, argument=argument)
+    snapshot = resolve(data, argument=argument, conf=conf)
     planned = plan_file_input(sc, snapshot.as_files(), feed, conf=conf, argument=argument)
     planned.data_record = snapshot.record()
     return planned
@@ -50,7 +50,7 @@ def plan_predict(
         ConfigurationError: as :func:`plan`, and ``feature_dtype`` given here (it belongs
             to ``tensorspark.delta``).
     """
-    snapshot = resolve(data, argument="data")
+    snapshot = resolve(data, argument="data", conf=conf)
     planned = plan_file_predict(sc, snapshot.as_files(), input_shape, args, conf=conf)
     planned.data_record = snapshot.record()
     return planned

@@ -145,3 +145,27 @@ def test_bad_arguments_fail_at_once(kwargs: dict[str, Any], message: str) -> Non
 def test_the_description_never_holds_the_storage_options() -> None:
     source = sps.delta("s3://b/t", "f", storage_options={"AWS_SECRET_ACCESS_KEY": "hush"})
     assert "hush" not in source.description and "hush" not in repr(source)
+
+
+def test_the_s3a_keys_become_deltalakes_options_for_s3_tables_only() -> None:
+    from tensorspark.fileio.delta import s3a_options
+
+    conf = {
+        "spark.hadoop.fs.s3a.access.key": "AK",
+        "spark.hadoop.fs.s3a.secret.key": "SK",
+        "spark.hadoop.fs.s3a.endpoint": "store.example.com:9000",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+    }
+    assert s3a_options("s3a://b/t", conf) == {
+        "AWS_ACCESS_KEY_ID": "AK",
+        "AWS_SECRET_ACCESS_KEY": "SK",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": "https://store.example.com:9000",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+    }
+    plain = {**conf, "spark.hadoop.fs.s3a.connection.ssl.enabled": "false"}
+    assert s3a_options("s3://b/t", plain)["AWS_ENDPOINT_URL"] == "http://store.example.com:9000"
+    assert s3a_options("s3://b/t", plain)["AWS_ALLOW_HTTP"] == "true"
+    assert s3a_options("/local/t", conf) == {} and s3a_options("gs://b/t", conf) == {}
+    assert s3a_options("s3://b/t", {}) == {}  # the AWS default chain then
