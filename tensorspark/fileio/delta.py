@@ -39,7 +39,17 @@ logger = logging.getLogger(__name__)
 #: ``deletionVectors`` and ``columnMapping`` while no file carries a vector and the mapping
 #: mode is ``none``: see :func:`_check_readable`).
 _READABLE = frozenset(
-    {"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+    {
+        "deletionVectors",
+        "columnMapping",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        # Variant columns are stored as a struct of binaries; a feature or label column of
+        # that type is refused by the files' own type checks, other columns are not read.
+        "variantType",
+        "variantType-preview",
+    }
 )
 
 

@@ -169,3 +169,19 @@ def test_the_s3a_keys_become_deltalakes_options_for_s3_tables_only() -> None:
     assert s3a_options("s3://b/t", plain)["AWS_ALLOW_HTTP"] == "true"
     assert s3a_options("/local/t", conf) == {} and s3a_options("gs://b/t", conf) == {}
     assert s3a_options("s3://b/t", {}) == {}  # the AWS default chain then
+
+
+def test_a_table_that_allows_deletion_vectors_reads_while_no_file_has_one(
+    deltalake: Any, tmp_path: Path
+) -> None:
+    # deltalake enables the reader features deletionVectors (and variantType) and deletes
+    # by rewriting files, so the version's files are exactly its rows.
+    path = str(tmp_path / "dv")
+    deltalake.write_deltalake(
+        path, _rows(10), configuration={"delta.enableDeletionVectors": "true"}
+    )
+    table = deltalake.DeltaTable(path)
+    assert "deletionVectors" in (table.protocol().reader_features or [])
+    table.delete("label = 1")
+    pinned = resolve(sps.delta(path, "features", "label"))
+    assert (pinned.version, pinned.rows, _parquet_rows(pinned.files)) == (1, 5, 5)
