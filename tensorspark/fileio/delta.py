@@ -253,7 +253,7 @@ def resolve(
     _check_readable(table, source, version, what)
     actions = table.get_add_actions(flatten=True)
     columns = {name: actions.column(name).to_pylist() for name in actions.column_names}
-    if any(v is not None for v in columns.get("deletionVector.storageType", ())):
+    if _has_deletion_vectors(table, columns):
         raise ConfigurationError(
             f"Delta table {source.table!r} version {version} has rows deleted by deletion "
             "vectors, which reading its files directly would count as rows. Rewrite the files "
@@ -322,6 +322,21 @@ def _load_at(table: Any, when: dt.datetime) -> None:
     if not commits:
         raise ValueError(f"every commit the table's log keeps is later than {when.isoformat()}")
     table.load_as_version(max(int(h["version"]) for h in commits))
+
+
+def _has_deletion_vectors(table: Any, columns: Mapping[str, list[Any]]) -> bool:
+    """Whether a file of the loaded version carries a deletion vector: its add action's
+    ``deletionVector`` fields, or ``deltalake``'s own list of files that have one (read
+    only while the protocol allows vectors; it stops at the first file)."""
+    for name, values in columns.items():
+        if name.startswith("deletionVector") and any(v is not None for v in values):
+            return True
+    if "deletionVectors" not in set(table.protocol().reader_features or ()):
+        return False
+    import pyarrow as pa
+
+    reader = pa.RecordBatchReader.from_stream(table.deletion_vectors())
+    return any(batch.num_rows for batch in reader)
 
 
 def _asked(source: DeltaSource) -> str:
