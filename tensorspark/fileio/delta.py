@@ -324,7 +324,7 @@ def _load_at(table: Any, when: dt.datetime) -> None:
     table.load_as_version(max(int(h["version"]) for h in commits))
 
 
-def _has_deletion_vectors(table: Any, columns: Mapping[str, list[Any]]) -> bool:
+def _has_deletion_vectors(table: Any, columns: Mapping[str, Any]) -> bool:
     """Whether a file of the loaded version carries a deletion vector: its add action's
     ``deletionVector`` fields, or ``deltalake``'s own list of files that have one (read
     only while the protocol allows vectors; it stops at the first file)."""
