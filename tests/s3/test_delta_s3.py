@@ -1,10 +1,11 @@
-"""``sps.delta`` on the real S3 test server: the driver pins a version of a table written
-by ``deltalake`` to ``s3://`` and reads it as ``s3a://`` too, with the credentials and
-endpoint taken from the ``spark.hadoop.fs.s3a.*`` keys a Spark user sets; a vacuumed
+"""``sps.delta`` on the real S3 test server: the driver pins a version of a table
+``deltalake`` wrote (copied to the store with s3fs) as ``s3://`` and as ``s3a://``, with
+the credentials and endpoint taken from the ``spark.hadoop.fs.s3a.*`` keys a Spark user sets; a vacuumed
 version is refused naming the table and version, never the secret."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -32,26 +33,44 @@ def _rows(n: int) -> pa.Table:
     )
 
 
-def test_a_table_on_s3_is_pinned_with_the_s3a_keys(deltalake: Any, s3_server: S3Server) -> None:
+def _upload(local: Path, s3_server: S3Server, key: str) -> str:
+    """The table folder ``local`` copied to ``s3://<bucket>/<key>`` with s3fs (the store
+    holds the table as deltalake wrote it; the driver only reads it)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        key=s3_server.access_key,
+        secret=s3_server.secret_key,
+        client_kwargs={"endpoint_url": s3_server.endpoint, "region_name": s3_server.region},
+    )
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        fs.put_file(str(path), f"{s3_server.bucket}/{key}/{path.relative_to(local).as_posix()}")
+    return s3_server.url(key).rstrip("/")
+
+
+def test_a_table_on_s3_is_pinned_with_the_s3a_keys(
+    deltalake: Any, s3_server: S3Server, tmp_path: Path
+) -> None:
     conf = s3_server.hadoop_conf()
     options = s3a_options("s3a://b/t", conf)
     assert options["AWS_ENDPOINT_URL"] == s3_server.endpoint
     assert options["AWS_ALLOW_HTTP"] == "true"
-    writing = {**options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}  # one writer: no lock needed
-    url = s3_server.url("delta/events")
-    deltalake.write_deltalake(url, _rows(10), storage_options=writing)
-    deltalake.write_deltalake(url, _rows(7), mode="append", storage_options=writing)
+    local = tmp_path / "events"
+    deltalake.write_deltalake(str(local), _rows(10))
+    deltalake.write_deltalake(str(local), _rows(7), mode="append")
+    url = _upload(local, s3_server, "delta/events")
     for table in (url, url.replace("s3://", "s3a://", 1)):
         first = resolve(sps.delta(table, "f", "y", version=0), conf=conf)
         newest = resolve(sps.delta(table, "f", "y"), conf=conf)
         assert (first.version, first.rows, len(first.files)) == (0, 10, 1)
         assert (newest.version, newest.rows, len(newest.files)) == (1, 17, 2)
         assert all(f.startswith(table + "/part-") for f in newest.files)
-    deltalake.write_deltalake(url, _rows(3), mode="overwrite", storage_options=writing)
-    removed = deltalake.DeltaTable(url, storage_options=writing).vacuum(
+    deltalake.write_deltalake(str(local), _rows(3), mode="overwrite")
+    removed = deltalake.DeltaTable(str(local)).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
     assert len(removed) == 2
+    url = _upload(local, s3_server, "delta/vacuumed")
     with pytest.raises(ConfigurationError) as caught:
         resolve(sps.delta(url, "f", "y", version=1), conf=conf)
     message = str(caught.value)
