@@ -1,7 +1,7 @@
 """``sps.delta`` on the real S3 test server: the driver pins a version of a table
 ``deltalake`` wrote (copied to the store with s3fs) as ``s3://`` and as ``s3a://``, with
-the credentials and endpoint taken from the ``spark.hadoop.fs.s3a.*`` keys a Spark user sets; a vacuumed
-version is refused naming the table and version, never the secret."""
+the credentials and endpoint taken from the ``spark.hadoop.fs.s3a.*`` keys a Spark user
+sets; a vacuumed version is refused naming the table and version, never the secret."""
 
 from __future__ import annotations
 
