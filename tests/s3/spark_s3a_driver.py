@@ -41,10 +41,47 @@ def _objects(spark: Any, url: str) -> list[str]:
     return sorted(names)
 
 
+def _fit_stream(spark: Any, base: str, schema: Any) -> dict[str, Any]:
+    """``fit_stream`` over the Parquet folder with its ``checkpoint_location`` on s3a:
+    Spark's stream state through hadoop-aws, the model checkpoints through tensorspark's
+    object-store backend; run twice (the second run starts from what the first committed)."""
+    import keras
+
+    from tensorspark import SparkSession, load_checkpoint
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    location = f"{base}/fit-stream"
+    runs = []
+    for _ in range(2):
+        rows = (
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(f"{base}/in/")
+            .withColumnRenamed("pixels", "features")
+        )
+        ks = SparkSession(
+            spark.sparkContext, model, name="s3a-stream", batch_size=50, sync_interval=2,
+            warm_up=False,
+        )  # fmt: skip
+        training = ks.fit_stream(rows, checkpoint_location=location, trigger="available_now")
+        training.await_termination(600)
+        runs.append({"samples": int(training.status["samples"])})
+    conf = dict(spark.sparkContext.getConf().getAll())  # the s3a keys: the same credentials
+    checkpoint = load_checkpoint(f"{location}/model", conf=conf)
+    return {
+        "runs": runs,
+        "stream": checkpoint.meta["extra"]["stream"],
+        "state": _objects(spark, f"{location}/stream"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("--jars", "--base", "--out"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--fit-stream", action="store_true")
     args = parser.parse_args()
     conf = json.loads(os.environ["TENSORSPARK_TEST_S3A_CONF"])  # not argv: it holds the secret
     spark = local_spark({"spark.jars": args.jars, **conf})
@@ -82,6 +119,8 @@ def main() -> None:
     result["runs"] = runs
     result["out_rows"] = spark.read.parquet(f"{base}/out/").count()
     result["checkpoint"] = _objects(spark, f"{base}/stream-checkpoint")
+    if args.fit_stream:
+        result["fit_stream"] = _fit_stream(spark, base, schema)
     with open(args.out, "w") as f:
         json.dump(result, f)
     spark.stop()

@@ -65,3 +65,31 @@ def test_spark_reads_writes_and_checkpoints_a_stream_through_s3a(
     committed = [n for n in result["checkpoint"] if n.startswith("commits/")]
     assert len(committed) == len(result["runs"][0]["batches"]) + len(result["runs"][1]["batches"])
     assert "metadata" in result["checkpoint"]
+
+
+def test_fit_stream_checkpoints_on_s3a_and_trains_each_row_once(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    # Spark's half of checkpoint_location (the query's offsets and commits) goes through
+    # hadoop-aws; tensorspark's half (the model checkpoints) through its object-store backend.
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
+    base = f"s3a://{s3_server.bucket}/fit-stream-s3a"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
+         "--base", base, "--out", str(out), "--fit-stream"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert s3_server.secret_key not in done.stdout + done.stderr
+    fit = json.loads(out.read_text())["fit_stream"]
+    # 500 rows in 3 files, one micro-batch each; the second run finds them all committed.
+    assert fit["stream"]["samples"] == fit["stream"]["server_samples"] == 500
+    assert fit["stream"]["batches"] == 3 and fit["stream"]["batch_id"] == 2
+    assert [r["samples"] for r in fit["runs"]] == [500, 500]
+    assert [n for n in fit["state"] if n.startswith("commits/")] == [
+        "commits/0",
+        "commits/1",
+        "commits/2",
+    ]
