@@ -49,6 +49,8 @@ bash tests/hdfs/minicluster/classpath.sh >/dev/null
 # Kafka's broker and Spark's Kafka source for the kafka set, the same way.
 bash tests/kafka/classpath.sh pom-broker.xml >/dev/null
 bash tests/kafka/classpath.sh pom-spark.xml >/dev/null
+# Spark's s3a connector (hadoop-aws and the AWS SDK bundle) for the s3 set, the same way.
+bash tests/s3/s3a_classpath.sh pom-s3a.xml >/dev/null
 # The s3 set's S3 server (gofakes3 from the Go module proxy; cached under ~/.cache).
 bash tests/s3/server/build.sh >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2

@@ -36,6 +36,7 @@ _FACE: dict[str, str] = {
     "warm_up": "tensorspark.warmup",
     # inputs, files and inference
     "files": "tensorspark.fileio.source",
+    "delta": "tensorspark.fileio.delta",
     "write_tfrecord": "tensorspark.fileio.write",
     "predict": "tensorspark.inference",
     # embedding tables
@@ -144,6 +145,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: _FACE, imported eagerly (t
     from tensorspark.errors import TensorSparkError as TensorSparkError
     from tensorspark.errors import WorkerError as WorkerError
     from tensorspark.export import Export as Export
+    from tensorspark.fileio.delta import delta as delta
     from tensorspark.fileio.source import files as files
     from tensorspark.fileio.write import write_tfrecord as write_tfrecord
     from tensorspark.inference import predict as predict

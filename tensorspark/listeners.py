@@ -72,6 +72,8 @@ class RunInfo:
         dashboard_url: the address of the run's live dashboard (with its read token).
         status: the server's ``/status`` before the job (a reused server holds earlier
             runs' pushes: count from here on).
+        data: what the run records of its data when its input pins a version (a Delta
+            table: ``{"format": "delta", "table": ..., "version": N}``), else empty.
     """
 
     name: str
@@ -81,6 +83,7 @@ class RunInfo:
     total_samples: int | None
     dashboard_url: str
     status: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 class RunListener:

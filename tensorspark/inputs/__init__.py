@@ -27,10 +27,18 @@ __all__ += base.__all__
 #: The kinds of input, one module each, tried in this order (imported when first asked).
 #: Each has ``accepts(data)``, ``plan(...) -> Input`` and ``plan_predict(...) -> PredictInput``,
 #: and ``POOL``: the Python worker pool its jobs run in (``"rdd"`` when it says none).
-KINDS = ("tensorspark.inputs.files", "tensorspark.inputs.rdd", "tensorspark.inputs.dataframe")
+KINDS = (
+    "tensorspark.inputs.files",
+    "tensorspark.inputs.delta",
+    "tensorspark.inputs.rdd",
+    "tensorspark.inputs.dataframe",
+)
 
 #: What :func:`input_for` accepts, as messages name it.
-ACCEPTED = "a pyspark RDD, a DataFrame, or files (tensorspark.files(...))"
+ACCEPTED = (
+    "a pyspark RDD, a DataFrame, files (tensorspark.files(...)) or a Delta table "
+    "(tensorspark.delta(...))"
+)
 
 
 def input_for(

@@ -119,10 +119,13 @@ class Input(abc.ABC):
         reader: the executor half (it holds the dtypes the block's columns are fed with).
         known_rows: the number of examples when known without a job (files' metadata),
             else ``None``.
+        data_record: what a run records of its data, when the kind pins a version
+            (``{"format": "delta", "table": ..., "version": N}``), else ``None``.
     """
 
     reader: Reader
     known_rows: int | None = None
+    data_record: dict[str, Any] | None = None
 
     @property
     @abc.abstractmethod
@@ -210,7 +213,13 @@ class PredictArgs:
 
 
 class PredictInput(abc.ABC):
-    """An input planned for inference (driver; never shipped)."""
+    """An input planned for inference (driver; never shipped).
+
+    Attributes:
+        data_record: as :attr:`Input.data_record`.
+    """
+
+    data_record: dict[str, Any] | None = None
 
     @abc.abstractmethod
     def predict(self, scoring: Scoring) -> Any:

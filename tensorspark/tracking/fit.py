@@ -14,6 +14,8 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
 * at the run's start, the params: tensorspark's settings (mode, sync_interval,
   batch_size, combiner, compression, partitions, epochs, ...) and the optimizer's config
   (``optimizer.*``), and the checkpoint folder as the tag ``tensorspark.checkpoint_dir``;
+  for a Delta table, the version trained on (``data.table``, ``data.version`` and the tag
+  ``tensorspark.data``);
 * at each epoch's end (with ``step=epoch``), in one request: the training ``loss`` and
   compiled metrics, ``samples_per_sec`` (the epoch's samples over the driver's time since
   the poll that saw the previous epoch end; epochs seen by one poll share that time), the
@@ -63,6 +65,17 @@ def optimizer_params(model: Any) -> dict[str, Any]:
         elif isinstance(value, dict) and "class_name" in value:  # a schedule
             out[f"optimizer.{key}"] = value["class_name"]
     return out
+
+
+def data_params(info: RunInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The params and tags naming the data's pinned version (a Delta table's), if any:
+    ``data.format``, ``data.table``, ``data.version`` and the tag
+    ``tensorspark.data`` (``table@vN``)."""
+    if not info.data:
+        return {}, {}
+    params = {f"data.{k}": v for k, v in info.data.items()}
+    tag = f"{info.data.get('table')}@v{info.data.get('version')}"
+    return params, {"tensorspark.data": tag}
 
 
 def status_params(info: RunInfo) -> dict[str, Any]:
@@ -125,11 +138,13 @@ class FitTracker(RunListener):
 
     def on_run_start(self, info: RunInfo) -> None:
         self._last_end = time.monotonic()
-        params = {**self.params, **status_params(info)}
+        data, data_tags = data_params(info)
+        params = {**self.params, **status_params(info), **data}
+        tags = {**self.tags, **data_tags}
         if not self.run.owned:  # the user's run may hold params of an earlier fit already
             params = self._new_params(params)
         self.guard.call(
-            "logging params", lambda: log_batch(self.run.run_id, params=params, tags=self.tags)
+            "logging params", lambda: log_batch(self.run.run_id, params=params, tags=tags)
         )
 
     def _new_params(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Runs on the driver. Not thread-safe: one run at a time per host.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +156,16 @@ class ServerHost:
                 saved_version=saved_version,
             ).start()
         return server
+
+    def record_data(self, record: Mapping[str, Any]) -> None:
+        """Write ``record`` (what the run's input pinned, e.g. a Delta table's version) into
+        every checkpoint of this run as ``extra["data"]``; empty: none (driver)."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        # One rebinding, never a change in place: the checkpointer's thread copies the dict.
+        meta = {k: v for k, v in checkpointer.extra_meta.items() if k != "data"}
+        checkpointer.extra_meta = {**meta, "data": dict(record)} if record else meta
 
     def listen(self, listener: PushListener | None) -> None:
         """Send the server's push callbacks to ``listener`` (``None``: to nobody)."""

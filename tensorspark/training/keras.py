@@ -133,13 +133,15 @@ def fit(
             description=f"tensorspark {settings.name}: validation",
             mixed_precision=mixed_precision,
         )
-    params = {
+    params: dict[str, Any] = {
         "epochs": epochs,
         "samples": int(sum(int(p.get("rows", 0)) for p in result.partitions)),
         "partitions": len(result.partitions),
         "batch_size": settings.batch_size,
         "sync_interval": settings.sync_interval,
     }
+    if train.data_record:  # the table version trained on (a Delta table)
+        params["data"] = dict(train.data_record)
     history = build_history(result.epochs, validation, snapshots, params, result, model)
     logger.info("%s: fit done: %s", settings.name, {k: v[-1] for k, v in history.history.items()})
     return history, result

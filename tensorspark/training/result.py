@@ -114,7 +114,9 @@ class History:
             per epoch: training values are sample-weighted over all workers; ``val_*`` are
             computed on the global weights at each epoch's end.
         epoch: the epoch numbers, from 0.
-        params: ``{"epochs", "samples", "partitions", "batch_size", "sync_interval"}``.
+        params: ``{"epochs", "samples", "partitions", "batch_size", "sync_interval"}``, and
+            ``"data"`` when the input pins a version: ``{"format": "delta", "table": ...,
+            "version": N}`` (``tensorspark.delta(...)``).
         epoch_seconds: seconds from the job's start to each epoch's end (when known).
         result: the run's :class:`~tensorspark.training.TrainResult`.
         model: the driver's model (holding the trained weights).

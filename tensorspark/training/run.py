@@ -155,6 +155,8 @@ class TrainingRun:
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
+        data = dict(job.data.data_record or {})
+        self.host.record_data(data)  # the checkpoints name the table version trained on
         # After a stop request the workers have ps_timeout to leave by themselves.
         watch = RunWatch(watchers, server, self.host.checkpoint_paths(), self.settings.ps_timeout)
         # ``on_push`` first: an epoch's weights are copied before the watch counts it ended.
@@ -168,6 +170,7 @@ class TrainingRun:
                 total_samples=total_samples,
                 status=server.status(),
                 dashboard_url=dashboard_url(self.host.url_for(server), server.status_token),
+                data=data,
             )
             watch.start(info)
             rows = self._run_job(server, job, watch)

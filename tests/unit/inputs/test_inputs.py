@@ -134,8 +134,8 @@ def test_what_travels_to_executors_is_frozen_and_pickles(tmp_path: Path) -> None
 )
 def test_the_dispatcher_names_the_type_received_and_what_it_accepts(data: Any) -> None:
     want = (
-        r"Argument `data` must be a pyspark RDD, a DataFrame, or files "
-        r"\(tensorspark.files\(...\)\). "
+        r"Argument `data` must be a pyspark RDD, a DataFrame, files "
+        r"\(tensorspark.files\(...\)\) or a Delta table \(tensorspark.delta\(...\)\). "
         rf"Received: data of type {type(data).__name__}"
     )
     with pytest.raises(ConfigurationError, match=want):

@@ -1,0 +1,95 @@
+"""Spark's s3a half (hadoop-aws from Maven Central) against the real S3 test server: Parquet
+written and read through ``s3a://``, and a Structured Streaming query whose
+``checkpointLocation`` is on s3a processes each file once across two runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorspark.datasets.mnist import FASHION_MNIST_DIR, load_mnist
+from tests.s3_server import S3Server
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+RESOLVE_TIMEOUT_S = 900
+#: pyspark ships Hadoop itself (hadoop-client-api/runtime 3.5.0); s3a needs these beside it.
+S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+
+
+def s3a_jars() -> str:
+    """``spark.jars`` for Spark's s3a connector (resolved with Maven on first use)."""
+    try:
+        done = subprocess.run(
+            ["bash", str(HERE / "s3a_classpath.sh"), "pom-s3a.xml"],
+            capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"s3a_classpath.sh took over {RESOLVE_TIMEOUT_S} s (Maven download?)")
+    if done.returncode != 0:
+        pytest.fail(
+            f"Could not resolve pom-s3a.xml: s3a_classpath.sh exited {done.returncode} (needs "
+            f"`mvn` and Maven Central once):\n{done.stderr[-4000:]}"
+        )
+    jars = Path(done.stdout.strip()).read_text().strip().split(":")
+    return ",".join(j for j in jars if Path(j).name.startswith(S3A_JARS))
+
+
+def test_spark_reads_writes_and_checkpoints_a_stream_through_s3a(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
+    base = f"s3a://{s3_server.bucket}/spark-s3a"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
+         "--base", base, "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert s3_server.secret_key not in done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    labels = load_mnist(FASHION_MNIST_DIR, download=False).train_labels[:300]
+    assert result["read_rows"] == 300
+    assert result["read_labels"] == sorted(int(v) for v in labels)
+    assert result["runs"][0]["rows"] == 300  # the first run: every file
+    assert result["runs"][1]["rows"] == 200  # the second: only the file added since
+    assert result["runs"][1]["batches"][0] > result["runs"][0]["batches"][-1]
+    assert result["out_rows"] == 500  # each row once
+    committed = [n for n in result["checkpoint"] if n.startswith("commits/")]
+    assert len(committed) == len(result["runs"][0]["batches"]) + len(result["runs"][1]["batches"])
+    assert "metadata" in result["checkpoint"]
+
+
+def test_fit_stream_checkpoints_on_s3a_and_trains_each_row_once(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    # Spark's half of checkpoint_location (the query's offsets and commits) goes through
+    # hadoop-aws; tensorspark's half (the model checkpoints) through its object-store backend.
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
+    base = f"s3a://{s3_server.bucket}/fit-stream-s3a"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
+         "--base", base, "--out", str(out), "--fit-stream"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert s3_server.secret_key not in done.stdout + done.stderr
+    fit = json.loads(out.read_text())["fit_stream"]
+    # 500 rows in 3 files, one micro-batch each; the second run finds them all committed.
+    assert fit["stream"]["samples"] == fit["stream"]["server_samples"] == 500
+    assert fit["stream"]["batches"] == 3 and fit["stream"]["batch_id"] == 2
+    assert [r["samples"] for r in fit["runs"]] == [500, 500]
+    assert [n for n in fit["state"] if n.startswith("commits/")] == [
+        "commits/0",
+        "commits/1",
+        "commits/2",
+    ]
