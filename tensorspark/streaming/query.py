@@ -235,7 +235,7 @@ def fit_stream(
     )
     require_stream(rows)
     trigger_kw = trigger_options(trigger)
-    replay = StreamReplay.of(shuffle, seed, settings.seed)
+    replay = StreamReplay.of(shuffle, seed, settings.seed, settings.mode)
     if on_bad_record not in BAD_RECORD_POLICIES:
         raise ConfigurationError(
             f"Argument `on_bad_record` must be one of {BAD_RECORD_POLICIES}. "
