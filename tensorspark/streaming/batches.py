@@ -109,11 +109,11 @@ class MicroBatchTrainer:
         on_batch: Callable[[dict[str, Any]], None] | None,
         conf: ConfSnapshot,
         tables: Sequence[str] = (),
-        replay: StreamReplay | None = None,
+        replay: StreamReplay,
         export: Export | None = None,
     ) -> None:
         self.sc = sc
-        self.replay = replay if replay is not None else StreamReplay(session_seed=settings.seed)
+        self.replay = replay
         self.conf = conf
         self.columns = columns
         self.on_bad_record = on_bad_record
