@@ -445,6 +445,6 @@ class SparkSession:
 
         Raises:
             ConfigurationError: a batch DataFrame (use :meth:`fit`), bad arguments.
-            CheckpointError: ``checkpoint_location`` holds another model's checkpoints.
+            CheckpointError: ``checkpoint_location`` holds another run's (model, mode, seed).
         """
         return session_jobs.fit_stream(self, self._host, **_arguments(locals()))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,11 @@ class StreamReplay:
                     f"session's seed). Received: seed={seed!r} with mode={mode!r}"
                 )
         return cls(shuffle, seed, int(session_seed))
+
+    def recorded(self) -> dict[str, Any]:
+        """What a stream's checkpoints record of it, checked when the stream restarts
+        (:class:`~tensorspark.streaming.state.StreamCheckpoints`)."""
+        return {"seed": self.seed, "shuffle": self.shuffle}
 
     @property
     def fresh_optimizer(self) -> bool:
