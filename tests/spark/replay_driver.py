@@ -6,7 +6,7 @@ Trains a small Fashion-MNIST MLP in sync mode with fixed seeds from the Parquet 
 with checkpoints in ``--ckpt``, and writes the final weights to ``--out`` (``.npz``, in the
 model's weight order). ``--kill-after-batch N`` SIGKILLs the driver's process group right
 after micro-batch N is trained and checkpointed, before Spark commits it. The stream is
-replayable (``fit_stream(seed=..., shuffle=True)``) unless ``--unseeded`` is given.
+replayable (``fit_stream(seed=..., shuffle=True)``).
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kill-after-batch", type=int, default=-1)
-    parser.add_argument(
-        "--unseeded", action="store_true", help="fit_stream without seed= (today's behaviour)"
-    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger("tensorspark").setLevel(logging.INFO)
@@ -79,10 +76,9 @@ def main() -> None:
         if record["batch_id"] == args.kill_after_batch:
             crash()
 
-    replay = {} if args.unseeded else {"seed": args.seed, "shuffle": True}
     training = ks.fit_stream(
         rows, checkpoint_location=args.ckpt, trigger="available_now", on_batch=on_batch,
-        **replay,
+        seed=args.seed, shuffle=True,
     )  # fmt: skip
     training.await_termination(600)
     weights = training.model().get_weights()
