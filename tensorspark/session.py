@@ -63,7 +63,7 @@ class SparkSession:
         mode: ``"async"`` (default) or ``"sync"`` (bulk-synchronous rounds, gang-scheduled).
         max_staleness: async only; see README "Training modes".
         ps_timeout: seconds executors keep retrying an unreachable server.
-        seed: seeds the within-partition shuffle.
+        seed: seeds the within-partition shuffle (an integer >= 0; numpy integers too).
         on_divergence: ``"fail"`` or ``"skip"`` when a worker's update is NaN/Inf.
         custom_objects: Keras custom layers/losses, for rebuilding the model on executors.
         secret: the parameter server's shared secret (bytes or str, >= 16 bytes); default
