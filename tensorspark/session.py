@@ -63,7 +63,7 @@ class SparkSession:
         mode: ``"async"`` (default) or ``"sync"`` (bulk-synchronous rounds, gang-scheduled).
         max_staleness: async only; see README "Training modes".
         ps_timeout: seconds executors keep retrying an unreachable server.
-        seed: seeds the within-partition shuffle.
+        seed: seeds the within-partition shuffle (an integer >= 0; numpy integers too).
         on_divergence: ``"fail"`` or ``"skip"`` when a worker's update is NaN/Inf.
         custom_objects: Keras custom layers/losses, for rebuilding the model on executors.
         secret: the parameter server's shared secret (bytes or str, >= 16 bytes); default
@@ -409,9 +409,8 @@ class SparkSession:
             rows: a streaming DataFrame (``spark.readStream...``) with ``features_col``
                 (``array<number>`` or ``vector``) and ``label_col``. The source's own
                 limits (``maxFilesPerTrigger``, ``maxOffsetsPerTrigger``) bound a batch.
-            checkpoint_location: a folder (local, ``file://``, ``hdfs://``): Spark's
-                checkpoint of the query goes to ``<it>/stream``, the model's to
-                ``<it>/model``. Reused: training resumes; another model's: refused.
+            checkpoint_location: a folder (local, ``file://``, ``hdfs://``): the query's
+                checkpoint in ``<it>/stream``, the model's in ``<it>/model``. Reused: resumes.
             trigger: ``"10 seconds"`` (an interval, or seconds as a number), or
                 ``"available_now"`` (what the source holds now, then the query ends).
             features_col: the column of features trained on.
@@ -425,18 +424,19 @@ class SparkSession:
             on_batch: called on the driver after each micro-batch is trained and
                 checkpointed, with a dict (``batch_id``, ``rows``, ``version``, ...,
                 ``status``); its errors are logged.
-            listeners: :class:`~tensorspark.RunListener` instances told each micro-batch's
-                run.
+            listeners: :class:`~tensorspark.RunListener` instances told each batch's run.
             mixed_precision: as for :meth:`fit`.
             query_name: the streaming query's name (Spark UI).
             tensorboard_dir: a local folder: one event file for the query, with each
                 micro-batch's ``stream/input_rows_per_sec``, ``stream/trained_rows_per_sec``,
                 ``stream/lag_s`` and ``stream/lag_max_s`` at its model version
                 (:mod:`tensorspark.streaming.board`).
-            shuffle: shuffle each partition's rows, seeded by (seed, batch id, partition).
-            seed: a sync-mode stream replays to the same weights, across restarts too
-                (each task starts from the optimizer's initial state); the serving guide's
-                "Reproducible replays" says what the stream must keep. None: as before.
+            shuffle: shuffle each partition's rows, seeded by the batch id, the partition
+                and ``seed`` (when given) or the session's seed.
+            seed: None, or an integer >= 0 in sync mode only (refused in another): the stream
+                replays to the same weights, across restarts too (each task starts from the
+                optimizer's initial state); the serving guide's "Reproducible replays"
+                (``docs/guide/serving.md#reproducible-replays``) says what it must keep.
             export: a :class:`~tensorspark.Export`: numbered versions for serving, behind
                 an optional quality gate; checked before the query starts.
 
@@ -445,6 +445,6 @@ class SparkSession:
 
         Raises:
             ConfigurationError: a batch DataFrame (use :meth:`fit`), bad arguments.
-            CheckpointError: ``checkpoint_location`` holds another model's checkpoints.
+            CheckpointError: ``checkpoint_location`` holds another run's (model, mode, seed).
         """
         return session_jobs.fit_stream(self, self._host, **_arguments(locals()))

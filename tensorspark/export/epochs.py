@@ -51,8 +51,8 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
             self._export(epoch, final)
 
         def on_train_end(self, logs: Any = None) -> None:
-            if self.exporter.pending:  # stopped early: the epochs since the last export
-                self._export(self.last_epoch, True)
+            if self.exporter.since:  # stopped early: the epochs since the last decision
+                self.exporter.flush(read_weights(self.model), self.last_epoch)
             self.exporter.close()
 
         def _export(self, epoch: int, final: bool) -> None:

@@ -7,8 +7,9 @@ the input seam, its first row checked, as ``fit`` checks its data). Half-written
 a killed driver left are removed, and numbering continues after the largest version.
 
 After each micro-batch (or epoch) :meth:`Exporter.after` decides whether an export is
-due (``every_batches`` / ``every``); when it is, the holdout is scored with the candidate
-weights by the evaluation job (:func:`tensorspark.evaluation.run_evaluation`), the gate
+due (``every_batches`` / ``every``; when the training stops, :meth:`Exporter.flush` exports
+what was trained since the last decision). When one is, the holdout is scored with the
+candidate weights by the evaluation job (:func:`tensorspark.evaluation.run_evaluation`), the gate
 decides (:mod:`tensorspark.export.gate`), a published version is written atomically
 (:mod:`tensorspark.export.saved`), older ones retired, and the decision is logged,
 kept for ``/status`` and handed to the listeners' ``on_export``.
@@ -271,14 +272,39 @@ class Exporter:
             self.since += 1
             if not (final or self._due()):
                 return None
-            self.since = 0
-            self.last_export_at = time.time()
-            record = self._export(params, batch_id)
-            if self.versions is not None:
-                model = self.model if record["published"] else None
-                record["registered_version"] = self.versions.decided(record, model)
-            self.decisions.append(record)
+            record = self._judge(params, batch_id)
         self.listeners.on_export(record)
+        return record
+
+    def flush(self, params: Mapping[str, np.ndarray], batch_id: int) -> dict[str, Any] | None:
+        """The training stopped with ``params`` after ``batch_id`` (or that epoch): export
+        once more, through the gate as usual, when micro-batches (or epochs) were trained
+        since the last decision, so that a stream stopped before its ``every`` interval
+        (or its N-th batch) came still publishes what it trained. The same as
+        :meth:`after`'s otherwise.
+
+        Returns:
+            The decision's record, or None when nothing was trained since the last one.
+
+        Raises:
+            StorageError: a version could not be written (nothing half-written is left).
+        """
+        with self._lock:
+            if not self.since:
+                return None
+            record = self._judge(params, batch_id)
+        self.listeners.on_export(record)
+        return record
+
+    def _judge(self, params: Mapping[str, np.ndarray], batch_id: int) -> dict[str, Any]:
+        """Export ``params`` through the gate and record the decision (under the lock)."""
+        self.since = 0
+        self.last_export_at = time.time()
+        record = self._export(params, batch_id)
+        if self.versions is not None:
+            model = self.model if record["published"] else None
+            record["registered_version"] = self.versions.decided(record, model)
+        self.decisions.append(record)
         return record
 
     def _due(self) -> bool:

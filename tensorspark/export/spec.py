@@ -71,7 +71,9 @@ class Export:
             ``fit``: after every N-th epoch (the last epoch is always exported).
         every: instead, at most one export per interval (``"5 minutes"``, seconds as a
             number): after the first micro-batch (or epoch) that ends at least that long
-            after the last export.
+            after the last export. Either way, when the training stops (``stop()``, the end
+            of ``available_now``, the last epoch) what it trained since the last export is
+            exported once more, through the gate.
         keep: the newest versions kept; older ones are deleted after each publish.
         formats: ``("saved_model",)`` or ``("saved_model", "keras")``.
         gate: the name of a metric the model compiles (``"loss"``, ``"accuracy"``...):

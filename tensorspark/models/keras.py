@@ -185,7 +185,7 @@ class CompiledModel:
             self._built = True
             optimizer = getattr(self.model, "optimizer", None)
             if self._reset_pending and optimizer is not None:  # kept only when asked for
-                self._fresh_optimizer = [np.array(v.numpy()) for v in optimizer.variables]
+                self._fresh_optimizer = [np.array(v.numpy()) for v in _reset_state(optimizer)]
         if self._reset_pending:
             self._reset_pending = False
             optimizer = getattr(self.model, "optimizer", None)
@@ -196,7 +196,7 @@ class CompiledModel:
                 )
             if self._fresh_optimizer is not None:
                 for variable, value in zip(
-                    self.model.optimizer.variables, self._fresh_optimizer, strict=True
+                    _reset_state(self.model.optimizer), self._fresh_optimizer, strict=True
                 ):
                     variable.assign(value)
 
@@ -208,7 +208,10 @@ class CompiledModel:
 
         The state as built is copied at the first build of a model whose first task asked
         for this; every task of one cache key asks alike (a stream's loader is fixed for
-        its query), so the copy exists whenever a later task asks."""
+        its query), so the copy exists whenever a later task asks. The copy holds every
+        slot (Adam: two per weight, so twice an embedding table's size in memory) but not
+        the learning rate: a rate the run's control set (:meth:`KerasTrainer.set_learning_rate`)
+        stays."""
         self._reset_pending = True
 
     def _multi_step(self, step: Callable[[Any], Any], x: np.ndarray, y: np.ndarray) -> Any:
@@ -397,6 +400,16 @@ class KerasTrainer:
 
     def close(self) -> None:
         """Nothing to free: the model stays cached for the run's next task in this process."""
+
+
+def _reset_state(optimizer: Any) -> list[Any]:
+    """The optimizer's variables a reset restores (:meth:`CompiledModel.reset_optimizer`):
+    all of them (step count, slots) but the learning rate's, which Keras 3 lists among
+    them and which the run's control may have set since (a loss-scaling optimizer's inner
+    one's too)."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    rates = {id(getattr(o, "_learning_rate", None)) for o in (optimizer, inner) if o is not None}
+    return [v for v in optimizer.variables if id(v) not in rates]
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,12 @@ def _divergence(name: str, value: Any) -> str:
     return check_divergence(value)
 
 
+def _seed(name: str, value: Any) -> int:
+    """An integer >= 0 (numpy's seeding refuses negatives; a stream's micro-batch seeds
+    combine it with the batch id, :func:`tensorspark.streaming.replay.batch_seed`)."""
+    return positive_int(name, value, minimum=0)
+
+
 def _warm_up(name: str, value: Any) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise ConfigurationError(
@@ -220,7 +226,7 @@ SETTINGS: tuple[Setting, ...] = (
         conf="server.bind",
         view="server.host",
     ),
-    Setting("seed", 0, "seeds the within-partition shuffle", view="seed"),
+    Setting("seed", 0, "seeds the within-partition shuffle", check=_seed, view="seed"),
     Setting(
         "on_divergence",
         "fail",
@@ -311,6 +317,7 @@ CHECK_ORDER: tuple[str, ...] = (
     "checkpoint_interval",
     "keep_checkpoints",
     "max_body_bytes",
+    "seed",
     "hdfs_auth",
     "warm_up",
 )

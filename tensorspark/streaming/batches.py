@@ -43,6 +43,7 @@ from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
 from tensorspark.ps.server import ParameterServer
+from tensorspark.streaming.exports import export_batch, flush_exports
 from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
@@ -109,11 +110,11 @@ class MicroBatchTrainer:
         on_batch: Callable[[dict[str, Any]], None] | None,
         conf: ConfSnapshot,
         tables: Sequence[str] = (),
-        replay: StreamReplay | None = None,
+        replay: StreamReplay,
         export: Export | None = None,
     ) -> None:
         self.sc = sc
-        self.replay = replay if replay is not None else StreamReplay(session_seed=settings.seed)
+        self.replay = replay
         self.conf = conf
         self.columns = columns
         self.on_bad_record = on_bad_record
@@ -192,7 +193,7 @@ class MicroBatchTrainer:
                 logger.error("micro-batch %d failed; the stream stops: %s", batch_id, err)
                 raise
             self.status.trained(record)
-            self._export(record)
+            export_batch(self.exporter, self.server.params, record, self.status)
             self.status.set_state("waiting")
             self._publish()
             self._progress(record)
@@ -390,24 +391,6 @@ class MicroBatchTrainer:
 
     # ------------------------------------------------------------------ after a batch
 
-    def _export(self, record: BatchRecord) -> None:
-        """Export the weights after a trained batch when due (:mod:`tensorspark.export`).
-        A version that cannot be written is logged and counted; training goes on."""
-        if self.exporter is None or not record.rows:
-            return
-        try:
-            self.exporter.after(
-                self.server.params(),
-                batch_id=record.batch_id,
-                rows=record.rows,
-                arrival_median=record.arrival_median or record.started_at,
-                arrival_oldest=record.arrival_min or record.started_at,
-            )
-        except TensorSparkError as err:
-            logger.error("export after micro-batch %d failed: %s", record.batch_id, err)
-            self.exporter.failed += 1
-        self.status.set_exports(self.exporter.snapshot())
-
     def _publish(self) -> None:
         """Show the stream's status on the server's ``/status`` (``"stream"``)."""
         if isinstance(self.server, ParameterServer) and self.server.running:  # not sharded
@@ -439,6 +422,9 @@ class MicroBatchTrainer:
             if not self._closed:
                 self._closed = True
                 self._last_params = self.server.params() if self.server.running else None
+                if got and self.status.state != "failed":  # what trained since the last export
+                    last = self.checkpoints.last_batch_id
+                    flush_exports(self.exporter, self._last_params, last, self.status)
                 self.host.close()
                 if self.exporter is not None:
                     self.exporter.close("FAILED" if self.status.state == "failed" else "FINISHED")

@@ -235,7 +235,7 @@ def fit_stream(
     )
     require_stream(rows)
     trigger_kw = trigger_options(trigger)
-    replay = StreamReplay.of(shuffle, seed, settings.seed)
+    replay = StreamReplay.of(shuffle, seed, settings.seed, settings.mode)
     if on_bad_record not in BAD_RECORD_POLICIES:
         raise ConfigurationError(
             f"Argument `on_bad_record` must be one of {BAD_RECORD_POLICIES}. "
@@ -253,7 +253,9 @@ def fit_stream(
             f"Received: arrival_col={columns.arrival!r}"
         )
     manager = model_manager(checkpoint_location, user=user, conf=conf, keep=keep_checkpoints)
-    checkpoints = StreamCheckpoints(checkpoint_location, settings.name, manager, user=user)
+    checkpoints = StreamCheckpoints(
+        checkpoint_location, settings.name, manager, user=user, replay=replay.recorded()
+    )
     board = None if tensorboard_dir is None else StreamScalars(tensorboard_dir, on_batch)
     try:  # the trainer refuses a checkpoint location of another model: close the board
         trainer = MicroBatchTrainer(

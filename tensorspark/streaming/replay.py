@@ -19,12 +19,15 @@ depended on the run rather than on the stream:
 
 The server sums a sync round's contributions in partition order whatever the order they
 arrived in (:meth:`tensorspark.ps.rounds.SyncRound.complete`), for every run. What must
-hold of the stream itself is documented in the serving guide ("Reproducible replays").
+hold of the stream itself is documented in the serving guide's "Reproducible replays"
+section (``docs/guide/serving.md#reproducible-replays``).
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +48,11 @@ class StreamReplay:
 
     Attributes:
         shuffle: shuffle the rows within each partition of each micro-batch.
-        seed: None: today's behaviour (the shuffle seeded by the session's ``seed`` and
-            the batch id; the optimizer state a Python worker carries between tasks is
-            kept). An int: the run is replayable: the shuffle seeded by ``(seed, batch id,
-            partition)`` and each task starting from the optimizer's built state.
+        seed: None: the shuffle (if any) seeded by the session's ``seed`` and the batch
+            id; the optimizer state a Python worker carries between tasks is kept. An
+            integer >= 0 (0 too), sync mode only: the run is replayable: the shuffle seeded
+            by ``(seed, batch id, partition)`` and each task starting from the optimizer's
+            built state.
         session_seed: the session's ``seed`` (the shuffle's when ``seed`` is None).
     """
 
@@ -57,29 +61,56 @@ class StreamReplay:
     session_seed: int = 0
 
     @classmethod
-    def of(cls, shuffle: object, seed: object, session_seed: int) -> StreamReplay:
-        """Checked arguments of ``fit_stream``.
+    def of(cls, shuffle: object, seed: object, session_seed: int, mode: str) -> StreamReplay:
+        """Checked arguments of ``fit_stream`` (``mode``: the session's training mode).
 
         Raises:
-            ConfigurationError: ``shuffle`` is not a bool, or ``seed`` is not None or a
-                non-negative int.
+            ConfigurationError: ``shuffle`` is not a bool; ``seed`` is not None or an
+                integer >= 0 (a Python or numpy integer, not a bool); a ``seed`` outside
+                sync mode (only a sync-mode run can replay).
         """
         if not isinstance(shuffle, bool):
             raise ConfigurationError(
                 f"Argument `shuffle` must be True or False. Received: shuffle={shuffle!r}"
             )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ConfigurationError(
-                "Argument `seed` must be None or a non-negative integer (the seed of a "
-                f"replayable stream). Received: seed={seed!r}"
-            )
+        if seed is not None:
+            seed = _seed(seed)
+            if mode != "sync":
+                raise ConfigurationError(
+                    f"Argument `seed` makes a stream replayable, which only sync mode can "
+                    f"(in {mode} mode the order of the pushes is timing). Create the session "
+                    "with mode='sync', or pass seed=None (the shuffle then seeded by the "
+                    f"session's seed). Received: seed={seed!r} with mode={mode!r}"
+                )
         return cls(shuffle, seed, int(session_seed))
+
+    def recorded(self) -> dict[str, Any]:
+        """What a stream's checkpoints record of it, checked when the stream restarts
+        (:class:`~tensorspark.streaming.state.StreamCheckpoints`)."""
+        return {"seed": self.seed, "shuffle": self.shuffle}
 
     @property
     def fresh_optimizer(self) -> bool:
         """Whether each task starts from the optimizer's built state."""
         return self.seed is not None
 
-    def seed_of(self, batch_id: int) -> int:
-        """The shuffle seed of micro-batch ``batch_id``."""
-        return batch_seed(self.session_seed if self.seed is None else self.seed, batch_id)
+    def seed_of(self, batch_id: int) -> int | None:
+        """The shuffle seed of micro-batch ``batch_id``: from ``seed`` when given, else from
+        the session's seed; None (nothing to seed) without ``shuffle`` or ``seed``."""
+        if self.seed is not None:
+            return batch_seed(self.seed, batch_id)
+        return batch_seed(self.session_seed, batch_id) if self.shuffle else None
+
+
+def _seed(seed: object) -> int:
+    """``seed`` as an int when it is an integer >= 0 (Python's or numpy's; not a bool)."""
+    try:
+        value = None if isinstance(seed, bool) else operator.index(seed)  # type: ignore[arg-type]
+    except TypeError:
+        value = None
+    if value is None or value < 0:
+        raise ConfigurationError(
+            "Argument `seed` must be None or an integer >= 0 (the seed of a replayable "
+            f"stream). Received: seed={seed!r}"
+        )
+    return value

@@ -57,12 +57,17 @@ class StreamCheckpoints:
             checked on restart.
         manager: where the model checkpoints go (``<location>/model``).
         user: the HDFS user the manager was made with (for readers elsewhere).
+        replay: the stream's ``seed`` and ``shuffle``
+            (:meth:`tensorspark.streaming.replay.StreamReplay.recorded`), written into every
+            checkpoint and checked on restart: a replay is the same only with the same ones.
+            Empty: not recorded, not checked.
     """
 
     location: str
     name: str
     manager: CheckpointManager
     user: str | None = None
+    replay: Mapping[str, Any] = field(default_factory=dict)
     resumed: Checkpoint | None = field(default=None, init=False)
     #: The id of the last micro-batch in the model (-1: none yet).
     last_batch_id: int = field(default=-1, init=False)
@@ -73,8 +78,10 @@ class StreamCheckpoints:
 
         Raises:
             CheckpointError: the location holds another model's checkpoints (other
-                weights, another ``name``), one written by another mode, or model
-                checkpoints without Spark's checkpoint of the stream beside them.
+                weights, another ``name``), one written by another mode or with another
+                ``seed`` or ``shuffle`` (a checkpoint that recorded none, written before
+                they were, resumes), or model checkpoints without Spark's checkpoint of the
+                stream beside them.
         """
         checkpoint = self.manager.latest()
         if checkpoint is None:
@@ -102,6 +109,7 @@ class StreamCheckpoints:
                 "of a stream; give the stream a checkpoint_location of its own. "
                 f"Received: checkpoint {checkpoint.path}"
             )
+        self._check_replay(extra.get("replay"), checkpoint.path)
         self._require_stream_log()
         self.resumed = checkpoint
         meta = self._stream_meta(checkpoint)
@@ -144,6 +152,8 @@ class StreamCheckpoints:
             "saved_at": time.time(),
             "stream": dict(stream),
         }
+        if self.replay:
+            meta["replay"] = dict(self.replay)
         path = snapshot.save(self.manager, meta, progress={})
         if path is None:
             raise CheckpointError(
@@ -153,6 +163,22 @@ class StreamCheckpoints:
             )
         self.last_batch_id = int(stream["batch_id"])
         return path
+
+    def _check_replay(self, saved: Any, path: str) -> None:
+        """Refuse a checkpoint whose recorded ``seed`` or ``shuffle`` differs from this
+        stream's: restarted with another, the stream would silently stop replaying."""
+        if not isinstance(saved, Mapping) or not self.replay:
+            return  # written before seed and shuffle were recorded (or not recorded now)
+        differ = sorted(k for k in self.replay if k in saved and saved[k] != self.replay[k])
+        if differ:
+            was = ", ".join(f"{k}={saved[k]!r}" for k in differ)
+            now = ", ".join(f"{k}={self.replay[k]!r}" for k in differ)
+            raise CheckpointError(
+                f"checkpoint {path} was written by a stream with {was}; this stream has "
+                f"{now}, and a replay gives the same weights only with the same ones. Pass "
+                f"fit_stream the same seed and shuffle, or use a new checkpoint_location. "
+                f"Received: {now}"
+            )
 
     def _require_stream_log(self) -> None:
         """Refuse model checkpoints whose stream log is gone (local disk only: elsewhere

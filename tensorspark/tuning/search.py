@@ -107,8 +107,8 @@ def tune(
         progress: Trials done / total and the best score on stderr (a
             :class:`~tensorspark.progress.Progress`); False: the INFO lines only.
         timeout: Seconds the whole search may take; then unfinished trials fail, cancelled.
-        mixed_precision: as for ``SparkSession.fit``, applied to ``build(params)`` on the
-            executors and to the driver's ``return_best_model`` rebuild.
+        mixed_precision: a Keras mixed policy ``build(params)`` runs under, as the global
+            one (executors, ``return_best_model``): give its final layer ``dtype="float32"``.
         pruner: An Optuna pruner with an Optuna sampler as ``search``: each trial reports
             ``metric`` every epoch to the driver (:mod:`tensorspark.tuning.prune_server`)
             and a pruned trial stops there, freeing its slot. ``None``: no pruning.

@@ -238,13 +238,20 @@ class LongestFirstSearcher(Searcher):
     def ask(self, running: Sequence[Running] = ()) -> Trial | None:
         return self._order.next([(r.trial.params, r.seconds) for r in running])
 
-    def tell(self, *args: Any, **kwargs: Any) -> None:
-        """Learns a finished trial's seconds, then passes the end on as it came (the
-        fields of a :class:`~tensorspark.listeners.TrialEnd`)."""
-        end = TrialEnd(*args, **kwargs)
+    def tell(
+        self,
+        trial: Trial,
+        score: float | None,
+        values_per_epoch: Sequence[float],
+        seconds: float,
+        failed: bool,
+    ) -> None:
+        """Learns a finished trial's seconds, then passes the end on to the searcher it
+        orders (see :meth:`Searcher.tell`)."""
+        end = TrialEnd(trial, score, values_per_epoch, seconds, failed)
         if not end.failed:  # a failed trial may have stopped early: its time teaches nothing
             self._order.finished(end.trial.params, end.seconds)
-        self._searcher.tell(*args, **kwargs)
+        self._searcher.tell(*end)
 
     def expected_seconds(self, params: Mapping[str, Any]) -> float | None:
         """The learned prediction of a trial's seconds (``None`` before any finished)."""

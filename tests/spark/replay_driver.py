@@ -4,14 +4,16 @@ tests/spark/test_stream_replay.py.
 Trains a small Fashion-MNIST MLP in sync mode with fixed seeds from the Parquet files of
 ``--data`` (one file per micro-batch: ``maxFilesPerTrigger=1``, ``trigger="available_now"``)
 with checkpoints in ``--ckpt``, and writes the final weights to ``--out`` (``.npz``, in the
-model's weight order). ``--kill-after-batch N`` SIGKILLs the driver's process group right
-after micro-batch N is trained and checkpointed, before Spark commits it. The stream is
-replayable (``fit_stream(seed=..., shuffle=True)``) unless ``--unseeded`` is given.
+model's weight order), and each micro-batch's partitions (their row counts, from the run's
+result) to ``--out`` + ``.partitions.json``. ``--kill-after-batch N`` SIGKILLs the driver's
+process group right after micro-batch N is trained and checkpointed, before Spark commits
+it. The stream is replayable (``fit_stream(seed=..., shuffle=True)``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from typing import Any
@@ -51,14 +53,22 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kill-after-batch", type=int, default=-1)
-    parser.add_argument(
-        "--unseeded", action="store_true", help="fit_stream without seed= (today's behaviour)"
-    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger("tensorspark").setLevel(logging.INFO)
 
-    from tensorspark import SparkSession
+    from tensorspark import RunListener, SparkSession
+
+    class Partitions(RunListener):
+        """Each micro-batch's partitions' row counts, in the order its runs end."""
+
+        def __init__(self) -> None:
+            self.rows: list[list[int]] = []
+
+        def on_run_end(self, result: Any) -> None:
+            self.rows.append([int(p.get("rows", 0)) for p in result.partitions])
+
+    partitions = Partitions()
 
     # Files split in two partitions each (by row groups), as larger files would be.
     spark = local_spark(
@@ -79,14 +89,15 @@ def main() -> None:
         if record["batch_id"] == args.kill_after_batch:
             crash()
 
-    replay = {} if args.unseeded else {"seed": args.seed, "shuffle": True}
     training = ks.fit_stream(
         rows, checkpoint_location=args.ckpt, trigger="available_now", on_batch=on_batch,
-        **replay,
+        seed=args.seed, shuffle=True, listeners=[partitions],
     )  # fmt: skip
     training.await_termination(600)
     weights = training.model().get_weights()
     np.savez(args.out, *weights)
+    with open(args.out + ".partitions.json", "w", encoding="utf-8") as f:
+        json.dump(partitions.rows, f)
     spark.stop()
 
 

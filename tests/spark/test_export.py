@@ -172,6 +172,45 @@ def test_every_batch_is_exported_whole_numbered_and_servable(spark: Any, tmp_pat
     )
 
 
+def test_a_stream_stopped_before_its_interval_still_exports_what_it_trained(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``every="1 hour"`` and a run of seconds: the end of ``available_now`` exports once
+    (version 1, after the last batch); a query stopped with ``stop()`` after a batch does
+    too; nothing trained since: no further version."""
+    import time
+
+    folder, base = tmp_path / "in", tmp_path / "serving"
+    folder.mkdir()
+    for i in range(2):
+        land(folder, i, 60)
+    told = Decisions()
+    spec = Export(str(base), every="1 hour")
+    training = session(spark.sparkContext, model()).fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "ckpt"),
+        trigger="available_now", export=spec, listeners=[told],
+    )  # fmt: skip
+    assert training.await_termination(WAIT_S)
+    assert [(r["version"], r["batch_id"]) for r in told.records] == [(1, 1)]
+    assert numbered(base) == ["1"]
+    x = examples(99, 16)[0]
+    expected = training.model().predict(x, verbose=0)
+    np.testing.assert_allclose(served(base / "1", x, tmp_path), expected, atol=1e-5, rtol=0)
+
+    # A processing-time query, stopped after its first batch: the batch is exported.
+    stopped = session(spark.sparkContext, model()).fit_stream(
+        watched(spark, folder), checkpoint_location=str(tmp_path / "ckpt-stop"),
+        trigger="1 second", export=spec,
+    )  # fmt: skip
+    deadline = time.monotonic() + WAIT_S
+    while stopped.status["batches"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stopped.status["batches"] >= 1
+    stopped.stop()
+    assert numbered(base) == ["1", "2"]
+    assert stopped.status["exports"]["published"] == 1
+
+
 def test_the_gate_holds_back_a_poisoned_batch_and_publishes_the_next_good_one(
     spark: Any, tmp_path: Path
 ) -> None:

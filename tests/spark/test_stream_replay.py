@@ -12,6 +12,7 @@ micro-batches depended on Spark's scheduling, and a restart lost it).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,6 +87,11 @@ def test_a_seeded_sync_stream_replays_to_the_same_weights_across_runs_and_a_sigk
         last = load_checkpoint(str(tmp_path / f"ckpt-{run}" / "model"))
         stream = last.meta["extra"]["stream"]
         assert stream["batch_id"] == FILES - 1 and stream["samples"] == FILES * ROWS
+        # What the test stands on: every file a micro-batch of two partitions, each with
+        # rows (a changed split would test another partitioning than the docs describe).
+        split = json.loads(Path(f"{out}.partitions.json").read_text(encoding="utf-8"))
+        assert len(split) == FILES, split
+        assert all(len(rows) == 2 and min(rows) > 0 and sum(rows) == ROWS for rows in split), split
     assert largest_difference(*firsts) <= TOLERANCE
     assert largest_difference(firsts[0], weights_before_training(tmp_path)) > 1e-2  # it trained
 

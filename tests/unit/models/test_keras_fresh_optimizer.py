@@ -55,3 +55,25 @@ def test_a_fresh_optimizer_before_the_first_build_changes_nothing() -> None:
     fresh = train(KerasTrainer(payload, key="first-fresh", fresh_optimizer=True), start, seed=3)
     for name, value in plain.items():
         np.testing.assert_array_equal(fresh[name], value)
+
+
+def test_a_reset_keeps_the_learning_rate_the_control_set() -> None:
+    """The control channel's rate (ReduceLROnPlateau through the run) survives a reset: the
+    copy of the built state leaves the learning rate out; the step count and slots reset."""
+    payload = keras_io.serialize_model(mlp())
+    start = KerasTrainer(payload, key="rate-start").get_weights()
+    first = KerasTrainer(payload, key="rate-reset", fresh_optimizer=True)
+    train(first, start, seed=9)
+    first.set_learning_rate(0.125)
+    again = KerasTrainer(payload, key="rate-reset", fresh_optimizer=True)
+    slowed = train(again, start, seed=5)
+    optimizer = again.model.optimizer
+    assert float(optimizer.learning_rate.numpy()) == 0.125
+    assert int(optimizer.iterations.numpy()) == 3  # reset to 0, then this task's 3 steps
+
+    # The same as a fresh worker told the same rate before its first step.
+    fresh = KerasTrainer(payload, key="rate-fresh", fresh_optimizer=True)
+    fresh.set_learning_rate(0.125)
+    alone = train(fresh, start, seed=5)
+    for name, value in alone.items():
+        np.testing.assert_array_equal(slowed[name], value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tensorspark.errors import ConfigurationError
@@ -52,6 +53,8 @@ class _TF1Session:
         ({"keep_checkpoints": 0, "checkpoint_interval": -1}, "checkpoint_interval"),
         ({"max_body_bytes": 0, "keep_checkpoints": 0}, "keep_checkpoints"),
         ({"hdfs_auth": "bogus", "max_body_bytes": 0}, "max_body_bytes"),
+        ({"seed": -1, "max_body_bytes": 0}, "max_body_bytes"),
+        ({"hdfs_auth": "bogus", "seed": -1}, "Received: seed=-1"),
         ({"warm_up": "yes", "hdfs_auth": "bogus"}, "hdfs_auth"),
         ({"warm_up": "yes", "weight_combiner": "bogus"}, "bogus"),
         ({"warm_up": "yes", "on_divergence": "bogus"}, "on_divergence="),
@@ -101,3 +104,18 @@ def test_the_orders_name_every_checked_setting_and_conf_key_once() -> None:
     assert checked <= set(CHECK_ORDER)
     assert set(CHECK_ORDER) <= {s.name for s in SETTINGS}
     assert sorted(CONF_ORDER) == sorted(s.conf for s in SETTINGS if s.conf)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
+def test_a_bad_session_seed_is_refused_by_name(seed: Any) -> None:
+    # numpy's seeding refuses a negative seed; every micro-batch of a stream derives its
+    # shuffle seed from the session's, so the session refuses it before any job.
+    with pytest.raises(
+        ConfigurationError, match=f"`seed` must be an integer >= 0. Received: seed={seed!r}"
+    ):
+        SparkSession(_Context(), _TF1Session(), seed=seed)
+
+
+def test_a_numpy_integer_session_seed_is_kept_as_an_int() -> None:
+    session = SparkSession(_Context(), _TF1Session(), seed=np.int64(4))
+    assert session.seed == 4 and type(session.seed) is int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tensorspark.errors import ConfigurationError
@@ -26,12 +27,36 @@ def test_a_batch_seed_depends_on_seed_and_batch_only() -> None:
 
 
 def test_only_a_seed_makes_tasks_start_from_a_fresh_optimizer() -> None:
-    today = StreamReplay.of(False, None, 11)
+    today = StreamReplay.of(True, None, 11, "async")
     assert not today.fresh_optimizer
     assert today.seed_of(4) == batch_seed(11, 4)  # the session's seed, per batch
-    seeded = StreamReplay.of(True, 0, 11)
+    seeded = StreamReplay.of(True, 0, 11, "sync")
     assert seeded.fresh_optimizer and seeded.shuffle
-    assert seeded.seed_of(4) == batch_seed(0, 4)
+    assert seeded.seed_of(4) == batch_seed(0, 4)  # seed=0 is a seed, not "no seed"
+
+
+def test_without_shuffle_or_seed_no_batch_seed_is_computed() -> None:
+    # numpy's SeedSequence refuses what it cannot seed with; a stream that neither shuffles
+    # nor replays has nothing to seed, so no batch computes one.
+    plain = StreamReplay.of(False, None, 11, "async")
+    assert plain.seed_of(0) is None and plain.seed_of(5) is None
+    unshuffled = StreamReplay.of(False, 3, 11, "sync")
+    assert unshuffled.fresh_optimizer and unshuffled.seed_of(2) == batch_seed(3, 2)
+
+
+def test_a_numpy_integer_seed_is_an_int() -> None:
+    replay = StreamReplay.of(True, np.int64(5), 0, "sync")
+    assert type(replay.seed) is int and replay.seed == 5
+    assert replay.seed_of(1) == batch_seed(5, 1)
+
+
+@pytest.mark.parametrize("mode", ["async", "bounded"])
+def test_a_seed_outside_sync_mode_is_refused_naming_the_mode(mode: str) -> None:
+    with pytest.raises(
+        ConfigurationError, match=f"mode='sync'.*Received: seed=7 with mode='{mode}'"
+    ):
+        StreamReplay.of(True, 7, 0, mode)
+    assert StreamReplay.of(True, None, 0, mode).seed is None  # no seed: any mode
 
 
 @pytest.mark.parametrize(
@@ -41,10 +66,12 @@ def test_only_a_seed_makes_tasks_start_from_a_fresh_optimizer() -> None:
         (False, -1, "Received: seed=-1"),
         (False, 1.5, "Received: seed=1.5"),
         (False, True, "Received: seed=True"),
+        (False, np.bool_(True), "Received: seed=np.True_"),
+        (False, "3", "Received: seed='3'"),
     ],
 )
 def test_bad_shuffle_or_seed_is_refused_by_name(
     shuffle: object, seed: object, received: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=received):
-        StreamReplay.of(shuffle, seed, 0)
+        StreamReplay.of(shuffle, seed, 0, "sync")

@@ -77,3 +77,38 @@ def test_a_fit_checkpoint_is_not_a_stream(tmp_path: Path) -> None:
 def test_a_location_must_be_named() -> None:
     with pytest.raises(ConfigurationError, match="Received: checkpoint_location=''"):
         model_manager("", user=None, conf={}, keep=1)
+
+
+def replayed(location: Path, seed: int | None, shuffle: bool) -> StreamCheckpoints:
+    replay = {"seed": seed, "shuffle": shuffle}
+    manager = model_manager(str(location), user=None, conf={}, keep=2)
+    return StreamCheckpoints(str(location), "m", manager, replay=replay)
+
+
+def test_a_restart_with_another_seed_or_shuffle_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stream" / "offsets").mkdir(parents=True)
+    first = replayed(tmp_path, 7, True)
+    snap = Snapshot(PARAMS, 7, {}, "sync", 3)
+    first.save(snap, combiner="dynsgd", stream={"batch_id": 2, "batches": 3, "pushes": 3})
+    checkpoint = first.manager.latest()
+    assert checkpoint is not None
+    assert checkpoint.meta["extra"]["replay"] == {"seed": 7, "shuffle": True}
+    with pytest.raises(
+        CheckpointError, match=r"with seed=7; this stream has seed=8.*Received: seed=8"
+    ):
+        replayed(tmp_path, 8, True).resume(PARAMS, "sync")
+    with pytest.raises(CheckpointError, match="Received: seed=None"):
+        replayed(tmp_path, None, True).resume(PARAMS, "sync")
+    with pytest.raises(CheckpointError, match="Received: shuffle=False"):
+        replayed(tmp_path, 7, False).resume(PARAMS, "sync")
+    same = replayed(tmp_path, 7, True)
+    assert same.resume(PARAMS, "sync") is not None and same.last_batch_id == 2
+
+
+def test_a_checkpoint_that_recorded_no_seed_resumes_and_then_records_it(tmp_path: Path) -> None:
+    saved(tmp_path)  # written before seed and shuffle were recorded
+    again = replayed(tmp_path, 7, True)
+    assert again.resume(PARAMS, "async") is not None and again.last_batch_id == 4
+    again.save(Snapshot(PARAMS, 8, {}, "async", 3), combiner="dynsgd", stream={"batch_id": 5})
+    with pytest.raises(CheckpointError, match="Received: seed=3"):
+        replayed(tmp_path, 3, True).resume(PARAMS, "async")

@@ -282,3 +282,10 @@ def test_tune_checks_a_searcher_before_using_spark(kwargs: dict, message: str) -
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=message):
         tune(None, **args)  # type: ignore[arg-type]
+
+
+def test_longest_first_tell_keeps_the_protocol_s_typed_signature() -> None:
+    """Type checkers and IDEs see the same ``tell`` as the protocol's (no ``*args``)."""
+    import inspect
+
+    assert inspect.signature(LongestFirstSearcher.tell) == inspect.signature(Searcher.tell)
