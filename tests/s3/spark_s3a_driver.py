@@ -6,6 +6,10 @@ Writes Parquet files of Fashion-MNIST rows to ``s3a://<bucket>/<prefix>/in/`` an
 back; then runs a Structured Streaming query over that folder with its ``checkpointLocation``
 on s3a (``trigger(availableNow=True)``) twice, adding files between the runs, and writes
 to ``--out`` as JSON what each run wrote and which checkpoint objects the store holds.
+With ``--ml`` it does only this instead: a Spark ML pipeline with tensorspark's
+``KerasEstimator`` fitted, saved to s3a (Spark's metadata through hadoop-aws, the ``.keras``
+file through tensorspark's object-store backend), saved again over itself, loaded back and
+used, and the unfitted pipeline saved and loaded.
 """
 
 from __future__ import annotations
@@ -77,15 +81,67 @@ def _fit_stream(spark: Any, base: str, schema: Any) -> dict[str, Any]:
     }
 
 
+def _ml(spark: Any, base: str) -> dict[str, Any]:
+    """Spark ML save/load of tensorspark's estimator and model on s3a (see the docstring)."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+
+    from tensorspark.errors import ConfigurationError
+    from tensorspark.ml import KerasEstimator, KerasModel
+    from tests.ml_support import PIXELS, fashion_arrays, pixel_frame, predictions, small_mlp
+
+    x, y, xt, yt = fashion_arrays(1000, 200)
+    train, test = pixel_frame(spark, x, y), pixel_frame(spark, xt, yt)
+    est = KerasEstimator(model=small_mlp(), epochs=2, batchSize=64, probabilityCol="probability")
+    pipe = Pipeline(stages=[VectorAssembler(inputCols=PIXELS, outputCol="features"), est])
+    fitted = pipe.fit(train)
+    model = fitted.stages[-1]
+    out = predictions(fitted.transform(test), "label", "prediction", "probability")
+    where = f"{base}/ml/pipeline"
+    fitted.write().overwrite().save(where)
+    fitted.write().overwrite().save(where)  # over itself: Spark deletes the folder through s3a
+    again = PipelineModel.load(where)
+    loaded = again.stages[-1]
+    reloaded = predictions(again.transform(test), "prediction", "probability")
+    model.write().save(f"{base}/ml/model")
+    try:
+        model.write().save(f"{base}/ml/model")
+        refused = ""
+    except ConfigurationError as err:
+        refused = str(err)
+    alone = KerasModel.load(f"{base}/ml/model")
+    pipe.write().save(f"{base}/ml/estimator")
+    stage = Pipeline.load(f"{base}/ml/estimator").getStages()[-1]
+    return {
+        "uid": model.uid,
+        "loaded": [type(loaded).__name__, loaded.uid, type(stage).__name__],
+        "accuracy": float((out["prediction"] == out["label"]).mean()),
+        "same_probability": bool(np.array_equal(reloaded["probability"], out["probability"])),
+        "same_prediction": bool(np.array_equal(reloaded["prediction"], out["prediction"])),
+        "same_history": loaded.history.history == model.history.history,
+        "same_model": alone.keras_bytes() == model.keras_bytes(),
+        "same_estimator": stage.keras_bytes() == est.keras_bytes(),
+        "epochs": stage.getEpochs(),
+        "refused": refused,
+        "objects": _objects(spark, where),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("--jars", "--base", "--out"):
         parser.add_argument(name, required=True)
     parser.add_argument("--fit-stream", action="store_true")
+    parser.add_argument("--ml", action="store_true")
     args = parser.parse_args()
     conf = json.loads(os.environ["TENSORSPARK_TEST_S3A_CONF"])  # not argv: it holds the secret
     spark = local_spark({"spark.jars": args.jars, **conf})
     base = args.base.rstrip("/")
+    if args.ml:
+        with open(args.out, "w") as f:
+            json.dump({"ml": _ml(spark, base)}, f)
+        spark.stop()
+        return
     _frame(spark, 0, 300).coalesce(2).write.mode("overwrite").parquet(f"{base}/in/")
     read_back = spark.read.parquet(f"{base}/in/")
     result: dict[str, Any] = {

@@ -1,6 +1,8 @@
 """Spark's s3a half (hadoop-aws from Maven Central) against the real S3 test server: Parquet
-written and read through ``s3a://``, and a Structured Streaming query whose
-``checkpointLocation`` is on s3a processes each file once across two runs."""
+written and read through ``s3a://``, a Structured Streaming query whose
+``checkpointLocation`` is on s3a processes each file once across two runs, ``fit_stream``
+with its ``checkpoint_location`` on s3a, and Spark ML save/load of tensorspark's estimator
+and model to s3a."""
 
 from __future__ import annotations
 
@@ -93,3 +95,34 @@ def test_fit_stream_checkpoints_on_s3a_and_trains_each_row_once(
         "commits/1",
         "commits/2",
     ]
+
+
+def test_spark_ml_saves_and_loads_the_estimator_and_model_on_s3a(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    # Spark ML's metadata goes through hadoop-aws, the .keras file through tensorspark's
+    # object-store backend, both from the s3a keys in the Spark conf.
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
+    base = f"s3a://{s3_server.bucket}/ml-s3a"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
+         "--base", base, "--out", str(out), "--ml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert s3_server.secret_key not in done.stdout + done.stderr
+    ml = json.loads(out.read_text())["ml"]
+    assert ml["loaded"] == ["KerasModel", ml["uid"], "KerasEstimator"]
+    assert ml["accuracy"] > 0.5
+    assert ml["same_probability"] and ml["same_prediction"]  # bit-identical after the load
+    assert ml["same_history"] and ml["same_model"] and ml["same_estimator"]
+    assert ml["epochs"] == 2
+    assert "already exists" in ml["refused"] and s3_server.secret_key not in ml["refused"]
+    stage = f"stages/1_{ml['uid']}"
+    assert f"{stage}/data/model.keras" in ml["objects"]
+    assert any(n.startswith(f"{stage}/metadata/part-") for n in ml["objects"])
+    assert any(n.startswith("metadata/part-") for n in ml["objects"])
+    # Saved over itself once: one model file, no temporary object left behind.
+    assert [n for n in ml["objects"] if "model.keras" in n] == [f"{stage}/data/model.keras"]

@@ -1,5 +1,6 @@
 // Command s3server is the S3-compatible object store of tensorspark's `s3` test set: gofakes3
-// (MIT) serving buckets kept as files in a folder (its s3afero backend), each object written
+// (MIT) serving buckets kept as files in a folder (its s3afero backend; a directory marker, a
+// key ending in "/", kept as a hidden file inside its folder: markers.go), each object written
 // to a temporary file and renamed into place when whole, so an object is whole or absent
 // after a kill, as on S3, and the data outlives a restart; behind an AWS Signature Version 4
 // check of one access key pair, so wrong credentials are refused as a real store refuses
@@ -48,7 +49,7 @@ func newBackend(root string) (gofakes3.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefixes{Backend: backend, fs: fs}, nil
+	return &markers{Backend: &prefixes{Backend: backend, fs: fs}}, nil
 }
 
 // prefixes answers a listing under a prefix that is no folder (nothing there, or an object's
