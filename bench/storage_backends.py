@@ -65,6 +65,7 @@ class Places:
         if "webhdfs" in names:
             from tests.hdfs.conftest import resolve_classpath, start_cluster
 
+            (scratch / "hdfs").mkdir(parents=True)  # the mini cluster writes its log there
             cluster = start_cluster(scratch / "hdfs", resolve_classpath())
             self.stops.append(cluster.stop)
             self.base["webhdfs"] = f"{cluster.hdfs_url}/bench"
