@@ -137,7 +137,12 @@ class CheckpointManager:
         self._head: dict[str, Any] | None = None
         self._stale: set[str] = set()  # broken files skipped by a fallback
         #: Bytes of the last checkpoint written, and of each kind in total.
-        self.bytes = {"last": 0, "last_kind": "", "full_total": 0, "increment_total": 0}
+        self.bytes: dict[str, Any] = {
+            "last": 0,
+            "last_kind": "",
+            "full_total": 0,
+            "increment_total": 0,
+        }
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.location!r}, keep={self.keep})"
