@@ -91,6 +91,15 @@ class SparkSession:
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
         checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
             retried) before the run fails.
+        checkpoint_full_every: with row-sparse embedding tables, a checkpoint writes only
+            the rows changed since the previous one (an increment) and a full checkpoint
+            after this many increments; 0 writes every checkpoint full (default
+            ``spark.tensorspark.checkpoint.fullEvery``, else 10). Dense-only models always
+            write full checkpoints.
+        checkpoint_fallback: when the newest increment's chain is broken (its full
+            checkpoint or a predecessor missing or corrupt), resume from the newest
+            consistent checkpoint before it instead of failing (default
+            ``spark.tensorspark.checkpoint.fallback``, else False).
         compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
             :class:`~tensorspark.ps.Compression`: deltas pushed (with error feedback) and
             weights pulled in that format (default ``spark.tensorspark.compression``).
@@ -142,6 +151,8 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        checkpoint_full_every: int | None = None,
+        checkpoint_fallback: bool | None = None,
         compression: Compression | str | None = None,
         outer_lr: float | None = None,
         outer_momentum: float | None = None,

@@ -88,7 +88,7 @@ class Checkpointer:
     def save_now(self, force: bool = False) -> str | None:
         """Write a checkpoint if the version moved since the last one (or ``force``)."""
         with self._lock:
-            snap = self.server.snapshot()
+            snap = self.server.snapshot(rows_since=self.manager.increment_base())
             if not force and snap.version == self._last_version:
                 return None
             meta = dict(self.extra_meta)

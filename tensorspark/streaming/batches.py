@@ -246,7 +246,7 @@ class MicroBatchTrainer:
                 "StreamingTraining.stop()."
             )
         rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
-        snap = self.server.snapshot()
+        snap = self.server.snapshot(rows_since=self.checkpoints.manager.increment_base())
         server_status = self.server.status()
         counts = {
             "batch_id": batch_id,
