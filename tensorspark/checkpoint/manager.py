@@ -189,6 +189,12 @@ class CheckpointManager:
         head.update(name=name, base=name, depth=0)
         return self._write(name, data, int(version), head)
 
+    def restart_chain(self) -> None:
+        """Make the next checkpoint a full one (a new run: its server counts versions and
+        changed rows afresh)."""
+        with self._lock:
+            self._head = None
+
     def increment_base(self) -> int | None:
         """The version the next checkpoint may be an increment after (the newest one this
         manager wrote), or None when it must be full: none written yet by this manager,

@@ -192,6 +192,43 @@ def check_ids(model: Any, features: Any, what: str) -> None:
             )
 
 
+def table_bounds(model: Any) -> list[tuple[str, int]]:
+    """``(layer name, rows)`` of each embedding table that looks the model's first input
+    up directly (the tables :func:`check_chunk_ids` checks)."""
+    return [(layer.name, int(layer.input_dim)) for layer in input_tables(model)]
+
+
+def check_chunk_ids(
+    tables: Sequence[tuple[str, int]], features: Sequence[Any], partition: int
+) -> None:
+    """Executor, before a chunk trains: refuse ids outside a table in any of its rows (its
+    min and max against the table's rows), so nothing of the chunk is pushed.
+
+    ``features``: the first input of each mini-batch of the chunk.
+
+    Raises:
+        ConfigurationError: naming the table, its rows, the id and the partition (the
+            driver raises it as the same class, :func:`tensorspark.jobs.spark_failure`).
+    """
+    if not tables:
+        return
+    arrays = [np.asarray(f) for f in features]
+    arrays = [a for a in arrays if a.size and a.dtype.kind in "iuf"]
+    if not arrays:
+        return
+    low = min(a.min() for a in arrays)
+    high = max(a.max() for a in arrays)
+    for name, rows in tables:
+        bad = low if low < 0 else high if high >= rows else None
+        if bad is not None:
+            raise ConfigurationError(
+                f"embedding layer {name!r} has {rows} rows, so its ids must be whole numbers "
+                f"from 0 to {rows - 1}; hash or clip the ids into that range, or make the "
+                f"table larger. Received: id {bad.item()!r} in partition {partition} (nothing "
+                "of the chunk that holds it was pushed)"
+            )
+
+
 class RowAccess:
     """Executor: a compiled model's weights by name, single rows of its embedding tables,
     and the rows a chunk may have changed. Not thread-safe (one task at a time).

@@ -43,7 +43,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.embeddings import RowAccess
+from tensorspark.models.embeddings import RowAccess, check_chunk_ids, table_bounds
 from tensorspark.models.keras_checks import model_shapes
 
 if TYPE_CHECKING:
@@ -359,6 +359,16 @@ class KerasTrainer:
             self._core.reset_optimizer()
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
+        self._tables: list[tuple[str, int]] | None = None
+
+    def check_ids(self, batches: list[Block], partition: int) -> None:
+        """Refuse a chunk whose ids fall outside an embedding table (before it trains;
+        :func:`~tensorspark.models.embeddings.check_chunk_ids`)."""
+        if self._tables is None:
+            self._tables = table_bounds(self._core.model)
+        if self._tables:
+            firsts = [b[0][0] if isinstance(b[0], (list, tuple)) else b[0] for b in batches]
+            check_chunk_ids(self._tables, [f for f in firsts if not isinstance(f, dict)], partition)
 
     @property
     def model(self) -> keras.Model:

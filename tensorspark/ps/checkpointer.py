@@ -60,6 +60,7 @@ class Checkpointer:
         positive_number("checkpoint_interval", interval)
         self.server = server
         self.manager = manager
+        manager.restart_chain()  # this server's changed rows start here: a full one first
         self.interval = float(interval)
         self.extra_meta = dict(extra_meta or {})
         self.applied_before = int(applied_before)
