@@ -140,6 +140,12 @@ def test_incremental_checkpoints_restore_and_resume_to_the_full_checkpoints_weig
     """Sync mode: a run checkpointing increments (a full one every 3) and a run writing
     full checkpoints restore the same weights, and resuming from each trains to the same
     weights."""
+    import keras
+
+    def fresh():  # type: ignore[no-untyped-def]
+        keras.backend.clear_session()  # the same layer names as the run that checkpointed
+        return _model("adagrad")
+
     rdd, _ = _rdd(sc, 1500)
     weights, restored = {}, {}
     for full_every in (0, 3):
@@ -148,7 +154,7 @@ def test_incremental_checkpoints_restore_and_resume_to_the_full_checkpoints_weig
             mode="sync", sync_interval=5, batch_size=50, checkpoint_dir=folder,
             checkpoint_interval=0.05, keep_checkpoints=50, checkpoint_full_every=full_every,
         )  # fmt: skip
-        model = _model("adagrad")
+        model = fresh()
         sps.SparkSession(sc, model, **settings).fit(rdd, epochs=1)
         restored[full_every] = sps.load_checkpoint(folder)
         for got, want in zip(
@@ -158,7 +164,7 @@ def test_incremental_checkpoints_restore_and_resume_to_the_full_checkpoints_weig
         names = os.listdir(folder)
         kinds = {n[:4] for n in names}
         assert kinds == ({"ckpt", "incr"} if full_every else {"ckpt"}), names
-        again = _model("adagrad")
+        again = fresh()
         sps.SparkSession(sc, again, resume=True, **settings).fit(rdd, epochs=2)
         weights[full_every] = again.get_weights()
     for full, incremental in zip(weights[0], weights[3], strict=True):
