@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorspark.arguments import positive_int
-from tensorspark.checkpoint import chain
+from tensorspark.checkpoint.chain import Entry, parse, resolve, retained
 from tensorspark.checkpoint.format import (
     NAME_PATTERN,
     Checkpoint,
@@ -313,13 +313,13 @@ class CheckpointManager:
             self._prune(keep_name=name)
         return where
 
-    def _entries(self) -> list[chain.Entry]:
+    def _entries(self) -> list[Entry]:
         """The checkpoint files (full and increments), oldest first; [] when the directory
         does not exist."""
         try:
             if not self._storage.exists(self._dir):
                 return []
-            return chain.parse(self._storage.list(self._dir))
+            return parse(self._storage.list(self._dir))
         except StorageError as err:
             raise CheckpointError(f"Could not list checkpoints in {self.location}: {err}") from err
 
@@ -331,7 +331,7 @@ class CheckpointManager:
         """Delete all but the newest ``keep`` checkpoints, never a file a kept increment
         needs, and the broken files a fallback skipped."""
         entries = [e for e in self._entries() if e.name not in self._stale]
-        kept = chain.retained(entries, self.keep, also=[keep_name])
+        kept = retained(entries, self.keep, also=[keep_name])
         doomed = [e.name for e in entries if e.name not in kept] + sorted(self._stale)
         self._stale = set()
         for name in doomed:
@@ -373,7 +373,7 @@ class CheckpointManager:
                         return checkpoint
                     continue
                 try:
-                    return chain.resolve(
+                    return resolve(
                         entry,
                         entries,
                         lambda name: self._read(name, skip_invalid=False),  # type: ignore[arg-type,return-value]

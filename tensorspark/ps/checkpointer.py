@@ -99,6 +99,8 @@ class Checkpointer:
             if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
                 self.saved.append(path)
+                if isinstance(self.server, ParameterServer) and self.server.running:
+                    self.server.annotate("checkpoints", self.manager.bytes)
             return path
 
     def check(self) -> None:

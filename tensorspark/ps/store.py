@@ -158,17 +158,12 @@ class Store:
         return {p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()}
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
-        """A copy of the parameters, with version, progress and the combiner's state.
-
-        ``rows_since``: of each row-sparse table, only the rows changed after that version
-        are copied (:attr:`Snapshot.rows`), the table left out of ``params``; an
-        incremental checkpoint writes those.
-        """
+        """A copy of the parameters, with version, progress and the combiner's state;
+        ``rows_since``: of each row-sparse table only the rows changed after that version
+        (:attr:`Snapshot.rows`, an increment's; the table is left out of ``params``)."""
         state, state_meta = self.combiner.state()
-        rows = (
-            {} if rows_since is None else self._rows.changed_since(self._sets.current, rows_since)
-        )
         current = self._sets.current
+        rows = {} if rows_since is None else self._rows.changed_since(current, rows_since)
         return Snapshot(
             params={k: v.copy() for k, v in current.items() if k not in rows},
             rows=rows,

@@ -258,18 +258,9 @@ class MicroBatchTrainer:
         }
         saving = time.time()
         self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
-        saved = time.time()
-        return BatchRecord(
-            batch_id,
-            rows,
-            bad,
-            started,
-            saved,
-            snap.version,
-            False,
-            saved - saving,
-            *arrival,
-        )
+        saved, written = time.time(), self.checkpoints.manager.bytes
+        record = (batch_id, rows, bad, started, saved, snap.version, False, saved - saving)
+        return BatchRecord(*record, *arrival, written["last"], written["last_kind"])
 
     # ------------------------------------------------------------------ the batch's data
 

@@ -51,6 +51,10 @@ def test_checkpoints_follow_the_rows_that_changed(tmp_path) -> None:
                 assert checkpointer.save_now() is not None
         expected = server.params()
         status = server.status()
+    # /status shows the checkpoints' bytes (full and incremental)
+    shown = status["checkpoints"]
+    assert shown["last_kind"] == "increment" and 0 < shown["last"]
+    assert shown["full_total"] > 20 * shown["increment_total"] / 3 > 0
     names = [os.path.basename(p) for p in checkpointer.saved]
     assert [n[:4] for n in names] == ["ckpt", "incr", "incr", "ckpt", "incr"]
     full = os.path.getsize(tmp_path / names[3])
