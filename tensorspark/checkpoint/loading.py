@@ -7,9 +7,11 @@ chain included).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 
 from tensorspark.checkpoint.format import SUFFIX, Checkpoint, checkpoint_name, decode_checkpoint
+from tensorspark.checkpoint.increments import increment_fields
 from tensorspark.checkpoint.manager import CheckpointManager
 from tensorspark.errors import CheckpointError, StorageError
 from tensorspark.storage import open_location
@@ -30,7 +32,8 @@ def load_checkpoint(
     timeout: float = DEFAULT_READ_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> Checkpoint:
-    """Load a checkpoint file, or the newest valid one of a checkpoint directory.
+    """Load a checkpoint file, or the newest valid one of a checkpoint directory (an
+    increment's file: the state its chain restores).
 
     Runs on the driver (or anywhere with access to the storage).
 
@@ -52,6 +55,11 @@ def load_checkpoint(
         conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
     )
     storage, path = open_location(location, options)
+    name = posixpath.basename(path.rstrip("/"))
+    if increment_fields(name) is not None:  # an increment: its chain, from its folder
+        folder = location.rstrip("/")[: -len(name)].rstrip("/")
+        manager = CheckpointManager(folder, storage=storage, path=posixpath.dirname(path))
+        return manager.restore(name)
     if location.rstrip("/").endswith(SUFFIX):
         where = location.rstrip("/")
         try:

@@ -391,6 +391,27 @@ class CheckpointManager:
                     self._stale.add(entry.name)
         return None
 
+    def restore(self, name: str) -> Checkpoint:
+        """The state the increment ``name`` of this folder restores (its chain, verified).
+
+        Raises:
+            CheckpointError: it or a file of its chain is missing, corrupt or of another run.
+        """
+        with self._lock:
+            entries = self._entries()
+            entry = next((e for e in entries if e.name == name and not e.full), None)
+            if entry is None:
+                raise CheckpointError(
+                    f"Checkpoint increment {self._file_location(name)} is missing"
+                )
+            return resolve(
+                entry,
+                entries,
+                lambda n: self._read(n, skip_invalid=False),  # type: ignore[arg-type,return-value]
+                self._read_increment,
+                self._file_location,
+            )
+
     def _read_increment(self, name: str) -> Increment:
         where = self._file_location(name)
         try:

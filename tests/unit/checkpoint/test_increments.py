@@ -195,3 +195,19 @@ def test_bytes_are_counted(tmp_path) -> None:
     model.save(manager)
     assert manager.bytes["full_total"] > 20 * manager.bytes["increment_total"] > 0
     assert manager.bytes["last_kind"] == "increment"
+
+
+def test_load_checkpoint_of_an_increment_file_restores_its_chain(tmp_path) -> None:
+    manager = CheckpointManager(str(tmp_path), keep=10, full_every=5)
+    model = Model()
+    states = []
+    for batch in range(3):
+        model.step()
+        model.save(manager, batch)
+        states.append({k: v.copy() for k, v in model.params.items()})
+    middle = str(tmp_path / increment_name(2, 1, 1))
+    restored = load_checkpoint(middle)
+    assert restored.version == 2 and restored.path == middle
+    assert_same(restored, states[1])
+    with pytest.raises(CheckpointError, match="is missing"):
+        load_checkpoint(str(tmp_path / increment_name(9, 1, 1)))
