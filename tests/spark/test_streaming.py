@@ -389,6 +389,11 @@ def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
     assert stream["pushes"] == pushes and last.version == pushes
     assert status["skipped_batches"] == 0 and status["batches"] == files
     assert any(spec["shape"][0] == EMBEDDING_ROWS for spec in last.signature.values())
+    # the run after the second crash: a full checkpoint first, then an increment
+    kinds = [r["checkpoint_kind"] for r in status["recent"] if not r["skipped"]]
+    assert kinds[:2] == ["full", "increment"], status["recent"]
+    sizes = [r["checkpoint_bytes"] for r in status["recent"] if not r["skipped"]]
+    assert sizes[1] * 5 < sizes[0], sizes
 
 
 def test_an_embedding_model_streams_row_sparse_through_two_shards(
