@@ -199,12 +199,12 @@ def table_bounds(model: Any) -> list[tuple[str, int]]:
 
 
 def check_chunk_ids(
-    tables: Sequence[tuple[str, int]], features: Sequence[Any], partition: int
+    tables: Sequence[tuple[str, int]], batches: Sequence[Any], partition: int
 ) -> None:
     """Executor, before a chunk trains: refuse ids outside a table in any of its rows (its
     min and max against the table's rows), so nothing of the chunk is pushed.
 
-    ``features``: the first input of each mini-batch of the chunk.
+    ``batches``: the chunk's mini-batches (features first; of several inputs, the first).
 
     Raises:
         ConfigurationError: naming the table, its rows, the id and the partition (the
@@ -212,7 +212,8 @@ def check_chunk_ids(
     """
     if not tables:
         return
-    arrays = [np.asarray(f) for f in features]
+    features = [b[0][0] if isinstance(b[0], (list, tuple)) else b[0] for b in batches]
+    arrays = [np.asarray(f) for f in features if not isinstance(f, Mapping)]
     arrays = [a for a in arrays if a.size and a.dtype.kind in "iuf"]
     if not arrays:
         return

@@ -362,13 +362,9 @@ class KerasTrainer:
         self._tables: list[tuple[str, int]] | None = None
 
     def check_ids(self, batches: list[Block], partition: int) -> None:
-        """Refuse a chunk whose ids fall outside an embedding table (before it trains;
-        :func:`~tensorspark.models.embeddings.check_chunk_ids`)."""
-        if self._tables is None:
-            self._tables = table_bounds(self._core.model)
-        if self._tables:
-            firsts = [b[0][0] if isinstance(b[0], (list, tuple)) else b[0] for b in batches]
-            check_chunk_ids(self._tables, [f for f in firsts if not isinstance(f, dict)], partition)
+        """Refuse ids outside an embedding table before a chunk trains (:func:`check_chunk_ids`)."""
+        self._tables = table_bounds(self._core.model) if self._tables is None else self._tables
+        check_chunk_ids(self._tables, batches, partition)
 
     @property
     def model(self) -> keras.Model:
