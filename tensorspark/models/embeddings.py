@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -196,6 +196,13 @@ def table_bounds(model: Any) -> list[tuple[str, int]]:
     """``(layer name, rows)`` of each embedding table that looks the model's first input
     up directly (the tables :func:`check_chunk_ids` checks)."""
     return [(layer.name, int(layer.input_dim)) for layer in input_tables(model)]
+
+
+def chunk_checker(model: Any) -> Callable[[Sequence[Any], int], None]:
+    """``check(batches, partition)``: :func:`check_chunk_ids` against ``model``'s tables
+    (found once, here)."""
+    tables = table_bounds(model)
+    return lambda batches, partition: check_chunk_ids(tables, batches, partition)
 
 
 def check_chunk_ids(

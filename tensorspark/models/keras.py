@@ -43,7 +43,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.embeddings import RowAccess, check_chunk_ids, table_bounds
+from tensorspark.models.embeddings import RowAccess, chunk_checker
 from tensorspark.models.keras_checks import model_shapes
 
 if TYPE_CHECKING:
@@ -359,12 +359,7 @@ class KerasTrainer:
             self._core.reset_optimizer()
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
-        self._tables: list[tuple[str, int]] | None = None
-
-    def check_ids(self, batches: list[Block], partition: int) -> None:
-        """Refuse ids outside an embedding table before a chunk trains (:func:`check_chunk_ids`)."""
-        self._tables = table_bounds(self._core.model) if self._tables is None else self._tables
-        check_chunk_ids(self._tables, batches, partition)
+        self.check_ids = chunk_checker(self._core.model)  # the worker's, before each chunk
 
     @property
     def model(self) -> keras.Model:
