@@ -211,3 +211,19 @@ def test_load_checkpoint_of_an_increment_file_restores_its_chain(tmp_path) -> No
     assert_same(restored, states[1])
     with pytest.raises(CheckpointError, match="is missing"):
         load_checkpoint(str(tmp_path / increment_name(9, 1, 1)))
+
+
+def test_fallback_past_a_missing_full_checkpoint_to_the_chain_before(tmp_path) -> None:
+    manager = CheckpointManager(str(tmp_path), keep=10, full_every=2)
+    model = Model()
+    states = []
+    for batch in range(5):  # full 1, increments 2 and 3, full 4, increment 5
+        model.step()
+        model.save(manager, batch)
+        states.append({k: v.copy() for k, v in model.params.items()})
+    (tmp_path / "ckpt-000000000004.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="ckpt-000000000004.safetensors, is missing"):
+        load_checkpoint(str(tmp_path))
+    restored = CheckpointManager(str(tmp_path), fallback=True).latest()
+    assert restored.version == 3
+    assert_same(restored, states[2])
