@@ -6,31 +6,33 @@ wins over the built-in default. The keys are declared with the settings they sup
 (:mod:`tensorspark.settings.declared`); the table below is their documentation (README
 repeats it).
 
-====================================  =======================  ==========================
-Spark conf key                        SparkSession argument    default
-====================================  =======================  ==========================
-spark.tensorspark.server.host         server_host              spark.driver.host
-spark.tensorspark.server.bind         server_bind_host         the server host
-spark.tensorspark.server.port         server_port              0 (free port); "P" or "P1-P2"
-spark.tensorspark.ps.timeout          ps_timeout               60 (seconds)
-spark.tensorspark.checkpoint.dir      checkpoint_dir           none (no checkpoints)
-spark.hdfs.dir  (the seed's key)      checkpoint_dir           <dir>/tensorspark/<name>
-spark.tensorspark.checkpoint.interval checkpoint_interval      600 (seconds)
-spark.tensorspark.checkpoint.keep     keep_checkpoints         3
-spark.tensorspark.secret.file         secret (file contents)   a fresh random secret
-spark.tensorspark.ssl.certfile        ssl_certfile             none (plain HTTP)
-spark.tensorspark.ssl.keyfile         ssl_keyfile              none
-spark.tensorspark.ssl.cafile          ssl_cafile               none
-spark.tensorspark.compression         compression              none (float32); bf16, fp16, int8
-spark.tensorspark.ps.shards           ps_shards                1 (one server thread)
-spark.tensorspark.webhdfs.url         (storage)                from dfs.namenode.http-address
-spark.tensorspark.warmup.enabled      warm_up                  on (off with dynamic allocation)
-spark.tensorspark.warmup.pools        (warm-up)                auto: rdd, and dataframe when
-                                                               a SQL session is active
-spark.tensorspark.warmup.keepAlive    (warm-up)                600 (seconds; 0: none)
-====================================  =======================  ==========================
+======================================  =======================  ==========================
+Spark conf key                          SparkSession argument    default
+======================================  =======================  ==========================
+spark.tensorspark.server.host           server_host              spark.driver.host
+spark.tensorspark.server.bind           server_bind_host         the server host
+spark.tensorspark.server.port           server_port              0 (free port); "P" or "P1-P2"
+spark.tensorspark.ps.timeout            ps_timeout               60 (seconds)
+spark.tensorspark.checkpoint.dir        checkpoint_dir           none (no checkpoints)
+spark.hdfs.dir  (the seed's key)        checkpoint_dir           <dir>/tensorspark/<name>
+spark.tensorspark.checkpoint.interval   checkpoint_interval      600 (seconds)
+spark.tensorspark.checkpoint.keep       keep_checkpoints         3
+spark.tensorspark.checkpoint.fullEvery  checkpoint_full_every    10 (increments per full one)
+spark.tensorspark.checkpoint.fallback   checkpoint_fallback      false
+spark.tensorspark.secret.file           secret (file contents)   a fresh random secret
+spark.tensorspark.ssl.certfile          ssl_certfile             none (plain HTTP)
+spark.tensorspark.ssl.keyfile           ssl_keyfile              none
+spark.tensorspark.ssl.cafile            ssl_cafile               none
+spark.tensorspark.compression           compression              none (float32); bf16, fp16, int8
+spark.tensorspark.ps.shards             ps_shards                1 (one server thread)
+spark.tensorspark.webhdfs.url           (storage)                from dfs.namenode.http-address
+spark.tensorspark.warmup.enabled        warm_up                  on (off with dynamic allocation)
+spark.tensorspark.warmup.pools          (warm-up)                auto: rdd, and dataframe when
+                                                                 a SQL session is active
+spark.tensorspark.warmup.keepAlive      (warm-up)                600 (seconds; 0: none)
+======================================  =======================  ==========================
 
-The ``warmup`` keys are read by :mod:`tensorspark.warmup` (README, "Cold starts").
+The ``warmup`` keys are read by :mod:`  tensorspark.warmup` (README, "Cold starts").
 """
 
 from __future__ import annotations

@@ -58,8 +58,7 @@ class SparkSession:
         batch_size: examples per mini-batch.
         weight_combiner: ``"dynsgd"`` (default), ``"delta"``, ``"mean"`` or a
             :class:`~tensorspark.ps.WeightCombiner`.
-        server_reusable: keep the server (and its weights) alive between runs; call
-            :meth:`close` when done.
+        server_reusable: keep the server (and its weights) between runs; :meth:`close` ends it.
         mode: ``"async"`` (default) or ``"sync"`` (bulk-synchronous rounds, gang-scheduled).
         max_staleness: async only; see README "Training modes".
         ps_timeout: seconds executors keep retrying an unreachable server.
@@ -83,17 +82,16 @@ class SparkSession:
             ``spark.tensorspark.webhdfs.url`` / ``dfs.namenode.http-address``); default
             ``spark.tensorspark.checkpoint.dir``, or ``<spark.hdfs.dir>/tensorspark/<name>``.
         checkpoint_interval: seconds between checkpoints (one more is written at the end).
-        keep_checkpoints: how many of the newest checkpoints to keep.
-        resume: continue from the newest valid checkpoint in ``checkpoint_dir``:
-            parameters, version and per-partition progress are restored, and partitions
-            skip the mini-batches already applied.
+        keep_checkpoints: how many of the newest checkpoints to keep (and what they need).
+        resume: continue from the newest valid checkpoint in ``checkpoint_dir`` (weights,
+            version, progress: partitions skip the mini-batches already applied).
         hdfs_auth: ``"insecure"`` (the HDFS user is ``user``), ``"token"`` or ``"kerberos"``.
         hdfs_token: the delegation token for ``hdfs_auth="token"``.
-        checkpoint_max_failures: consecutive failed checkpoint writes tolerated (logged and
-            retried) before the run fails.
-        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a
-            :class:`~tensorspark.ps.Compression`: deltas pushed (with error feedback) and
-            weights pulled in that format (default ``spark.tensorspark.compression``).
+        checkpoint_max_failures: failed checkpoint writes in a row tolerated (retried).
+        checkpoint_full_every: row-sparse tables: increments between full checkpoints.
+        checkpoint_fallback: resume from an older checkpoint if an increment's is broken.
+        compression: ``None``, ``"bf16"``, ``"fp16"``, ``"int8"`` or a ``Compression``: deltas
+            pushed (error feedback) and weights pulled so (``spark.tensorspark.compression``).
         outer_lr: ``weight_combiner="nesterov"``'s outer learning rate (default 0.7).
         outer_momentum: ``weight_combiner="nesterov"``'s momentum (default 0.9).
         ps_shards: parameter-server processes on the driver, each holding a slice of the model;
@@ -142,6 +140,8 @@ class SparkSession:
         hdfs_auth: str = "insecure",
         hdfs_token: str | None = None,
         checkpoint_max_failures: int = 5,
+        checkpoint_full_every: int | None = None,
+        checkpoint_fallback: bool | None = None,
         compression: Compression | str | None = None,
         outer_lr: float | None = None,
         outer_momentum: float | None = None,

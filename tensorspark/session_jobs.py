@@ -296,6 +296,8 @@ def fit_stream(
         query_name=query_name,
         user=sess.user,
         keep_checkpoints=int(sess.options["keep_checkpoints"]),  # resolved: conf.py's default
+        full_every=int(sess.options["checkpoint_full_every"]),
+        fallback=bool(sess.options["checkpoint_fallback"]),
         conf=tsconf.ConfSnapshot.take(sess.sc),
         tensorboard_dir=tensorboard_dir,
         tables=host.tables,

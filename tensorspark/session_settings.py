@@ -164,6 +164,8 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             auth=v["hdfs_auth"],
             token=v["hdfs_token"],
             max_failures=positive_int("checkpoint_max_failures", v["checkpoint_max_failures"]),
+            full_every=int(options["checkpoint_full_every"]),
+            fallback=bool(options["checkpoint_fallback"]),
         )
     elif v["resume"]:
         raise ConfigurationError(

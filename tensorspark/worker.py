@@ -244,6 +244,7 @@ class _Loop:
             self.version, self.base = self.client.pull(self.partition)
             self.model.set_weights(self.base)
         epochs: list[dict[str, Any]] = []
+        check_ids = getattr(self.model, "check_ids", None)
         data: EpochSource = (
             blocks if isinstance(blocks, EpochSource) else cfg.passes.over(blocks, self.partition)
         )
@@ -264,6 +265,8 @@ class _Loop:
                         first_index = index
                     chunk.append(batch)
                     if len(chunk) == cfg.sync_interval or is_last:
+                        if check_ids is not None:  # ids outside a table: nothing pushed
+                            check_ids(chunk, self.partition)
                         result = self.model.train_chunk(chunk)
                         chunk = []
                         stats.add(result)

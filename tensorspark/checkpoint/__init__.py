@@ -15,7 +15,8 @@ from tensorspark.checkpoint.format import (
     model_signature,
     signature_differences,
 )
-from tensorspark.checkpoint.manager import CheckpointManager, load_checkpoint
+from tensorspark.checkpoint.loading import load_checkpoint
+from tensorspark.checkpoint.manager import CheckpointManager
 
 __all__ = [
     "FORMAT",

@@ -16,13 +16,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorspark.arguments import positive_int
+from tensorspark.checkpoint.chain import Entry, parse, resolve, retained
 from tensorspark.checkpoint.format import (
     NAME_PATTERN,
-    SUFFIX,
     Checkpoint,
     checkpoint_name,
     decode_checkpoint,
     encode_checkpoint,
+)
+from tensorspark.checkpoint.increments import (
+    MAX_DEPTH,
+    Increment,
+    decode_increment,
+    encode_increment,
+    header_fields,
+    increment_name,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError, StorageError
 from tensorspark.storage import Storage, check_reachable, open_location
@@ -57,6 +65,11 @@ class CheckpointManager:
         connect_timeout: Seconds each storage network call may wait for its connection.
         attempts: Write attempts within one ``save`` (atomic writes make a retry safe).
         backoff_s: Wait before the second attempt; doubles for each further one.
+        full_every: With row-sparse tables (:meth:`save_increment`): a full checkpoint
+            after this many increments; 0 writes every checkpoint full.
+        fallback: Whether :meth:`latest` resumes from the newest consistent checkpoint
+            when a newer increment's chain is broken (missing or corrupt file), instead of
+            raising. The broken files are deleted after the next successful save.
         storage: Use this storage, with ``location`` as the directory path inside it,
             instead of opening one from ``location``.
         path: With ``storage``: the directory inside it, when ``location`` is the URL that
@@ -82,8 +95,19 @@ class CheckpointManager:
         backoff_s: float = 0.5,
         storage: Storage | None = None,
         path: str | None = None,
+        full_every: int = 10,
+        fallback: bool = False,
     ) -> None:
         keep = positive_int("keep", keep)
+        if (
+            not isinstance(full_every, int)
+            or isinstance(full_every, bool)
+            or not 0 <= full_every <= MAX_DEPTH
+        ):
+            raise ConfigurationError(
+                f"checkpoint_full_every must be an integer from 0 (every checkpoint full) to "
+                f"{MAX_DEPTH}. Received: checkpoint_full_every={full_every!r}"
+            )
         max_failures = positive_int("max_failures", max_failures)
         attempts = positive_int("attempts", attempts)
         if not isinstance(backoff_s, (int, float)) or not 0 <= backoff_s <= 60:
@@ -107,6 +131,18 @@ class CheckpointManager:
         self._backoff_s = float(backoff_s)
         self._failures = 0
         self._lock = threading.Lock()
+        self.full_every = full_every
+        self.fallback = bool(fallback)
+        # The newest checkpoint this manager wrote, which an increment follows.
+        self._head: dict[str, Any] | None = None
+        self._stale: set[str] = set()  # broken files skipped by a fallback
+        #: Bytes of the last checkpoint written, and of each kind in total.
+        self.bytes: dict[str, Any] = {
+            "last": 0,
+            "last_kind": "",
+            "full_total": 0,
+            "increment_total": 0,
+        }
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.location!r}, keep={self.keep})"
@@ -149,6 +185,77 @@ class CheckpointManager:
             params, version, mode, progress, extra_meta, state=state, state_meta=state_meta
         )
         name = checkpoint_name(version)
+        head = header_fields(data)
+        head.update(name=name, base=name, depth=0)
+        return self._write(name, data, int(version), head)
+
+    def restart_chain(self) -> None:
+        """Make the next checkpoint a full one (a new run: its server counts versions and
+        changed rows afresh)."""
+        with self._lock:
+            self._head = None
+
+    def increment_base(self) -> int | None:
+        """The version the next checkpoint may be an increment after (the newest one this
+        manager wrote), or None when it must be full: none written yet by this manager,
+        ``full_every`` increments since the full one, or ``full_every=0``."""
+        with self._lock:
+            head = self._head
+            if head is None or head["depth"] >= self.full_every:
+                return None
+            return int(head["version"])
+
+    def save_increment(
+        self,
+        dense: Mapping[str, Any],
+        rows: Mapping[str, tuple[Any, Any]],
+        since: int,
+        version: int,
+        mode: str,
+        progress: Mapping[int, Mapping[str, Any]],
+        extra_meta: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | None = None,
+        state_meta: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """Write an increment: the rows of each table changed since version ``since`` (the
+        value :meth:`increment_base` gave), the other tensors whole. Failures are retried
+        and tolerated as :meth:`save` does.
+
+        Raises:
+            CheckpointError: ``since`` is not the newest checkpoint this manager wrote, the
+                tensors do not match its model, or ``max_failures`` saves failed in a row.
+        """
+        with self._lock:
+            head = self._head
+        if head is None or int(head["version"]) != since or version < since:
+            raise CheckpointError(
+                f"An increment after version {since} cannot follow the newest checkpoint "
+                f"written to {self.location} ({None if head is None else head['name']}); "
+                "take the snapshot with increment_base()'s version"
+            )
+        depth = int(head["depth"]) + 1
+        name = increment_name(version, depth, since)
+        data = encode_increment(
+            dense,
+            rows,
+            signature=head["signature"],
+            order=head["order"],
+            version=version,
+            mode=mode,
+            progress=progress,
+            base=head["base"],
+            previous=head["name"],
+            previous_sha256=head["sha256"],
+            extra_meta=extra_meta,
+            state=state,
+            state_meta=state_meta,
+        )
+        document = header_fields(data)
+        document.update(name=name, base=head["base"], depth=depth)
+        return self._write(name, data, int(version), document)
+
+    def _write(self, name: str, data: bytes, version: int, head: dict[str, Any]) -> str | None:
+        """Write one file atomically, with retries; on success it becomes the head."""
         path = posixpath.join(self._dir, name)
         where = self._file_location(name)
         with self._lock:
@@ -191,26 +298,43 @@ class CheckpointManager:
                 )
                 return None
             self._failures = 0
+            full = head["depth"] == 0
+            self._head = head
+            self.bytes["last"] = len(data)
+            self.bytes["last_kind"] = "full" if full else "increment"
+            self.bytes["full_total" if full else "increment_total"] += len(data)
             logger.info(
-                "Checkpoint of version %d written: %s (%d bytes)", version, where, len(data)
+                "Checkpoint of version %d written: %s (%d bytes, %s)",
+                version,
+                where,
+                len(data),
+                "full" if full else f"increment {head['depth']} after {head['base']}",
             )
             self._prune(keep_name=name)
         return where
 
-    def _names(self) -> list[str]:
-        """Checkpoint file names in the directory, oldest first; [] when it does not exist."""
+    def _entries(self) -> list[Entry]:
+        """The checkpoint files (full and increments), oldest first; [] when the directory
+        does not exist."""
         try:
             if not self._storage.exists(self._dir):
                 return []
-            return sorted(n for n in self._storage.list(self._dir) if NAME_PATTERN.match(n))
+            return parse(self._storage.list(self._dir))
         except StorageError as err:
             raise CheckpointError(f"Could not list checkpoints in {self.location}: {err}") from err
 
+    def _names(self) -> list[str]:
+        """Checkpoint file names in the directory, oldest first."""
+        return [e.name for e in self._entries()]
+
     def _prune(self, keep_name: str) -> None:
-        names = self._names()
-        for name in names[: max(0, len(names) - self.keep)]:
-            if name == keep_name:
-                continue
+        """Delete all but the newest ``keep`` checkpoints, never a file a kept increment
+        needs, and the broken files a fallback skipped."""
+        entries = [e for e in self._entries() if e.name not in self._stale]
+        kept = retained(entries, self.keep, also=[keep_name])
+        doomed = [e.name for e in entries if e.name not in kept] + sorted(self._stale)
+        self._stale = set()
+        for name in doomed:
             try:
                 self._storage.delete(posixpath.join(self._dir, name))
                 logger.debug("Deleted old checkpoint %s", self._file_location(name))
@@ -230,18 +354,71 @@ class CheckpointManager:
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that reads back intact, or None if there is none.
 
-        A corrupt or truncated file is skipped with a WARNING naming it.
+        A corrupt or truncated full checkpoint is skipped with a WARNING naming it. The
+        newest being an increment, its chain is read back: its full checkpoint and every
+        increment after it, applied in order.
 
         Raises:
             CheckpointError: the storage could not be listed or read (e.g. the NameNode is
-                unreachable); that is not the same as having no checkpoint.
+                unreachable); that is not the same as having no checkpoint. Or the newest
+                increment's chain is broken (a file missing, corrupt or of another run) and
+                ``fallback`` is off; the message names the file.
         """
         with self._lock:
-            for name in reversed(self._names()):
-                checkpoint = self._read(name, skip_invalid=True)
-                if checkpoint is not None:
-                    return checkpoint
+            entries = self._entries()
+            for entry in reversed(entries):
+                if entry.full:
+                    checkpoint = self._read(entry.name, skip_invalid=True)
+                    if checkpoint is not None:
+                        return checkpoint
+                    continue
+                try:
+                    return resolve(
+                        entry,
+                        entries,
+                        lambda name: self._read(name, skip_invalid=False),  # type: ignore[arg-type,return-value]
+                        self._read_increment,
+                        self._file_location,
+                    )
+                except CheckpointError as err:
+                    if not self.fallback:
+                        raise
+                    logger.warning(
+                        "Skipping checkpoint %s (checkpoint_fallback=True): %s",
+                        self._file_location(entry.name),
+                        err,
+                    )
+                    self._stale.add(entry.name)
         return None
+
+    def restore(self, name: str) -> Checkpoint:
+        """The state the increment ``name`` of this folder restores (its chain, verified).
+
+        Raises:
+            CheckpointError: it or a file of its chain is missing, corrupt or of another run.
+        """
+        with self._lock:
+            entries = self._entries()
+            entry = next((e for e in entries if e.name == name and not e.full), None)
+            if entry is None:
+                raise CheckpointError(
+                    f"Checkpoint increment {self._file_location(name)} is missing"
+                )
+            return resolve(
+                entry,
+                entries,
+                lambda n: self._read(n, skip_invalid=False),  # type: ignore[arg-type,return-value]
+                self._read_increment,
+                self._file_location,
+            )
+
+    def _read_increment(self, name: str) -> Increment:
+        where = self._file_location(name)
+        try:
+            data = self._storage.read_bytes(posixpath.join(self._dir, name))
+        except StorageError as err:
+            raise CheckpointError(f"Could not read checkpoint increment {where}: {err}") from err
+        return decode_increment(data, where)
 
     def _read(self, name: str, *, skip_invalid: bool) -> Checkpoint | None:
         where = self._file_location(name)
@@ -266,53 +443,3 @@ class CheckpointManager:
             logger.warning("Skipping checkpoint %s: %s", where, message)
             return None
         return checkpoint
-
-
-def load_checkpoint(
-    location: str,
-    user: str | None = None,
-    conf: Mapping[str, str] | None = None,
-    *,
-    auth: str = "insecure",
-    token: str | None = None,
-    timeout: float = DEFAULT_READ_TIMEOUT,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-) -> Checkpoint:
-    """Load a checkpoint file, or the newest valid one of a checkpoint directory.
-
-    Runs on the driver (or anywhere with access to the storage).
-
-    Args:
-        location: A ``...safetensors`` file, or a directory of checkpoints.
-        user: HDFS user name.
-        conf: Spark configuration as a plain mapping.
-        auth: WebHDFS authentication: ``"insecure"``, ``"token"`` or ``"kerberos"``.
-        token: Delegation token for ``auth="token"``.
-        timeout: Seconds each storage network call may wait for an answer.
-        connect_timeout: Seconds each storage network call may wait for its connection.
-
-    Raises:
-        CheckpointError: the file is missing, corrupt or unreadable, or the directory holds
-            no valid checkpoint.
-        ConfigurationError: a bad location or auth setting.
-    """
-    options = StorageOptions.from_conf(
-        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
-    )
-    storage, path = open_location(location, options)
-    if location.rstrip("/").endswith(SUFFIX):
-        where = location.rstrip("/")
-        try:
-            data = storage.read_bytes(path)
-        except StorageError as err:
-            raise CheckpointError(f"Could not read checkpoint {where}: {err}") from err
-        return decode_checkpoint(data, where)
-    manager = CheckpointManager(location, storage=storage, path=path)
-    checkpoint = manager.latest()
-    if checkpoint is None:
-        raise CheckpointError(
-            f"No valid checkpoint in {manager.location}: expected files named like "
-            f"{checkpoint_name(0)} (corrupt ones are skipped and logged). Pass a checkpoint "
-            "directory or file that exists."
-        )
-    return checkpoint

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -189,6 +189,51 @@ def check_ids(model: Any, features: Any, what: str) -> None:
                 f"embedding layer {layer.name!r} has {rows} rows, so its ids must be whole "
                 f"numbers from 0 to {rows - 1}; hash or clip the ids into that range, or make "
                 f"the table larger. Received: {what}, first example with id {bad!r}"
+            )
+
+
+def table_bounds(model: Any) -> list[tuple[str, int]]:
+    """``(layer name, rows)`` of each embedding table that looks the model's first input
+    up directly (the tables :func:`check_chunk_ids` checks)."""
+    return [(layer.name, int(layer.input_dim)) for layer in input_tables(model)]
+
+
+def chunk_checker(model: Any) -> Callable[[Sequence[Any], int], None]:
+    """``check(batches, partition)``: :func:`check_chunk_ids` against ``model``'s tables
+    (found once, here)."""
+    tables = table_bounds(model)
+    return lambda batches, partition: check_chunk_ids(tables, batches, partition)
+
+
+def check_chunk_ids(
+    tables: Sequence[tuple[str, int]], batches: Sequence[Any], partition: int
+) -> None:
+    """Executor, before a chunk trains: refuse ids outside a table in any of its rows (its
+    min and max against the table's rows), so nothing of the chunk is pushed.
+
+    ``batches``: the chunk's mini-batches (features first; of several inputs, the first).
+
+    Raises:
+        ConfigurationError: naming the table, its rows, the id and the partition (the
+            driver raises it as the same class, :func:`tensorspark.jobs.spark_failure`).
+    """
+    if not tables:
+        return
+    features = [b[0][0] if isinstance(b[0], (list, tuple)) else b[0] for b in batches]
+    arrays = [np.asarray(f) for f in features if not isinstance(f, Mapping)]
+    arrays = [a for a in arrays if a.size and a.dtype.kind in "iuf"]
+    if not arrays:
+        return
+    low = min(a.min() for a in arrays)
+    high = max(a.max() for a in arrays)
+    for name, rows in tables:
+        bad = low if low < 0 else high if high >= rows else None
+        if bad is not None:
+            raise ConfigurationError(
+                f"embedding layer {name!r} has {rows} rows, so its ids must be whole numbers "
+                f"from 0 to {rows - 1}; hash or clip the ids into that range, or make the "
+                f"table larger. Received: id {bad.item()!r} in partition {partition} (nothing "
+                "of the chunk that holds it was pushed)"
             )
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.embeddings import RowAccess
+from tensorspark.models.embeddings import RowAccess, chunk_checker
 from tensorspark.models.keras_checks import model_shapes
 
 if TYPE_CHECKING:
@@ -362,6 +362,7 @@ class KerasTrainer:
             self._core.reset_optimizer()
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
+        self.check_ids = chunk_checker(self._core.model)  # the worker's, before each chunk
 
     @property
     def model(self) -> keras.Model:

@@ -60,6 +60,7 @@ class Checkpointer:
         positive_number("checkpoint_interval", interval)
         self.server = server
         self.manager = manager
+        manager.restart_chain()  # this server's changed rows start here: a full one first
         self.interval = float(interval)
         self.extra_meta = dict(extra_meta or {})
         self.applied_before = int(applied_before)
@@ -88,7 +89,7 @@ class Checkpointer:
     def save_now(self, force: bool = False) -> str | None:
         """Write a checkpoint if the version moved since the last one (or ``force``)."""
         with self._lock:
-            snap = self.server.snapshot()
+            snap = self.server.snapshot(rows_since=self.manager.increment_base())
             if not force and snap.version == self._last_version:
                 return None
             meta = dict(self.extra_meta)
@@ -98,6 +99,8 @@ class Checkpointer:
             if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
                 self.saved.append(path)
+                if isinstance(self.server, ParameterServer) and self.server.running:
+                    self.server.annotate("checkpoints", self.manager.bytes)
             return path
 
     def check(self) -> None:

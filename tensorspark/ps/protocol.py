@@ -80,8 +80,10 @@ class RunServer(Protocol):
         """The current weights by name (copies)."""
         ...
 
-    def snapshot(self) -> Snapshot:
-        """A consistent copy of the weights, version, progress and combiner state."""
+    def snapshot(self, rows_since: int | None = None) -> Snapshot:
+        """A consistent copy of the weights, version, progress and combiner state;
+        ``rows_since``: the tables' rows changed after that version only, where the server
+        tracks them (:attr:`Snapshot.rows`)."""
         ...
 
     def status(self) -> dict[str, Any]:

@@ -200,10 +200,11 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         """A copy of the current global parameters. Any thread (runs on the loop)."""
         return self._on_loop(self._store.params, "params()")
 
-    def snapshot(self) -> Snapshot:
-        """A copy of the current parameters, with version and progress, consistent.
-        Any thread (runs on the loop)."""
-        return self._on_loop(self._store.snapshot, "snapshot()")
+    def snapshot(self, rows_since: int | None = None) -> Snapshot:
+        """A copy of the current parameters, with version and progress, consistent;
+        ``rows_since``: of the row-sparse tables, the rows changed after that version only
+        (:attr:`Snapshot.rows`). Any thread (runs on the loop)."""
+        return self._on_loop(lambda: self._store.snapshot(rows_since), "snapshot()")
 
     def reset_progress(self) -> None:
         """Start a new run on this (reused) server: forget per-partition progress and

@@ -380,9 +380,10 @@ class ShardedServer(auth.SignedServer):
         """A copy of the whole model, from a consistent cut."""
         return {k: v.copy() for k, v in self.snapshot().params.items()}
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut
-        (see the module docstring).
+        (see the module docstring). ``rows_since`` is not used: the shards' tables are
+        saved whole (full checkpoints).
 
         Raises:
             ParameterServerError: the shards did not line up within ``cut_timeout``

@@ -29,6 +29,10 @@ class Snapshot:
     #: The combiner's state (e.g. the outer optimizer's momentum) and its JSON part.
     state: dict[str, np.ndarray] = field(default_factory=dict)
     state_meta: dict[str, Any] = field(default_factory=dict)
+    #: Taken with ``rows_since``: per row-sparse table, the ids and values of the rows
+    #: changed after that version (the table is then not in ``params``).
+    rows: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    rows_since: int | None = None
 
     def save(
         self,
@@ -39,14 +43,31 @@ class Snapshot:
         """Write this view as ``manager``'s next checkpoint, the combiner's state in the same
         file; ``progress``: the partitions' progress to record (default: this view's own).
 
+        Taken with ``rows_since`` (and a table tracked row by row), it is written as an
+        increment after that version (:meth:`CheckpointManager.save_increment
+        <tensorspark.checkpoint.CheckpointManager.save_increment>`).
+
         Returns and raises what :meth:`CheckpointManager.save
         <tensorspark.checkpoint.CheckpointManager.save>` does.
         """
+        progress = self.progress if progress is None else progress
+        if self.rows_since is not None:
+            return manager.save_increment(
+                self.params,
+                self.rows,
+                self.rows_since,
+                self.version,
+                self.mode,
+                progress,
+                extra_meta=extra_meta,
+                state=self.state,
+                state_meta=self.state_meta,
+            )
         return manager.save(
             self.params,
             self.version,
             self.mode,
-            self.progress if progress is None else progress,
+            progress,
             extra_meta=extra_meta,
             state=self.state,
             state_meta=self.state_meta,

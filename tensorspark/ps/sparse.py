@@ -107,6 +107,17 @@ class RowTables:
                 self.versions[name] = np.full(params[name].shape[0], version, np.int64)
         return dense, rows
 
+    def changed_since(
+        self, params: Mapping[str, np.ndarray], version: int
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per tracked table, the ids of the rows changed after ``version`` and a copy of
+        their values (an incremental checkpoint's rows)."""
+        changed = {}
+        for name, versions in self.versions.items():
+            ids = np.flatnonzero(versions > version)
+            changed[name] = (ids, params[name][ids])  # fancy indexing copies
+        return changed
+
     def changed_whole(self, names: Any, version: int) -> None:
         """Every row of the tracked tables among ``names`` changed at ``version``."""
         for name in names:

@@ -157,11 +157,17 @@ class Store:
         """Per-partition last applied ``{"epoch", "seq"}``."""
         return {p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()}
 
-    def snapshot(self) -> Snapshot:
-        """A copy of the parameters, with version, progress and the combiner's state."""
+    def snapshot(self, rows_since: int | None = None) -> Snapshot:
+        """A copy of the parameters, with version, progress and the combiner's state;
+        ``rows_since``: of each row-sparse table only the rows changed after that version
+        (:attr:`Snapshot.rows`, an increment's; the table is left out of ``params``)."""
         state, state_meta = self.combiner.state()
+        current = self._sets.current
+        rows = {} if rows_since is None else self._rows.changed_since(current, rows_since)
         return Snapshot(
-            params=self.params(),
+            params={k: v.copy() for k, v in current.items() if k not in rows},
+            rows=rows,
+            rows_since=rows_since if rows else None,
             version=self.version,
             progress=self.progress(),
             mode=self.mode,

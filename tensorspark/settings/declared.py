@@ -80,6 +80,27 @@ def _whole(key: str, text: str) -> int:
     return _positive(key, text, int, positive_int, "a positive integer")
 
 
+def _count(key: str, text: str) -> int:
+    """A whole number from 0 (checkpoint_full_every's range is checked by the manager)."""
+    try:
+        value = int(text.strip())
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        raise ConfigurationError(
+            f"{key} must be a whole number (0 or more). Received: {text!r}"
+        ) from None
+
+
+def _flag(key: str, text: str) -> bool:
+    """``true`` or ``false`` (any case)."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigurationError(f"{key} must be true or false. Received: {text!r}")
+    return value == "true"
+
+
 def _read_file(key: str, path: str) -> str:
     """The contents of the file at ``path`` (a secret), stripped."""
     try:
@@ -151,6 +172,23 @@ def _optional_int(name: str, value: Any) -> int | None:
 
 def _optional_seconds(name: str, value: Any) -> float | None:
     return positive_number(name, value, allow_none=True)
+
+
+def _optional_count(name: str, value: Any) -> int | None:
+    if value is not None and (
+        not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 9999
+    ):
+        raise ConfigurationError(
+            f"{name} must be an integer from 0 (every checkpoint full) to 9999. "
+            f"Received: {name}={value!r}"
+        )
+    return value
+
+
+def _optional_flag(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True, False or None. Received: {name}={value!r}")
+    return value
 
 
 def _divergence(name: str, value: Any) -> str:
@@ -283,6 +321,24 @@ SETTINGS: tuple[Setting, ...] = (
         "failed checkpoint writes tolerated (checked with a checkpoint_dir)",
     ),
     Setting(
+        "checkpoint_full_every",
+        None,
+        "row-sparse tables: a full checkpoint after this many increments (0: always full)",
+        conf="checkpoint.fullEvery",
+        parse=_count,
+        fallback=10,
+        check=_optional_count,
+    ),
+    Setting(
+        "checkpoint_fallback",
+        None,
+        "resume from the newest consistent checkpoint when an increment's chain is broken",
+        conf="checkpoint.fallback",
+        parse=_flag,
+        fallback=False,
+        check=_optional_flag,
+    ),
+    Setting(
         "compression",
         None,
         "the push/pull codec (checked with the combiner: ps.compression)",
@@ -316,6 +372,8 @@ CHECK_ORDER: tuple[str, ...] = (
     "ps_timeout",
     "checkpoint_interval",
     "keep_checkpoints",
+    "checkpoint_full_every",
+    "checkpoint_fallback",
     "max_body_bytes",
     "seed",
     "hdfs_auth",
@@ -332,6 +390,8 @@ CONF_ORDER: tuple[str, ...] = (
     "checkpoint.dir",
     "checkpoint.interval",
     "checkpoint.keep",
+    "checkpoint.fullEvery",
+    "checkpoint.fallback",
     "secret.file",
     "ssl.certfile",
     "ssl.keyfile",

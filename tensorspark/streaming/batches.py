@@ -247,7 +247,7 @@ class MicroBatchTrainer:
                 "StreamingTraining.stop()."
             )
         rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
-        snap = self.server.snapshot()
+        snap = self.server.snapshot(rows_since=self.checkpoints.manager.increment_base())
         server_status = self.server.status()
         counts = {
             "batch_id": batch_id,
@@ -259,18 +259,9 @@ class MicroBatchTrainer:
         }
         saving = time.time()
         self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
-        saved = time.time()
-        return BatchRecord(
-            batch_id,
-            rows,
-            bad,
-            started,
-            saved,
-            snap.version,
-            False,
-            saved - saving,
-            *arrival,
-        )
+        saved, written = time.time(), self.checkpoints.manager.bytes
+        record = (batch_id, rows, bad, started, saved, snap.version, False, saved - saving)
+        return BatchRecord(*record, *arrival, written["last"], written["last_kind"])
 
     # ------------------------------------------------------------------ the batch's data
 

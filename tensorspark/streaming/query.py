@@ -216,6 +216,8 @@ def fit_stream(
     user: str | None,
     keep_checkpoints: int,
     conf: ConfSnapshot,
+    full_every: int = 10,
+    fallback: bool = False,
     tensorboard_dir: str | None = None,
     tables: Sequence[str] = (),
     shuffle: bool = False,
@@ -252,7 +254,14 @@ def fit_stream(
             f"Argument `arrival_col` must name a column of the stream, one of {rows.columns}. "
             f"Received: arrival_col={columns.arrival!r}"
         )
-    manager = model_manager(checkpoint_location, user=user, conf=conf, keep=keep_checkpoints)
+    manager = model_manager(
+        checkpoint_location,
+        user=user,
+        conf=conf,
+        keep=keep_checkpoints,
+        full_every=full_every,
+        fallback=fallback,
+    )
     checkpoints = StreamCheckpoints(
         checkpoint_location, settings.name, manager, user=user, replay=replay.recorded()
     )

@@ -32,7 +32,8 @@ from tensorspark import connect, sparkcompat
 from tensorspark.arguments import positive_int
 from tensorspark.blocks.arrow import arrow_column_to_numpy
 from tensorspark.blocks.columns import column_type, float_array
-from tensorspark.checkpoint import CheckpointManager, checkpoint_version, load_checkpoint
+from tensorspark.checkpoint import CheckpointManager, load_checkpoint
+from tensorspark.checkpoint.chain import parse
 from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.streaming.batches import MicroBatchTrainer
@@ -66,11 +67,11 @@ class LiveModel:
         prepare_worker()
         manager = CheckpointManager(self.location, user=self.user, conf=dict(self.conf))
         files = manager.list()
-        version = checkpoint_version(files[-1].rsplit("/", 1)[-1]) if files else None
-        if version is None:
+        newest = parse([files[-1].rsplit("/", 1)[-1]]) if files else []
+        if not newest:
             return keras_io.cached(f"{self.key}-initial", self._build_initial), None
-        where = files[-1]
-        model = keras_io.cached(f"{self.key}-v{version}", lambda: self._build(where))
+        version, where = newest[0].version, files[-1]  # an increment: the name has its depth
+        model = keras_io.cached(f"{self.key}-{newest[0].name}", lambda: self._build(where))
         return model, version
 
     def _build_initial(self) -> Any:

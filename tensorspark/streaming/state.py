@@ -205,7 +205,13 @@ class StreamCheckpoints:
 
 
 def model_manager(
-    location: str, *, user: str | None, conf: Mapping[str, str], keep: int
+    location: str,
+    *,
+    user: str | None,
+    conf: Mapping[str, str],
+    keep: int,
+    full_every: int = 10,
+    fallback: bool = False,
 ) -> CheckpointManager:
     """The :class:`CheckpointManager` of ``<location>/model`` (driver).
 
@@ -219,5 +225,10 @@ def model_manager(
             f"Received: checkpoint_location={location!r}"
         )
     return CheckpointManager(
-        posixpath.join(location.rstrip("/"), MODEL_DIR), user=user, conf=conf, keep=keep
+        posixpath.join(location.rstrip("/"), MODEL_DIR),
+        user=user,
+        conf=conf,
+        keep=keep,
+        full_every=full_every,
+        fallback=fallback,
     )

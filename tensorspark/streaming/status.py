@@ -43,6 +43,10 @@ class BatchRecord:
     arrival_min: float | None = None
     arrival_median: float | None = None
     arrival_max: float | None = None
+    #: Bytes of the batch's model checkpoint, and whether it was ``"full"`` or an
+    #: ``"increment"`` (the rows of the tables the batch changed).
+    checkpoint_bytes: int = 0
+    checkpoint_kind: str = ""
 
     @property
     def lag_max(self) -> float:

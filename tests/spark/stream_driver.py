@@ -10,6 +10,10 @@ SIGKILL:
   written, before Spark commits the batch (from ``on_batch``);
 * ``--kill-in-run K``: as the K-th micro-batch this process trains (1-based) starts
   its training run (from a run listener), before any of its pushes is checkpointed.
+
+``--embedding``: the files hold ids (``features array<bigint>, label float``) and the model
+is the click model's (one row-sparse table of ``EMBEDDING_ROWS`` rows), so its checkpoints
+are increments of the rows each micro-batch changed (a full one every 2).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tensorspark.listeners import RunListener
 
 FEATURES = 4
 CLASSES = 3
+EMBEDDING_ROWS = 2048
 
 
 def crash() -> None:
@@ -85,19 +90,25 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--kill-after-batch", type=int, default=-1)
     parser.add_argument("--kill-in-run", type=int, default=-1)
+    parser.add_argument("--embedding", action="store_true")
     args = parser.parse_args()
 
     from tensorspark import SparkSession
 
     spark = local_spark({"spark.sql.shuffle.partitions": "2"})
-    rows = (
-        spark.readStream.schema("features array<float>, label long")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(args.data)
-    )
+    schema = "features array<float>, label long"
+    extra: dict[str, Any] = {}
+    trained = model()
+    if args.embedding:
+        from tensorspark.examples.ctr_embeddings import ctr_model
+
+        schema = "features array<bigint>, label float"
+        trained = ctr_model(rows=EMBEDDING_ROWS, fields=FEATURES, dim=8, hidden=8)
+        extra = {"checkpoint_full_every": 2}
+    rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(args.data)
     ks = SparkSession(
-        spark.sparkContext, model(), name="stream-test", batch_size=10, sync_interval=1,
-        warm_up=False,
+        spark.sparkContext, trained, name="stream-test", batch_size=10, sync_interval=1,
+        warm_up=False, **extra,
     )  # fmt: skip
     listeners = [KillInRun(args.kill_in_run)] if args.kill_in_run > 0 else []
 

@@ -3,6 +3,8 @@ and bad set-ups are refused on the driver."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from pyspark import SparkContext
@@ -113,3 +115,59 @@ def test_combiners_that_need_whole_tensors_are_refused(sc: SparkContext, combine
     with pytest.raises(ConfigurationError, match=f"Received: weight_combiner='{combiner}'"):
         sps.SparkSession(sc, _model(), weight_combiner=combiner)
     sps.SparkSession(sc, _model(), weight_combiner=combiner, embeddings="dense")  # allowed
+
+
+def test_an_id_outside_the_table_in_a_later_row_names_table_id_and_partition(
+    sc: SparkContext,
+) -> None:
+    """The driver checks the first example; an id in a later row is caught on the worker
+    before its chunk trains, and raised on the driver naming the table, id and partition."""
+    log = click_log(400, rows=ROWS, fields=FIELDS, seed=0)
+    ids = log.ids.copy()
+    ids[350, 1] = -1  # partition 1's rows are 200..399
+    rdd = sc.parallelize(list(zip(ids, log.labels, strict=True)), 2)
+    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=10)
+    with pytest.raises(ConfigurationError) as caught:
+        ks.fit(rdd, epochs=1)
+    message = str(caught.value)
+    assert f"has {ROWS} rows" in message and "Received: id -1 in partition 1" in message
+    assert "is not in [0" not in message  # not TensorFlow's gather error
+
+
+def test_incremental_checkpoints_restore_and_resume_to_the_full_checkpoints_weights(
+    sc: SparkContext, tmp_path
+) -> None:
+    """Sync mode: a run checkpointing increments (a full one every 3) and a run writing
+    full checkpoints restore the same weights, and resuming from each trains to the same
+    weights."""
+    import keras
+
+    def fresh():  # type: ignore[no-untyped-def]
+        keras.backend.clear_session()  # the same layer names as the run that checkpointed
+        return _model("adagrad")
+
+    rdd, _ = _rdd(sc, 1500)
+    weights, restored = {}, {}
+    for full_every in (0, 3):
+        folder = str(tmp_path / f"every-{full_every}")
+        settings = dict(
+            mode="sync", sync_interval=5, batch_size=50, checkpoint_dir=folder,
+            checkpoint_interval=0.05, keep_checkpoints=50, checkpoint_full_every=full_every,
+        )  # fmt: skip
+        model = fresh()
+        sps.SparkSession(sc, model, **settings).fit(rdd, epochs=1)
+        restored[full_every] = sps.load_checkpoint(folder)
+        for got, want in zip(
+            restored[full_every].params.values(), model.get_weights(), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)  # the chain restores the run's end
+        names = os.listdir(folder)
+        kinds = {n[:4] for n in names}
+        assert kinds == ({"ckpt", "incr"} if full_every else {"ckpt"}), names
+        again = fresh()
+        sps.SparkSession(sc, again, resume=True, **settings).fit(rdd, epochs=2)
+        weights[full_every] = again.get_weights()
+    for full, incremental in zip(weights[0], weights[3], strict=True):
+        np.testing.assert_allclose(incremental, full, rtol=0, atol=1e-6)
+    for name, value in restored[0].params.items():
+        np.testing.assert_allclose(restored[3].params[name], value, rtol=0, atol=1e-6)

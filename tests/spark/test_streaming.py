@@ -339,6 +339,63 @@ def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None
     assert status["skipped_batches"] == 0 and status["batches"] == files
 
 
+def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
+    tmp_path: Path,
+) -> None:
+    """The same two crashes with the click model: its checkpoints are increments of the
+    rows each micro-batch changed, and a restart restores the chain (a full checkpoint
+    and the increments after it) to the weights the crashed run had."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tensorspark.datasets.clicks import click_log
+
+    from .stream_driver import EMBEDDING_ROWS
+
+    files = 5
+    data = tmp_path / "in"
+    data.mkdir()
+    for index in range(files):
+        log = click_log(ROWS, rows=EMBEDDING_ROWS, fields=FEATURES, seed=index)
+        table = pa.table(
+            {
+                "features": pa.array([list(map(int, r)) for r in log.ids], pa.list_(pa.int64())),
+                "label": pa.array(log.labels.astype(np.float32), pa.float32()),
+            }
+        )
+        tmp = tmp_path / f".part-{index}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, data / f"part-{index:04d}.parquet")
+    ckpt, out = tmp_path / "ckpt", tmp_path / "status.json"
+
+    assert run_driver(data, ckpt, out, "--embedding", "--kill-after-batch", "1") == -9
+    names = sorted(os.listdir(ckpt / "model"))
+    assert any(n.startswith("incr-") for n in names), names  # batch 1: an increment
+    first = load_checkpoint(str(ckpt / "model"))
+    assert first.path.rsplit("/", 1)[-1].startswith("incr-")
+    assert first.meta["extra"]["stream"]["batch_id"] == 1
+
+    assert run_driver(data, ckpt, out, "--embedding", "--kill-in-run", "2") == -9
+    second = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
+    assert second["batch_id"] == 2 and second["samples"] == 3 * ROWS
+
+    assert run_driver(data, ckpt, out, "--embedding") == 0
+    status = json.loads(out.read_text())
+    last = load_checkpoint(str(ckpt / "model"))
+    stream = last.meta["extra"]["stream"]
+    assert stream["batch_id"] == files - 1 and stream["batches"] == files
+    assert stream["samples"] == stream["server_samples"] == files * ROWS
+    pushes = files * (ROWS // 10)
+    assert stream["pushes"] == pushes and last.version == pushes
+    assert status["skipped_batches"] == 0 and status["batches"] == files
+    assert any(spec["shape"][0] == EMBEDDING_ROWS for spec in last.signature.values())
+    # the run after the second crash: a full checkpoint first, then an increment
+    kinds = [r["checkpoint_kind"] for r in status["recent"] if not r["skipped"]]
+    assert kinds[:2] == ["full", "increment"], status["recent"]
+    sizes = [r["checkpoint_bytes"] for r in status["recent"] if not r["skipped"]]
+    assert sizes[1] * 5 < sizes[0], sizes
+
+
 def test_an_embedding_model_streams_row_sparse_through_two_shards(
     spark: Any, tmp_path: Path
 ) -> None:
