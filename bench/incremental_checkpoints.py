@@ -68,7 +68,7 @@ def push_changes(
             tensors: dict[str, Any] = {"dense/kernel": np.full((32, 1), 1e-3, np.float32)}
             tensors.update(rows_entry(TABLE, part, values))
             meta = {
-                "partition": 0, "epoch": 0, "seq": seq * 1000 + start, "attempt": 0,
+                "partition": 0, "epoch": 0, "seq": seq * 2**32 + start, "attempt": 0,
                 "samples": int(part.size), "base_version": server.version, "rows": [TABLE],
             }  # fmt: skip
             result = client.push(tensors, meta)
