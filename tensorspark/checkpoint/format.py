@@ -30,7 +30,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,34 +227,7 @@ def decode_checkpoint(data: bytes, location: str) -> Checkpoint:
     def bad(reason: str) -> CheckpointError:
         return CheckpointError(f"Checkpoint {location} is unreadable: {reason}")
 
-    if len(data) < 8:
-        raise bad(f"only {len(data)} bytes (truncated?)")
-    header_len = int.from_bytes(data[:8], "little")
-    if header_len > len(data) - 8:
-        raise bad(f"header of {header_len} bytes but the file has {len(data)} (truncated?)")
-    try:
-        header = json.loads(data[8 : 8 + header_len])
-        text = header["__metadata__"][METADATA_KEY]
-        document = json.loads(text)
-    except (ValueError, KeyError, TypeError) as err:
-        raise bad(f"no tensorspark metadata in the safetensors header ({err!r})") from err
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise bad(f"metadata is not a {FORMAT} document")
-    if document.get("format_version") not in READABLE_VERSIONS:
-        raise bad(
-            f"format_version {document.get('format_version')!r}; this tensorspark reads "
-            f"versions {list(READABLE_VERSIONS)} (was it written by a newer tensorspark?)"
-        )
-    try:
-        arrays = safetensors.numpy.load(bytes(data))
-    except Exception as err:  # safetensors raises its own SafetensorError and others.
-        raise bad(f"tensor data does not parse ({type(err).__name__}: {err})") from err
-    digest = _digest(arrays)
-    if digest != document.get("sha256"):
-        raise bad(
-            f"sha256 of the tensor bytes is {digest}, the header says "
-            f"{document.get('sha256')} (corrupted)"
-        )
+    document, arrays = verified_arrays(data, FORMAT, READABLE_VERSIONS, bad)
     try:
         state_doc = document.get("state") or {"tensors": {}, "meta": {}}
         state_names = {str(k): str(v) for k, v in state_doc["tensors"].items()}
@@ -371,3 +344,50 @@ def _progress_to_json(progress: Mapping[int, Mapping[str, Any]]) -> dict[str, di
             entry[str(key)] = value
         result[str(int(partition))] = entry
     return result
+
+
+def verified_arrays(
+    data: bytes,
+    format_name: str,
+    readable: tuple[int, ...],
+    bad: Callable[[str], CheckpointError],
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The metadata document and the tensors of a tensorspark safetensors file, checked.
+
+    The one reading of a checkpoint's and an increment's bytes: the header's length, the
+    document's ``format`` and ``format_version`` (one of ``readable``), and the tensors'
+    sha256 against the document's. ``bad`` makes the error, naming the file (pure).
+
+    Raises:
+        CheckpointError: from ``bad``, saying what is wrong (truncated, not ours, newer,
+            corrupted).
+    """
+    if len(data) < 8:
+        raise bad(f"only {len(data)} bytes (truncated?)")
+    header_len = int.from_bytes(data[:8], "little")
+    if header_len > len(data) - 8:
+        raise bad(f"header of {header_len} bytes but the file has {len(data)} (truncated?)")
+    try:
+        document = json.loads(json.loads(data[8 : 8 + header_len])["__metadata__"][METADATA_KEY])
+    except (ValueError, KeyError, TypeError) as err:
+        raise bad(f"no tensorspark metadata in the safetensors header ({err!r})") from err
+    if not isinstance(document, dict) or document.get("format") != format_name:
+        raise bad(f"metadata is not a {format_name} document")
+    if document.get("format_version") not in readable:
+        names = "version" if len(readable) == 1 else "versions"
+        shown = readable[0] if len(readable) == 1 else list(readable)
+        raise bad(
+            f"format_version {document.get('format_version')!r}; this tensorspark reads "
+            f"{names} {shown} (was it written by a newer tensorspark?)"
+        )
+    try:
+        arrays = safetensors.numpy.load(bytes(data))
+    except Exception as err:  # safetensors raises its own SafetensorError and others.
+        raise bad(f"tensor data does not parse ({type(err).__name__}: {err})") from err
+    digest = _digest(arrays)
+    if digest != document.get("sha256"):
+        raise bad(
+            f"sha256 of the tensor bytes is {digest}, the header says "
+            f"{document.get('sha256')} (corrupted)"
+        )
+    return document, arrays

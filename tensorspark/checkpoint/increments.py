@@ -47,6 +47,7 @@ from tensorspark.checkpoint.format import (
     check_version,
     model_signature,
     prepare_params,
+    verified_arrays,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError
 
@@ -178,32 +179,7 @@ def decode_increment(data: bytes, location: str) -> Increment:
     def bad(reason: str) -> CheckpointError:
         return CheckpointError(f"Checkpoint increment {location} is unreadable: {reason}")
 
-    if len(data) < 8:
-        raise bad(f"only {len(data)} bytes (truncated?)")
-    header_len = int.from_bytes(data[:8], "little")
-    if header_len > len(data) - 8:
-        raise bad(f"header of {header_len} bytes but the file has {len(data)} (truncated?)")
-    try:
-        document = json.loads(json.loads(data[8 : 8 + header_len])["__metadata__"][METADATA_KEY])
-    except (ValueError, KeyError, TypeError) as err:
-        raise bad(f"no tensorspark metadata in the safetensors header ({err!r})") from err
-    if not isinstance(document, dict) or document.get("format") != INCREMENT_FORMAT:
-        raise bad(f"metadata is not a {INCREMENT_FORMAT} document")
-    if document.get("format_version") != INCREMENT_FORMAT_VERSION:
-        raise bad(
-            f"format_version {document.get('format_version')!r}; this tensorspark reads "
-            f"version {INCREMENT_FORMAT_VERSION} (was it written by a newer tensorspark?)"
-        )
-    try:
-        arrays = safetensors.numpy.load(bytes(data))
-    except Exception as err:  # safetensors raises its own SafetensorError and others.
-        raise bad(f"tensor data does not parse ({type(err).__name__}: {err})") from err
-    digest = _digest(arrays)
-    if digest != document.get("sha256"):
-        raise bad(
-            f"sha256 of the tensor bytes is {digest}, the header says "
-            f"{document.get('sha256')} (corrupted)"
-        )
+    document, arrays = verified_arrays(data, INCREMENT_FORMAT, (INCREMENT_FORMAT_VERSION,), bad)
     try:
         state = {k: arrays[n] for n, k in document["state"]["tensors"].items()}
         rows = {
