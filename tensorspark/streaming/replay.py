@@ -105,7 +105,9 @@ class StreamReplay:
 def _seed(seed: object) -> int:
     """``seed`` as an int when it is an integer >= 0 (Python's or numpy's; not a bool)."""
     try:
-        value = None if isinstance(seed, bool) else operator.index(seed)  # type: ignore[arg-type]
+        # numpy < 2 takes a numpy bool as an index (with a DeprecationWarning): refused here.
+        refused = isinstance(seed, (bool, np.bool_))
+        value = None if refused else operator.index(seed)  # type: ignore[arg-type]
     except TypeError:
         value = None
     if value is None or value < 0:
