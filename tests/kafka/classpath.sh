@@ -1,32 +1,10 @@
 #!/usr/bin/env bash
 # Resolves the jars of a pom in this folder with Maven and prints the path of a file holding
-# their classpath (as tests/hdfs/minicluster/classpath.sh does). The jars are cached in
-# ~/.m2 and the classpath file under ${XDG_CACHE_HOME:-~/.cache}/tensorspark, keyed by the
-# pom, so after one run with network the tests start without Maven or network.
+# their classpath (tests/maven_classpath.sh: cached in ~/.m2 and ~/.cache/tensorspark, keyed
+# by the pom).
 #
 # Usage: tests/kafka/classpath.sh pom-broker.xml|pom-spark.xml
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-pom="$here/$1"
-cache="${TENSORSPARK_MINICLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorspark}"
-key="$(sha256sum "$pom" | cut -c1-16)"
-out="$cache/kafka-$key.classpath"
-
-complete() {
-  [[ -s "$out" ]] || return 1
-  local jar
-  while IFS= read -r jar; do
-    [[ -f "$jar" ]] || return 1
-  done < <(tr ':' '\n' < "$out")
-}
-
-if ! complete; then
-  mkdir -p "$cache"
-  tmp="$(mktemp "$out.XXXXXX")"
-  trap 'rm -f "$tmp"' EXIT
-  mvn -q -B -Dstyle.color=never -f "$pom" dependency:build-classpath -DincludeScope=runtime \
-    -Dmdep.outputFile="$tmp" >&2
-  mv "$tmp" "$out"
-fi
-echo "$out"
+exec bash "$here/../maven_classpath.sh" kafka "$here/$1"
