@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hdfs
 import pytest
@@ -25,6 +26,9 @@ import requests
 from pyspark import SparkContext
 
 from tests.ports import free_port
+
+if TYPE_CHECKING:
+    from tests.spark.conftest import KeptContext
 
 MINICLUSTER = Path(__file__).resolve().parent / "minicluster"
 CLASSPATH_SCRIPT = MINICLUSTER / "classpath.sh"
@@ -263,43 +267,17 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsClust
         cluster.stop()
 
 
-class _HdfsContext:
-    """The one local[2] SparkContext of tests/hdfs, started on first use and kept for every
-    module after (its Python workers, TensorFlow imported, with it) while it is the process's
-    active context."""
-
-    def __init__(self, cluster: HdfsCluster) -> None:
-        self.cluster = cluster
-        self.sc: SparkContext | None = None
-
-    def get(self) -> SparkContext:
-        from tests.spark.conftest import make_conf, new_context
-
-        active = SparkContext._active_spark_context  # noqa: SLF001
-        if self.sc is not None and active is self.sc:
-            return self.sc
-        if active is not None:
-            active.stop()  # one per JVM
-        conf = make_conf("local[2]").set("spark.tensorspark.webhdfs.url", self.cluster.webhdfs_url)
-        self.sc = new_context(conf)
-        self.sc.setLogLevel("ERROR")
-        return self.sc
-
-    def stop(self) -> None:
-        if self.sc is not None:
-            self.sc.stop()
-            self.sc = None
-
-
 @pytest.fixture(scope="package")
-def hdfs_contexts(hdfs_cluster: HdfsCluster) -> Iterator[_HdfsContext]:
-    contexts = _HdfsContext(hdfs_cluster)
+def hdfs_contexts(hdfs_cluster: HdfsCluster) -> Iterator[KeptContext]:
+    from tests.spark.conftest import KeptContext
+
+    contexts = KeptContext({"spark.tensorspark.webhdfs.url": hdfs_cluster.webhdfs_url})
     yield contexts
     contexts.stop()
 
 
 @pytest.fixture(scope="module")
-def hdfs_sc(hdfs_contexts: _HdfsContext) -> SparkContext:
+def hdfs_sc(hdfs_contexts: KeptContext) -> SparkContext:
     """A local[2] SparkContext whose conf names this HDFS's WebHDFS address, shared by the
     modules of tests/hdfs (stopped after the last; tests/spark's fixtures start theirs again
     when needed).

@@ -7,7 +7,7 @@ test needs another master (``local[2,4]`` lets Spark retry failed tasks).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 from pyspark import SparkConf, SparkContext
@@ -60,6 +60,36 @@ def new_context(conf: SparkConf) -> SparkContext:
         if key not in inherited:
             system.clearProperty(key)
     return sc
+
+
+class KeptContext:
+    """One local[2] SparkContext with ``settings`` added to its conf, started on first use and
+    kept for every module of a test set after (its Python workers, TensorFlow imported, with
+    it) while it is the process's active context. tests/hdfs and tests/s3 each keep one."""
+
+    def __init__(self, settings: Mapping[str, str]) -> None:
+        self.settings = dict(settings)
+        self.sc: SparkContext | None = None
+
+    def get(self) -> SparkContext:
+        """The kept context, or a new one: the process's active context is stopped first
+        when it is another (one per JVM)."""
+        active = SparkContext._active_spark_context  # noqa: SLF001
+        if self.sc is not None and active is self.sc:
+            return self.sc
+        if active is not None:
+            active.stop()
+        conf = make_conf("local[2]")
+        for key, value in self.settings.items():
+            conf.set(key, value)
+        self.sc = new_context(conf)
+        self.sc.setLogLevel("ERROR")
+        return self.sc
+
+    def stop(self) -> None:
+        if self.sc is not None:
+            self.sc.stop()
+            self.sc = None
 
 
 class _Contexts:
