@@ -41,3 +41,20 @@ def run_python(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return done
+
+
+def run_stream_driver(
+    driver: Path, data: Path, ckpt: Path, out: Path, *extra: str, timeout: float = 600
+) -> int:
+    """Run a stream test's driver script (``--data``, ``--ckpt``, ``--out``, ``extra``) in a
+    fresh interpreter of its own session; its exit code: 0, or -9 when it killed itself
+    (SIGKILL, as a crashed driver). Any other exit fails with its stderr's tail."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, str(driver), "--data", str(data), "--ckpt", str(ckpt), "--out",
+         str(out), *extra],
+        env=env, start_new_session=True, timeout=timeout, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode not in (0, -9):
+        raise AssertionError(f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.returncode

@@ -23,6 +23,7 @@ import pytest
 
 from tensorspark.checkpoint import load_checkpoint
 from tensorspark.datasets.mnist import FASHION_MNIST_DIR, load_mnist
+from tests.processes import run_stream_driver
 
 pytestmark = pytest.mark.spark
 
@@ -53,15 +54,7 @@ def write_files(folder: Path) -> None:
 
 
 def run_driver(data: Path, ckpt: Path, out: Path, *extra: str) -> int:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), "--data", str(data), "--ckpt", str(ckpt), "--out",
-         str(out), *extra],
-        env=env, start_new_session=True, timeout=600, capture_output=True, text=True,
-    )  # fmt: skip
-    if proc.returncode not in (0, -9):
-        raise AssertionError(f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc.returncode
+    return run_stream_driver(DRIVER, data, ckpt, out, *extra)
 
 
 def weights(path: Path) -> list[np.ndarray]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,13 +20,13 @@ import pytest
 
 from tensorspark.checkpoint import load_checkpoint
 from tensorspark.errors import BadRecordError, CheckpointError, ConfigurationError
+from tests.processes import run_stream_driver
 
 from .stream_driver import CLASSES, FEATURES
 from .stream_driver import model as small_model
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("stream_driver.py")
 SCHEMA = "features array<float>, label long"
 ROWS = 50  # per file
@@ -295,15 +293,7 @@ def test_bad_records_stop_the_query_naming_column_and_batch(spark: Any, tmp_path
 
 
 def run_driver(data: Path, ckpt: Path, out: Path, *extra: str) -> int:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), "--data", str(data), "--ckpt", str(ckpt), "--out",
-         str(out), *extra],
-        env=env, start_new_session=True, timeout=600, capture_output=True, text=True,
-    )  # fmt: skip
-    if proc.returncode not in (0, -9):
-        raise AssertionError(f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc.returncode
+    return run_stream_driver(DRIVER, data, ckpt, out, *extra)
 
 
 def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None:
