@@ -33,6 +33,7 @@ from tensorspark.ps.combiners import get_combiner
 from tensorspark.ps.compression import get_compression
 from tensorspark.ps.settings import ServerSettings
 from tensorspark.settings.declared import CHECK_ORDER, SETTINGS
+from tensorspark.settings.row_cache import parse_setting as parse_row_cache
 from tensorspark.storage.options import check_auth
 from tensorspark.training import RunSettings
 
@@ -201,6 +202,7 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             shards=positive_int("ps_shards", options["ps_shards"]),
             embeddings=v["embeddings"],
         ),
+        row_cache=parse_row_cache("row_cache", options["row_cache"]),
     )
     if is_keras:
         from tensorspark.models.embeddings import check_setup

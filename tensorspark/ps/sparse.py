@@ -41,7 +41,7 @@ from tensorspark.ps.combiners import (
 )
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
-from tensorspark.ps.rows import Rows, rows_entry, split
+from tensorspark.ps.rows import IDS, Rows, check_ids, rows_entry, split, table_names
 from tensorspark.ps.validation import RequestError, check_tensors
 
 #: Combiners a row-sparse push is applied under (see the module docstring).
@@ -227,6 +227,48 @@ class RowTables:
             self.counters["rows_pulled"] += int(ids.size)
         meta["rows"] = sorted(self.versions)
         return wire.encode(out, meta)
+
+    def lookup(
+        self,
+        params: Mapping[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
+        meta: Mapping[str, Any],
+        version: int,
+        compression: Compression | None,
+    ) -> list[Any]:
+        """The wire parts of the answer to ``POST /rows`` (a worker's row cache, its
+        misses): per table named in ``meta["rows"]``, the current values of the rows
+        ``T@ids`` asks for, in the pull codec; with ``meta["dense"]`` true also every
+        other tensor whole (a cached worker's first pull, which skips the tables).
+        Read-only: the rows are copied out (``params[ids]``) before the answer is sent.
+
+        Raises:
+            RequestError: 400: a named table is not a float32 tensor of the model, its
+                ids are not int64 ``[k]``, or an id repeats or lies outside the table.
+        """
+        codec = None if compression is None else compression.pull
+        names = table_names(meta)
+        out: dict[str, wire.Tensor] = {}
+        if meta.get("dense") is True:
+            for name, arr in params.items():
+                if name in names or name in self.versions:
+                    continue
+                use = codec is not None and compress.compressible(arr)
+                out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
+        for name in names:
+            table = params.get(name)
+            if table is None or table.ndim < 1 or table.dtype != np.float32:
+                raise RequestError(
+                    400, f"row-sparse table {name[:80]!r} is not a float32 tensor of the model"
+                )
+            ids = tensors.get(name + IDS)
+            if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+                raise RequestError(400, f"table {name[:80]!r}: {name[:80]}{IDS} must be int64 [k]")
+            check_ids(name, ids, int(table.shape[0]))
+            ids = np.array(ids, copy=True)  # the request's body is recycled
+            out.update(rows_entry(name, ids, table[ids], codec))
+            self.counters["rows_looked_up"] = self.counters.get("rows_looked_up", 0) + ids.size
+        return wire.encode(out, {"version": version, "rows": names})
 
     def status(self) -> dict[str, Any]:
         """Rows pushed and pulled, in total and per row-sparse push, for ``/status``."""

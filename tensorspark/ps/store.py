@@ -264,8 +264,13 @@ class Store:
                 self._round.pending.pop(partition, None)
                 self._maybe_complete_round()
 
-    def pull(self, respond: Respond) -> None:
-        self._respond_params(respond, "pulled")
+    def pull(self, respond: Respond, asked: tuple[Mapping, dict] | None = None) -> None:
+        """``/pull``: every parameter; ``asked``, ``/rows``' (tensors, meta): some rows of
+        tables by id (a worker's row cache, :meth:`RowTables.lookup`)."""
+        if asked is None:
+            return self._respond_params(respond, "pulled")
+        parts = self._rows.lookup(self._sets.current, *asked, self.version, self.compression)
+        respond(200, parts, wire.CONTENT_TYPE, self._sets.lend()[1])  # (lends current)
 
     def push(
         self, tensors: Mapping[str, wire.Tensor], meta: dict[str, Any], respond: Respond
@@ -361,17 +366,11 @@ class Store:
             meta["control"] = self.control
         if push is not None and self._rows.answers(push):
             parts = self._rows.answer(params, push, meta, self.compression)
-            respond(200, parts, wire.CONTENT_TYPE, release)
-            return
+            return respond(200, parts, wire.CONTENT_TYPE, release)
         if self._encoded is None:
-            respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
-            return
+            return respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
         encoded, release_encoded = self._encoded.get((id(params), self.version), params)
-
-        def sent() -> None:
-            release()
-            release_encoded()
-
+        sent = lambda: (release(), release_encoded())  # noqa: E731 (both, once sent)
         respond(200, wire.encode(encoded, meta), wire.CONTENT_TYPE, sent)
 
     def _notify(self, meta: dict[str, Any], status: str) -> None:

@@ -22,6 +22,8 @@ from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
+from tensorspark.models.row_cache import plan as cache_plan
+from tensorspark.models.row_cache import worker_memory
 from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
@@ -66,6 +68,14 @@ def fit(
         custom_objects,
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
+        row_cache=cache_plan(
+            model,
+            settings.row_cache,
+            sync_interval=settings.sync_interval,
+            batch_size=settings.batch_size,
+            embeddings=settings.server.embeddings,
+            worker_memory=worker_memory(conf),
+        ),
     )
     checked, feed = keras_run.checked, keras_run.feed
     named = {"features_col": columns.features, "label_col": columns.label}
@@ -102,7 +112,7 @@ def fit(
         )
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
-        RunJob(train, keras_run.loader, keras_run.payload, epochs, shuffle),
+        RunJob(train, keras_run.loader, keras_run.train_payload, epochs, shuffle),
         keras_run.initial,
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
