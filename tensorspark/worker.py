@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -43,13 +41,12 @@ from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
-from tensorspark.ps.rowcache import RowCache
+from tensorspark.ps.rowcache import RowCache, peak_rss
 from tensorspark.ps.rowsync import RowSync
 
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
-_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
@@ -309,7 +306,7 @@ class _Loop:
             "learning_rate": self.learning_rate,
             # The Python worker's peak resident memory so far; a reused worker's figure
             # includes the tasks it ran before.
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
+            "peak_rss_bytes": peak_rss(),
         }
 
     def _sync(
@@ -354,6 +351,7 @@ class _Loop:
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push({**update, **rows} if rows else update, meta)
+            meta.pop("cache", None)  # a row cache's counts: once, not again after a rebase
             self.counts[response.status] = self.counts.get(response.status, 0) + 1
             if response.status != "stale":
                 break

@@ -34,6 +34,8 @@ Not thread-safe: one per training loop.
 from __future__ import annotations
 
 import logging
+import resource
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -46,6 +48,12 @@ logger = logging.getLogger(__name__)
 
 #: The counters a row cache adds to the loop's counts (``/status``, history, MLflow).
 COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled")
+_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes (``getrusage``'s ``ru_maxrss``)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * _MAXRSS_UNIT
 
 
 class RowsClient(Protocol):
@@ -107,7 +115,17 @@ class RowCache:
         for key in COUNTERS:
             counts.setdefault(key, 0)
         self._reset_state = reset_state
+        self._reported = dict.fromkeys(COUNTERS, 0)
         slots.new_task()
+
+    def report(self) -> dict[str, int]:
+        """The counters since the last report, and the worker's peak RSS
+        (``worker_peak_rss_bytes``): a push's ``meta["cache"]``, which the server adds up
+        for ``/status`` when it applies the push."""
+        out = {k: self.counts[k] - self._reported[k] for k in COUNTERS}
+        self._reported = {k: self.counts[k] for k in COUNTERS}
+        out["worker_peak_rss_bytes"] = peak_rss()
+        return out
 
     def first_pull(self) -> tuple[int, dict[str, np.ndarray]]:
         """The server's dense tensors and version (no table rows): a cached worker's

@@ -108,6 +108,8 @@ class RowSync:
                 rows[name + IDS] = table_ids[order]
             self.counts["rows_pushed"] += int(ids.size)
         meta["rows"] = list(self.tables)
+        if self.cache is not None:
+            meta["cache"] = self.cache.report()
         return deltas, rows
 
     def _changed_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,11 @@ from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
 from tensorspark.ps.rows import IDS, Rows, check_ids, rows_entry, split, table_names
 from tensorspark.ps.validation import RequestError, check_tensors
 
+#: A worker row cache's counters, summed from its applied pushes' ``meta["cache"]``
+#: (:mod:`tensorspark.ps.rowcache`), and the largest peak RSS a worker reported.
+CACHE_COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled")
+PEAK_RSS = "worker_peak_rss_bytes"
+
 #: Combiners a row-sparse push is applied under (see the module docstring).
 SOUND = (DeltaWeightCombiner, DynSGDCombiner)
 
@@ -69,6 +74,7 @@ class RowTables:
         self.combiner = combiner
         self.versions: dict[str, np.ndarray] = {}
         self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
+        self.counters.update(dict.fromkeys(CACHE_COUNTERS, 0))
 
     def split(
         self,
@@ -228,6 +234,20 @@ class RowTables:
         meta["rows"] = sorted(self.versions)
         return wire.encode(out, meta)
 
+    def count_cache(self, meta: Mapping[str, Any]) -> None:
+        """Add an applied push's row-cache report (``meta["cache"]``: the counts since the
+        worker's previous push, and its peak RSS); a malformed one is ignored."""
+        report = meta.get("cache")
+        if not isinstance(report, dict):
+            return
+        for key in CACHE_COUNTERS:
+            value = report.get(key)
+            if type(value) is int and value >= 0:
+                self.counters[key] += value
+        rss = report.get(PEAK_RSS)
+        if type(rss) is int and rss > self.counters.get(PEAK_RSS, 0):
+            self.counters[PEAK_RSS] = rss
+
     def lookup(
         self,
         params: Mapping[str, np.ndarray],
@@ -267,7 +287,6 @@ class RowTables:
             check_ids(name, ids, int(table.shape[0]))
             ids = np.array(ids, copy=True)  # the request's body is recycled
             out.update(rows_entry(name, ids, table[ids], codec))
-            self.counters["rows_looked_up"] = self.counters.get("rows_looked_up", 0) + ids.size
         return wire.encode(out, {"version": version, "rows": names})
 
     def status(self) -> dict[str, Any]:

@@ -352,6 +352,7 @@ class Store:
         """Record an applied contribution (the caller has advanced the version)."""
         self._progress[worker.partition] = (int(meta["epoch"]), int(meta["seq"]))
         self.ledger.applied(worker, meta, staleness, self.version)
+        self._rows.count_cache(meta)  # a worker row cache's counters (ps/rowcache.py)
         self._hold.progressed(self._progress)
 
     def _respond_params(self, respond: Respond, status: str, push: dict | None = None) -> None:

@@ -24,9 +24,27 @@ ROWS, FIELDS, DIM = 4096, 4, 8
 CACHE = 1000
 
 
-def _rdd(sc: SparkContext, n: int, seed: int = 0) -> Any:
+def _rdd(
+    sc: SparkContext, n: int, seed: int = 0, nan_labels: slice | None = None, parts: int = 2
+) -> Any:
     log = click_log(n, rows=ROWS, fields=FIELDS, seed=seed)
-    return sc.parallelize(list(zip(log.ids, log.labels, strict=True)), 2)
+    labels = np.array(log.labels, np.float32)
+    if nan_labels is not None:
+        labels[nan_labels] = np.nan
+    return sc.parallelize(list(zip(log.ids, labels, strict=True)), parts)
+
+
+def _fail_once(index: int, rows: Any) -> Any:
+    """Partition 0's first attempt fails at row 1500 (its syncs of the rows before applied)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    attempt = context.attemptNumber()
+    for i, row in enumerate(rows):
+        if index == 0 and attempt == 0 and i == 1500:
+            raise RuntimeError("injected failure in attempt 0")
+        yield row
 
 
 def _model(optimizer: Any = "sgd", lr: float = 0.05) -> Any:
@@ -35,13 +53,20 @@ def _model(optimizer: Any = "sgd", lr: float = 0.05) -> Any:
     )
 
 
-def _fit(sc: SparkContext, rdd: Any, row_cache: Any, optimizer: Any = "sgd", **kw: Any) -> Any:
+def _fit(
+    sc: SparkContext,
+    rdd: Any,
+    row_cache: Any,
+    optimizer: Any = "sgd",
+    shuffle: bool = True,
+    **kw: Any,
+) -> Any:
     model = _model(optimizer)
     ks = sps.SparkSession(
         sc, model, mode=kw.pop("mode", "sync"), sync_interval=5, batch_size=50,
         row_cache=row_cache, **kw,
     )  # fmt: skip
-    history = ks.fit(rdd, epochs=2)
+    history = ks.fit(rdd, epochs=2, shuffle=shuffle)
     assert ks.last_run is not None
     run = ks.last_run
     run.history = history  # type: ignore[attr-defined]
@@ -75,6 +100,16 @@ def test_sync_with_a_cache_smaller_than_a_partition_gives_the_uncached_weights(
     assert counts["cache_evictions"] > 0  # the partition touched more rows than it held
     assert counts["cache_rows_pulled"] >= counts["cache_misses"]
     assert "cache_misses" not in plain_run.counts
+    # The server added up the workers' reports: /status (and so the dashboard, MLflow).
+    status = run.status
+    for key in ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled"):
+        assert status[key] == counts[key], key
+    assert status["worker_peak_rss_bytes"] >= 50 * 2**20  # a Python worker with TensorFlow
+    assert plain_run.status["cache_misses"] == 0
+    # ... and the history, per epoch.
+    per_epoch = run.history.epoch_rows
+    assert sum(e["cache_misses"] for e in per_epoch) == counts["cache_misses"]
+    assert all(e["worker_peak_rss_bytes"] > 0 for e in per_epoch)
 
 
 def test_rowadagrad_keeps_its_state_with_the_slot(sc: SparkContext) -> None:
@@ -98,6 +133,37 @@ def test_two_shards_with_the_table_in_row_blocks(sc: SparkContext) -> None:
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     assert run.counts["cache_evictions"] > 0, sorted(run.counts.items())
     assert all("[rows " in name for name in run.status["row_tables"])
+
+
+def test_a_retried_task_applies_every_sync_once_and_gives_the_same_weights(
+    sc_retry: SparkContext,
+) -> None:
+    """One partition (async, so one worker: deterministic) fails after two applied syncs;
+    its retry (maybe in another Python worker) resumes after them with every row pulled
+    again, and the weights equal an uncached run without the failure."""
+    plain, _ = _fit(sc_retry, _rdd(sc_retry, 2000, parts=1), "off", shuffle=False, mode="async")
+    rdd = _rdd(sc_retry, 2000, parts=1).mapPartitionsWithIndex(_fail_once)
+    cached, run = _fit(sc_retry, rdd, CACHE, shuffle=False, mode="async")
+    (retried,) = run.partitions
+    assert retried["attempt"] == 1 and retried["counts"]["skipped_batches"] > 0
+    assert run.status["applied_pushes"] == 2 * 8  # epochs x syncs, each once
+    assert run.status["cache_evictions"] > 0
+    for a, b in zip(plain, cached, strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+
+
+def test_non_finite_pushes_are_refused_as_without_the_cache(sc: SparkContext) -> None:
+    """Partition 1's second chunk has NaN labels: its pushes are refused (skip) as on the
+    uncached path, the cached rows get the server's values back, and the weights stay
+    finite."""
+    rdd = _rdd(sc, 2000, nan_labels=slice(1300, 1350))
+    plain, plain_run = _fit(sc, rdd, "off", mode="async", on_divergence="skip")
+    weights, run = _fit(sc, rdd, CACHE, mode="async", on_divergence="skip")
+    refused = run.status["diverged_pushes"]
+    assert refused == plain_run.status["diverged_pushes"] > 0
+    assert run.status["applied_pushes"] == 16 - refused  # 2 partitions x 2 epochs x 4 syncs
+    assert all(np.isfinite(w).all() for w in weights)
+    assert run.counts["cache_evictions"] > 0
 
 
 def test_async_with_int8_pushes_learns(sc: SparkContext) -> None:
