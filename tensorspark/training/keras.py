@@ -22,13 +22,11 @@ from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
-from tensorspark.models.row_cache import plan as cache_plan
-from tensorspark.models.row_cache import worker_memory
 from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
-from tensorspark.training.keras_setup import KerasTraining
+from tensorspark.training.keras_setup import KerasTraining, cache_for
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import RunJob, TrainingRun
 from tensorspark.training.watch import push_fanout
@@ -68,14 +66,7 @@ def fit(
         custom_objects,
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
-        row_cache=cache_plan(
-            model,
-            settings.row_cache,
-            sync_interval=settings.sync_interval,
-            batch_size=settings.batch_size,
-            embeddings=settings.server.embeddings,
-            worker_memory=worker_memory(conf),
-        ),
+        row_cache=cache_for(model, settings, conf),
     )
     checked, feed = keras_run.checked, keras_run.feed
     named = {"features_col": columns.features, "label_col": columns.label}

@@ -20,7 +20,7 @@ import numpy as np
 
 from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.models.row_cache import CachePlan, slot_payload
+from tensorspark.models.row_cache import CachePlan, plan, slot_payload, worker_memory
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,20 @@ class KerasTraining:
         )
         train = payload if row_cache is None else slot_payload(model, row_cache)
         return cls(payload, checked, KerasFeed(checked), read_weights(model), loader, train)
+
+
+def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:
+    """The worker row cache of a run of ``model`` under the session's ``settings``
+    (:class:`~tensorspark.training.RunSettings`), or None (driver; before any job).
+
+    Raises:
+        ConfigurationError: see :func:`tensorspark.models.row_cache.plan`.
+    """
+    return plan(
+        model,
+        settings.row_cache,
+        sync_interval=settings.sync_interval,
+        batch_size=settings.batch_size,
+        embeddings=settings.server.embeddings,
+        worker_memory=worker_memory(conf),
+    )
