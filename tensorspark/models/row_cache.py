@@ -160,7 +160,15 @@ def slot_payload(model: Any, cache: CachePlan) -> bytes:
             config["embeddings_initializer"] = "zeros"
         return layer.__class__.from_config(config)
 
-    slots = keras.models.clone_model(model, clone_function=clone)
+    try:
+        slots = keras.models.clone_model(model, clone_function=clone)
+    except (ValueError, TypeError) as err:  # e.g. a subclassed model: no config to clone
+        raise ConfigurationError(
+            "row_cache: cannot build the workers' model with tables of "
+            f"{cache.slots} rows from this model ({type(err).__name__}: {err}). Use a "
+            "Sequential or functional model, or pass row_cache='off'. "
+            f"Received: a {type(model).__name__}"
+        ) from None
     for mine, theirs in zip(slots.weights, model.weights, strict=True):
         if tuple(mine.shape) == tuple(theirs.shape):
             mine.assign(theirs)

@@ -50,6 +50,15 @@ def test_rows_by_id_from_one_server_and_the_dense_tensors_when_asked() -> None:
                 client.rows({"nope": ids})
 
 
+def test_rows_are_refused_to_a_client_without_the_secret() -> None:
+    from tensorspark.errors import AuthenticationError
+
+    with ParameterServer(_params(), "delta", embeddings="sparse") as server:
+        with ParameterClient(server.url, secret=b"w" * 32) as client:
+            with pytest.raises(AuthenticationError, match="POST /rows"):
+                client.rows({TABLE: np.array([1], np.int64)})
+
+
 def test_rows_by_id_through_shards_holding_the_table_in_row_blocks() -> None:
     params = _params()
     with ShardedServer(params, "delta", shards=2, tables=[TABLE]) as server:
