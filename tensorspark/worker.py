@@ -388,7 +388,10 @@ class _Loop:
         assert self.rows is not None and self.rows.cache is not None
         features = [np.asarray(b[0]) for b in chunk]
         if any(f.dtype.kind not in "iuf" for f in features):
-            raise TypeError("row_cache needs one array of numeric ids as the model's input")
+            raise ConfigurationError(
+                "row_cache needs the model's input to be one array of numeric ids. Received: "
+                f"features of dtype {next(f.dtype for f in features if f.dtype.kind not in 'iuf')}"
+            )
         ids = np.unique(np.concatenate([f.reshape(-1) for f in features]).astype(np.int64))
         slots = self.rows.cache.admit(ids, self.rows)
         return self.rows.cache.remap(chunk, ids, slots)

@@ -21,7 +21,7 @@ state at reused slots (executors).
 
 An explicit bound below one chunk's distinct ids (at most ``sync_interval x batch_size x
 ids per example``, and at most the table's rows) is refused on the driver, naming both.
-The cache needs every table looked up by the model's first input directly (their ids are
+The cache needs a model of one input and every table looking it up directly (their ids are
 what it maps to slots) under a row-sparse optimizer (``SGD`` without momentum,
 ``RowAdagrad``, ``RowAdam``; :func:`~tensorspark.models.embeddings.row_sparse_optimizer`).
 """
@@ -98,12 +98,13 @@ def plan(
     else:
         slots = setting if isinstance(setting, int) else size_bytes(setting) // row_bytes
     direct = {id(la) for la in input_tables(model)}
-    if any(id(la) not in direct for la in layers) or not lazy(model):
+    one_input = len(getattr(model, "inputs", None) or ()) == 1
+    if any(id(la) not in direct for la in layers) or not lazy(model) or not one_input:
         if setting is None:
             return None
         raise ConfigurationError(
-            "row_cache needs every embedding table looked up by the model's first input "
-            "directly and a row-sparse optimizer (SGD without momentum, RowAdagrad, RowAdam), "
+            "row_cache needs a model of one input, every embedding table looking it up "
+            "directly, and a row-sparse optimizer (SGD without momentum, RowAdagrad, RowAdam), "
             "whose update changes only the rows a chunk looked up. Pass row_cache='off'. "
             f"Received: row_cache={setting!r}, tables {[la.name for la in layers]}, optimizer "
             f"{type(getattr(model, 'optimizer', None)).__name__}"

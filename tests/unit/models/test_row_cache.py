@@ -113,3 +113,17 @@ def test_a_reused_slot_starts_from_the_optimizers_initial_state() -> None:
             assert start == pytest.approx(initial)  # Adagrad: its accumulator starts at 0.1
             np.testing.assert_allclose(rows[[0, 5]], start)
             assert np.abs(rows[1] - start).sum() > 0  # the others kept
+
+
+def test_a_model_of_two_inputs_is_refused() -> None:
+    import keras
+
+    from tensorspark.models.row_embedding import RowEmbedding
+
+    ids, extra = keras.Input((FIELDS,), dtype="int32"), keras.Input((2,))
+    flat = keras.layers.Flatten()(RowEmbedding(ROWS, DIM)(ids))
+    out = keras.layers.Dense(1)(keras.layers.Concatenate()([flat, extra]))
+    model = keras.Model([ids, extra], out)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    with pytest.raises(ConfigurationError, match="a model of one input"):
+        plan(model, 5000, sync_interval=5, batch_size=50)
