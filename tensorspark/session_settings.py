@@ -215,6 +215,11 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
         from tensorspark.models.tf1_rows import check_graph
 
         check_graph(session.graph, run.server.combiner, run.server.embeddings)
+    if not is_keras and run.row_cache not in (None, "off"):
+        raise ConfigurationError(
+            "row_cache caches the rows of a Keras model's embedding tables; a TF1 graph's "
+            f"workers hold its tables whole. Received: row_cache={run.row_cache!r}"
+        )
     check_values(v, CHECK_ORDER[CHECK_ORDER.index("warm_up") :])
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 
