@@ -159,14 +159,14 @@ def train_partition(
                         cached.reset_state,
                     )  # fmt: skip
                 loop.rows = RowSync(access, codec, loop.counts, cache)
+                # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
+                loop.fresh = joined.get("version") == 0
             if getattr(model, "row_cache", None) is not None and loop.rows is None:
                 raise ConfigurationError(  # its tables are slots: they cannot sync whole
                     "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "
                     "each table held by rows on the server's shards). Pass row_cache='off'. "
                     f"Received: tables {getattr(access, 'tables', None)}"
                 )
-                # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
-                loop.fresh = joined.get("version") == 0
             loop.follow(read_control(joined))
             stats = loop.run(blocks)
         finally:
