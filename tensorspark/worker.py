@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -34,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.blocks import Block
-from tensorspark.errors import DivergenceError, ParameterServerError
+from tensorspark.errors import ConfigurationError, DivergenceError, ParameterServerError
 from tensorspark.inputs.base import Passes
 from tensorspark.models.base import TrainableModel
 from tensorspark.partition import EpochSource
@@ -43,12 +41,12 @@ from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.rowcache import RowCache, peak_rss
 from tensorspark.ps.rowsync import RowSync
 
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
-_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
@@ -153,9 +151,22 @@ def train_partition(
             access = getattr(model, "rows", None) if joined.get("rows") else None
             if access is not None and access.tables and _routable(client, access.tables):
                 codec = None if compression is None else compression.push
-                loop.rows = RowSync(access, codec, loop.counts)
+                cached = getattr(model, "row_cache", None)  # tables of slots: a row cache
+                cache = None
+                if cached is not None:
+                    cache = RowCache(
+                        cached.slot_map, access.tables, client, partition, loop.counts,
+                        cached.reset_state,
+                    )  # fmt: skip
+                loop.rows = RowSync(access, codec, loop.counts, cache)
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
                 loop.fresh = joined.get("version") == 0
+            if getattr(model, "row_cache", None) is not None and loop.rows is None:
+                raise ConfigurationError(  # its tables are slots: they cannot sync whole
+                    "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "
+                    "each table held by rows on the server's shards). Pass row_cache='off'. "
+                    f"Received: tables {getattr(access, 'tables', None)}"
+                )
             loop.follow(read_control(joined))
             stats = loop.run(blocks)
         finally:
@@ -237,6 +248,10 @@ class _Loop:
         started = time.time()
         if self.rows is not None and self.fresh:
             self.version, self.base = 0, self.rows.start(self.model.get_weights())
+        elif self.rows is not None and self.rows.cache is not None:  # dense, and the slots
+            self.version, pulled = self.rows.cache.first_pull()
+            slots = self.rows.model.read(self.rows.tables)
+            self.base = self.rows.start({**pulled, **slots})
         elif self.rows is not None:
             self.version, pulled = self.client.pull(self.partition)
             self.base = self.rows.start(pulled)
@@ -267,6 +282,8 @@ class _Loop:
                     if len(chunk) == cfg.sync_interval or is_last:
                         if check_ids is not None:  # ids outside a table: nothing pushed
                             check_ids(chunk, self.partition)
+                        if self.rows is not None and self.rows.cache is not None:
+                            chunk = self._admit(chunk)
                         result = self.model.train_chunk(chunk)
                         chunk = []
                         stats.add(result)
@@ -289,7 +306,7 @@ class _Loop:
             "learning_rate": self.learning_rate,
             # The Python worker's peak resident memory so far; a reused worker's figure
             # includes the tasks it ran before.
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
+            "peak_rss_bytes": peak_rss(),
         }
 
     def _sync(
@@ -334,6 +351,7 @@ class _Loop:
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push({**update, **rows} if rows else update, meta)
+            meta.pop("cache", None)  # a row cache's counts: once, not again after a rebase
             self.counts[response.status] = self.counts.get(response.status, 0) + 1
             if response.status != "stale":
                 break
@@ -364,6 +382,19 @@ class _Loop:
         else:
             self.model.set_weights(self.base)
         self.follow(read_control(response.meta))
+
+    def _admit(self, chunk: list[Block]) -> list[Block]:
+        """A row cache: the chunk's rows held (misses pulled), its ids turned into slots."""
+        assert self.rows is not None and self.rows.cache is not None
+        features = [np.asarray(b[0]) for b in chunk]
+        if any(f.dtype.kind not in "iuf" for f in features):
+            raise ConfigurationError(
+                "row_cache needs the model's input to be one array of numeric ids. Received: "
+                f"features of dtype {next(f.dtype for f in features if f.dtype.kind not in 'iuf')}"
+            )
+        ids = np.unique(np.concatenate([f.reshape(-1) for f in features]).astype(np.int64))
+        slots = self.rows.cache.admit(ids, self.rows)
+        return self.rows.cache.remap(chunk, ids, slots)
 
     def _rebase(self, response: PushResult) -> None:
         """Take the answer's version and weights as the new base (row-sparse: its rows)."""

@@ -41,8 +41,13 @@ from tensorspark.ps.combiners import (
 )
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
-from tensorspark.ps.rows import Rows, rows_entry, split
+from tensorspark.ps.rows import IDS, Rows, check_ids, rows_entry, split, table_names
 from tensorspark.ps.validation import RequestError, check_tensors
+
+#: A worker row cache's counters, summed from its applied pushes' ``meta["cache"]``
+#: (:mod:`tensorspark.ps.rowcache`), and the largest peak RSS a worker reported.
+CACHE_COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled")
+PEAK_RSS = "worker_peak_rss_bytes"
 
 #: Combiners a row-sparse push is applied under (see the module docstring).
 SOUND = (DeltaWeightCombiner, DynSGDCombiner)
@@ -69,6 +74,7 @@ class RowTables:
         self.combiner = combiner
         self.versions: dict[str, np.ndarray] = {}
         self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
+        self.counters.update(dict.fromkeys(CACHE_COUNTERS, 0))
 
     def split(
         self,
@@ -227,6 +233,61 @@ class RowTables:
             self.counters["rows_pulled"] += int(ids.size)
         meta["rows"] = sorted(self.versions)
         return wire.encode(out, meta)
+
+    def count_cache(self, meta: Mapping[str, Any]) -> None:
+        """Add an applied push's row-cache report (``meta["cache"]``: the counts since the
+        worker's previous push, and its peak RSS); a malformed one is ignored."""
+        report = meta.get("cache")
+        if not isinstance(report, dict):
+            return
+        for key in CACHE_COUNTERS:
+            value = report.get(key)
+            if type(value) is int and value >= 0:
+                self.counters[key] += value
+        rss = report.get(PEAK_RSS)
+        if type(rss) is int and rss > self.counters.get(PEAK_RSS, 0):
+            self.counters[PEAK_RSS] = rss
+
+    def lookup(
+        self,
+        params: Mapping[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
+        meta: Mapping[str, Any],
+        version: int,
+        compression: Compression | None,
+    ) -> list[Any]:
+        """The wire parts of the answer to ``POST /rows`` (a worker's row cache, its
+        misses): per table named in ``meta["rows"]``, the current values of the rows
+        ``T@ids`` asks for, in the pull codec; with ``meta["dense"]`` true also every
+        other tensor whole (a cached worker's first pull, which skips the tables).
+        Read-only: the rows are copied out (``params[ids]``) before the answer is sent.
+
+        Raises:
+            RequestError: 400: a named table is not a float32 tensor of the model, its
+                ids are not int64 ``[k]``, or an id repeats or lies outside the table.
+        """
+        codec = None if compression is None else compression.pull
+        names = table_names(meta)
+        out: dict[str, wire.Tensor] = {}
+        if meta.get("dense") is True:
+            for name, arr in params.items():
+                if name in names or name in self.versions:
+                    continue
+                use = codec is not None and compress.compressible(arr)
+                out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
+        for name in names:
+            table = params.get(name)
+            if table is None or table.ndim < 1 or table.dtype != np.float32:
+                raise RequestError(
+                    400, f"row-sparse table {name[:80]!r} is not a float32 tensor of the model"
+                )
+            ids = tensors.get(name + IDS)
+            if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+                raise RequestError(400, f"table {name[:80]!r}: {name[:80]}{IDS} must be int64 [k]")
+            check_ids(name, ids, int(table.shape[0]))
+            ids = np.array(ids, copy=True)  # the request's body is recycled
+            out.update(rows_entry(name, ids, table[ids], codec))
+        return wire.encode(out, {"version": version, "rows": names})
 
     def status(self) -> dict[str, Any]:
         """Rows pushed and pulled, in total and per row-sparse push, for ``/status``."""

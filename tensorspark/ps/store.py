@@ -264,8 +264,13 @@ class Store:
                 self._round.pending.pop(partition, None)
                 self._maybe_complete_round()
 
-    def pull(self, respond: Respond) -> None:
-        self._respond_params(respond, "pulled")
+    def pull(self, respond: Respond, asked: tuple[Mapping, dict] | None = None) -> None:
+        """``/pull``: every parameter; ``asked``, ``/rows``' (tensors, meta): some rows of
+        tables by id (a worker's row cache, :meth:`RowTables.lookup`)."""
+        if asked is None:
+            return self._respond_params(respond, "pulled")
+        parts = self._rows.lookup(self._sets.current, *asked, self.version, self.compression)
+        respond(200, parts, wire.CONTENT_TYPE, self._sets.lend()[1])  # (lends current)
 
     def push(
         self, tensors: Mapping[str, wire.Tensor], meta: dict[str, Any], respond: Respond
@@ -347,6 +352,7 @@ class Store:
         """Record an applied contribution (the caller has advanced the version)."""
         self._progress[worker.partition] = (int(meta["epoch"]), int(meta["seq"]))
         self.ledger.applied(worker, meta, staleness, self.version)
+        self._rows.count_cache(meta)  # a worker row cache's counters (ps/rowcache.py)
         self._hold.progressed(self._progress)
 
     def _respond_params(self, respond: Respond, status: str, push: dict | None = None) -> None:
@@ -361,17 +367,11 @@ class Store:
             meta["control"] = self.control
         if push is not None and self._rows.answers(push):
             parts = self._rows.answer(params, push, meta, self.compression)
-            respond(200, parts, wire.CONTENT_TYPE, release)
-            return
+            return respond(200, parts, wire.CONTENT_TYPE, release)
         if self._encoded is None:
-            respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
-            return
+            return respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
         encoded, release_encoded = self._encoded.get((id(params), self.version), params)
-
-        def sent() -> None:
-            release()
-            release_encoded()
-
+        sent = lambda: (release(), release_encoded())  # noqa: E731 (both, once sent)
         respond(200, wire.encode(encoded, meta), wire.CONTENT_TYPE, sent)
 
     def _notify(self, meta: dict[str, Any], status: str) -> None:

@@ -48,7 +48,7 @@ from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
 from tensorspark.training.host import RunSettings, ServerHost
-from tensorspark.training.keras_setup import KerasTraining
+from tensorspark.training.keras_setup import KerasTraining, cache_for
 from tensorspark.training.run import RunJob, TrainingRun
 
 logger = logging.getLogger(__name__)
@@ -127,6 +127,7 @@ class MicroBatchTrainer:
             custom_objects,
             sync_interval=settings.sync_interval,
             mixed_precision=mixed_precision,
+            row_cache=cache_for(model, settings, conf),
         )
         self.feed = self.keras.feed
         checked = self.keras.checked
@@ -228,7 +229,7 @@ class MicroBatchTrainer:
                 RunJob(
                     data,
                     self.loader,
-                    self.payload,
+                    self.keras.train_payload,  # a row cache's: tables of slots
                     1,
                     self.replay.shuffle,
                     seed=self.replay.seed_of(batch_id),

@@ -46,7 +46,7 @@ from typing import Any
 from tensorspark.listeners import RunInfo, RunListener
 from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
-from tensorspark.training.result import worker_traffic
+from tensorspark.training.result import CACHE_KEYS, worker_traffic
 
 
 def optimizer_params(model: Any) -> dict[str, Any]:
@@ -105,6 +105,8 @@ def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
         "staleness_mean": float(sum(stale) / len(stale)) if stale else 0.0,
         "staleness_max": float(max(stale, default=0)),
         "stale_pushes": float(status.get("stale_pushes", 0)),
+        # A worker row cache's counters, when one ran (tensorspark.ps.rowcache).
+        **{k: float(traffic[k]) for k in CACHE_KEYS if traffic[k]},
     }
 
 

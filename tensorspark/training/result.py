@@ -13,6 +13,16 @@ from typing import Any
 
 import numpy as np
 
+#: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
+#: largest peak RSS a cached worker reported.
+CACHE_KEYS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_rows_pulled",
+    "worker_peak_rss_bytes",
+)
+
 
 @dataclass
 class TrainResult:
@@ -77,6 +87,8 @@ def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
         "row_pushes": int(status.get("row_pushes", 0)),
         "rows_pushed": int(status.get("rows_pushed", 0)),
         "rows_pulled": int(status.get("rows_pulled", 0)),
+        # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
+        **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
     }
 
 
@@ -94,13 +106,16 @@ def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, fl
         syncs = now.get("row_pushes", 0) - before.get("row_pushes", 0)
         pushed = now.get("rows_pushed", 0) - before.get("rows_pushed", 0)
         pulled = now.get("rows_pulled", 0) - before.get("rows_pulled", 0)
-        out.append(
-            {
-                "row_syncs": float(syncs),
-                "rows_pushed_per_sync": pushed / syncs if syncs > 0 else 0.0,
-                "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
-            }
-        )
+        row = {
+            "row_syncs": float(syncs),
+            "rows_pushed_per_sync": pushed / syncs if syncs > 0 else 0.0,
+            "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
+        }
+        if now.get("cache_hits", 0) or now.get("cache_misses", 0):  # a worker row cache's
+            for key in CACHE_KEYS[:4]:  # in this epoch
+                row[key] = float(now.get(key, 0) - before.get(key, 0))
+            row["worker_peak_rss_bytes"] = float(now.get("worker_peak_rss_bytes", 0))
+        out.append(row)
         before = now
     return out
 
@@ -128,7 +143,9 @@ class History:
             "bytes_sent", "samples", "row_pushes", "rows_pushed", "rows_pulled"}``), or None.
         epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
             epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
-            None (:mod:`tensorspark.ps.sparse`).
+            None (:mod:`tensorspark.ps.sparse`); with a worker row cache also its
+            ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled`` in
+            the epoch and the largest ``worker_peak_rss_bytes`` so far.
     """
 
     history: dict[str, list[float]]

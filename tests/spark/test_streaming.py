@@ -386,11 +386,14 @@ def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
     assert sizes[1] * 5 < sizes[0], sizes
 
 
+@pytest.mark.parametrize("row_cache", [None, 200])
 def test_an_embedding_model_streams_row_sparse_through_two_shards(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, row_cache: int | None
 ) -> None:
     """With ps_shards=2 the stream's server holds the table by rows (in two blocks: it is
-    most of the model) and every micro-batch's syncs move rows, not the table."""
+    most of the model) and every micro-batch's syncs move rows, not the table; with a row
+    cache of 200 rows (a chunk looks up at most 2 x 20 x 4 = 160 ids) the workers hold
+    those rows only, pulled at their misses."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -413,7 +416,7 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     model = ctr_model(rows=rows_n, fields=fields, dim=8, hidden=8, optimizer="adagrad")
     ks = SparkSession(
         spark.sparkContext, model, name="stream-rows", batch_size=20, sync_interval=2,
-        warm_up=False, ps_shards=2,
+        warm_up=False, ps_shards=2, row_cache=row_cache,
     )  # fmt: skip
     stream = (
         spark.readStream.schema("features array<bigint>, label float")
@@ -427,6 +430,9 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
         assert 0 < status["rows_pushed_per_sync"] < rows_n
         assert len(status["row_tables"]) == 2  # the table in two blocks of rows
         assert training.status["samples"] == 400
+        if row_cache is not None:
+            assert status["cache_rows_pulled"] == status["cache_misses"] > 0  # one table
+            assert status["cache_evictions"] > 0  # 400 examples x 4 ids into 200 slots
     finally:
         training.stop()
         assert training.await_termination(timeout=WAIT_S)

@@ -173,6 +173,31 @@ def test_dashboard_shows_rows_per_sync_of_embedding_tables(browser) -> None:  # 
 
 
 @pytest.mark.browser
+def test_dashboard_shows_a_worker_row_cache_s_counters(browser) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tensorspark.ps.rows import rows_entry
+
+    table = np.zeros((100, 4), np.float32)
+    with ParameterServer({"emb": table, "w": np.zeros(8, np.float32)}, port=0) as ps:
+        with ParameterClient(ps.url, **ps.client_options()) as client:
+            client.join(0, 0)
+            browser.get(dashboard_url(ps.url, ps.status_token))
+            assert not browser.find_element(By.ID, "cache-card").is_displayed()
+            for seq, hits in enumerate((1200, 800)):
+                push = {"w": np.zeros(8, np.float32)}
+                push.update(rows_entry("emb", np.array([seq]), np.ones((1, 4), np.float32)))
+                meta = {"partition": 0, "attempt": 0, "epoch": 0, "seq": seq, "samples": 4}
+                report = {"cache_hits": hits, "cache_misses": 30, "cache_evictions": 5}
+                client.push(push, dict(meta, base_version=seq, rows=["emb"], cache=report))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        # (A hidden element's text reads "": wait for the card, then its figures.)
+        wait.until(lambda d: d.find_element(By.ID, "cache-card").is_displayed())
+        wait.until(lambda d: d.find_element(By.ID, "cache").text == "2,000 / 60 / 10")
+
+
+@pytest.mark.browser
 def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ignore[no-untyped-def]
     """fit_stream annotates the server's /status with the stream's progress; the dashboard
     shows its input and trained rates and the lag to the model in a card of its own."""
