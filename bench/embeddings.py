@@ -318,17 +318,21 @@ def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
     }
 
 
-def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
+def capacity(
+    row: dict[str, Any], rows_per_push: float, table_rows: int = 1 << 20, misses: float = 0.0
+) -> dict[str, Any]:
     """Workers one driver serves at one sync per second each, for a configuration: the
     smaller of the server loop's ceiling (one core: the measured CPU of applying one such
     push and answering it through a :class:`~tensorspark.ps.store.Store`, plus the 1.5 ms
     of HTTP and bookkeeping per request measured in ``bench/ps_capacity.py``) and a
-    10 Gbit/s link's over the bytes of a sync."""
+    10 Gbit/s link's over the bytes of a sync. With a row cache (``misses``: rows pulled
+    for misses per sync) each sync also costs the answer of a ``POST /rows`` for them
+    (measured the same way) and its request's 1.5 ms. ``table_rows``: the run's table."""
     from tensorspark.ps.rows import rows_entry
     from tensorspark.ps.store import Store
 
     rng = np.random.default_rng(0)
-    table = np.zeros((1 << 20, 32), np.float32)
+    table = np.zeros((table_rows, 32), np.float32)
     params = {
         "emb/embeddings": table,
         "dense/kernel": np.zeros((256, 64), np.float32),
@@ -362,6 +366,16 @@ def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
         store.push(push, meta, lambda *a: answered.append(a))
         seconds += time.process_time() - t
     ms = seconds / 20 * 1000 + 1.5
+    m = int(round(misses))
+    if m > 0:  # the cache's misses: one POST /rows answer a sync
+        pulled = []
+        lookup = 0.0
+        for _ in range(20):
+            asked = {"emb/embeddings@ids": np.sort(rng.choice(table.shape[0], m, replace=False))}
+            t = time.process_time()
+            store.pull(lambda *a: pulled.append(a), (asked, {"rows": ["emb/embeddings"]}))
+            lookup += time.process_time() - t
+        ms += lookup / 20 * 1000 + 1.5
     loop = 1000.0 / ms
     network = LINK_BYTES_PER_S / max(1.0, row["bytes_per_sync"] / 2)
     return {
@@ -458,7 +472,8 @@ def write(
     dense = rows.get("dense")
     for name, row in rows.items():
         if name in CONFIGS and row["rows_pushed_per_sync"] and "capacity" not in row:
-            row["capacity"] = capacity(row, row["rows_pushed_per_sync"])
+            misses = row.get("cache_rows_pulled", 0) / max(1.0, row.get("pushes_applied", 1.0))
+            row["capacity"] = capacity(row, row["rows_pushed_per_sync"], args.rows, misses)
         if dense is not None and name in CONFIGS:
             summary[name] = {
                 "fewer_bytes_than_dense": dense["bytes_per_sample"] / row["bytes_per_sample"],
