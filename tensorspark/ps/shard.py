@@ -302,9 +302,13 @@ class _Shard:
         if cmd == "progress":
             return {str(p): [v["epoch"], v["seq"]] for p, v in server.progress().items()}, b""
         if cmd == "snapshot":
-            snap = server.snapshot()
+            since = args.get("rows_since")
+            snap = server.snapshot(rows_since=None if since is None else int(since))
             arrays = {f"p/{k}": v for k, v in snap.params.items()}
             arrays.update({f"s/{k}": v for k, v in snap.state.items()})
+            for key, (ids, values) in snap.rows.items():  # an increment's: changed rows only
+                arrays[f"ri/{key}"] = ids
+                arrays[f"rv/{key}"] = values
             meta = {
                 "version": snap.version,
                 "applied_pushes": snap.applied_pushes,

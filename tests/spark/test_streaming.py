@@ -390,7 +390,8 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     spark: Any, tmp_path: Path
 ) -> None:
     """With ps_shards=2 the stream's server holds the table by rows (in two blocks: it is
-    most of the model) and every micro-batch's syncs move rows, not the table."""
+    most of the model), every micro-batch's syncs move rows, not the table, and its
+    checkpoint after the first is an increment the folder restores the weights from."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -427,6 +428,15 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
         assert 0 < status["rows_pushed_per_sync"] < rows_n
         assert len(status["row_tables"]) == 2  # the table in two blocks of rows
         assert training.status["samples"] == 400
+        # Each micro-batch's checkpoint: the first full, the next the rows it changed.
+        recent = [r for r in training.status["recent"] if not r["skipped"]]
+        assert [r["checkpoint_kind"] for r in recent] == ["full", "increment"], recent
+        assert recent[1]["checkpoint_bytes"] * 3 < recent[0]["checkpoint_bytes"], recent
+        weights = training.server.params()
     finally:
         training.stop()
         assert training.await_termination(timeout=WAIT_S)
+    restored = load_checkpoint(str(tmp_path / "ckpt" / "model"))  # the chain: full, then rows
+    assert restored.path.rsplit("/", 1)[-1].startswith("incr-")
+    for name, value in weights.items():
+        np.testing.assert_array_equal(restored.params[name], value)
