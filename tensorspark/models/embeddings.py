@@ -206,12 +206,16 @@ def chunk_checker(model: Any) -> Callable[[Sequence[Any], int], None]:
 
 
 def check_chunk_ids(
-    tables: Sequence[tuple[str, int]], batches: Sequence[Any], partition: int
+    tables: Sequence[tuple[str, int]],
+    batches: Sequence[Any],
+    partition: int,
+    kind: str = "embedding layer",
 ) -> None:
     """Executor, before a chunk trains: refuse ids outside a table in any of its rows (its
     min and max against the table's rows), so nothing of the chunk is pushed.
 
-    ``batches``: the chunk's mini-batches (features first; of several inputs, the first).
+    ``batches``: the chunk's mini-batches (features first; of several inputs, the first);
+    ``kind``: what the message calls a table (a Keras layer, a TF1 graph's variable).
 
     Raises:
         ConfigurationError: naming the table, its rows, the id and the partition (the
@@ -230,7 +234,7 @@ def check_chunk_ids(
         bad = low if low < 0 else high if high >= rows else None
         if bad is not None:
             raise ConfigurationError(
-                f"embedding layer {name!r} has {rows} rows, so its ids must be whole numbers "
+                f"{kind} {name!r} has {rows} rows, so its ids must be whole numbers "
                 f"from 0 to {rows - 1}; hash or clip the ids into that range, or make the "
                 f"table larger. Received: id {bad.item()!r} in partition {partition} (nothing "
                 "of the chunk that holds it was pushed)"

@@ -19,21 +19,22 @@ placeholders the run feeds. Then only the fed ids' rows are compared.
 * Driver: :func:`graph_tables` names the tables (a sharded server holds them by rows),
   :func:`check_graph` refuses a combiner row-sparse sync is not sound under, and
   :func:`check_fed_ids` a first example whose ids lie outside a table.
-* Executors: :class:`TF1RowAccess` reads and writes rows through gather and scatter ops
-  added once to the rebuilt graph, before :class:`~tensorspark.models.tf1.TF1Model`
-  finalizes it.
+* Executors: :func:`id_checker` refuses a chunk with an id outside a table in any row,
+  before it trains (nothing of it is pushed); :class:`TF1RowAccess` reads and writes rows
+  through gather and scatter ops added once to the rebuilt graph, before
+  :class:`~tensorspark.models.tf1.TF1Model` finalizes it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.models.embeddings import check_tables
+from tensorspark.models.embeddings import check_chunk_ids, check_tables
 from tensorspark.ps.rows import RowMarks
 
 logger = logging.getLogger(__name__)
@@ -243,6 +244,31 @@ def check_fed_ids(
                 f"range, or make the table larger. Received: {argument}, first example with "
                 f"id {bad} at feed {position}"
             )
+
+
+def id_checker(
+    graph: Any, feed_names: Sequence[str]
+) -> Callable[[Sequence[Sequence[Any]], int], None] | None:
+    """Executor: ``check(batches, partition)``, refusing a chunk with an id outside a table
+    in any row of the feeds ``graph`` looks up straight (:func:`fed_lookups`), before it
+    trains, with :func:`~tensorspark.models.embeddings.check_chunk_ids`; None when no feed
+    is looked up straight.
+
+    Raises (the checker):
+        ConfigurationError: naming the table, its rows, the id and the partition.
+    """
+    by_feed: dict[int, list[tuple[str, int]]] = {}
+    for position, table, rows in fed_lookups(graph, feed_names):
+        by_feed.setdefault(position, []).append((table, rows))
+    if not by_feed:
+        return None
+
+    def check(batches: Sequence[Sequence[Any]], partition: int) -> None:
+        for position, tables in by_feed.items():
+            fed = [(batch[position],) for batch in batches]
+            check_chunk_ids(tables, fed, partition, kind="embedding table")
+
+    return check
 
 
 def trainable(graph: Any) -> dict[str, Any]:
