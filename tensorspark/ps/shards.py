@@ -167,6 +167,7 @@ class ShardedServer(auth.SignedServer):
         self._cut_lock = threading.Lock()
         # The shards' versions at recent cuts: an increment follows one of them.
         self._cut_versions = CutVersions()
+        self._notes: dict[str, dict[str, Any]] = {}  # served in /status (annotate)
         self._started = False
         # What stop() kept, so the run's result and last checkpoint can still be read.
         self._final: tuple[Snapshot, dict[str, Any]] | None = None
@@ -390,10 +391,8 @@ class ShardedServer(auth.SignedServer):
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut
-        (see the module docstring). ``rows_since``: the version of an earlier cut (a
-        checkpoint's); each shard then answers only its tables' rows changed since its own
-        version at that cut (:mod:`tensorspark.ps.cut_rows`), given as the tables' rows in
-        :attr:`Snapshot.rows`. A cut this server no longer remembers gives the whole model.
+        (see the module docstring); ``rows_since``: an earlier cut's version: the tables'
+        rows changed since as :attr:`Snapshot.rows` (:mod:`tensorspark.ps.cut_rows`).
 
         Raises:
             ParameterServerError: the shards did not line up within ``cut_timeout``
@@ -425,6 +424,11 @@ class ShardedServer(auth.SignedServer):
             state_meta=dict(snaps[0][0].get("state_meta") or {}),
         )
 
+    def annotate(self, key: str, value: Mapping[str, Any]) -> None:
+        """Serve ``value`` (plain JSON values) under ``key`` in ``/status`` from now on,
+        after :meth:`stop` too (e.g. the checkpoints' bytes). Any thread."""
+        self._notes = {**self._notes, key: dict(value)}
+
     def status(self) -> dict[str, Any]:
         """The ``/status`` JSON of the whole server, aggregated over the shards.
 
@@ -432,14 +436,12 @@ class ShardedServer(auth.SignedServer):
             ParameterServerError: a shard is not running (the run cannot go on without it).
         """
         if self._final is not None:
-            return self._final[1]
+            return {**self._final[1], **self._notes}
         each = [
             r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})
         ]
-        return aggregate_status(
-            each,
-            self.urls,
-            self._front.books.counters if self._front.running else {},
-            tls=self._front.tls,
-            started_at=time.time(),
+        counters = self._front.books.counters if self._front.running else {}
+        status = aggregate_status(
+            each, self.urls, counters, tls=self._front.tls, started_at=time.time()
         )
+        return {**status, **self._notes}

@@ -129,6 +129,10 @@ class History:
         epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
             epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
             None (:mod:`tensorspark.ps.sparse`).
+        checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without):
+            ``full_total``/``increment_total`` bytes of full checkpoints and increments,
+            ``full_count``/``increment_count``, and the last one's ``last`` bytes and
+            ``last_kind`` (``"full"`` or ``"increment"``), as ``/status`` shows them.
     """
 
     history: dict[str, list[float]]
@@ -142,9 +146,11 @@ class History:
     worker_bytes: dict[int, dict[str, int]] = field(init=False)
     epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+    checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         status = getattr(self.result, "status", None) or {}
+        self.checkpoints = dict(status.get("checkpoints") or {})
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))
         self.worker_bytes = {

@@ -121,6 +121,12 @@ def test_sharded_checkpoints_are_increments_that_restore_the_servers_weights(tmp
             client.close()
     names = [os.path.basename(p) for p in checkpointer.saved]
     assert [n[:4] for n in names] == ["ckpt", "incr", "incr", "ckpt", "incr"]
+    # The sharded /status serves the checkpoints' bytes, after the server stopped too.
+    shown = server.status()["checkpoints"]
+    assert shown == checkpointer.written()
+    assert (shown["full_count"], shown["increment_count"]) == (2, 3)
+    sizes = {n: os.path.getsize(tmp_path / n) for n in names[3:]}  # keep=2: the newest two
+    assert shown["last"] == sizes[names[4]] and shown["last_kind"] == "increment"
     # The increment: the dense tensors whole, of the table only the 20 rows changed.
     dense = params["dense/kernel"].nbytes + params["dense/bias"].nbytes
     increment, full = (os.path.getsize(tmp_path / names[i]) for i in (4, 3))
