@@ -208,11 +208,14 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
 
         validate_model(session)
         s = run.server
-        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings)
+        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings, checkpoints is not None)
     elif hasattr(session.graph, "get_operations"):  # a TF1 graph's tables, as Keras's
         from tensorspark.models.tf1_rows import check_graph
 
-        check_graph(session.graph, run.server.combiner, run.server.embeddings)
+        s = run.server
+        check_graph(
+            session.graph, s.combiner, s.embeddings, None, s.shards, checkpoints is not None
+        )
     check_values(v, CHECK_ORDER[CHECK_ORDER.index("warm_up") :])
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 

@@ -38,6 +38,7 @@ import numpy as np
 import safetensors.numpy
 
 from tensorspark import wire
+from tensorspark.checkpoint.packing import pack, packable
 from tensorspark.errors import CheckpointError, ConfigurationError
 
 FORMAT = "tensorspark-checkpoint"
@@ -211,7 +212,15 @@ def encode_checkpoint(
             f"extra_meta must be JSON-serializable (str keys; str, number, bool, None, list, "
             f"dict values). Received: extra_meta={extra_meta!r} ({err})"
         ) from err
-    return safetensors.numpy.save(arrays, metadata={METADATA_KEY: text})
+    return save_file(arrays, {METADATA_KEY: text})
+
+
+def save_file(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """The safetensors file's bytes: one copy of the tensors where :mod:`.packing` can
+    write them, else ``safetensors.numpy.save`` (which copies them twice)."""
+    if packable(arrays):
+        return pack(arrays, metadata)
+    return safetensors.numpy.save(dict(arrays), metadata=dict(metadata))
 
 
 def decode_checkpoint(data: bytes, location: str) -> Checkpoint:

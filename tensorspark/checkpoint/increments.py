@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import safetensors.numpy
 
 from tensorspark.checkpoint.format import (
     METADATA_KEY,
@@ -47,6 +46,7 @@ from tensorspark.checkpoint.format import (
     check_version,
     model_signature,
     prepare_params,
+    save_file,
     verified_arrays,
 )
 from tensorspark.errors import CheckpointError, ConfigurationError
@@ -165,7 +165,7 @@ def encode_increment(
         raise ConfigurationError(
             f"extra_meta must be JSON-serializable. Received: extra_meta={extra_meta!r} ({err})"
         ) from err
-    return safetensors.numpy.save(arrays, metadata={METADATA_KEY: text})
+    return save_file(arrays, {METADATA_KEY: text})
 
 
 def decode_increment(data: bytes, location: str) -> Increment:

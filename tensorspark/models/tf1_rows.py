@@ -282,7 +282,12 @@ def trainable(graph: Any) -> dict[str, Any]:
 
 
 def check_graph(
-    graph: Any, combiner: Any, embeddings: str, available: int | None = None
+    graph: Any,
+    combiner: Any,
+    embeddings: str,
+    available: int | None = None,
+    shards: int = 1,
+    checkpoints: bool = True,
 ) -> list[str]:
     """Driver, when a session on a TF1 graph is made: the graph's tables (among its
     trainable variables), after refusing a combiner row-sparse sync is not sound under
@@ -295,7 +300,8 @@ def check_graph(
     tables = graph_tables(graph, variables)
     if tables and embeddings == "sparse":
         size = sum((variables[n].shape.num_elements() or 0) * 4 for n in tables)
-        check_tables(tables, size, combiner, available)
+        rows = sum(int(variables[n].shape[0] or 0) for n in tables)
+        check_tables(tables, size, combiner, available, rows, shards, checkpoints)
     return tables
 
 

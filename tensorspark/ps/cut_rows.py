@@ -123,18 +123,18 @@ def decode_answers(
 ]:
     """The shards' answers to ``"snapshot"``: per shard its whole arrays (``p/``), its
     tables' changed rows (``ri/`` ids and ``rv/`` values, an increment's), its combiner
-    state (``s/``), its applied pushes and its version."""
+    state (``s/``), its applied pushes and its version.
+
+    The arrays are views into the answers' buffers (each answer's own, writable), not
+    copies: a full checkpoint of a sharded server holds the model once less on the driver.
+    """
     parts, rows_each, states, applied, versions = [], [], [], [], []
     for result, data in snaps:
         tensors, _ = wire.decode(data)
-        parts.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")})
-        states.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")})
+        parts.append({k[2:]: v for k, v in tensors.items() if k.startswith("p/")})
+        states.append({k[2:]: v for k, v in tensors.items() if k.startswith("s/")})
         rows_each.append(
-            {
-                k[3:]: (np.array(v), np.array(tensors[f"rv/{k[3:]}"]))
-                for k, v in tensors.items()
-                if k.startswith("ri/")
-            }
+            {k[3:]: (v, tensors[f"rv/{k[3:]}"]) for k, v in tensors.items() if k.startswith("ri/")}
         )
         applied.append(int(result["applied_pushes"]))
         versions.append(int(result["version"]))

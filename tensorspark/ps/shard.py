@@ -187,6 +187,7 @@ class ShardProcess:
                     future = self._waiting.pop(int(header["id"]), None)
                 if future is not None:
                     future.set_result((header, data))
+                del header, data, future  # a snapshot's answer: not held till the next frame
         except (EOFError, OSError, ValueError):
             pass
         with self._lock:
