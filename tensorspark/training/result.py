@@ -129,7 +129,8 @@ class History:
         epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
             epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
             None (:mod:`tensorspark.ps.sparse`).
-        checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without):
+        checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
+            with ``server_reusable=True``, those since its server started):
             ``full_total``/``increment_total`` bytes of full checkpoints and increments,
             ``full_count``/``increment_count``, and the last one's ``last`` bytes and
             ``last_kind`` (``"full"`` or ``"increment"``), as ``/status`` shows them.

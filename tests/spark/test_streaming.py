@@ -329,12 +329,15 @@ def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None
     assert status["skipped_batches"] == 0 and status["batches"] == files
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
-    tmp_path: Path,
+    tmp_path: Path, shards: int
 ) -> None:
     """The same two crashes with the click model: its checkpoints are increments of the
     rows each micro-batch changed, and a restart restores the chain (a full checkpoint
-    and the increments after it) to the weights the crashed run had."""
+    and the increments after it) to the weights the crashed run had; with one server, and
+    with two shard processes holding the table in blocks of rows (each shard's changed
+    rows since its version at the previous checkpoint's cut)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -357,19 +360,20 @@ def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
         pq.write_table(table, tmp)
         os.replace(tmp, data / f"part-{index:04d}.parquet")
     ckpt, out = tmp_path / "ckpt", tmp_path / "status.json"
+    embedding = ("--embedding", "--shards", str(shards))
 
-    assert run_driver(data, ckpt, out, "--embedding", "--kill-after-batch", "1") == -9
+    assert run_driver(data, ckpt, out, *embedding, "--kill-after-batch", "1") == -9
     names = sorted(os.listdir(ckpt / "model"))
     assert any(n.startswith("incr-") for n in names), names  # batch 1: an increment
     first = load_checkpoint(str(ckpt / "model"))
     assert first.path.rsplit("/", 1)[-1].startswith("incr-")
     assert first.meta["extra"]["stream"]["batch_id"] == 1
 
-    assert run_driver(data, ckpt, out, "--embedding", "--kill-in-run", "2") == -9
+    assert run_driver(data, ckpt, out, *embedding, "--kill-in-run", "2") == -9
     second = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
     assert second["batch_id"] == 2 and second["samples"] == 3 * ROWS
 
-    assert run_driver(data, ckpt, out, "--embedding") == 0
+    assert run_driver(data, ckpt, out, *embedding) == 0
     status = json.loads(out.read_text())
     last = load_checkpoint(str(ckpt / "model"))
     stream = last.meta["extra"]["stream"]
