@@ -427,8 +427,14 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     training = ks.fit_stream(stream, checkpoint_location=str(tmp_path / "ckpt"), trigger="1 second")
     try:
         wait_for("two batches", lambda: training.status["batches"] == 2)
+        served = lambda: training.server.status().get("stream", {}).get("batches")  # noqa: E731
+        wait_for("the sharded /status to show the stream", lambda: served() == 2)
         status = training.server.status()
         assert status["row_pushes"] == status["applied_pushes"] > 0
+        # The dashboard's checkpoint card: the stream's full checkpoint and its increment.
+        written = status["checkpoints"]
+        assert (written["full_count"], written["increment_count"]) == (1, 1), written
+        assert written["last_kind"] == "increment"
         assert 0 < status["rows_pushed_per_sync"] < rows_n
         assert len(status["row_tables"]) == 2  # the table in two blocks of rows
         assert training.status["samples"] == 400
