@@ -36,9 +36,9 @@ ROW_SPARSE_OPTIMIZERS = ("SGD", "Adagrad", "RMSprop", "RowAdam")
 #: processes with ``ps_shards > 1``, on the same host).
 HELD_COPIES = 2.0
 #: The peak of writing a full checkpoint, on top: the snapshot and the file's bytes (2) with
-#: one server; sharded, the shards' answers on the driver too and each shard's copy of its
-#: block (3.5 in all). An increment's is its changed rows only.
-FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.5}
+#: one server; sharded, the same on the driver and each shard's copy of its block (3 in
+#: all). An increment's is its changed rows only.
+FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.0}
 #: The server's version of each row of a tracked table (int64).
 ROW_VERSION_BYTES = 8
 

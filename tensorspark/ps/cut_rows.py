@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -139,3 +139,11 @@ def decode_answers(
         applied.append(int(result["applied_pushes"]))
         versions.append(int(result["version"]))
     return parts, rows_each, states, applied, versions
+
+
+def detach(params: Mapping[str, np.ndarray], tables: Collection[str]) -> dict[str, np.ndarray]:
+    """``params`` with copies of the arrays that view a shard's answer (:func:`decode_answers`),
+    but for the ``tables``: a table whole on one shard is most of its answer, and a small
+    tensor's view would keep a whole answer, a block of a table with it, alive while the
+    checkpoint is written."""
+    return {k: v if k in tables or v.base is None else np.array(v) for k, v in params.items()}

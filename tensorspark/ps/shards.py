@@ -46,7 +46,7 @@ import numpy as np
 import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.cut_rows import CutVersions, decode_answers, gather_rows
+from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_rows
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
@@ -117,7 +117,7 @@ class ShardedServer(auth.SignedServer):
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         # Row-sparse tables are held by rows (whole, or in blocks of rows) where their rows
         # are routed to.
-        keep = tuple(tables) if s.embeddings == "sparse" else ()
+        keep = self._tables = tuple(tables) if s.embeddings == "sparse" else ()
         try:
             self.layout = Layout.plan(arrays, shards, align, keep)
         except ConfigurationError:
@@ -413,7 +413,7 @@ class ShardedServer(auth.SignedServer):
         parts, rows = gather_rows(self.layout, parts, rows_each)
         self._cut_versions.record(max(versions), versions)
         return Snapshot(
-            params=self.layout.assemble(parts),
+            params=detach(self.layout.assemble(parts), self._tables),
             rows=rows,
             rows_since=rows_since if rows else None,
             version=max(versions),

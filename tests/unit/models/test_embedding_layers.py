@@ -232,7 +232,7 @@ def test_the_driver_counts_what_a_run_holds_of_the_tables() -> None:
     plain = held_bytes(table, ROWS, 1, checkpoints=False)
     assert plain == 2 * table + 8 * ROWS
     assert held_bytes(table, ROWS, 1, checkpoints=True) == 4 * table + 8 * ROWS
-    assert held_bytes(table, ROWS, 2, checkpoints=True) == int(5.5 * table) + 8 * ROWS
+    assert held_bytes(table, ROWS, 2, checkpoints=True) == 5 * table + 8 * ROWS
     dynsgd = get_combiner("dynsgd")
     check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=plain)
     with pytest.raises(ConfigurationError) as caught:
