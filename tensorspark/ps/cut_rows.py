@@ -8,6 +8,9 @@ shards' versions of its recent cuts (:class:`CutVersions`, keyed by the version 
 reported: the largest). Each shard then answers the rows of its blocks changed since its
 own version, and :func:`gather_rows` turns them into the table's rows (ids counted from
 the block's first row), beside the other tensors assembled as for a full checkpoint.
+:func:`decode_answers` reads the shards' answers without copying them, and :func:`detach`
+copies what would keep an answer alive while the checkpoint is written (a full checkpoint's
+peak on the driver: the assembled model and the file).
 
 Runs on the driver; pure but for :class:`CutVersions`, which is thread-safe.
 """

@@ -420,7 +420,7 @@ class ShardedServer(auth.SignedServer):
             progress={p: {"epoch": e, "seq": s} for p, (e, s) in sorted(target.items())},
             mode=self.mode,
             applied_pushes=min(applied),
-            state=assemble_state(self.layout, states),
+            state=detach(assemble_state(self.layout, states), ()),
             state_meta=dict(snaps[0][0].get("state_meta") or {}),
         )
 
