@@ -210,11 +210,14 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
 
         validate_model(session)
         s = run.server
-        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings)
+        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings, checkpoints is not None)
     elif hasattr(session.graph, "get_operations"):  # a TF1 graph's tables, as Keras's
         from tensorspark.models.tf1_rows import check_graph
 
-        check_graph(session.graph, run.server.combiner, run.server.embeddings)
+        s = run.server
+        check_graph(
+            session.graph, s.combiner, s.embeddings, None, s.shards, checkpoints is not None
+        )
     if not is_keras and run.row_cache not in (None, "off"):
         raise ConfigurationError(
             "row_cache caches the rows of a Keras model's embedding tables; a TF1 graph's "

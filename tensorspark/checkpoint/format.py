@@ -38,6 +38,7 @@ import numpy as np
 import safetensors.numpy
 
 from tensorspark import wire
+from tensorspark.checkpoint.packing import save_file
 from tensorspark.errors import CheckpointError, ConfigurationError
 
 FORMAT = "tensorspark-checkpoint"
@@ -261,7 +262,7 @@ def encode_file(
             f"extra_meta must be JSON-serializable (str keys; str, number, bool, None, list, "
             f"dict values). Received: extra_meta={extra_meta!r} ({err})"
         ) from err
-    return safetensors.numpy.save(arrays, metadata={METADATA_KEY: text})
+    return save_file(arrays, {METADATA_KEY: text})
 
 
 def decode_checkpoint(data: bytes, location: str) -> Checkpoint:

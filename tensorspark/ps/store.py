@@ -109,11 +109,8 @@ class Store:
         if combiner_state is not None:
             self.combiner.load_state(*combiner_state)
         self._combine_takes_out = "out" in inspect.signature(self.combiner.combine).parameters
-        self._encoded = (
-            None
-            if self.compression is None or self.compression.pull is None
-            else compress.EncodeBuffers(self.compression)
-        )
+        c = self.compression  # answers in a pull codec reuse their encoding buffers
+        self._encoded = None if c is None or c.pull is None else compress.EncodeBuffers(c)
         self.max_staleness = max_staleness
         self._on_push = on_push
         self.version = int(version)
@@ -398,8 +395,9 @@ class Store:
     def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
         named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
-        progress now, which may already lie beyond ``target`` (then hold a larger one)."""
-        self._hold.hold(target)
+        progress now, which may already lie beyond ``target`` (then hold a larger one).
+        Held pushes a raised ``target`` covers are applied now (:mod:`~.holds`)."""
+        self._apply_held(self._hold.hold(target))
         return dict(self._progress)
 
     def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
@@ -408,7 +406,10 @@ class Store:
 
     def release(self) -> None:
         """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
-        for push in self._hold.release():
+        self._apply_held(self._hold.release())
+
+    def _apply_held(self, pushes: list[HeldPush]) -> None:
+        for push in pushes:
             try:
                 self.push(push.tensors, push.meta, push.respond)
             except RequestError as err:  # checked when it arrived; cannot happen twice

@@ -42,7 +42,6 @@ from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataf
 from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
-from tensorspark.ps.server import ParameterServer
 from tensorspark.streaming.exports import export_batch, flush_exports
 from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
@@ -384,11 +383,13 @@ class MicroBatchTrainer:
     # ------------------------------------------------------------------ after a batch
 
     def _publish(self) -> None:
-        """Show the stream's status on the server's ``/status`` (``"stream"``)."""
-        if isinstance(self.server, ParameterServer) and self.server.running:  # not sharded
+        """Show the stream's status and the bytes of its checkpoints on the server's
+        ``/status`` (``"stream"``, ``"checkpoints"``: the dashboard's cards)."""
+        if self.server.running:  # one server or sharded
             status = self.status.snapshot()
             status.pop("recent")
             self.server.annotate("stream", status)
+            self.server.annotate("checkpoints", self.checkpoints.manager.bytes)  # the stream's
 
     def _tell(self, record: BatchRecord) -> None:
         if self.on_batch is None:

@@ -146,6 +146,11 @@ class History:
             None (:mod:`tensorspark.ps.sparse`); with a worker row cache also its
             ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled`` in
             the epoch and the largest ``worker_peak_rss_bytes`` so far.
+        checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
+            with ``server_reusable=True``, those since its server started):
+            ``full_total``/``increment_total`` bytes of full checkpoints and increments,
+            ``full_count``/``increment_count``, and the last one's ``last`` bytes and
+            ``last_kind`` (``"full"`` or ``"increment"``), as ``/status`` shows them.
     """
 
     history: dict[str, list[float]]
@@ -159,9 +164,11 @@ class History:
     worker_bytes: dict[int, dict[str, int]] = field(init=False)
     epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+    checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         status = getattr(self.result, "status", None) or {}
+        self.checkpoints = dict(status.get("checkpoints") or {})
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))
         self.worker_bytes = {

@@ -218,3 +218,26 @@ def test_the_rows_a_chunk_moves_are_among_its_candidates(name: str) -> None:
         ("row_adam_global", "row_adam_ams", "sgd_acc", "adam", "sgd_mom")
     )
     assert (access.candidates("emb/embeddings") is not None) == expected_sparse
+
+
+def test_the_driver_counts_what_a_run_holds_of_the_tables() -> None:
+    """The tables (ROWS x 4 float32) count as the measured copies a run holds on the driver
+    host: the payload and the server's copy and row versions; with checkpoints a full
+    checkpoint's peak on top, more sharded (the shards' answers and each shard's copy of
+    its block). The refusal names the tables, the sizes and what to do."""
+    from tensorspark.models.embeddings import held_bytes
+
+    model = _model()
+    table = ROWS * 4 * 4
+    plain = held_bytes(table, ROWS, 1, checkpoints=False)
+    assert plain == 2 * table + 8 * ROWS
+    assert held_bytes(table, ROWS, 1, checkpoints=True) == 4 * table + 8 * ROWS
+    assert held_bytes(table, ROWS, 2, checkpoints=True) == 5 * table + 8 * ROWS
+    dynsgd = get_combiner("dynsgd")
+    check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=plain)
+    with pytest.raises(ConfigurationError) as caught:
+        check_setup(model, dynsgd, "async", 2, "sparse", checkpoints=True, available=plain)
+    message = str(caught.value)
+    assert "(emb)" in message and "a full checkpoint's snapshot and file" in message
+    assert "hash the ids" in message and "more ps_shards do not help" in message
+    assert message.endswith(f"Received: tables of {table} bytes, ps_shards=2")
