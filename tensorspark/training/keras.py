@@ -84,8 +84,10 @@ def fit(
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
-    snapshots = EpochSnapshots(
-        lambda: host.server.params() if host.server is not None else {},
+    snapshots = EpochSnapshots(  # the epochs' weights, kept only for a reader of them
+        (lambda: host.server.params() if host.server is not None else {})
+        if val is not None or callbacks or arrays is not None
+        else None,
         status=lambda: host.server.status() if host.server is not None else {},
     )
     known_rows = train.known_rows
