@@ -41,6 +41,13 @@ HELD_COPIES = 2.0
 FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.0}
 #: The server's version of each row of a tracked table (int64).
 ROW_VERSION_BYTES = 8
+#: What a Keras model's ``fit`` holds on top, per byte of its tables: the copy rebuilt from
+#: the payload that the data checks use (its variables and load buffers), the initial
+#: weights the server starts from, the final weights handed back. Measured as the driver's
+#: RSS growth during ``fit`` of the click model (``bench/embeddings.py``,
+#: ``driver_rss_growth_mib``): 6.3x and 6.4x the table at 2^20 rows, uncached and cached,
+#: 6.1x at 2^24; :data:`HELD_COPIES` and the row versions count 2.06 of it.
+KERAS_FIT_COPIES = 4.3
 
 
 def embedding_layers(model: Any) -> list[Any]:
@@ -109,16 +116,20 @@ def check_setup(
     table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
     rows = sum(int(la.embeddings.shape[0]) for la in layers)
     names = [la.name for la in layers]
-    check_tables(names, table_bytes, combiner, available, rows, shards, checkpoints)
+    check_tables(names, table_bytes, combiner, available, rows, shards, checkpoints, keras=True)
     del mode  # sync and async alike: the sound combiners' rounds add the mean delta
 
 
-def held_bytes(table_bytes: int, rows: int, shards: int, checkpoints: bool) -> int:
+def held_bytes(
+    table_bytes: int, rows: int, shards: int, checkpoints: bool, keras: bool = False
+) -> int:
     """Bytes the driver host holds for row-sparse tables of ``table_bytes`` (``rows`` rows
     in all) during a run, besides the model it was given: the payload and the server's
-    copy, the server's row versions, and with ``checkpoints`` a full checkpoint's peak
-    (:data:`HELD_COPIES`, :data:`FULL_CHECKPOINT_PEAK`)."""
+    copy, the server's row versions, with ``checkpoints`` a full checkpoint's peak, and for
+    a Keras model's fit its set-up's copies (:data:`HELD_COPIES`,
+    :data:`FULL_CHECKPOINT_PEAK`, :data:`KERAS_FIT_COPIES`)."""
     copies = HELD_COPIES + (FULL_CHECKPOINT_PEAK[shards > 1] if checkpoints else 0.0)
+    copies += KERAS_FIT_COPIES if keras else 0.0
     return int(table_bytes * copies) + rows * ROW_VERSION_BYTES
 
 
@@ -130,10 +141,12 @@ def check_tables(
     rows: int = 0,
     shards: int = 1,
     checkpoints: bool = True,
+    keras: bool = False,
 ) -> None:
     """Driver: refuse, for tables ``names`` of ``table_bytes`` in all (``rows`` rows) that
     sync row-sparse, a combiner that needs whole tensors and tables the driver host cannot
-    hold (Keras layers and TF1 graphs alike, see :func:`check_setup`).
+    hold (Keras layers and TF1 graphs alike, see :func:`check_setup`; ``keras``: a Keras
+    model's fit, see :func:`held_bytes`).
 
     Raises:
         ConfigurationError: see :func:`check_setup`.
@@ -151,11 +164,17 @@ def check_tables(
             f"Received: weight_combiner={getattr(combiner, 'name', combiner)!r}"
         )
     available = available_memory() if available is None else available
-    needed = held_bytes(table_bytes, rows, shards, checkpoints)
+    needed = held_bytes(table_bytes, rows, shards, checkpoints, keras)
     if available is not None and needed > available:
         mib = 2**20
-        what = "the model's payload, the parameter server's copy" + (
-            " and a full checkpoint's snapshot and file" if checkpoints else ""
+        what = (
+            "the model's payload, the parameter server's copy"
+            + (
+                ", the Keras set-up's copies (the rebuilt model, the initial and final weights)"
+                if keras
+                else ""
+            )
+            + (" and a full checkpoint's snapshot and file" if checkpoints else "")
         )
         raise ConfigurationError(
             f"the embedding tables ({', '.join(names)}) take {table_bytes / mib:.0f} MiB, and "
