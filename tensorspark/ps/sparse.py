@@ -41,6 +41,7 @@ from tensorspark.ps.combiners import (
 )
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
+from tensorspark.ps.rowlog import ChangeLog
 from tensorspark.ps.rows import IDS, Rows, check_ids, rows_entry, split, table_names
 from tensorspark.ps.validation import RequestError, check_tensors
 
@@ -73,6 +74,7 @@ class RowTables:
         self.enabled = bool(enabled) and supports(combiner)
         self.combiner = combiner
         self.versions: dict[str, np.ndarray] = {}
+        self._logs: dict[str, ChangeLog] = {}  # the ids each recent version changed
         self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
         self.counters.update(dict.fromkeys(CACHE_COUNTERS, 0))
 
@@ -111,6 +113,7 @@ class RowTables:
         for name in rows:
             if name not in self.versions:
                 self.versions[name] = np.full(params[name].shape[0], version, np.int64)
+                self._logs[name] = ChangeLog(params[name].shape[0], version)
         return dense, rows
 
     def changed_since(
@@ -119,10 +122,16 @@ class RowTables:
         """Per tracked table, the ids of the rows changed after ``version`` and a copy of
         their values (an incremental checkpoint's rows)."""
         changed = {}
-        for name, versions in self.versions.items():
-            ids = np.flatnonzero(versions > version)
+        for name in self.versions:
+            ids = self.changed_ids(name, version)
             changed[name] = (ids, params[name][ids])  # fancy indexing copies
         return changed
+
+    def changed_ids(self, name: str, version: int) -> np.ndarray:
+        """The sorted ids of table ``name``'s rows changed after ``version``: from the
+        change log when it covers ``version``, else by scanning every row's version."""
+        logged = self._logs[name].since(version)
+        return np.flatnonzero(self.versions[name] > version) if logged is None else logged
 
     def changed_whole(self, names: Any, version: int) -> None:
         """Every row of the tracked tables among ``names`` changed at ``version``."""
@@ -130,6 +139,7 @@ class RowTables:
             rows = self.versions.get(name)
             if rows is not None:
                 rows.fill(version)
+                self._logs[name].reset(version)
 
     def apply(
         self,
@@ -149,6 +159,7 @@ class RowTables:
             if part.ids.size:
                 add_rows(params[name], part, scale)
             self.versions[name][part.ids] = info.current_version + 1
+            self._logs[name].record(info.current_version + 1, part.ids)
             self.counters["rows_pushed"] += int(part.ids.size)
         self.counters["row_pushes"] += 1
         return params
@@ -187,6 +198,7 @@ class RowTables:
                     acc = acc + full  # rows a worker left out add 0, as in the dense sum
                 table[ids] = (table[ids].astype(np.float64) + acc).astype(table.dtype)
             versions[ids] = info.current_version + 1
+            self._logs[name].record(info.current_version + 1, ids)
             self.counters["rows_pushed"] += sum(int(rows[name].ids.size) for _, rows in parts)
         self.counters["row_pushes"] += len(pending)
         return params
@@ -227,8 +239,8 @@ class RowTables:
                 continue
             use = codec is not None and compress.compressible(arr)
             out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
-        for name, versions in self.versions.items():
-            ids = np.flatnonzero(versions > since)
+        for name in self.versions:
+            ids = self.changed_ids(name, since)
             out.update(rows_entry(name, ids, params[name][ids], codec))
             self.counters["rows_pulled"] += int(ids.size)
         meta["rows"] = sorted(self.versions)
