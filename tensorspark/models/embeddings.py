@@ -280,8 +280,12 @@ def check_chunk_ids(
         return
     low = min(a.min() for a in arrays)
     high = max(a.max() for a in arrays)
+    # NaN compares false against both bounds: a float chunk's non-finite ids are bad too.
+    odd = [a[~np.isfinite(a)] for a in arrays if a.dtype.kind == "f"]
+    odd_first = next((o[0] for o in odd if o.size), None)
     for name, rows in tables:
-        bad = low if low < 0 else high if high >= rows else None
+        bad = odd_first if odd_first is not None else low if low < 0 else None
+        bad = high if bad is None and high >= rows else bad
         if bad is not None:
             raise ConfigurationError(
                 f"{kind} {name!r} has {rows} rows, so its ids must be whole numbers "

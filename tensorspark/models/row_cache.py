@@ -55,12 +55,40 @@ class CachePlan:
         return {"slots": self.slots, "layers": dict(self.layers)}
 
 
-def chunk_ids_bound(model: Any, sync_interval: int, batch_size: int) -> int:
+def chunk_ids_bound(model: Any, sync_interval: int, batch_size: int) -> int | None:
     """The most distinct ids one chunk can look up: ``sync_interval x batch_size x ids
-    per example`` (the model's first input's shape)."""
+    per example`` (the model's first input's shape); None when a dimension of that shape
+    is not fixed (ids per example vary, so no bound holds)."""
     shape = model.inputs[0].shape[1:]
-    per_example = int(np.prod([d if d is not None else 1 for d in shape], dtype=np.int64))
+    if any(d is None for d in shape):
+        return None
+    per_example = int(np.prod(shape, dtype=np.int64))
     return int(sync_interval) * int(batch_size) * max(1, per_example)
+
+
+def _uncacheable(model: Any, layers: list[Any]) -> str | None:
+    """Why the workers cannot hold ``model``'s tables as slots (None: they can): after the
+    remap every reader of the input sees slot numbers, so only the tables may read it,
+    unmasked; and a regularizer or a constraint changes or weighs rows a chunk did not
+    look up (the slots held are not the table)."""
+    from tensorspark.models.embeddings import _input_of, _walk, input_tables
+
+    first = model.inputs[0] if getattr(model, "inputs", None) else None
+    tables = {id(la) for la in layers}
+    for layer in _walk(model):
+        fed = _input_of(layer)
+        reads = fed is first or (isinstance(fed, (list, tuple)) and any(t is first for t in fed))
+        if reads and id(layer) not in tables:
+            return f"layer {layer.name!r} reads the ids besides the tables"
+    direct = {id(la) for la in input_tables(model)}
+    for la in layers:
+        if id(la) not in direct:
+            return f"table {la.name!r} does not look the model's input up directly"
+        if getattr(la, "mask_zero", False):
+            return f"table {la.name!r} masks id 0 (mask_zero=True), which would mask a slot"
+        if la.embeddings_regularizer is not None or la.embeddings_constraint is not None:
+            return f"table {la.name!r} has a regularizer or a constraint over all its rows"
+    return None
 
 
 def plan(
@@ -79,7 +107,7 @@ def plan(
             model's tables cannot be cached (not looked up by its first input directly,
             or an optimizer that changes rows a chunk did not look up).
     """
-    from tensorspark.models.embeddings import embedding_layers, input_tables
+    from tensorspark.models.embeddings import embedding_layers
     from tensorspark.models.embeddings import row_sparse_optimizer as lazy
 
     layers = embedding_layers(model)
@@ -87,9 +115,17 @@ def plan(
         return None
     row_bytes = sum(int(np.prod(la.embeddings.shape[1:])) * 4 for la in layers)
     table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
-    least = min(
-        min(int(la.input_dim) for la in layers), chunk_ids_bound(model, sync_interval, batch_size)
-    )
+    bound = chunk_ids_bound(model, sync_interval, batch_size)
+    if bound is None:
+        if setting is None:
+            return None
+        raise ConfigurationError(
+            "row_cache needs a fixed number of ids per example, to know how many rows a "
+            f"chunk can look up; the model's input has the shape {model.inputs[0].shape}. "
+            "Give the input a fixed shape (pad the ids), or pass row_cache='off'. "
+            f"Received: row_cache={setting!r}"
+        )
+    least = min(min(int(la.input_dim) for la in layers), bound)
     if setting is None:
         memory = worker_memory
         if memory is None or table_bytes * BYTES_PER_TABLE_BYTE <= memory // 2:
@@ -97,15 +133,18 @@ def plan(
         slots = max(least, memory // 8 // (row_bytes * BYTES_PER_TABLE_BYTE))
     else:
         slots = setting if isinstance(setting, int) else size_bytes(setting) // row_bytes
-    direct = {id(la) for la in input_tables(model)}
     one_input = len(getattr(model, "inputs", None) or ()) == 1
-    if any(id(la) not in direct for la in layers) or not lazy(model) or not one_input:
+    why = _uncacheable(model, layers) if one_input else "the model has more than one input"
+    if why is None and not lazy(model):
+        why = "its optimizer changes rows a chunk did not look up"
+    if why is not None:
         if setting is None:
             return None
         raise ConfigurationError(
-            "row_cache needs a model of one input, every embedding table looking it up "
-            "directly, and a row-sparse optimizer (SGD without momentum, RowAdagrad, RowAdam), "
-            "whose update changes only the rows a chunk looked up. Pass row_cache='off'. "
+            "row_cache needs a model of one input that only its embedding tables read, each "
+            "looking it up directly, unmasked and without a regularizer or a constraint, and a "
+            "row-sparse optimizer (SGD without momentum, RowAdagrad, RowAdam), whose update "
+            f"changes only the rows a chunk looked up; here {why}. Pass row_cache='off'. "
             f"Received: row_cache={setting!r}, tables {[la.name for la in layers]}, optimizer "
             f"{type(getattr(model, 'optimizer', None)).__name__}"
         )
@@ -184,6 +223,7 @@ def optimizer_rows(model: Any, variable: Any) -> list[tuple[Any, float]]:
     initial value)`` for RowAdam's/Adam's moments, (Row)Adagrad's accumulator, RMSprop's
     average (executors). Empty before the optimizer is built."""
     opt = getattr(model, "optimizer", None)
+    opt = getattr(opt, "inner_optimizer", opt)  # mixed_float16's LossScaleOptimizer wraps it
     if opt is None or not getattr(opt, "built", False):
         return []
     try:

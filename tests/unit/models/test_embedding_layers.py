@@ -246,3 +246,13 @@ def test_the_driver_counts_what_a_run_holds_of_the_tables() -> None:
     assert "(emb)" in message and "a full checkpoint's snapshot and file" in message
     assert "hash the ids" in message and "more ps_shards do not help" in message
     assert message.endswith(f"Received: tables of {table} bytes, ps_shards=2")
+
+
+def test_a_chunk_s_nan_ids_are_refused_like_ids_outside_the_table() -> None:
+    """NaN compares false against both bounds; the chunk check still names it."""
+    from tensorspark.models.embeddings import check_chunk_ids
+
+    batches = [(np.array([[1.0, 2.0]]), np.ones(1)), (np.array([[3.0, np.nan]]), np.ones(1))]
+    with pytest.raises(ConfigurationError, match=r"Received: id nan in partition 3"):
+        check_chunk_ids([("emb", 10)], batches, 3)
+    check_chunk_ids([("emb", 10)], batches[:1], 3)

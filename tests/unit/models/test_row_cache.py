@@ -127,3 +127,79 @@ def test_a_model_of_two_inputs_is_refused() -> None:
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     with pytest.raises(ConfigurationError, match="a model of one input"):
         plan(model, 5000, sync_interval=5, batch_size=50)
+
+
+def _table_model(**table: Any) -> Any:
+    """ids[4] -> Embedding(ROWS, DIM, **table) -> Flatten -> Dense(1), SGD."""
+    import keras
+
+    ids = keras.Input((FIELDS,), dtype="int32")
+    out = keras.layers.Dense(1)(
+        keras.layers.Flatten()(keras.layers.Embedding(ROWS, DIM, **table)(ids))
+    )
+    model = keras.Model(ids, out)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    return model
+
+
+@pytest.mark.parametrize(
+    ("table", "why"),
+    [
+        ({"mask_zero": True}, "masks id 0"),
+        ({"embeddings_regularizer": "l2"}, "a regularizer or a constraint"),
+        ({"embeddings_constraint": "non_neg"}, "a regularizer or a constraint"),
+    ],
+)
+def test_tables_a_slot_table_would_change_are_refused(table: dict, why: str) -> None:
+    """After the remap the lookup sees slots: a mask of id 0 would mask a slot, and a
+    regularizer or constraint would reach only the rows held."""
+    model = _table_model(**table)
+    with pytest.raises(ConfigurationError, match=why):
+        plan(model, 5000, sync_interval=5, batch_size=50)
+    assert plan(model, None, sync_interval=5, batch_size=50, worker_memory=2**20) is None
+
+
+def test_a_model_whose_other_layers_read_the_ids_is_refused() -> None:
+    import keras
+
+    from tensorspark.models.row_embedding import RowEmbedding
+
+    ids = keras.Input((FIELDS,), dtype="int32")
+    flat = keras.layers.Flatten()(RowEmbedding(ROWS, DIM)(ids))
+    raw = keras.layers.Dense(2)(keras.layers.Lambda(lambda t: keras.ops.cast(t, "float32"))(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(keras.layers.Concatenate()([flat, raw])))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    with pytest.raises(ConfigurationError, match="reads the ids besides the tables"):
+        plan(model, 5000, sync_interval=5, batch_size=50)
+
+
+def test_ids_per_example_that_vary_have_no_bound_and_are_refused() -> None:
+    import keras
+
+    from tensorspark.models.row_embedding import RowEmbedding
+
+    ids = keras.Input((None,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(RowEmbedding(ROWS, DIM)(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(pooled))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    assert chunk_ids_bound(model, 5, 50) is None
+    with pytest.raises(ConfigurationError, match="a fixed number of ids per example"):
+        plan(model, 5000, sync_interval=5, batch_size=50)
+    assert plan(model, None, sync_interval=5, batch_size=50, worker_memory=2**20) is None
+
+
+def test_the_state_of_a_mixed_float16_optimizer_is_found_inside_its_loss_scaling() -> None:
+    import keras
+
+    from tensorspark.models.keras import CompiledModel
+    from tensorspark.models.row_optimizers import RowAdam
+
+    model = ctr_model(rows=50, fields=FIELDS, dim=DIM, hidden=4, optimizer=RowAdam(0.01))
+    scaled = keras.optimizers.LossScaleOptimizer(RowAdam(0.01))
+    model.compile(optimizer=scaled, loss="binary_crossentropy")
+    core = CompiledModel(model)
+    x = np.arange(40, dtype=np.int32).reshape(10, FIELDS) % 50
+    core.run_steps(True, [(x, np.ones(10, np.float32))], 1)
+    table = next(v for v in model.weights if tuple(v.shape) == (50, DIM))
+    state = optimizer_rows(model, table)
+    assert len(state) == 2  # RowAdam's two moments, under the LossScaleOptimizer
