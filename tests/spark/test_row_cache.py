@@ -99,10 +99,18 @@ def test_sync_with_a_cache_smaller_than_a_partition_gives_the_uncached_weights(
     assert counts["cache_misses"] > 0 and counts["cache_hits"] > 0
     assert counts["cache_evictions"] > 0  # the partition touched more rows than it held
     assert counts["cache_rows_pulled"] >= counts["cache_misses"]
+    # The misses of each epoch's later chunks were fetched while the chunk before trained
+    # (the weights above are exact with them); the first chunk's are pulled at admission.
+    assert counts["cache_prefetch_hits"] > 0
+    assert counts["cache_prefetched"] == counts["cache_prefetch_hits"]  # one table
+    assert counts["cache_prefetch_hits"] < counts["cache_misses"]  # first chunks': pulled
     assert "cache_misses" not in plain_run.counts
     # The server added up the workers' reports: /status (and so the dashboard, MLflow).
     status = run.status
-    for key in ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled"):
+    for key in (
+        "cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled",
+        "cache_prefetched", "cache_prefetch_hits", "cache_prefetch_fallbacks",
+    ):  # fmt: skip
         assert status[key] == counts[key], key
     assert status["worker_peak_rss_bytes"] >= 50 * 2**20  # a Python worker with TensorFlow
     assert plain_run.status["cache_misses"] == 0
