@@ -134,6 +134,7 @@ def test_sync_prefetched_rows_are_as_new_as_the_answer_before_their_chunk(
     for a, b in zip(plain, cached, strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     assert run.counts["cache_prefetch_hits"] > 0
+    assert run.counts["cache_prefetch_fallbacks"] == 0  # every fetch back within ps_timeout
 
 
 def test_rowadagrad_keeps_its_state_with_the_slot(sc: SparkContext) -> None:
@@ -156,6 +157,7 @@ def test_two_shards_with_the_table_in_row_blocks(sc: SparkContext) -> None:
     for a, b in zip(plain, cached, strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     assert run.counts["cache_evictions"] > 0, sorted(run.counts.items())
+    assert run.counts["cache_prefetch_hits"] > 0  # fetched from both shards' row blocks
     assert all("[rows " in name for name in run.status["row_tables"])
 
 
