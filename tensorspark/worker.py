@@ -41,6 +41,7 @@ from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.prefetch import Prefetch
 from tensorspark.ps.rowcache import RowCache, peak_rss
 from tensorspark.ps.rowsync import RowSync
 
@@ -153,10 +154,12 @@ def train_partition(
                 codec = None if compression is None else compression.push
                 cached = getattr(model, "row_cache", None)  # tables of slots: a row cache
                 cache = None
-                if cached is not None:
+                if cached is not None:  # the next chunk's misses fetched by a client of its own
+                    ahead = make_client(config, recycle=False, timeout=config.ps_timeout)
+                    prefetch = Prefetch(ahead, access.tables, partition, config.ps_timeout)
                     cache = RowCache(
                         cached.slot_map, access.tables, client, partition, loop.counts,
-                        cached.reset_state,
+                        cached.reset_state, prefetch,
                     )  # fmt: skip
                 loop.rows = RowSync(access, codec, loop.counts, cache)
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
@@ -187,14 +190,18 @@ def _routable(client: ParameterClient | ShardedClient, tables: list[str]) -> boo
     return isinstance(client, ParameterClient) or client.row_sparse(tables)
 
 
-def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
-    """The loop's client: of the one server, or of every shard of a sharded one."""
+def make_client(
+    config: WorkerConfig, recycle: bool = True, timeout: float | None = None
+) -> ParameterClient | ShardedClient:
+    """The loop's client: of the one server, or of every shard of a sharded one.
+    ``recycle``: answers in two buffers used in turn (the loop keeps only the latest
+    weights); ``timeout``: the read timeout, default ``request_timeout``."""
     options: dict[str, Any] = dict(
-        timeout=config.request_timeout,
+        timeout=config.request_timeout if timeout is None else timeout,
         ps_timeout=config.ps_timeout,
         ssl_cafile=config.ssl_cafile,
         secret=config.secret,
-        recycle_responses=True,  # the loop keeps only the latest weights
+        recycle_responses=recycle,
     )
     if config.shard_urls:
         assert config.shard_layout is not None
@@ -264,36 +271,29 @@ class _Loop:
             blocks if isinstance(blocks, EpochSource) else cfg.passes.over(blocks, self.partition)
         )
         try:
+            cached = self.rows is not None and self.rows.cache is not None
             for epoch, batches in data.epochs():
                 if self.stopping:
                     break
                 stats = _EpochStats()
-                chunk: list[Block] = []
-                first_index = 0
-                for index, batch, is_last in batches:
-                    seq = index // cfg.sync_interval
-                    if self.resume_after is not None and (epoch, seq) <= self.resume_after:
-                        self.counts["skipped_batches"] += 1
-                        self.counts["skipped_samples"] += len(batch[0])
-                        continue
-                    if not chunk:
-                        first_index = index
-                    chunk.append(batch)
-                    if len(chunk) == cfg.sync_interval or is_last:
-                        if check_ids is not None:  # ids outside a table: nothing pushed
-                            check_ids(chunk, self.partition)
-                        if self.rows is not None and self.rows.cache is not None:
-                            chunk = self._admit(chunk)
-                        result = self.model.train_chunk(chunk)
-                        chunk = []
-                        stats.add(result)
-                        self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
-                        if self.stopping:
-                            break
+                # A row cache reads a chunk ahead: its misses are fetched while this trains.
+                chunks = _with_next(self._chunks(epoch, batches), ahead=cached)
+                for (seq, chunk, span, is_last), following in chunks:
+                    if check_ids is not None:  # ids outside a table: nothing pushed
+                        check_ids(chunk, self.partition)
+                    if cached:
+                        chunk = self._admit(chunk, following)
+                    result = self.model.train_chunk(chunk)
+                    stats.add(result)
+                    self._sync(epoch, seq, result, span, epoch_end=is_last)
+                    if self.stopping:
+                        break
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
         finally:
             data.close()
+            if self.rows is not None and self.rows.cache is not None:
+                self.rows.cache.close()
         return {
             "partition": self.partition,
             "attempt": self.attempt,
@@ -383,20 +383,54 @@ class _Loop:
             self.model.set_weights(self.base)
         self.follow(read_control(response.meta))
 
-    def _admit(self, chunk: list[Block]) -> list[Block]:
-        """A row cache: the chunk's rows held (misses pulled), its ids turned into slots."""
+    def _chunks(
+        self, epoch: int, batches: Iterator[tuple[int, Block, bool]]
+    ) -> Iterator[tuple[int, list[Block], tuple[int, int], bool]]:
+        """The epoch's chunks of ``sync_interval`` batches: ``(seq, batches, (first, last)
+        batch index, whether the epoch's last)``, without those an earlier attempt of the
+        partition applied (counted as skipped)."""
+        cfg = self.config
+        chunk: list[Block] = []
+        first_index = 0
+        for index, batch, is_last in batches:
+            seq = index // cfg.sync_interval
+            if self.resume_after is not None and (epoch, seq) <= self.resume_after:
+                self.counts["skipped_batches"] += 1
+                self.counts["skipped_samples"] += len(batch[0])
+                continue
+            if not chunk:
+                first_index = index
+            chunk.append(batch)
+            if len(chunk) == cfg.sync_interval or is_last:
+                yield seq, chunk, (first_index, index), is_last
+                chunk = []
+
+    def _admit(self, chunk: list[Block], following: list[Block] | None) -> list[Block]:
+        """A row cache: the chunk's rows held (misses pulled, or taken from the prefetch),
+        its ids turned into slots; then the ``following`` chunk's misses are prefetched."""
         assert self.rows is not None and self.rows.cache is not None
-        features = [np.asarray(b[0]) for b in chunk]
-        if any(f.dtype.kind not in "iuf" for f in features):
-            raise ConfigurationError(
-                "row_cache needs the model's input to be one array of numeric ids. Received: "
-                f"features of dtype {next(f.dtype for f in features if f.dtype.kind not in 'iuf')}"
-            )
-        ids = np.unique(np.concatenate([f.reshape(-1) for f in features]).astype(np.int64))
-        slots = self.rows.cache.admit(ids, self.rows)
-        return self.rows.cache.remap(chunk, ids, slots)
+        cache = self.rows.cache
+        ids = cache.chunk_ids(chunk)
+        slots = cache.admit(ids, self.rows)
+        if following is not None:
+            cache.ahead(following)
+        return cache.remap(chunk, ids, slots)
 
     def _rebase(self, response: PushResult) -> None:
         """Take the answer's version and weights as the new base (row-sparse: its rows)."""
         self.version = response.version
         self.base = response.params if self.rows is None else self.rows.absorb(response.params)
+
+
+def _with_next(chunks: Iterator[Any], ahead: bool) -> Iterator[tuple[Any, list[Block] | None]]:
+    """Each chunk with the next one's batches (read before the chunk trains) when
+    ``ahead``, else with None (read as the loop gets to it)."""
+    if not ahead:
+        yield from ((chunk, None) for chunk in chunks)
+        return
+    previous = next(chunks, None)
+    for chunk in chunks:
+        yield previous, chunk[1]
+        previous = chunk
+    if previous is not None:
+        yield previous, None

@@ -9,7 +9,10 @@ the others are misses, given a free slot or the least recently used slot no id o
 chunk uses (evicted), and their rows are pulled from the server by id (``POST /rows``,
 :meth:`~tensorspark.ps.client.ParameterClient.rows`; through the shards holding their row
 blocks with ``ps_shards > 1``). The chunk's features are then the slots' numbers, so the
-model trains on the slot table as it would on the whole one.
+model trains on the slot table as it would on the whole one. While a chunk trains, the
+next chunk's misses are fetched on a background thread (:meth:`RowCache.ahead`,
+:mod:`tensorspark.ps.prefetch`) and its admission takes them instead of pulling, on the
+training thread after the sync; a fetch that failed or is late is pulled as before.
 
 Why a slot table and an id→slot map: the TensorFlow graph, the compiled step and the
 row-sparse optimizers stay as they are (a lookup into a ``[slots, width]`` variable), and
@@ -42,12 +45,24 @@ from typing import Any, Protocol
 import numpy as np
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.ps.prefetch import Prefetch
 from tensorspark.ps.rows import IDS, ROWS
 
 logger = logging.getLogger(__name__)
 
-#: The counters a row cache adds to the loop's counts (``/status``, history, MLflow).
-COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled")
+#: The counters a row cache adds to the loop's counts (``/status``, history, MLflow):
+#: lookups held fresh and not, rows evicted, rows written for misses (pulled or
+#: prefetched; per table), the prefetched ones among them, the misses a prefetch served,
+#: and prefetches given up (failed, not back in time, or not started: one still out).
+COUNTERS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_rows_pulled",
+    "cache_prefetched",
+    "cache_prefetch_hits",
+    "cache_prefetch_fallbacks",
+)
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 
 
@@ -96,6 +111,8 @@ class RowCache:
         partition: the task's partition (the server counts its traffic).
         counts: the loop's counters; :data:`COUNTERS` are added to it.
         reset_state: resets the optimizer's state at some slots (the model's).
+        prefetch: fetches the next chunk's missing rows while a chunk trains
+            (:mod:`tensorspark.ps.prefetch`), or None (misses pulled at admission only).
     """
 
     def __init__(
@@ -106,8 +123,12 @@ class RowCache:
         partition: int,
         counts: dict[str, int],
         reset_state: Callable[[str, np.ndarray], None],
+        prefetch: Prefetch | None = None,
     ) -> None:
         self.map = slots
+        self.prefetch = prefetch
+        self._expected = False  # a prefetch was asked for the next admission
+        self._ids_of: tuple[Sequence[Any], np.ndarray] | None = None  # the last chunk_ids
         self.tables = list(tables)
         self.client = client
         self.partition = partition
@@ -166,10 +187,73 @@ class RowCache:
                 if residual is not None:
                     residual[slot[new]] = 0.0
         pull = ~hit
+        expected, self._expected = self._expected, False
         if pull.any():
-            self._pull(ids[pull], slot[pull], sync)
+            self._fill(ids[pull], slot[pull], sync, expected)
             m.fresh[slot[pull]] = True
+        elif self.prefetch is not None:
+            self.prefetch.drop()
         return slot
+
+    def chunk_ids(self, batches: Sequence[Any]) -> np.ndarray:
+        """The distinct ids of a chunk's features (first elements), sorted; worked out
+        once per chunk (its prefetch needs them first).
+
+        Raises:
+            ConfigurationError: the features are not numeric.
+        """
+        if self._ids_of is not None and self._ids_of[0] is batches:
+            return self._ids_of[1]
+        features = [np.asarray(b[0]) for b in batches]
+        wrong = [f.dtype for f in features if f.dtype.kind not in "iuf"]
+        if wrong:
+            raise ConfigurationError(
+                "row_cache needs the model's input to be one array of numeric ids. Received: "
+                f"features of dtype {wrong[0]}"
+            )
+        ids = np.unique(np.concatenate([f.reshape(-1) for f in features]).astype(np.int64))
+        self._ids_of = (batches, ids)
+        return ids
+
+    def ahead(self, batches: Sequence[Any]) -> None:
+        """Chunk ``k`` admitted, before it trains: start fetching the rows of the next
+        chunk's (``batches``) ids that are not held fresh, which they will not be after
+        chunk ``k`` either (only an admission changes the slots). Its admission takes
+        them (:mod:`tensorspark.ps.prefetch`). Features that are not numeric are left for
+        that chunk's admission to refuse."""
+        if self.prefetch is None:
+            return
+        try:
+            ids = self.chunk_ids(batches)
+        except ConfigurationError:
+            return
+        slot = self.map.slots_for(ids)
+        fresh = slot >= 0
+        fresh[fresh] = self.map.fresh[slot[fresh]]
+        need = ids[~fresh]
+        started = bool(need.size) and self.prefetch.start(need)
+        if need.size and not started:
+            self.counts["cache_prefetch_fallbacks"] += 1  # an earlier fetch is still out
+        self._expected = started
+
+    def _fill(self, ids: np.ndarray, slots: np.ndarray, sync: Any, expected: bool) -> None:
+        """Rows ``ids`` into ``slots``: from the prefetch where it has them, the others
+        pulled now."""
+        got = None if self.prefetch is None else self.prefetch.take(ids)
+        if got is None:
+            if expected:
+                self.counts["cache_prefetch_fallbacks"] += 1
+            self._pull(ids, slots, sync)
+            return
+        mask, rows = got
+        for table in self.tables:
+            values = rows[table].reshape((int(mask.sum()), *sync.base[table].shape[1:]))
+            sync.put_rows(table, slots[mask], values)
+            self.counts["cache_rows_pulled"] += int(mask.sum())
+            self.counts["cache_prefetched"] += int(mask.sum())
+        self.counts["cache_prefetch_hits"] += int(mask.sum())
+        if not mask.all():
+            self._pull(ids[~mask], slots[~mask], sync)
 
     def _place(self, ids: np.ndarray) -> np.ndarray:
         """Slots for ``ids`` (not held): free ones first, then the least recently used
@@ -211,6 +295,16 @@ class RowCache:
     def table_ids(self, slots: np.ndarray) -> np.ndarray:
         """The table ids held at ``slots``."""
         return self.map.id_at[slots]
+
+    def answered(self, table: str, ids: np.ndarray, values: np.ndarray) -> None:
+        """An answer's rows of ``table``: those a prefetch fetches take these values."""
+        if self.prefetch is not None:
+            self.prefetch.answered(table, ids, values)
+
+    def close(self) -> None:
+        """Give up a prefetch still out (the task ends)."""
+        if self.prefetch is not None:
+            self.prefetch.close()
 
     def held(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Of table ids ``ids`` (an answer's), which are held: ``(mask, their slots)``."""

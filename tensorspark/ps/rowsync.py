@@ -18,7 +18,8 @@ every row of each table, kept up to date row by row). At a sync,
 With a row cache (:mod:`tensorspark.ps.rowcache`) the model's tables are slot tables:
 ``base`` holds the slots (the cached rows only), pushes name each changed slot's table id,
 and an answer's rows are applied to the rows the worker holds and ignored for the others
-(a row not held is pulled fresh at its next miss).
+(a row not held is pulled fresh at its next miss), but for the rows being prefetched for
+the next chunk, which take the answer's values (:mod:`tensorspark.ps.prefetch`).
 
 Not thread-safe: one per training loop.
 """
@@ -148,6 +149,7 @@ class RowSync:
             self.counts["rows_pulled"] += int(ids.size)
             values = np.asarray(params[name + ROWS]).reshape((ids.size, *self.base[name].shape[1:]))
             if self.cache is not None:  # the rows held only, at their slots
+                self.cache.answered(name, ids, values)  # and those being prefetched
                 mask, ids = self.cache.held(ids)
                 values = values[mask]
             if ids.size:

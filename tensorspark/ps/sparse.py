@@ -47,7 +47,15 @@ from tensorspark.ps.validation import RequestError, check_tensors
 
 #: A worker row cache's counters, summed from its applied pushes' ``meta["cache"]``
 #: (:mod:`tensorspark.ps.rowcache`), and the largest peak RSS a worker reported.
-CACHE_COUNTERS = ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled")
+CACHE_COUNTERS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_rows_pulled",
+    "cache_prefetched",
+    "cache_prefetch_hits",
+    "cache_prefetch_fallbacks",
+)
 PEAK_RSS = "worker_peak_rss_bytes"
 
 #: Combiners a row-sparse push is applied under (see the module docstring).

@@ -20,6 +20,9 @@ CACHE_KEYS = (
     "cache_misses",
     "cache_evictions",
     "cache_rows_pulled",
+    "cache_prefetched",
+    "cache_prefetch_hits",
+    "cache_prefetch_fallbacks",
     "worker_peak_rss_bytes",
 )
 
@@ -115,7 +118,7 @@ def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, fl
             "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
         }
         if now.get("cache_hits", 0) or now.get("cache_misses", 0):  # a worker row cache's
-            for key in CACHE_KEYS[:4]:  # in this epoch
+            for key in CACHE_KEYS[:-1]:  # in this epoch
                 row[key] = float(now.get(key, 0) - before.get(key, 0))
             row["worker_peak_rss_bytes"] = float(now.get("worker_peak_rss_bytes", 0))
         out.append(row)
@@ -147,7 +150,8 @@ class History:
         epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
             epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
             None (:mod:`tensorspark.ps.sparse`); with a worker row cache also its
-            ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled`` in
+            ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled``,
+            ``cache_prefetched``, ``cache_prefetch_hits``, ``cache_prefetch_fallbacks`` in
             the epoch and the largest ``worker_peak_rss_bytes`` so far.
         checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
             with ``server_reusable=True``, those since its server started):

@@ -59,9 +59,10 @@ def _fit(
     row_cache: Any,
     optimizer: Any = "sgd",
     shuffle: bool = True,
+    lr: float = 0.05,
     **kw: Any,
 ) -> Any:
-    model = _model(optimizer)
+    model = _model(optimizer, lr)
     ks = sps.SparkSession(
         sc, model, mode=kw.pop("mode", "sync"), sync_interval=5, batch_size=50,
         row_cache=row_cache, **kw,
@@ -99,10 +100,18 @@ def test_sync_with_a_cache_smaller_than_a_partition_gives_the_uncached_weights(
     assert counts["cache_misses"] > 0 and counts["cache_hits"] > 0
     assert counts["cache_evictions"] > 0  # the partition touched more rows than it held
     assert counts["cache_rows_pulled"] >= counts["cache_misses"]
+    # The misses of each epoch's later chunks were fetched while the chunk before trained
+    # (the weights above are exact with them); the first chunk's are pulled at admission.
+    assert counts["cache_prefetch_hits"] > 0
+    assert counts["cache_prefetched"] == counts["cache_prefetch_hits"]  # one table
+    assert counts["cache_prefetch_hits"] < counts["cache_misses"]  # first chunks': pulled
     assert "cache_misses" not in plain_run.counts
     # The server added up the workers' reports: /status (and so the dashboard, MLflow).
     status = run.status
-    for key in ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled"):
+    for key in (
+        "cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled",
+        "cache_prefetched", "cache_prefetch_hits", "cache_prefetch_fallbacks",
+    ):  # fmt: skip
         assert status[key] == counts[key], key
     assert status["worker_peak_rss_bytes"] >= 50 * 2**20  # a Python worker with TensorFlow
     assert plain_run.status["cache_misses"] == 0
@@ -110,6 +119,22 @@ def test_sync_with_a_cache_smaller_than_a_partition_gives_the_uncached_weights(
     per_epoch = run.history.epoch_rows
     assert sum(e["cache_misses"] for e in per_epoch) == counts["cache_misses"]
     assert all(e["worker_peak_rss_bytes"] > 0 for e in per_epoch)
+
+
+def test_sync_prefetched_rows_are_as_new_as_the_answer_before_their_chunk(
+    sc: SparkContext,
+) -> None:
+    """The misses of a chunk are fetched while the chunk before trains, and the other
+    worker changes some of them in that round: they take the round's answer's values
+    (stale ones would move each step's gradients; a learning rate of 1 makes that show),
+    so the weights still equal the uncached path's."""
+    rdd = _rdd(sc, 2000)
+    plain, _ = _fit(sc, rdd, "off", lr=1.0)
+    cached, run = _fit(sc, rdd, CACHE, lr=1.0)
+    for a, b in zip(plain, cached, strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    assert run.counts["cache_prefetch_hits"] > 0
+    assert run.counts["cache_prefetch_fallbacks"] == 0  # every fetch back within ps_timeout
 
 
 def test_rowadagrad_keeps_its_state_with_the_slot(sc: SparkContext) -> None:
@@ -132,6 +157,7 @@ def test_two_shards_with_the_table_in_row_blocks(sc: SparkContext) -> None:
     for a, b in zip(plain, cached, strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     assert run.counts["cache_evictions"] > 0, sorted(run.counts.items())
+    assert run.counts["cache_prefetch_hits"] > 0  # fetched from both shards' row blocks
     assert all("[rows " in name for name in run.status["row_tables"])
 
 
