@@ -46,23 +46,12 @@ import numpy as np
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.prefetch import Prefetch
-from tensorspark.ps.rows import IDS, ROWS
+from tensorspark.ps.rows import CACHE_COUNTERS, IDS, ROWS
 
 logger = logging.getLogger(__name__)
 
-#: The counters a row cache adds to the loop's counts (``/status``, history, MLflow):
-#: lookups held fresh and not, rows evicted, rows written for misses (pulled or
-#: prefetched; per table), the prefetched ones among them, the misses a prefetch served,
-#: and prefetches given up (failed, not back in time, or not started: one still out).
-COUNTERS = (
-    "cache_hits",
-    "cache_misses",
-    "cache_evictions",
-    "cache_rows_pulled",
-    "cache_prefetched",
-    "cache_prefetch_hits",
-    "cache_prefetch_fallbacks",
-)
+#: The counters a row cache adds to the loop's counts (``/status``, history, MLflow).
+COUNTERS = CACHE_COUNTERS
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 
 

@@ -42,20 +42,19 @@ from tensorspark.ps.combiners import (
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
 from tensorspark.ps.rowlog import ChangeLog
-from tensorspark.ps.rows import IDS, Rows, check_ids, rows_entry, split, table_names
+from tensorspark.ps.rows import (
+    CACHE_COUNTERS,
+    IDS,
+    Rows,
+    check_ids,
+    rows_entry,
+    split,
+    table_names,
+)
 from tensorspark.ps.validation import RequestError, check_tensors
 
-#: A worker row cache's counters, summed from its applied pushes' ``meta["cache"]``
-#: (:mod:`tensorspark.ps.rowcache`), and the largest peak RSS a worker reported.
-CACHE_COUNTERS = (
-    "cache_hits",
-    "cache_misses",
-    "cache_evictions",
-    "cache_rows_pulled",
-    "cache_prefetched",
-    "cache_prefetch_hits",
-    "cache_prefetch_fallbacks",
-)
+#: The largest peak RSS a cached worker reported, beside its counters
+#: (:data:`~tensorspark.ps.rows.CACHE_COUNTERS`, summed from applied pushes' ``meta["cache"]``).
 PEAK_RSS = "worker_peak_rss_bytes"
 
 #: Combiners a row-sparse push is applied under (see the module docstring).

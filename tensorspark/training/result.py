@@ -13,18 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
+
 #: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
 #: largest peak RSS a cached worker reported.
-CACHE_KEYS = (
-    "cache_hits",
-    "cache_misses",
-    "cache_evictions",
-    "cache_rows_pulled",
-    "cache_prefetched",
-    "cache_prefetch_hits",
-    "cache_prefetch_fallbacks",
-    "worker_peak_rss_bytes",
-)
+CACHE_KEYS = (*CACHE_COUNTERS, PEAK_RSS)
 
 
 @dataclass
