@@ -96,15 +96,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sparse_cached": {"embeddings": "sparse", "row_cache": None},
 }
 #: The cache's counters a Spark row records (from the server's /status).
-CACHE_KEYS = (
-    "cache_hits",
-    "cache_misses",
-    "cache_evictions",
-    "cache_rows_pulled",
-    "cache_prefetched",
-    "cache_prefetch_hits",
-    "cache_prefetch_fallbacks",
-)
+from tensorspark.ps.rows import CACHE_COUNTERS as CACHE_KEYS  # noqa: E402
+
 LINK_BYTES_PER_S = 10e9 / 8  # a 10 Gbit/s link, each way
 
 
