@@ -162,8 +162,9 @@ def train_partition(
                         cached.reset_state, prefetch,
                     )  # fmt: skip
                 loop.rows = RowSync(access, codec, loop.counts, cache)
-                # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
-                loop.fresh = joined.get("version") == 0
+                # Version 0 is the model the driver broadcast: no need to pull 2 copies of
+                # it, unless this process's model is an earlier task's (a retry's: trained).
+                loop.fresh = joined.get("version") == 0 and getattr(model, "untouched", False)
             if getattr(model, "row_cache", None) is not None and loop.rows is None:
                 raise ConfigurationError(  # its tables are slots: they cannot sync whole
                     "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "

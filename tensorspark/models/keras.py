@@ -24,9 +24,8 @@ them per epoch and divide by the epoch's samples across all workers: exact for m
 metrics (loss, accuracy, MAE, ...); for metrics that are not means over examples (AUC, F1)
 it is the sample-weighted mean of per-chunk values.
 
-For inference, :mod:`~tensorspark.models.keras_source` holds the ModelSource pair of a Keras
-model; driver-side checks of a model and its data live in :mod:`~.keras_checks`; a worker
-row cache's slot tables in :mod:`~.row_cache`.
+Inference's ModelSource pair: :mod:`~tensorspark.models.keras_source`; driver-side checks of
+a model and its data: :mod:`~.keras_checks`; a worker row cache's slot tables: :mod:`~.row_cache`.
 """
 
 from __future__ import annotations
@@ -170,6 +169,7 @@ class CompiledModel:
         self._built = False
         self._fresh_optimizer: list[np.ndarray] | None = None  # its state when built
         self._reset_pending = False
+        self.tasks = 0  # KerasTrainers made over it in this process (1: this task loaded it)
 
     def _build(self, x: np.ndarray, y: np.ndarray) -> None:
         if not self._built:
@@ -356,6 +356,8 @@ class KerasTrainer:
         )
         if fresh_optimizer:
             self._core.reset_optimizer()
+        self._core.tasks += 1  # an earlier task's model (a retry's) holds what it trained
+        self.untouched = self._core.tasks == 1  # the broadcast's weights, as loaded
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
         self.check_ids = chunk_checker(self._core.model)  # the worker's, before each chunk

@@ -1,11 +1,11 @@
 """TF1-style graphs (``tf.compat.v1``): export on the driver, rebuild and train on executors.
 
 The graph travels as a serialized ``MetaGraphDef`` (protobuf, not pickle) together with the
-current values of every global variable (wire format). An executor imports it into a
-fresh ``tf.Graph`` once per task, opens a session limited to ``spark.task.cpus`` threads,
-and finalizes the graph. Weights move by feeding each variable's initializer (no op added),
-single rows of embedding tables (:mod:`tensorspark.models.tf1_rows`) through a gather and a
-scatter per table added before the graph is finalized.
+current values of every global variable (wire format). An executor imports it into a fresh
+``tf.Graph`` once per task, opens a session limited to ``spark.task.cpus`` threads, and
+finalizes the graph. Weights move by feeding each variable's initializer (no op added), single
+rows of embedding tables (:mod:`~tensorspark.models.tf1_rows`) through a gather and a scatter
+per table added before the graph is finalized.
 """
 
 from __future__ import annotations
@@ -207,8 +207,7 @@ def export_graph(
     loss: Any = None,
     run_options: Any = None,
 ) -> TF1GraphSpec:
-    """Serialize the session's graph and current variable values (driver side);
-    ``run_options``: the ``tf.compat.v1.RunOptions`` every training step runs with."""
+    """The session's graph and variable values (driver); ``run_options``: every step's."""
     tf1 = _tf1()
     graph = sess.graph
     fetch_list = fetches if isinstance(fetches, (list, tuple)) else [fetches]
@@ -260,8 +259,7 @@ class VariableLoader:
 
 @dataclass(frozen=True)
 class TF1TrainerLoader:
-    """Builds a :class:`TF1Model` on an executor from the broadcast
-    :class:`TF1GraphSpec`: the :class:`~tensorspark.models.base.TrainerLoader` of TF1 graphs."""
+    """The :class:`~tensorspark.models.base.TrainerLoader` of TF1 graphs (executor)."""
 
     def load(self, payload: object, threads: int) -> TF1Model:
         assert isinstance(payload, TF1GraphSpec), type(payload)
@@ -270,6 +268,8 @@ class TF1TrainerLoader:
 
 class TF1Model:
     """Executor-side adapter: a rebuilt graph and its session (see module docstring)."""
+
+    untouched = True  # built for its task, never cached: the broadcast's weights at start
 
     def __init__(self, spec: TF1GraphSpec, threads: int = 1) -> None:
         tf1 = _tf1()
