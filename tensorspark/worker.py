@@ -352,7 +352,6 @@ class _Loop:
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push({**update, **rows} if rows else update, meta)
-            meta.pop("cache", None)  # a row cache's counts: once, not again after a rebase
             self.counts[response.status] = self.counts.get(response.status, 0) + 1
             if response.status != "stale":
                 break
@@ -360,6 +359,8 @@ class _Loop:
             # new base and push the same progress again on top of them.
             self._rebase(response)
         assert response is not None
+        if response.status == "applied" and "cache" in meta:  # counted by the server
+            self.rows.cache.applied(meta["cache"])  # type: ignore[union-attr]
         if response.status == "stale":
             raise ParameterServerError(
                 f"partition {self.partition}: push stayed stale after {_MAX_REBASES} rebases; "

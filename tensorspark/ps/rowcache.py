@@ -129,13 +129,18 @@ class RowCache:
         slots.new_task()
 
     def report(self) -> dict[str, int]:
-        """The counters since the last report, and the worker's peak RSS
+        """The counters since the last applied report, and the worker's peak RSS
         (``worker_peak_rss_bytes``): a push's ``meta["cache"]``, which the server adds up
-        for ``/status`` when it applies the push."""
+        for ``/status`` when it applies the push. A push answered otherwise (stale,
+        diverged, refused) was not counted: its counts travel again with the next push."""
         out = {k: self.counts[k] - self._reported[k] for k in COUNTERS}
-        self._reported = {k: self.counts[k] for k in COUNTERS}
         out["worker_peak_rss_bytes"] = peak_rss()
         return out
+
+    def applied(self, report: Mapping[str, int]) -> None:
+        """The server applied the push that carried ``report`` (and counted it)."""
+        for key in COUNTERS:
+            self._reported[key] += int(report.get(key, 0))
 
     def first_pull(self) -> tuple[int, dict[str, np.ndarray]]:
         """The server's dense tensors and version (no table rows): a cached worker's

@@ -191,6 +191,9 @@ def test_non_finite_pushes_are_refused_as_without_the_cache(sc: SparkContext) ->
     assert run.status["applied_pushes"] == 16 - refused  # 2 partitions x 2 epochs x 4 syncs
     assert all(np.isfinite(w).all() for w in weights)
     assert run.counts["cache_evictions"] > 0
+    # A refused push's cache counts travel with the partition's next push: none is lost.
+    for key in ("cache_hits", "cache_misses", "cache_evictions", "cache_rows_pulled"):
+        assert run.status[key] == run.counts[key], key
 
 
 def test_async_with_int8_pushes_learns(sc: SparkContext) -> None:

@@ -118,7 +118,10 @@ def test_the_cache_pulls_misses_evicts_the_least_recently_used_and_counts() -> N
             assert counts["cache_misses"] == 5 and counts["cache_rows_pulled"] == 5
             report = cache.report()
             assert report["cache_misses"] == 5 and report["worker_peak_rss_bytes"] > 0
-            assert cache.report()["cache_misses"] == 0  # since the last report
+            # Not yet applied (a stale or refused push): the counts travel again.
+            assert cache.report()["cache_misses"] == 5
+            cache.applied(report)
+            assert cache.report()["cache_misses"] == 0  # since the last applied report
             with pytest.raises(ConfigurationError, match="5 distinct rows but row_cache holds 4"):
                 cache.admit(np.arange(5, dtype=np.int64), sync)
             # A new task keeps the slots but pulls each held row again (a miss, no reset).
