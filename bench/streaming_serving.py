@@ -9,8 +9,12 @@ export=sps.Export(...))``).
   published version: its freshness p50 / p99 (a record's arrival is its file's
   modification time, ``arrival_col``; to the first published version that includes it),
   and the export's seconds against its micro-batch's seconds (export cost, target
-  <= 10 % for the MLP). The JSON gives the p50 over the versions of their p50 (target
-  <= 15 s) and the largest p99.
+  <= 10 % for the MLP). An export runs on the micro-batch's path (``foreachBatch``
+  returns after it), and its ``export_s`` is all of it: the copy of the server's weights
+  (``snapshot_s``), the gate (``gate_s``, 0 without one), the version written and the
+  older ones retired (``write_s``, the rest); the JSON gives each one's mean, and the
+  share's mean and largest; for freshness, the p50 over the versions of their p50
+  (target <= 15 s) and the largest p99.
 * ``kafka`` (``--kafka``): the same, records produced into a Kafka topic every second
   (the broker of bench/streaming_kafka.py), arrival = the record's Kafka timestamp.
 * ``click``: export cost of the click model (a ``--click-rows`` x 32 embedding table,
@@ -96,6 +100,13 @@ def summary(records: list[dict], batches: list[dict]) -> dict:
     published = [r for r in records if r["published"]]
     seconds = {b["batch_id"]: b["trained_at"] - b["started_at"] for b in batches if b["rows"]}
     shares = [r["export_s"] / seconds[r["batch_id"]] for r in published if r["batch_id"] in seconds]
+
+    def mean(values: list[float], digits: int = 3) -> float | None:
+        return None if not values else round(float(np.mean(values)), digits)
+
+    snapshot = [float(r.get("snapshot_s") or 0.0) for r in published]
+    gate = [float(r.get("gate_s") or 0.0) for r in published]
+    write = [r["export_s"] - a - b for r, a, b in zip(published, snapshot, gate, strict=True)]
     p50s = [r["freshness_p50_s"] for r in published]
     p99s = [r["freshness_p99_s"] for r in published]
     return {
@@ -104,11 +115,14 @@ def summary(records: list[dict], batches: list[dict]) -> dict:
         "batches": len([b for b in batches if b["rows"]]),
         "freshness_p50_s": None if not p50s else round(float(np.percentile(p50s, 50)), 2),
         "freshness_p99_s_max": None if not p99s else round(float(max(p99s)), 2),
-        "export_s_mean": None
-        if not published
-        else round(float(np.mean([r["export_s"] for r in published])), 3),
-        "export_share_of_batch_mean": None if not shares else round(float(np.mean(shares)), 4),
-        "batch_s_mean": None if not seconds else round(float(np.mean(list(seconds.values()))), 3),
+        "export_s_mean": mean([r["export_s"] for r in published]),
+        "export_s_max": None if not published else round(max(r["export_s"] for r in published), 3),
+        "snapshot_s_mean": mean(snapshot),
+        "gate_s_mean": mean(gate),
+        "write_s_mean": mean(write),
+        "export_share_of_batch_mean": mean(shares, 4),
+        "export_share_of_batch_max": None if not shares else round(max(shares), 4),
+        "batch_s_mean": mean(list(seconds.values())),
     }
 
 
@@ -242,6 +256,9 @@ def gate_run(spark: Any, work: Path, data: Any, args: Any) -> dict:
     held = [r["published"] for r in records if r["batch_id"] == poisoned] == [False]
     after = [r["published"] for r in records if r["batch_id"] > poisoned]
     return {
+        "gate_s_mean": round(float(np.mean([r["gate_s"] for r in records])), 3)
+        if records
+        else None,
         "decisions": decisions,
         "poisoned_held_back": held,
         "next_good_published": bool(after) and after[0],

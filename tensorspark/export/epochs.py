@@ -58,7 +58,7 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
         def _export(self, epoch: int, final: bool) -> None:
             self.last_epoch = epoch
             self.exporter.after(
-                read_weights(self.model),
+                lambda: read_weights(self.model),  # copied only when an export is due
                 batch_id=epoch,
                 rows=1,
                 arrival_median=self.began,

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ import numpy as np
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.export.gate import GateDecision, decide
 from tensorspark.export.layout import next_version, retire, sweep_partial, version_path
-from tensorspark.export.saved import publish, write_keras
+from tensorspark.export.saved import KerasWriter, publish
 from tensorspark.export.spec import Export
 from tensorspark.listeners import ListenerList, RunListener
 from tensorspark.storage import open_storage
@@ -182,6 +182,7 @@ class Exporter:
                 )
             self.holdout = self._plan_holdout(model, conf, features_col, label_col)
         self.model = model
+        self.writer = KerasWriter(model, spec.formats)  # the serving graph, built once
         self.versions = None
         if tracking is not False:  # None follows tensorspark.autolog()
             from tensorspark.tracking.versions import ModelVersions
@@ -251,7 +252,7 @@ class Exporter:
 
     def after(
         self,
-        params: Mapping[str, np.ndarray],
+        params: Mapping[str, np.ndarray] | Callable[[], Mapping[str, np.ndarray]],
         *,
         batch_id: int,
         rows: int,
@@ -260,6 +261,11 @@ class Exporter:
         final: bool = False,
     ) -> dict[str, Any] | None:
         """A micro-batch (or epoch) trained to ``params``: export when due; the decision.
+
+        ``params`` may be a function returning the weights (the server's copy): it is
+        called only when an export is due, and its seconds are the record's
+        ``snapshot_s``, counted in its ``export_s`` (the export's whole cost to the
+        micro-batch).
 
         Returns:
             The decision's record (a dict), or None when no export was due.
@@ -272,7 +278,9 @@ class Exporter:
             self.since += 1
             if not (final or self._due()):
                 return None
-            record = self._judge(params, batch_id)
+            began = time.time()
+            weights = params() if callable(params) else params
+            record = self._judge(weights, batch_id, began)
         self.listeners.on_export(record)
         return record
 
@@ -296,11 +304,14 @@ class Exporter:
         self.listeners.on_export(record)
         return record
 
-    def _judge(self, params: Mapping[str, np.ndarray], batch_id: int) -> dict[str, Any]:
-        """Export ``params`` through the gate and record the decision (under the lock)."""
+    def _judge(
+        self, params: Mapping[str, np.ndarray], batch_id: int, began: float | None = None
+    ) -> dict[str, Any]:
+        """Export ``params`` (a snapshot taken at ``began``) through the gate and record
+        the decision (under the lock)."""
         self.since = 0
         self.last_export_at = time.time()
-        record = self._export(params, batch_id)
+        record = self._export(params, batch_id, self.last_export_at if began is None else began)
         if self.versions is not None:
             model = self.model if record["published"] else None
             record["registered_version"] = self.versions.decided(record, model)
@@ -313,8 +324,10 @@ class Exporter:
             return time.time() - self.last_export_at >= interval
         return self.since >= self.spec.batches
 
-    def _export(self, params: Mapping[str, np.ndarray], batch_id: int) -> dict[str, Any]:
-        started = time.time()
+    def _export(
+        self, params: Mapping[str, np.ndarray], batch_id: int, started: float
+    ) -> dict[str, Any]:
+        snapshot_s = time.time() - started  # the weights' copy, when after() took it
         value = self._score(params) if self.spec.gate is not None else None
         scored = time.time()
         decision = decide(
@@ -329,7 +342,8 @@ class Exporter:
             "batch_id": int(batch_id),
             "version": self.version if decision.published else None,
             **decision.as_dict(),
-            "gate_s": scored - started,
+            "snapshot_s": snapshot_s,
+            "gate_s": scored - started - snapshot_s,
             "decided_at": scored,
         }
         if not decision.published:
@@ -387,7 +401,7 @@ class Exporter:
         }
 
         def write(folder: str) -> None:
-            write_keras(self.model, folder, self.spec.formats)
+            self.writer(folder)
             with open(posixpath.join(folder, RECORD_FILE), "w", encoding="utf-8") as out:
                 json.dump(meta, out)
 

@@ -1,8 +1,10 @@
 """One version folder written and published atomically (driver).
 
-A Keras model is exported with Keras 3's ``model.export(path, format="tf_saved_model")``
-(an ``ExportArchive`` whose ``serving_default`` signature takes the model's inputs as
-built, with a free batch dimension), optionally with ``model.keras`` beside it. On local
+A Keras model is exported as Keras 3's ``model.export(path, format="tf_saved_model")``
+exports it (an ``ExportArchive`` whose ``serving_default`` signature takes the model's
+inputs as built, with a free batch dimension), optionally with ``model.keras`` beside it;
+:class:`KerasWriter` builds that SavedModel's graph once and writes each version's
+weights with it (:mod:`tensorspark.export.template`). On local
 disk the SavedModel is written straight into a hidden folder of ``base`` and renamed; on
 HDFS it is written to a local temporary folder, uploaded file by file into a hidden folder
 of ``base``, and that folder is renamed in one NameNode operation. Either way a watcher
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorspark.export.layout import delete_tree, partial_name, version_path
+from tensorspark.export.template import SavedModelTemplate, structure_key
 from tensorspark.storage import LocalStorage, Storage
 
 logger = logging.getLogger(__name__)
@@ -27,11 +30,41 @@ logger = logging.getLogger(__name__)
 KERAS_FILE = "model.keras"
 
 
-def write_keras(model: Any, folder: str, formats: Sequence[str]) -> None:
-    """Write ``model`` into the local ``folder`` (which must not exist) in ``formats``."""
-    model.export(folder, format="tf_saved_model", verbose=False)
-    if "keras" in formats:
-        model.save(os.path.join(folder, KERAS_FILE))
+class KerasWriter:
+    """Writes the versions of one Keras model (driver; one at a time, under the
+    exporter's lock).
+
+    The SavedModel's graph is built once (a :class:`SavedModelTemplate`, made here,
+    when the training starts, before the first version) and each version writes only
+    the variables' current values with it; it is built again when the model's variables
+    (paths, shapes, dtypes) change. When no template can be made (other TensorFlow or
+    Keras internals, a model with tables or assets), each version is written by
+    ``model.export``. ``model.keras`` is written only when ``formats`` asks for it.
+    """
+
+    def __init__(self, model: Any, formats: Sequence[str]) -> None:
+        self.model = model
+        self.formats = tuple(formats)
+        self.template: SavedModelTemplate | None = None
+        self.tried: Any = None  # the structure the last template was built (or tried) for
+        self._current()
+
+    def _current(self) -> SavedModelTemplate | None:
+        key = structure_key(self.model)
+        if key != self.tried:
+            self.tried = key
+            self.template = SavedModelTemplate.build(self.model)
+        return self.template
+
+    def __call__(self, folder: str) -> None:
+        """Write the model's current weights as a version into the local ``folder``."""
+        template = self._current()
+        if template is None:
+            self.model.export(folder, format="tf_saved_model", verbose=False)
+        else:
+            template.write(folder)
+        if "keras" in self.formats:
+            self.model.save(os.path.join(folder, KERAS_FILE))
 
 
 def publish(storage: Storage, base: str, version: int, write: Callable[[str], None]) -> str:

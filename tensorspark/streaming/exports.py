@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 def export_batch(
     exporter: Exporter | None, params: Callable[[], Any], record: BatchRecord, status: StreamStatus
 ) -> None:
-    """Export the weights (``params()``: the server's) after the trained batch ``record``
-    when due; nothing for an empty batch."""
+    """Export the weights (``params()``: the server's, copied only when an export is due)
+    after the trained batch ``record`` when due; nothing for an empty batch."""
     if exporter is None or not record.rows:
         return
     _guarded(
@@ -31,7 +31,7 @@ def export_batch(
         status,
         f"after micro-batch {record.batch_id}",
         lambda: exporter.after(
-            params(),
+            params,
             batch_id=record.batch_id,
             rows=record.rows,
             arrival_median=record.arrival_median or record.started_at,
