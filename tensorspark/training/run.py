@@ -2,8 +2,9 @@
 
 :class:`TrainingRun` owns one run: it takes a server from the session's
 :class:`~tensorspark.training.host.ServerHost` (the one owner of servers and checkpointers),
-builds the run's Spark job from the :class:`RunJob` it is given (the input, how the tasks
-build the trainer, the payload they build it from, the epochs), broadcasts the payload,
+broadcasts the payload of the :class:`RunJob` it is given (the input, how the tasks build
+the trainer, the payload they build it from, the epochs), builds the run's Spark job from
+that value and the planned input's (:class:`~tensorspark.jobs.PartitionJob`),
 runs the job (:func:`tensorspark.jobs.run_job`, which turns task failures into errors
 raised here) while telling the run's listeners what happens (:mod:`tensorspark.listeners`,
 through a :class:`~tensorspark.training.watch.RunWatch`), and gives the server back,
@@ -40,7 +41,7 @@ from tensorspark.ps.protocol import RunServer
 from tensorspark.training.host import ServerHost
 from tensorspark.training.result import TrainResult
 from tensorspark.training.sync import check_partitions, sync_executor_lost
-from tensorspark.training.tasks import training_job
+from tensorspark.training.tasks import TrainWork
 from tensorspark.training.watch import PushListener, RunWatch, push_fanout
 from tensorspark.worker import WorkerConfig
 
@@ -235,9 +236,11 @@ class TrainingRun:
                 self.host.url_for(server), job.num_epoch, job.shuffle, job.seed
             )
             try:
+                work = TrainWork(bcast, job.loader, config)
+                sync = config.mode == "sync"  # one barrier stage: every task starts together
                 return jobs.run_job(
                     self.sc,
-                    training_job(job.data, bcast=bcast, loader=job.loader, config=config),
+                    jobs.PartitionJob.over(job.data, work, config.passes, barrier=sync),
                     poll=poll,
                     description=f"tensorspark {self.settings.name}",
                 )
