@@ -158,7 +158,9 @@ def run_evaluation(
     try:
         work = EvalWork(plan, model_bcast, weights_bcast)
         with jobs.job_description(sc, description):
-            rows = jobs.collect(data.job(work, Passes(plan.batch_size, len(snapshots))))
+            rows = jobs.collect(
+                jobs.PartitionJob.over(data, work, Passes(plan.batch_size, len(snapshots)))
+            )
     finally:
         model_bcast.destroy()
         weights_bcast.destroy()

@@ -1,6 +1,12 @@
 """Spark job plumbing shared by every job tensorspark runs (training, evaluation, tuning).
 
-Runs on the driver, except :func:`task_context`. Three things live here, once:
+Runs on the driver, except :func:`task_context` and the tasks of a :class:`PartitionJob`.
+Four things live here, once:
+
+* :class:`PartitionJob`: the Spark job of one task per partition of a planned input,
+  built from that input's value (:class:`tensorspark.inputs.Input`: the RDD or the
+  DataFrame, the reader) and the job's per-partition work: ``mapPartitions``, a barrier
+  stage in sync mode, or ``mapInArrow`` for a DataFrame;
 
 * :func:`run_job`: a job in its own Spark job group (under Spark Connect: under its own
   tag, ``spark.addTag``), run in a thread while the driver polls, so that Ctrl-C (or a
@@ -14,11 +20,13 @@ Runs on the driver, except :func:`task_context`. Three things live here, once:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tensorspark import connect, errors
@@ -260,3 +268,80 @@ def aggregate_epochs(partitions: Sequence[dict[str, Any]]) -> list[dict[str, Any
         row.update({k: (v / n if n else float("nan")) for k, v in acc.items()})
         out.append(row)
     return out
+
+
+# ---------------------------------------------------------------------- partition jobs
+
+#: A job's work on one partition (executor): ``(partition, attempt, source) -> one line``
+#: (:data:`tensorspark.inputs.PartitionWork`; shipped).
+Work = Callable[[int, int, Any], str]
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """The Spark job running ``work`` on every partition of an input, read as ``passes``
+    say; calling it runs the job and returns the tasks' lines in partition order (driver).
+
+    Built from the planned input's value (:meth:`over`), never by calling back into the
+    input's kind. Only the reader, the work and the passes are shipped to the tasks.
+
+    Attributes:
+        source: an RDD (``mapPartitions``: each task hands the reader its elements) or,
+            with ``arrow``, a DataFrame (``mapInArrow``: Arrow record batches).
+        reader: the input's executor half (:class:`tensorspark.inputs.Reader`).
+        work: the per-partition work.
+        passes: how the partition is read (:class:`tensorspark.partition.Passes`).
+        arrow: the source is a DataFrame read through Arrow.
+        barrier: one barrier stage (every task starts together; sync training).
+    """
+
+    source: Any
+    reader: Any
+    work: Work
+    passes: Any
+    arrow: bool = False
+    barrier: bool = False
+
+    @classmethod
+    def over(cls, data: Any, work: Work, passes: Any, *, barrier: bool = False) -> PartitionJob:
+        """The job over ``data``, a planned :class:`tensorspark.inputs.Input` (its source,
+        reader and form read off the value)."""
+        return cls(data.source, data.reader, work, passes, arrow=data.arrow, barrier=barrier)
+
+    def __call__(self) -> list[str]:
+        """Run the job and collect its lines (on :func:`run_job`'s thread)."""
+        if self.arrow:
+            fn = functools.partial(_arrow_task, self.reader, self.work, self.passes)
+            stats = self.source.mapInArrow(fn, "stats string", barrier=self.barrier).collect()
+            return [r.stats for r in stats]
+        if self.barrier:
+            barrier = functools.partial(_barrier_task, self.reader, self.work, self.passes)
+            return self.source.barrier().mapPartitions(barrier).collect()  # type: ignore[no-any-return]
+        task = functools.partial(_task, self.reader, self.work, self.passes)
+        return self.source.mapPartitionsWithIndex(task).collect()  # type: ignore[no-any-return]
+
+
+def _task(
+    reader: Any, work: Work, passes: Any, index: int, elements: Iterator[Any]
+) -> Iterator[str]:
+    """``mapPartitionsWithIndex`` body: the partition read, then ``work``; one line."""
+    _, attempt = task_context()
+    yield work(index, attempt, reader.open(index, elements, passes))
+
+
+def _barrier_task(reader: Any, work: Work, passes: Any, elements: Iterator[Any]) -> Iterator[str]:
+    """``rdd.barrier().mapPartitions`` body (the index comes from the task's context)."""
+    index, _ = task_context()
+    assert index is not None
+    yield from _task(reader, work, passes, index, elements)
+
+
+def _arrow_task(reader: Any, work: Work, passes: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """``DataFrame.mapInArrow`` body: the partition's batches read, then ``work``; one
+    record batch holding its line."""
+    import pyarrow as pa
+
+    partition, attempt = task_context()
+    index = partition if partition is not None else 0
+    line = work(index, attempt, reader.open(index, batches, passes))
+    yield pa.RecordBatch.from_pydict({"stats": [line]})

@@ -2,11 +2,10 @@
 
 The facade of the seed's API (and the Keras one). Runs on the driver (Spark Connect: in the
 client). It checks the arguments at once and resolves the cluster-wide defaults from Spark
-conf (:mod:`tensorspark.session_settings`; a TF1 session's own arguments:
-:mod:`tensorspark.tf1_arguments`). The session holds its resolved settings (read-only
-properties from :data:`~tensorspark.session_settings.VIEWS`) and the one
-:class:`~tensorspark.training.ServerHost` that owns its parameter server across runs; each
-public call hands its arguments to :mod:`tensorspark.session_jobs`, which runs the job.
+conf (:mod:`tensorspark.session_settings`; a TF1 session's own: :mod:`tensorspark.tf1_arguments`).
+It holds its resolved settings (read-only properties, :data:`~tensorspark.session_settings.VIEWS`)
+and the :class:`~tensorspark.training.ServerHost` that owns its server across runs; a call
+hands its arguments to its owner (:mod:`tensorspark.session_jobs`; ``fit``: ``training.keras``).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.compression import Compression
 from tensorspark.session_settings import add_views, embedding_tables, resolve_settings
 from tensorspark.training import Server, ServerHost, TrainResult
+from tensorspark.training.keras import fit as keras_fit
 from tensorspark.warmup import WarmUp
 from tensorspark.warmup import warm_up as start_warm_up
 from tensorspark.warmup.calls import keeps_workers_warm
@@ -312,7 +312,7 @@ class SparkSession:
                 a custom class missing from ``custom_objects``.
             WorkerError: a task failed; the message has the worker's traceback.
         """
-        return session_jobs.fit(self, self._host, **_arguments(locals()))
+        return keras_fit(self, self._host, **_arguments(locals()))
 
     @keeps_workers_warm("data")
     def evaluate(

@@ -1,17 +1,18 @@
 """What each :class:`~tensorspark.SparkSession` call does, behind its public method (driver).
 
 The session's methods keep the public signatures and docstrings; each hands its arguments
-here, with the session's :class:`~tensorspark.training.ServerHost`. A function checks what
+here, with the session's :class:`~tensorspark.training.ServerHost` (``fit`` hands them to
+its owner, :func:`tensorspark.training.keras.fit`, directly). A function checks what
 its call needs on the driver (the kind of model, Spark Connect's limits, the call's own
 arguments), reads the Spark conf once for the call and runs the job: the training run
-(:mod:`tensorspark.training`), the evaluation job (:mod:`tensorspark.evaluation`),
+(TF1's, :mod:`tensorspark.training.tf1`), the evaluation job (:mod:`tensorspark.evaluation`),
 inference (:mod:`tensorspark.inference`) or the streaming query (:mod:`tensorspark.streaming`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tensorspark import conf as tsconf
 from tensorspark import connect
@@ -19,25 +20,11 @@ from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunListener
 from tensorspark.tf1_arguments import check_graph_run, model_to_predict
+from tensorspark.training.session_view import SessionLike
 
 if TYPE_CHECKING:
     from tensorspark.streaming import StreamingTraining
-    from tensorspark.training import ServerHost, TrainResult
-
-
-class SessionLike(Protocol):
-    """What these functions read of a :class:`tensorspark.SparkSession` (and its
-    ``last_run``, which a training call sets)."""
-
-    sc: Any
-    session: Any
-    user: str | None
-    custom_objects: dict[str, Any] | None
-    is_keras: bool
-    options: dict[str, Any]
-    last_run: TrainResult | None
-    name: str
-    batch_size: int
+    from tensorspark.training import ServerHost
 
 
 def _batch_size(sess: SessionLike, batch_size: int | None) -> int:
@@ -107,78 +94,6 @@ def run(
     if graph_export is not None:
         graph_export.after_run(num_epoch)
     return result
-
-
-def fit(
-    sess: SessionLike,
-    host: ServerHost,
-    *,
-    data: Any,
-    epochs: int,
-    validation_data: Any,
-    features_col: str,
-    label_col: str,
-    shuffle: bool,
-    progress: bool,
-    tensorboard_dir: str | None,
-    mixed_precision: str | None,
-    listeners: Sequence[RunListener] | None,
-    callbacks: Sequence[Any] | None,
-    tracking: Any,
-    export: Any = None,
-) -> Any:
-    """``SparkSession.fit``: the checks of the call, then the Keras training run (tracked)."""
-    from tensorspark.export.epochs import epoch_exports
-    from tensorspark.export.spec import check_export
-    from tensorspark.inputs import Columns
-    from tensorspark.models.precision import check_policy
-    from tensorspark.tracking.fit import track_fit
-    from tensorspark.training.callbacks import check_callbacks
-    from tensorspark.training.keras import fit as train_keras
-    from tensorspark.training.watch import run_listeners
-
-    if not sess.is_keras:
-        raise ConfigurationError(
-            "fit() trains Keras models; this SparkSession wraps a TF1 session: use run()"
-        )
-    for argument, value in (("data", data), ("validation_data", validation_data)):
-        if value is not None:
-            connect.require_dataframe(sess.sc, value, argument)
-    epochs = positive_int("epochs", epochs)
-    policy = check_policy(mixed_precision)
-    # Bad callbacks or listeners are refused before a tracked run is opened.
-    checked = check_callbacks(callbacks)
-    watchers = run_listeners(progress, tensorboard_dir, listeners)
-    spec = check_export(export)
-    if spec is not None:  # its checks (path, gate, holdout) run here, before the job
-        checked.append(
-            epoch_exports(
-                sess.sc, spec, sess.session, custom_objects=sess.custom_objects,
-                conf=tsconf.ConfSnapshot.take(sess.sc), batch_size=_batch_size(sess, None),
-                features_col=features_col, label_col=label_col, listeners=watchers,
-                mixed_precision=policy, tracking=tracking, name=sess.name, call="fit",
-            )
-        )  # fmt: skip
-    with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
-        history, result = train_keras(
-            sess.sc,
-            host,
-            sess.session,
-            data,
-            epochs,
-            validation_data,
-            columns=Columns(features_col, label_col),
-            shuffle=shuffle,
-            listeners=[*watchers, *tracked.listeners],
-            custom_objects=sess.custom_objects,
-            mixed_precision=policy,
-            conf=tsconf.ConfSnapshot.take(sess.sc),
-            callbacks=checked,
-            seen_example=tracked.seen,
-        )
-        sess.last_run = result
-        tracked.finish(history)
-    return history
 
 
 def evaluate(

@@ -8,6 +8,7 @@ reads one file or the newest valid file of a folder. The file format is
 
 from __future__ import annotations
 
+import builtins
 import logging
 import posixpath
 import threading
@@ -67,7 +68,7 @@ class CheckpointManager:
         connect_timeout: Seconds each storage network call may wait for its connection.
         attempts: Write attempts within one ``save`` (atomic writes make a retry safe).
         backoff_s: Wait before the second attempt; doubles for each further one.
-        full_every: With row-sparse tables (:meth:`save_increment`): a full checkpoint
+        full_every: With row-sparse tables (:meth:`save` with ``since``): a full checkpoint
             after this many increments; 0 writes every checkpoint full.
         fallback: Whether :meth:`latest` resumes from the newest consistent checkpoint
             when a newer increment's chain is broken (missing or corrupt file), instead of
@@ -161,10 +162,17 @@ class CheckpointManager:
         extra_meta: Mapping[str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
         state_meta: Mapping[str, Any] | None = None,
+        *,
+        rows: Mapping[str, tuple[Any, Any]] | None = None,
+        since: int | None = None,
     ) -> str | None:
         """Write the checkpoint of ``version`` atomically and prune old ones.
 
         ``state``/``state_meta``: the combiner's state, kept in the same file.
+
+        With ``since`` (the value :meth:`increment_base` gave), an increment is written:
+        ``rows`` holds, per row-sparse table, the ids and values of the rows changed since
+        version ``since``, and ``params`` the other tensors whole.
 
         A failed write is retried (``attempts`` times, with backoff). If it still fails the
         failure is logged and ``None`` is returned, so one flaky write does not stop
@@ -175,9 +183,13 @@ class CheckpointManager:
 
         Raises:
             CheckpointError: ``max_failures`` consecutive saves failed, or a parameter
-                cannot be stored.
+                cannot be stored; for an increment, ``since`` is not the newest checkpoint
+                this manager wrote, or the tensors do not match its model.
             ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
         """
+        if since is not None:
+            increment = (params, rows or {}, since, version, mode, progress)
+            return self._save_increment(*increment, extra_meta, state, state_meta)
         data = encode_checkpoint(
             params, version, mode, progress, extra_meta, state=state, state_meta=state_meta
         )
@@ -202,7 +214,7 @@ class CheckpointManager:
                 return None
             return int(head["version"])
 
-    def save_increment(
+    def _save_increment(
         self,
         dense: Mapping[str, Any],
         rows: Mapping[str, tuple[Any, Any]],
@@ -210,18 +222,12 @@ class CheckpointManager:
         version: int,
         mode: str,
         progress: Mapping[int, Mapping[str, Any]],
-        extra_meta: Mapping[str, Any] | None = None,
-        state: Mapping[str, Any] | None = None,
-        state_meta: Mapping[str, Any] | None = None,
+        extra_meta: Mapping[str, Any] | None,
+        state: Mapping[str, Any] | None,
+        state_meta: Mapping[str, Any] | None,
     ) -> str | None:
-        """Write an increment: the rows of each table changed since version ``since`` (the
-        value :meth:`increment_base` gave), the other tensors whole. Failures are retried
-        and tolerated as :meth:`save` does.
-
-        Raises:
-            CheckpointError: ``since`` is not the newest checkpoint this manager wrote, the
-                tensors do not match its model, or ``max_failures`` saves failed in a row.
-        """
+        """:meth:`save`'s increment: the rows of each table changed since version ``since``,
+        the other tensors whole; failures retried and tolerated as for a full save."""
         with self._lock:
             head = self._head
         if head is None or int(head["version"]) != since or version < since:
@@ -371,13 +377,7 @@ class CheckpointManager:
                         return checkpoint
                     continue
                 try:
-                    return resolve(
-                        entry,
-                        entries,
-                        lambda name: self._read(name, skip_invalid=False),  # type: ignore[arg-type,return-value]
-                        self._read_increment,
-                        self._file_location,
-                    )
+                    return self._resolve(entry, entries)
                 except CheckpointError as err:
                     if not self.fallback:
                         raise
@@ -402,13 +402,18 @@ class CheckpointManager:
                 raise CheckpointError(
                     f"Checkpoint increment {self._file_location(name)} is missing"
                 )
-            return resolve(
-                entry,
-                entries,
-                lambda n: self._read(n, skip_invalid=False),  # type: ignore[arg-type,return-value]
-                self._read_increment,
-                self._file_location,
-            )
+            return self._resolve(entry, entries)
+
+    def _resolve(self, entry: Entry, entries: builtins.list[Entry]) -> Checkpoint:
+        """The state the increment ``entry`` restores, its chain read from ``entries``
+        (verified; the lock held)."""
+        return resolve(
+            entry,
+            entries,
+            lambda n: self._read(n, skip_invalid=False),  # type: ignore[arg-type,return-value]
+            self._read_increment,
+            self._file_location,
+        )
 
     def _read_increment(self, name: str) -> Increment:
         where = self._file_location(name)

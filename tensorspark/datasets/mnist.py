@@ -47,17 +47,20 @@ from tensorspark.datasets.idx import (
     TRAIN_LABELS,
     UNKNOWN_NAME,
     MnistData,
-    MnistSplit,
     as_split,
     find_idx_file,
     identify,
-    one_hot,
 )
+from tensorspark.datasets.idx import MnistSplit as MnistSplit  # (re-exported)
+from tensorspark.datasets.idx import one_hot as one_hot  # (re-exported)
 from tensorspark.datasets.location import FASHION_MNIST_DIR, default_mnist_dir
-from tensorspark.datasets.spark import load_mnist_rdd, upload_idx_files
+from tensorspark.datasets.spark import load_mnist_rdd as load_mnist_rdd  # (re-exported)
+from tensorspark.datasets.spark import upload_idx_files
 from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.fileio.idx_format import parse_idx
 
+#: This module's own names; the data sets' other names it re-exports (see above) are the
+#: package's face, :data:`tensorspark.datasets.__all__`.
 __all__ = [
     "FASHION_MNIST_DIR",
     "IDX_FILES",
@@ -71,14 +74,9 @@ __all__ = [
     "TRAIN_IMAGES",
     "TRAIN_LABELS",
     "UNKNOWN_NAME",
-    "MnistData",
-    "MnistSplit",
     "download_mnist",
     "identify",
     "load_mnist",
-    "load_mnist_rdd",
-    "one_hot",
-    "parse_idx",
     "resolve_data_dir",
     "upload_to_hdfs",
 ]

@@ -3,15 +3,17 @@
 An input has two halves, like a model (:mod:`tensorspark.models.base`):
 
 * driver side, an :class:`Input`: planned once per job from the user's data and what the
-  model takes (:class:`ModelFeed`): its partitions, the first example checked (or the
-  files' metadata); it runs a job of one task per partition (:meth:`Input.job`);
+  model takes (:class:`ModelFeed`), the first example checked (or the files' metadata); a
+  frozen value that says what the job runs over (an RDD, or a DataFrame read through
+  Arrow) and which reader reads a partition;
 * executor side, its :class:`Reader`: a frozen dataclass of plain values, shipped with the
   job, that turns the task's partition into an
   :class:`~tensorspark.partition.EpochSource` of numpy blocks
   (:data:`tensorspark.blocks.Block`).
 
-The jobs (training, evaluation) hand :meth:`Input.job` their per-partition work, a
-:data:`PartitionWork`, and never ask which kind of input they hold. Inference, whose
+The jobs (training, evaluation) make their Spark job from that value and their
+per-partition work, a :data:`PartitionWork` (:class:`tensorspark.jobs.PartitionJob`), and
+never ask which kind of input they hold nor call back into it. Inference, whose
 result keeps the input's form (an RDD in order, a DataFrame plus a column, files as an
 RDD or Parquet files), hands a :class:`PredictInput` its :class:`Scoring` (features in,
 outputs out, shipped) the same way.
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tensorspark.connect import count_partitions, is_connect
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.partition import EpochSource, Passes
@@ -112,48 +115,60 @@ class ModelFeed(Protocol):
         ...
 
 
-class Input(abc.ABC):
-    """A planned input, seen from the driver (never shipped: :attr:`reader` is).
+@dataclass(frozen=True, eq=False)
+class Input:
+    """A planned input, as data (driver; never shipped: :attr:`reader` is).
+
+    What a job over it runs on and how a partition is read, and nothing to call back: the
+    jobs build their Spark job from this value (:class:`tensorspark.jobs.PartitionJob`).
 
     Attributes:
+        source: what the job runs over: an RDD whose partitions the reader reads (the
+            examples, or the files' shards, one element per partition), or, with
+            :attr:`arrow`, a DataFrame of the reader's columns.
         reader: the executor half (it holds the dtypes the block's columns are fed with).
+        arrow: the job is ``DataFrame.mapInArrow`` over :attr:`source`, the tasks reading
+            Arrow record batches; else ``mapPartitions`` over the RDD (a barrier stage in
+            sync mode either way).
         known_rows: the number of examples when known without a job (files' metadata),
             else ``None``.
         data_record: what a run records of its data, when the kind pins a version
             (``{"format": "delta", "table": ..., "version": N}``), else ``None``.
     """
 
+    source: Any
     reader: Reader
+    arrow: bool = False
     known_rows: int | None = None
     data_record: dict[str, Any] | None = None
 
     @property
-    @abc.abstractmethod
     def num_partitions(self) -> int | None:
-        """The input's partitions; ``None`` when only a job can tell (Spark Connect)."""
+        """The input's partitions; ``None`` when only a job can tell (a Spark Connect
+        DataFrame)."""
+        if not self.arrow:
+            return int(self.source.getNumPartitions())
+        if is_connect(self.source):
+            return None
+        return int(self.source.rdd.getNumPartitions())
 
     def count_partitions(self) -> int:
-        """The input's partitions, by a small job where only that can tell (driver).
+        """The input's partitions, by a small job where only that can tell (driver; a Spark
+        Connect DataFrame: :func:`tensorspark.connect.count_partitions`).
 
         Raises:
-            NotImplementedError: :attr:`num_partitions` is ``None`` and the kind does not
-                override this method (a kind that only a job can count must count them).
+            NotImplementedError: :attr:`num_partitions` is ``None`` and the input is not a
+                DataFrame, which a job could count.
         """
         known = self.num_partitions
-        if known is None:
-            raise NotImplementedError(
-                f"{type(self).__name__}.num_partitions is None (only a job can tell), so "
-                f"{type(self).__name__} must override count_partitions() to count them"
-            )
-        return known
-
-    @abc.abstractmethod
-    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
-        """A thunk that runs ``work`` on every partition, read as ``passes`` say, and
-        returns the tasks' lines in partition order (driver; the thunk runs the job).
-
-        ``barrier``: one barrier stage (every task starts together; sync training).
-        """
+        if known is not None:
+            return known
+        if self.arrow:
+            return count_partitions(self.source)
+        raise NotImplementedError(
+            f"{type(self).__name__}.num_partitions is None (only a job can tell), so "
+            f"{type(self).__name__} must override count_partitions() to count them"
+        )
 
 
 # ---------------------------------------------------------------------- inference

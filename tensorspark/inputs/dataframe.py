@@ -4,8 +4,10 @@ Driver side, :func:`plan_dataframe` selects the two columns as the model is fed 
 (:func:`~tensorspark.blocks.columns.example_columns`: ``array<float>`` features, labels cast as the
 loss wants) and checks the first row (one small job); executor side,
 :class:`ArrowReader` turns Arrow record batches into numpy blocks without a Python object
-per row (:func:`~tensorspark.blocks.arrow.arrow_to_blocks`). Works under Spark Connect too, where
-the number of partitions needs a job (:meth:`DataFrameInput.count_partitions`).
+per row (:func:`~tensorspark.blocks.arrow.arrow_to_blocks`); the planned input is the selected
+DataFrame and that reader, and its job ``mapInArrow`` (:class:`tensorspark.jobs.PartitionJob`).
+Works under Spark Connect too, where the number of partitions needs a job
+(:meth:`~tensorspark.inputs.base.Input.count_partitions`).
 
 Tuning plans its DataFrame data here too (:func:`plan_dataframe`, with its own
 :class:`~tensorspark.inputs.base.ModelFeed`) and each trial's task reads its rows with an
@@ -17,7 +19,6 @@ the predictions are added as a column by an Arrow UDF (:mod:`tensorspark.inputs.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,
     Input,
-    JobThunk,
     ModelFeed,
-    PartitionWork,
     Passes,
     PredictArgs,
     PredictInput,
@@ -40,7 +39,6 @@ from tensorspark.inputs.base import (
     refuse_output,
 )
 from tensorspark.inputs.columns import FeatureShape, check_dataframe, predict_dataframe
-from tensorspark.jobs import task_context
 from tensorspark.partition import EpochSource
 
 
@@ -64,45 +62,10 @@ class ArrowReader:
         return passes.over(self.blocks(elements), partition)
 
 
-def _arrow_task(
-    reader: ArrowReader, work: PartitionWork, passes: Passes, batches: Iterator[Any]
-) -> Iterator[Any]:
-    """``DataFrame.mapInArrow`` body: the partition's batches read, then ``work``; one
-    record batch holding its line."""
-    import pyarrow as pa
-
-    partition, attempt = task_context()
-    index = partition if partition is not None else 0
-    line = work(index, attempt, reader.open(index, batches, passes))
-    yield pa.RecordBatch.from_pydict({"stats": [line]})
-
-
-class DataFrameInput(Input):
-    """A DataFrame of two columns named :data:`~tensorspark.blocks.FEED_NAMES`, first row
-    checked (driver)."""
-
-    reader: ArrowReader
-
-    def __init__(self, df: Any, reader: ArrowReader) -> None:
-        self.df = df
-        self.reader = reader
-
-    @property
-    def num_partitions(self) -> int | None:
-        if connect.is_connect(self.df):
-            return None
-        return int(self.df.rdd.getNumPartitions())
-
-    def count_partitions(self) -> int:
-        known = self.num_partitions
-        return known if known is not None else connect.count_partitions(self.df)
-
-    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
-        fn = functools.partial(_arrow_task, self.reader, work, passes)
-        selected = self.df.select(*self.reader.columns)
-        return lambda: [
-            r.stats for r in selected.mapInArrow(fn, "stats string", barrier=barrier).collect()
-        ]
+def arrow_input(selected: Any, reader: ArrowReader) -> Input:
+    """``selected``'s reader columns as an input read through Arrow (driver; no job): a
+    :meth:`~tensorspark.jobs.PartitionJob` over it is ``mapInArrow``."""
+    return Input(selected.select(*reader.columns), reader, arrow=True)
 
 
 #: What predict() and evaluate() say to do with a streaming DataFrame instead.
@@ -130,7 +93,7 @@ def refuse_stream(data: Any, argument: str, instead: str) -> None:
 
 def plan_dataframe(
     df: Any, feed: ModelFeed, *, argument: str, features_col: str, label_col: str
-) -> DataFrameInput:
+) -> Input:
     """``df``'s feature and label columns, the first row checked against ``feed`` (driver;
     one small job).
 
@@ -145,18 +108,29 @@ def plan_dataframe(
         "fit() trains on a batch DataFrame",
     )
     selected = df.select(*example_columns(df, features_col, label_col, feed.integer_labels))
-    head = selected.head(1)
-    if not head:
+    what = f"features_col={features_col!r}, label_col={label_col!r}"
+    planned = plan_selected(selected, feed, argument=argument, what=what)
+    if planned is None:
         raise ConfigurationError(
             f"Argument `{argument}` is empty: there is nothing to use. "
             f"Received: {argument} is empty"
         )
-    dtypes = feed.check_row(
-        (head[0][0], head[0][1]),
-        argument=argument,
-        what=f"features_col={features_col!r}, label_col={label_col!r}",
-    )
-    return DataFrameInput(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))
+    return planned
+
+
+def plan_selected(selected: Any, feed: ModelFeed, *, argument: str, what: str) -> Input | None:
+    """A DataFrame already holding the example columns
+    (:func:`~tensorspark.blocks.columns.example_columns`), its first row checked against
+    ``feed``; None when it has no row (driver; one small job).
+
+    Raises:
+        ConfigurationError: what ``feed`` refuses of the first row.
+    """
+    head = selected.head(1)
+    if not head:
+        return None
+    dtypes = feed.check_row((head[0][0], head[0][1]), argument=argument, what=what)
+    return arrow_input(selected, ArrowReader(FEED_NAMES, tuple(dtypes)))
 
 
 class DataFramePredict(PredictInput):
@@ -211,7 +185,7 @@ def accepts(data: Any) -> bool:
 
 def plan(
     sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
-) -> DataFrameInput:
+) -> Input:
     """:func:`plan_dataframe` (no storage to reach)."""
     return plan_dataframe(
         data, feed, argument=argument, features_col=columns.features, label_col=columns.label

@@ -11,11 +11,12 @@ the snapshot's Parquet files; they are then planned exactly as ``sps.files(...)`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tensorspark.fileio.delta import DeltaSource, resolve
-from tensorspark.inputs.base import Columns, ModelFeed, PredictArgs
-from tensorspark.inputs.files import FileInput, FilePredict, plan_file_input, plan_file_predict
+from tensorspark.inputs.base import Columns, Input, ModelFeed, PredictArgs
+from tensorspark.inputs.files import FilePredict, plan_file_input, plan_file_predict
 
 #: The Python worker pool this kind's jobs run in: the files kind's (an RDD of shards).
 POOL = "rdd"
@@ -28,7 +29,7 @@ def accepts(data: Any) -> bool:
 
 def plan(
     sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
-) -> FileInput:
+) -> Input:
     """The table's version pinned and its files planned for ``feed`` (driver; no job).
 
     Raises:
@@ -37,8 +38,7 @@ def plan(
     """
     snapshot = resolve(data, argument=argument, conf=conf)
     planned = plan_file_input(sc, snapshot.as_files(), feed, conf=conf, argument=argument)
-    planned.data_record = snapshot.record()
-    return planned
+    return replace(planned, data_record=snapshot.record())
 
 
 def plan_predict(

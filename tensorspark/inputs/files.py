@@ -1,8 +1,9 @@
 """Files input (``sps.files(...)``): the tasks read their own shards.
 
 Driver side, :func:`plan_file_input` lists the files and checks their metadata against the
-model's feed (:func:`~tensorspark.fileio.plan.plan_files`; no row is read); the job is one
-task per partition of the plan, each given its shards as its one element. Executor side,
+model's feed (:func:`~tensorspark.fileio.plan.plan_files`; no row is read); the planned
+input is an RDD of one element per partition of the plan, its shards, so the job is one
+task per partition (``mapPartitions``, :class:`tensorspark.jobs.PartitionJob`). Executor side,
 :class:`FileReader` reads them every pass
 (:class:`~tensorspark.fileio.stream.FileEpochs`: shard order and rows shuffled per epoch).
 
@@ -36,15 +37,12 @@ from tensorspark.inputs import rdd
 from tensorspark.inputs.base import (
     Columns,
     Input,
-    JobThunk,
     ModelFeed,
-    PartitionWork,
     Passes,
     PredictArgs,
     PredictInput,
     Scoring,
 )
-from tensorspark.inputs.rdd import run_partitions
 from tensorspark.partition import EpochSource
 from tensorspark.storage import open_location
 
@@ -62,27 +60,9 @@ class FileReader:
         return FileEpochs(self.spec, mine, passes, partition=partition)
 
 
-class FileInput(Input):
-    """Files planned into partitions of shards (driver)."""
-
-    def __init__(self, sc: Any, plan: FilePlan) -> None:
-        self.sc = sc
-        self.plan = plan
-        self.reader = FileReader(plan.spec)
-        self.known_rows = plan.rows
-
-    @property
-    def num_partitions(self) -> int:
-        return int(self.plan.num_partitions)
-
-    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
-        rdd = self.sc.parallelize(list(self.plan.partitions), self.plan.num_partitions)
-        return run_partitions(rdd, self.reader, work, passes, barrier)
-
-
 def plan_file_input(
     sc: Any, source: FileSource, feed: ModelFeed, *, conf: Mapping[str, str], argument: str
-) -> FileInput:
+) -> Input:
     """``source`` listed and planned for ``feed`` (driver; no Spark job).
 
     ``conf`` is the Spark conf snapshot (:class:`~tensorspark.conf.ConfSnapshot`), which says
@@ -94,7 +74,8 @@ def plan_file_input(
     plan = plan_files(
         conf, source, feed.file_feed(), default_partitions=sc.defaultParallelism, argument=argument
     )
-    return FileInput(sc, plan)
+    shards = sc.parallelize(list(plan.partitions), plan.num_partitions)  # lazy: no job
+    return Input(shards, FileReader(plan.spec), known_rows=plan.rows)
 
 
 # ---------------------------------------------------------------------- inference
@@ -237,8 +218,8 @@ def plan_file_predict(
 # ---------------------------------------------------------------------- the kind's entry points
 
 
-#: The Python worker pool this kind's jobs run in: the RDD kind's, as they are an RDD of the
-#: plan's shards run by :func:`~tensorspark.inputs.rdd.run_partitions`.
+#: The Python worker pool this kind's jobs run in: the RDD kind's, as they are
+#: ``mapPartitions`` over an RDD of the plan's shards.
 POOL = rdd.POOL
 
 
@@ -249,7 +230,7 @@ def accepts(data: Any) -> bool:
 
 def plan(
     sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
-) -> FileInput:
+) -> Input:
     """:func:`plan_file_input` (the files' own columns were named in ``tensorspark.files``)."""
     return plan_file_input(sc, data, feed, conf=conf, argument=argument)
 

@@ -4,8 +4,9 @@ Driver side, :func:`plan_rdd` checks the first element against the model (one sm
 :func:`~tensorspark.blocks.rows.first_element`, which keeps the Python worker alive); executor
 side, :class:`RddReader` groups the partition's elements into numpy blocks
 (:func:`~tensorspark.blocks.rows.rows_to_blocks`), batched and spilled for later passes by
-:class:`~tensorspark.partition.PartitionData`. :func:`run_partitions` is the job over any
-RDD whose partitions a reader reads (the files input uses it too).
+:class:`~tensorspark.partition.PartitionData`. The planned :class:`~tensorspark.inputs.base.Input`
+is the RDD and that reader: the job is ``mapPartitions`` over it
+(:class:`tensorspark.jobs.PartitionJob`).
 
 For inference (:class:`RddPredict`) each element is the features of one row; rows are
 checked as they stream past, in the job, not by a first-row job on the driver: that would
@@ -28,17 +29,13 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.inputs.base import (
     Columns,
     Input,
-    JobThunk,
     ModelFeed,
-    PartitionWork,
     Passes,
     PredictArgs,
     PredictInput,
-    Reader,
     Scoring,
     refuse_output,
 )
-from tensorspark.jobs import task_context
 from tensorspark.partition import EpochSource
 
 #: Fewest rows per block an RDD partition is grouped into (larger batches: one batch).
@@ -62,51 +59,7 @@ class RddReader:
         return passes.over(blocks, partition)
 
 
-def _task(
-    reader: Reader, work: PartitionWork, passes: Passes, index: int, elements: Iterator[Any]
-) -> Iterator[str]:
-    """``mapPartitionsWithIndex`` body: the partition read, then ``work``; one line."""
-    _, attempt = task_context()
-    yield work(index, attempt, reader.open(index, elements, passes))
-
-
-def _barrier_task(
-    reader: Reader, work: PartitionWork, passes: Passes, elements: Iterator[Any]
-) -> Iterator[str]:
-    """``rdd.barrier().mapPartitions`` body (the index comes from the task's context)."""
-    index, _ = task_context()
-    assert index is not None
-    yield from _task(reader, work, passes, index, elements)
-
-
-def run_partitions(
-    rdd: Any, reader: Reader, work: PartitionWork, passes: Passes, barrier: bool
-) -> JobThunk:
-    """A thunk running ``work`` over each partition of ``rdd`` as ``reader`` reads it
-    (a barrier stage with ``barrier``); the lines in partition order (driver)."""
-    if barrier:
-        fn = functools.partial(_barrier_task, reader, work, passes)
-        return lambda: rdd.barrier().mapPartitions(fn).collect()  # type: ignore[no-any-return]
-    task = functools.partial(_task, reader, work, passes)
-    return lambda: rdd.mapPartitionsWithIndex(task).collect()  # type: ignore[no-any-return]
-
-
-class RddInput(Input):
-    """An RDD of examples, its first element checked (driver)."""
-
-    def __init__(self, rdd: Any, reader: RddReader) -> None:
-        self.rdd = rdd
-        self.reader = reader
-
-    @property
-    def num_partitions(self) -> int:
-        return int(self.rdd.getNumPartitions())
-
-    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
-        return run_partitions(self.rdd, self.reader, work, passes, barrier)
-
-
-def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> RddInput:
+def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> Input:
     """``rdd`` with its first element checked against ``feed`` (driver; one small job).
 
     Raises:
@@ -119,7 +72,7 @@ def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> RddInput:
             f"Received: {argument} is empty"
         )
     dtypes = feed.check_row(first[0], argument=argument, what=f"{argument}=RDD")
-    return RddInput(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
+    return Input(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
 
 
 # ---------------------------------------------------------------------- inference
@@ -218,7 +171,7 @@ def accepts(data: Any) -> bool:
 
 def plan(
     sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
-) -> RddInput:
+) -> Input:
     """:func:`plan_rdd` (an RDD has no columns to name, nor storage to reach)."""
     return plan_rdd(data, feed, argument=argument)
 

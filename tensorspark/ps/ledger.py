@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tensorspark.ps.rows import CACHE_COUNTERS, PEAK_RSS
 from tensorspark.ps.validation import RequestError, finite_float
+
+#: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
+#: largest peak RSS a cached worker reported.
+CACHE_KEYS = (*CACHE_COUNTERS, PEAK_RSS)
 
 _HISTORY = 2000
 #: Most partitions the worker table holds (until the progress is reset).
@@ -146,3 +151,20 @@ class Ledger:
             history=list(self.history)[-500:],
         )
         return out
+
+
+def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
+    """The workers' ``bytes_received``/``bytes_sent`` (summed over the worker rows of a
+    ``/status``), the samples applied, and the embedding-table rows pushed and pulled in
+    row-sparse syncs (``row_pushes`` of them): training traffic, without dashboard reads."""
+    rows = status.get("workers", ())
+    return {
+        "bytes_received": int(sum(int(w.get("bytes_received", 0)) for w in rows)),
+        "bytes_sent": int(sum(int(w.get("bytes_sent", 0)) for w in rows)),
+        "samples": int(status.get("samples", 0)),
+        "row_pushes": int(status.get("row_pushes", 0)),
+        "rows_pushed": int(status.get("rows_pushed", 0)),
+        "rows_pulled": int(status.get("rows_pulled", 0)),
+        # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
+        **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
+    }

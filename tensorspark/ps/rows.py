@@ -45,6 +45,10 @@ CACHE_COUNTERS = (
     "cache_prefetch_fallbacks",
 )
 
+#: The largest peak RSS a cached worker reported, beside its counters
+#: (:data:`CACHE_COUNTERS`, summed from applied pushes' ``meta["cache"]``).
+PEAK_RSS = "worker_peak_rss_bytes"
+
 
 @dataclass(frozen=True, eq=False)
 class Rows:

@@ -17,8 +17,8 @@ from typing import Any
 import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.http import RoutedServer
+from tensorspark.ps.ledger import CACHE_KEYS
 from tensorspark.ps.routes import StatusBooks
-from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
 
 
 class StatusFront(RoutedServer):
@@ -132,7 +132,7 @@ def _rows(each: list[dict[str, Any]]) -> dict[str, Any]:
     pushes = max(int(s.get("row_pushes", 0)) for s in each)
     pushed = sum(int(s.get("rows_pushed", 0)) for s in each)
     pulled = sum(int(s.get("rows_pulled", 0)) for s in each)
-    cache = {k: max(int(s.get(k, 0)) for s in each) for k in (*CACHE_COUNTERS, PEAK_RSS)}
+    cache = {k: max(int(s.get(k, 0)) for s in each) for k in CACHE_KEYS}
     return {
         **cache,  # every shard counts each push's row-cache report: the largest
         "row_pushes": pushes,

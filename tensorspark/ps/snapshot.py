@@ -44,31 +44,20 @@ class Snapshot:
         file; ``progress``: the partitions' progress to record (default: this view's own).
 
         Taken with ``rows_since`` (and a table tracked row by row), it is written as an
-        increment after that version (:meth:`CheckpointManager.save_increment
-        <tensorspark.checkpoint.CheckpointManager.save_increment>`).
+        increment after that version (:meth:`CheckpointManager.save
+        <tensorspark.checkpoint.CheckpointManager.save>` with ``since``).
 
         Returns and raises what :meth:`CheckpointManager.save
         <tensorspark.checkpoint.CheckpointManager.save>` does.
         """
-        progress = self.progress if progress is None else progress
-        if self.rows_since is not None:
-            return manager.save_increment(
-                self.params,
-                self.rows,
-                self.rows_since,
-                self.version,
-                self.mode,
-                progress,
-                extra_meta=extra_meta,
-                state=self.state,
-                state_meta=self.state_meta,
-            )
         return manager.save(
             self.params,
             self.version,
             self.mode,
-            progress,
+            self.progress if progress is None else progress,
             extra_meta=extra_meta,
             state=self.state,
             state_meta=self.state_meta,
+            rows=self.rows,
+            since=self.rows_since,
         )

@@ -45,6 +45,7 @@ from tensorspark.ps.rowlog import ChangeLog
 from tensorspark.ps.rows import (
     CACHE_COUNTERS,
     IDS,
+    PEAK_RSS,
     Rows,
     check_ids,
     rows_entry,
@@ -52,10 +53,6 @@ from tensorspark.ps.rows import (
     table_names,
 )
 from tensorspark.ps.validation import RequestError, check_tensors
-
-#: The largest peak RSS a cached worker reported, beside its counters
-#: (:data:`~tensorspark.ps.rows.CACHE_COUNTERS`, summed from applied pushes' ``meta["cache"]``).
-PEAK_RSS = "worker_peak_rss_bytes"
 
 #: Combiners a row-sparse push is applied under (see the module docstring).
 SOUND = (DeltaWeightCombiner, DynSGDCombiner)

@@ -5,7 +5,7 @@ micro-batch (a batch DataFrame) and its id, on the driver. It holds a
 :class:`~tensorspark.training.host.ServerHost` whose server is reusable, so one server
 (weights, version, combiner state, compression) lives for the whole query, and runs each
 micro-batch as one :class:`~tensorspark.training.run.TrainingRun` over the DataFrame input
-kind (:class:`~tensorspark.inputs.dataframe.DataFrameInput`: Arrow, ``mapInArrow``), exactly
+kind (:mod:`tensorspark.inputs.dataframe`: Arrow, ``mapInArrow``), exactly
 as ``fit`` runs one epoch: sync, async or bounded staleness, task retries with the
 existing exactly-once push accounting. After the run, and before Spark may commit the
 batch, the model is checkpointed with the batch's id (:mod:`tensorspark.streaming.state`).
@@ -38,7 +38,8 @@ from tensorspark.conf import ConfSnapshot
 from tensorspark.errors import BadRecordError, TensorSparkError
 from tensorspark.export import Export
 from tensorspark.export.publisher import Exporter
-from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataframe
+from tensorspark.inputs import Input
+from tensorspark.inputs.dataframe import ArrowReader, arrow_input, plan_selected
 from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
@@ -265,7 +266,7 @@ class MicroBatchTrainer:
 
     # ------------------------------------------------------------------ the batch's data
 
-    def _plan(self, df: Any, batch_id: int) -> tuple[DataFrameInput | None, int]:
+    def _plan(self, df: Any, batch_id: int) -> tuple[Input | None, int]:
         """The batch as the DataFrame input kind, checked; and its bad rows (skipped).
         None for an empty batch before the first with rows (whose first row is checked):
         Spark runs batch 0 even when the source has nothing yet (Kafka's "latest")."""
@@ -283,18 +284,15 @@ class MicroBatchTrainer:
             if bad:
                 logger.warning("micro-batch %d: %d bad records skipped", batch_id, bad)
         if self._reader is None:  # the first batch: its first row checked, as fit does
-            if not selected.head(1):
-                return None, bad
-            planned = plan_dataframe(
-                selected,
-                self.feed,
-                argument=f"micro-batch {batch_id}",
-                features_col=FEED_NAMES[0],
-                label_col=FEED_NAMES[1],
+            what = f"features_col={FEED_NAMES[0]!r}, label_col={FEED_NAMES[1]!r}"
+            planned = plan_selected(
+                selected, self.feed, argument=f"micro-batch {batch_id}", what=what
             )
-            self._reader = planned.reader
+            if planned is not None:
+                assert isinstance(planned.reader, ArrowReader)
+                self._reader = planned.reader
             return planned, bad
-        return DataFrameInput(selected, self._reader), bad
+        return arrow_input(selected, self._reader), bad
 
     def _fits(self) -> Any:
         """A Spark condition: the row's features and label can be trained on."""

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorspark.listeners import RunInfo, RunListener
+from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
 from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
-from tensorspark.training.result import CACHE_KEYS, worker_traffic
 
 
 def optimizer_params(model: Any) -> dict[str, Any]:

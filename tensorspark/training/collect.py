@@ -53,7 +53,7 @@ def collect_arrays(sc: Any, data: Input, description: str) -> tuple[np.ndarray, 
         ConfigurationError: ``data`` holds no rows.
     """
     with jobs.job_description(sc, description):
-        rows = jobs.collect(data.job(CollectWork(), Passes(_BATCH)))
+        rows = jobs.collect(jobs.PartitionJob.over(data, CollectWork(), Passes(_BATCH)))
     parts = []
     for line in rows:
         tensors, _ = wire.decode(bytearray(base64.b64decode(json.loads(line)["data"])))

@@ -67,6 +67,24 @@ class RunSettings:
         return f"RunSettings(name={self.name!r}, mode={self.mode!r}, server={where})"
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A run's server and the addresses its workers are told (driver; from
+    :meth:`ServerHost.lease`).
+
+    Attributes:
+        server: the running server.
+        url: its URL as the executors reach it (the advertised host).
+        shard_urls: a sharded server's shards' URLs, in the layout's order; else empty.
+        shard_layout: a sharded server's layout; else None.
+    """
+
+    server: RunServer
+    url: str
+    shard_urls: tuple[str, ...] = ()
+    shard_layout: Any = None
+
+
 class ServerHost:
     """The parameter server of a session's runs, and its checkpointer (driver).
 
@@ -98,6 +116,16 @@ class ServerHost:
         host = f"[{host}]" if ":" in host else host
         scheme = server.url.split("://", 1)[0]
         return f"{scheme}://{host}:{server.port if port is None else port}"
+
+    def lease(self, params: dict[str, np.ndarray], num_workers: int | None) -> Lease:
+        """:meth:`acquire` a server for a run, with the addresses its workers are told
+        (:meth:`url_for` it and each of its shards)."""
+        server = self.acquire(params, num_workers)
+        shards = server.worker_shards()
+        if shards is None:
+            return Lease(server, self.url_for(server))
+        urls = tuple(self.url_for(server, p) for p in shards.ports)
+        return Lease(server, self.url_for(server), urls, shards.layout)
 
     def acquire(
         self, params: dict[str, np.ndarray], num_workers: int | None, *, checkpoint: Any = None

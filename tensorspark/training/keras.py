@@ -1,4 +1,5 @@
-"""Keras ``fit`` on Spark: one training run, then one validation job (driver).
+"""Keras ``fit`` on Spark, the one owner of ``SparkSession.fit``: the call's checks, its
+listeners and tracking, one training run, then one validation job (driver).
 
 The model's ``.keras`` bytes are checked by rebuilding them here, the data by its first
 example, before any server starts. With ``validation_data``, the server's weights are
@@ -16,25 +17,102 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from tensorspark.conf import ConfSnapshot, snapshot
+from tensorspark import connect
+from tensorspark.arguments import positive_int
+from tensorspark.conf import ConfSnapshot
+from tensorspark.errors import ConfigurationError
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
+from tensorspark.models.precision import check_policy
 from tensorspark.preflight import preflight
-from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
+from tensorspark.training.callbacks import KerasCallbacks, check_callbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
 from tensorspark.training.keras_setup import KerasTraining, cache_for
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import RunJob, TrainingRun
-from tensorspark.training.watch import push_fanout
+from tensorspark.training.session_view import SessionLike
+from tensorspark.training.watch import push_fanout, run_listeners
 
 logger = logging.getLogger(__name__)
 
 
 def fit(
+    sess: SessionLike,
+    host: ServerHost,
+    *,
+    data: Any,
+    epochs: int,
+    validation_data: Any,
+    features_col: str,
+    label_col: str,
+    shuffle: bool,
+    progress: bool,
+    tensorboard_dir: str | None,
+    mixed_precision: str | None,
+    listeners: Sequence[RunListener] | None,
+    callbacks: Sequence[Any] | None,
+    tracking: Any,
+    export: Any = None,
+) -> History:
+    """``SparkSession.fit``: the call's checks, then the Keras training run (tracked, its
+    epochs exported when asked); the session's model ends with the global weights.
+
+    See :meth:`tensorspark.SparkSession.fit` for the arguments and errors. Sets
+    ``sess.last_run`` to the run's :class:`~tensorspark.training.TrainResult`.
+    """
+    from tensorspark.export.epochs import epoch_exports
+    from tensorspark.export.spec import check_export
+    from tensorspark.tracking.fit import track_fit
+
+    if not sess.is_keras:
+        raise ConfigurationError(
+            "fit() trains Keras models; this SparkSession wraps a TF1 session: use run()"
+        )
+    for argument, value in (("data", data), ("validation_data", validation_data)):
+        if value is not None:
+            connect.require_dataframe(sess.sc, value, argument)
+    epochs = positive_int("epochs", epochs)
+    policy = check_policy(mixed_precision)
+    # Bad callbacks or listeners are refused before a tracked run is opened.
+    checked = check_callbacks(callbacks)
+    watchers = run_listeners(progress, tensorboard_dir, listeners)
+    spec = check_export(export)
+    if spec is not None:  # its checks (path, gate, holdout) run here, before the job
+        checked.append(
+            epoch_exports(
+                sess.sc, spec, sess.session, custom_objects=sess.custom_objects,
+                conf=ConfSnapshot.take(sess.sc), batch_size=sess.batch_size,
+                features_col=features_col, label_col=label_col, listeners=watchers,
+                mixed_precision=policy, tracking=tracking, name=sess.name, call="fit",
+            )
+        )  # fmt: skip
+    with track_fit(tracking, sess, data, features_col, shuffle, policy) as tracked:
+        history, result = _train(
+            sess.sc,
+            host,
+            sess.session,
+            data,
+            epochs,
+            validation_data,
+            columns=Columns(features_col, label_col),
+            shuffle=shuffle,
+            listeners=[*watchers, *tracked.listeners],
+            custom_objects=sess.custom_objects,
+            mixed_precision=policy,
+            conf=ConfSnapshot.take(sess.sc),
+            callbacks=checked,
+            seen_example=tracked.seen,
+        )
+        sess.last_run = result
+        tracked.finish(history)
+    return history
+
+
+def _train(
     sc: Any,
     host: ServerHost,
     model: Any,
@@ -46,20 +124,18 @@ def fit(
     shuffle: bool,
     listeners: Sequence[RunListener],
     custom_objects: dict[str, Any] | None,
-    mixed_precision: str | None = None,
-    conf: ConfSnapshot | None = None,
-    callbacks: Sequence[Any] = (),
-    seen_example: list[Any] | None = None,
+    mixed_precision: str | None,
+    conf: ConfSnapshot,
+    callbacks: Sequence[Any],
+    seen_example: list[Any] | None,
 ) -> tuple[History, Any]:
     """Train ``model`` (compiled, checked) on ``data``; the model ends with the global weights.
 
     Returns the :class:`History` and the run's :class:`~tensorspark.training.TrainResult`.
-    See :meth:`tensorspark.SparkSession.fit` for the arguments and errors;
     ``seen_example`` (a list) is given the features of ``data``'s first example, as the
     input's check read them (a tracked fit's input example).
     """
     settings = host.settings
-    conf = snapshot(sc, conf)
     preflight(sc, f"tensorspark {settings.name}", conf)
     keras_run = KerasTraining.of(
         model,

@@ -13,11 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
-
-#: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
-#: largest peak RSS a cached worker reported.
-CACHE_KEYS = (*CACHE_COUNTERS, PEAK_RSS)
+from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
 
 
 @dataclass
@@ -72,23 +68,6 @@ class EpochSnapshots:
             self.seconds[epoch] = time.time() - self.started
             if self.status is not None:
                 self.traffic[epoch] = worker_traffic(self.status())
-
-
-def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
-    """The workers' ``bytes_received``/``bytes_sent`` (summed over the worker rows of a
-    ``/status``), the samples applied, and the embedding-table rows pushed and pulled in
-    row-sparse syncs (``row_pushes`` of them): training traffic, without dashboard reads."""
-    rows = status.get("workers", ())
-    return {
-        "bytes_received": int(sum(int(w.get("bytes_received", 0)) for w in rows)),
-        "bytes_sent": int(sum(int(w.get("bytes_sent", 0)) for w in rows)),
-        "samples": int(status.get("samples", 0)),
-        "row_pushes": int(status.get("row_pushes", 0)),
-        "rows_pushed": int(status.get("rows_pushed", 0)),
-        "rows_pulled": int(status.get("rows_pulled", 0)),
-        # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
-        **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
-    }
 
 
 def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, float] | None]:

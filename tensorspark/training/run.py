@@ -2,8 +2,9 @@
 
 :class:`TrainingRun` owns one run: it takes a server from the session's
 :class:`~tensorspark.training.host.ServerHost` (the one owner of servers and checkpointers),
-builds the run's Spark job from the :class:`RunJob` it is given (the input, how the tasks
-build the trainer, the payload they build it from, the epochs), broadcasts the payload,
+broadcasts the payload of the :class:`RunJob` it is given (the input, how the tasks build
+the trainer, the payload they build it from, the epochs), builds the run's Spark job from
+that value and the planned input's (:class:`~tensorspark.jobs.PartitionJob`),
 runs the job (:func:`tensorspark.jobs.run_job`, which turns task failures into errors
 raised here) while telling the run's listeners what happens (:mod:`tensorspark.listeners`,
 through a :class:`~tensorspark.training.watch.RunWatch`), and gives the server back,
@@ -37,10 +38,10 @@ from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.models.base import TrainerLoader
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.protocol import RunServer
-from tensorspark.training.host import ServerHost
+from tensorspark.training.host import Lease, ServerHost
 from tensorspark.training.result import TrainResult
 from tensorspark.training.sync import check_partitions, sync_executor_lost
-from tensorspark.training.tasks import training_job
+from tensorspark.training.tasks import TrainWork
 from tensorspark.training.watch import PushListener, RunWatch, push_fanout
 from tensorspark.worker import WorkerConfig
 
@@ -89,16 +90,24 @@ class TrainingRun:
         self.settings = host.settings
 
     def worker_config(
-        self, url: str, num_epoch: int, shuffle: bool, seed: int | None = None
+        self,
+        url: str,
+        num_epoch: int,
+        shuffle: bool,
+        seed: int | None = None,
+        lease: Lease | None = None,
     ) -> WorkerConfig:
         """What every task of this run is told: the server's URL and secret (and where its
-        shards are), the settings (``seed``, when given, instead of the session's), and
-        the deadline by which the server must have been reached once."""
+        shards are: ``lease``'s, else asked of the host), the settings (``seed``, when
+        given, instead of the session's), and the deadline by which the server must have
+        been reached once."""
         s = self.settings
-        server = self.host.server
+        server = self.host.server if lease is None else lease.server
         shard_urls: tuple[str, ...] = ()
         shard_layout = None
-        if server is not None and (shards := server.worker_shards()) is not None:
+        if lease is not None:
+            shard_urls, shard_layout = lease.shard_urls, lease.shard_layout
+        elif server is not None and (shards := server.worker_shards()) is not None:
             shard_urls = tuple(self.host.url_for(server, p) for p in shards.ports)
             shard_layout = shards.layout
         return WorkerConfig(
@@ -154,7 +163,8 @@ class TrainingRun:
         check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
-        server = self.host.acquire(initial, num_partitions)
+        lease = self.host.lease(initial, num_partitions)
+        server = lease.server
         data = dict(job.data.data_record or {})
         self.host.record_data(data)  # the checkpoints name the table version trained on
         # After a stop request the workers have ps_timeout to leave by themselves.
@@ -169,11 +179,11 @@ class TrainingRun:
                 num_partitions=num_partitions,
                 total_samples=total_samples,
                 status=server.status(),
-                dashboard_url=dashboard_url(self.host.url_for(server), server.status_token),
+                dashboard_url=dashboard_url(lease.url, server.status_token),
                 data=data,
             )
             watch.start(info)
-            rows = self._run_job(server, job, watch)
+            rows = self._run_job(lease, job, watch)
         except BaseException as err:
             self.host.listen(None)
             try:
@@ -222,7 +232,7 @@ class TrainingRun:
         )
         return result
 
-    def _run_job(self, server: RunServer, job: RunJob, watch: RunWatch) -> list[Any] | None:
+    def _run_job(self, lease: Lease, job: RunJob, watch: RunWatch) -> list[Any] | None:
         """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, job.payload)
         try:
@@ -232,12 +242,16 @@ class TrainingRun:
                 watch.poll()
 
             config = self.worker_config(
-                self.host.url_for(server), job.num_epoch, job.shuffle, job.seed
+                lease.url, job.num_epoch, job.shuffle, job.seed, lease=lease
             )
             try:
+                data, work = job.data, TrainWork(bcast, job.loader, config)
+                spark_job = jobs.PartitionJob(  # sync: one barrier stage, every task together
+                    data.source, data.reader, work, config.passes, data.arrow, config.mode == "sync"
+                )
                 return jobs.run_job(
                     self.sc,
-                    training_job(job.data, bcast=bcast, loader=job.loader, config=config),
+                    spark_job,
                     poll=poll,
                     description=f"tensorspark {self.settings.name}",
                 )
@@ -246,6 +260,6 @@ class TrainingRun:
             except ExecutorLostError as err:
                 if self.settings.mode != "sync":
                     raise
-                raise sync_executor_lost(err, server.status()) from None
+                raise sync_executor_lost(err, lease.server.status()) from None
         finally:
             bcast.destroy()

@@ -5,8 +5,8 @@ Executor side: :class:`TrainWork` gets the partition as an
 (:mod:`tensorspark.inputs`: RDD elements, Arrow batches or files, the job does not know
 which), builds the model adapter with the run's :class:`~tensorspark.models.base.TrainerLoader`
 and hands both to the one partition loop, :func:`tensorspark.worker.train_partition`; it
-returns the loop's statistics as one JSON line. Driver side: :func:`training_job` returns
-a thunk that runs and collects the job (a barrier stage in sync mode).
+returns the loop's statistics as one JSON line. The driver ships it inside the run's
+:class:`~tensorspark.jobs.PartitionJob` (:mod:`tensorspark.training.run`).
 
 Only plain values (a broadcast handle, frozen dataclasses) are captured by what is shipped
 to executors; never the SparkContext or a session object.
@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tensorspark.inputs import Input, JobThunk
 from tensorspark.models.base import TrainerLoader
 from tensorspark.partition import EpochSource
 from tensorspark.worker import WorkerConfig, train_partition
@@ -63,10 +62,3 @@ class TrainWork:
             "ended_at": time.time(),
         }
         return json.dumps(stats)
-
-
-def training_job(
-    data: Input, *, bcast: Any, loader: TrainerLoader, config: WorkerConfig
-) -> JobThunk:
-    """A thunk that runs the training job over ``data`` (barrier stage in sync mode)."""
-    return data.job(TrainWork(bcast, loader, config), config.passes, barrier=config.mode == "sync")

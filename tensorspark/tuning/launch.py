@@ -127,9 +127,12 @@ def plan_frames(train: Any, validation: Any, features_col: str, label_col: str) 
         for name, df in (("train", train), ("validation", validation))
         if df is not None
     ]
-    parts = [p.df.withColumn(SPLIT, F.lit(split).cast("byte")) for split, p in enumerate(planned)]
+    parts = [
+        p.source.withColumn(SPLIT, F.lit(split).cast("byte")) for split, p in enumerate(planned)
+    ]
     data = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     reader = planned[0].reader
+    assert isinstance(reader, ArrowReader)  # the DataFrame kind's
     return Frames(data.coalesce(1), ArrowReader((*reader.columns, SPLIT), (*reader.dtypes, "int8")))
 
 

@@ -18,6 +18,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.source import files
 from tensorspark.fileio.spec import Feed
 from tensorspark.inputs import Passes, input_for
+from tensorspark.jobs import PartitionJob
 from tensorspark.partition import EpochSource
 
 pytestmark = pytest.mark.spark
@@ -92,7 +93,7 @@ def test_rdd_dataframe_and_files_hand_the_work_the_same_rows(
         for kind, d in data.items()
     }
     results = {
-        kind: [json.loads(r) for r in inp.job(_Sums(), Passes(8, num_epoch=2))()]
+        kind: [json.loads(r) for r in PartitionJob.over(inp, _Sums(), Passes(8, num_epoch=2))()]
         for kind, inp in planned.items()
     }
 
@@ -120,7 +121,7 @@ def test_a_barrier_job_runs_every_partition_together(sc: SparkContext) -> None:
         sc, sc.parallelize([(xi, int(yi)) for xi, yi in zip(x, y)], 2), _Feed(), conf={}
     )
 
-    parts = [json.loads(r) for r in inp.job(_Sums(), Passes(4), barrier=True)()]
+    parts = [json.loads(r) for r in PartitionJob.over(inp, _Sums(), Passes(4), barrier=True)()]
 
     assert sorted(p["partition"] for p in parts) == [0, 1]
     assert sum(p["passes"][0]["rows"] for p in parts) == 20

@@ -43,8 +43,8 @@ class Model:
         ids = np.flatnonzero(self.row_versions > since)
         rows = {"table": (ids, self.params["table"][ids].copy())}
         dense = {"dense/kernel": self.params["dense/kernel"].copy()}
-        return manager.save_increment(
-            dense, rows, since, self.version, "sync", {0: {"seq": batch}}, meta
+        return manager.save(
+            dense, self.version, "sync", {0: {"seq": batch}}, meta, rows=rows, since=since
         )
 
 
@@ -181,7 +181,7 @@ def test_an_increment_must_follow_the_newest_checkpoint(tmp_path) -> None:
     model = Model()
     model.step()
     with pytest.raises(CheckpointError, match="cannot follow"):
-        manager.save_increment({}, {}, 0, 1, "sync", {})
+        manager.save({}, 1, "sync", {}, rows={}, since=0)
     with pytest.raises(ConfigurationError, match="checkpoint_full_every"):
         CheckpointManager(str(tmp_path), full_every=-1)
 

@@ -14,8 +14,9 @@ import pytest
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.inputs import dataframe
-from tensorspark.inputs.base import Input, JobThunk, PartitionWork, Passes
+from tensorspark.inputs.base import Input
 from tensorspark.inputs.dataframe import ArrowReader
+from tensorspark.inputs.rdd import RddReader
 from tensorspark.tuning.launch import (
     SPLIT,
     BroadcastTrials,
@@ -134,10 +135,7 @@ class _Uncounted(Input):
     def num_partitions(self) -> int | None:
         return None
 
-    def job(self, work: PartitionWork, passes: Passes, *, barrier: bool = False) -> JobThunk:
-        raise AssertionError("not reached")
-
 
 def test_count_partitions_raises_for_a_kind_that_cannot_count() -> None:
     with pytest.raises(NotImplementedError, match=r"_Uncounted must override count_partitions"):
-        _Uncounted().count_partitions()
+        _Uncounted(source=None, reader=RddReader((), ())).count_partitions()
