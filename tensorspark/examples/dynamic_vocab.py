@@ -1,7 +1,7 @@
 """Train a click model over an unbounded, drifting vocabulary on Spark, with a dynamic
 embedding table and with the hashing trick at equal memory; print both AUCs.
 
-    python examples/dynamic_vocab.py [--examples 200000] [--capacity 16384] [--policy lfu]
+    python examples/dynamic_vocab.py [--examples 400000] [--capacity 16384] [--policy lfu]
     spark-submit --master spark://host:7077 --py-files dist/tensorspark-*.whl \
         examples/dynamic_vocab.py
 
@@ -81,7 +81,7 @@ def vocab_model(
     fields: int = 2,
     dim: int = 16,
     hidden: int = 32,
-    learning_rate: float = 0.5,
+    learning_rate: float = 2.0,
     ttl: float | None = None,
     min_count: int = 1,
     seed: int = 0,
@@ -139,7 +139,7 @@ def main() -> None:
     from tensorspark.datasets.drifting_clicks import drifting_click_log, vocabulary
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--examples", type=int, default=200_000, help="the whole log")
+    parser.add_argument("--examples", type=int, default=400_000, help="the whole log")
     parser.add_argument("--capacity", type=int, default=1 << 14, help="the table's rows")
     parser.add_argument("--vocabulary", type=int, default=1 << 19, help="distinct ids")
     parser.add_argument("--policy", choices=DYNAMIC, default="lfu")
