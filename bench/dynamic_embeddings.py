@@ -32,8 +32,9 @@ log; bytes per sample (the workers' bytes both ways as the server's socket count
 over the samples applied; for a stream, the server's counters); samples/s **cold** (from
 ``SparkSession(...)`` to the end of ``fit``: the workers' start and TensorFlow import
 included); for the dynamic arms the server's counters (``vocab_*``: rows in use, admitted,
-evicted, expired, and collisions among admitted ids: the server's check of its map at the
-end of the run and, for a stream, after each micro-batch) and the most rows in use; and the
+evicted, expired, collisions among admitted ids), and over the run the most rows in use
+and the most collisions the server's check of its map found (from ``/status`` at every
+poll, about every half second, through a ``RunListener``, and at the end); and the
 exported SavedModel's largest prediction difference from the training model on the raw
 test ids, loaded with plain TensorFlow in a fresh process. The summary holds the issue's
 bars, each ``met`` or ``missed``.
@@ -178,11 +179,42 @@ def spark_context(args: argparse.Namespace) -> Any:
 
 
 def vocab_counters(status: dict[str, Any]) -> dict[str, Any]:
-    """The server's dynamic-table counters (``vocab_*``) from a ``/status``:
-    ``vocab_collisions`` is the server's check of its map (ids sharing a row) when asked;
-    ``vocab_rows_in_use_max``, where the server keeps it, the most rows in use over the
-    run (without it, the rows-in-use bar is "not counted")."""
+    """The server's dynamic-table counters (``vocab_*``) from a ``/status``;
+    ``vocab_collisions`` is the server's check of its map (ids sharing a row) when asked."""
     return {k: v for k, v in status.items() if k.startswith("vocab_")}
+
+
+def watch() -> Any:
+    """A :class:`~tensorspark.RunListener` that keeps, from the server's ``/status`` at
+    every poll (about every half second) and at the run's end, the most rows in use and
+    the most collisions the map's check found: counted over the run, not only at its end."""
+    import tensorspark as sps
+
+    class VocabWatch(sps.RunListener):
+        def __init__(self) -> None:
+            self.polls = 0
+            self.rows_in_use_max: int | None = None
+            self.collisions_max: int | None = None
+
+        def on_poll(self, status: Any) -> None:
+            self.see(vocab_counters(dict(status)))
+
+        def see(self, counters: dict[str, Any]) -> None:
+            if "vocab_rows_in_use" not in counters:
+                return
+            self.polls += 1
+            rows, hits = int(counters["vocab_rows_in_use"]), int(counters["vocab_collisions"])
+            self.rows_in_use_max = max(rows, self.rows_in_use_max or 0)
+            self.collisions_max = max(hits, self.collisions_max or 0)
+
+        def figures(self) -> dict[str, Any]:
+            return {
+                "rows_in_use_max": self.rows_in_use_max,
+                "collisions_max": self.collisions_max,
+                "status_polls": self.polls,
+            }
+
+    return VocabWatch()
 
 
 def scores(model: Any, x: np.ndarray, test: Any) -> tuple[dict[str, float], np.ndarray]:
@@ -229,7 +261,8 @@ def run_fit(arm: str, args: argparse.Namespace) -> dict[str, Any]:
             batch_size=args.batch_size,
             name=f"vocab-{arm}",
         )
-        history = session.fit(rdd, epochs=1, shuffle=False, progress=False)
+        watcher = watch()
+        history = session.fit(rdd, epochs=1, shuffle=False, progress=False, listeners=[watcher])
         seconds = time.perf_counter() - started
         session.close()
     finally:
@@ -240,6 +273,7 @@ def run_fit(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     test_x = arm_inputs(arm, test.ids, args.capacity, vocab)
     found, p = scores(model, test_x, test)
     counters = vocab_counters(status)
+    watcher.see(counters)
     return {
         "arm": arm,
         "mode": "fit",
@@ -251,8 +285,7 @@ def run_fit(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "job_seconds": history.result.seconds,
         "samples_per_s_cold": samples / seconds,
         "vocab": counters,
-        # the server's largest rows in use over the run (None where it keeps no such count)
-        "rows_in_use_max": counters.get("vocab_rows_in_use_max"),
+        **watcher.figures(),
         "export_max_difference": export_difference(model, test_x, p) if arm in DYNAMIC else None,
         "loss": history.history["loss"],
     }
@@ -280,22 +313,15 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
             .parquet(str(work / "files"))
         )
         model = model_for(arm, args)
-        seen: list[dict[str, Any]] = []
-        holder: list[Any] = []
-
-        def on_batch(record: dict[str, Any]) -> None:
-            if holder:  # the server's counters after each micro-batch
-                seen.append(vocab_counters(holder[0].server.status()))
-
+        watcher = watch()
         started = time.perf_counter()
         session = sps.SparkSession(
             sc, model, sync_interval=args.sync_interval, batch_size=args.batch_size
         )
         training = session.fit_stream(
             rows, checkpoint_location=str(work / "ckpt"), trigger="available_now",
-            features_col=IDS_COLUMN, label_col=LABEL_COLUMN, on_batch=on_batch,
+            features_col=IDS_COLUMN, label_col=LABEL_COLUMN, listeners=[watcher],
         )  # fmt: skip
-        holder.append(training)
         training.await_termination(3600)
         seconds = time.perf_counter() - started
         status, server = training.status, training.server.status()
@@ -306,7 +332,7 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     moved = int(server.get("bytes_received", 0)) + int(server.get("bytes_sent", 0))
     found, _ = scores(trained, arm_inputs(arm, test.ids, args.capacity, vocab), test)
     counters = vocab_counters(server)
-    in_use = [c["vocab_rows_in_use"] for c in [*seen, counters] if "vocab_rows_in_use" in c]
+    watcher.see(counters)
     return {
         "arm": arm,
         "mode": "stream",
@@ -317,12 +343,7 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "seconds_cold": seconds,
         "samples_per_s_cold": status["samples"] / seconds,
         "vocab": counters,
-        "rows_in_use_max": counters.get("vocab_rows_in_use_max"),
-        # rows in use and the map's check after each micro-batch (what the bench saw)
-        "rows_in_use_after_batches": in_use,
-        "collisions_after_batches": [
-            c["vocab_collisions"] for c in seen if "vocab_collisions" in c
-        ],
+        **watcher.figures(),
     }
 
 
@@ -366,13 +387,8 @@ def bars(fits: dict[str, dict], streams: dict[str, dict], capacity: int) -> dict
         gain = row["auc"] - base["auc"]
         checks["auc_minus_hashing"] = _bar(gain, gain >= AUC_OVER_HASHING, f">= {AUC_OVER_HASHING}")
         runs = [row] + ([streams[arm]] if arm in streams else [])
-        collisions = [
-            None
-            if r["vocab"].get("vocab_collisions") is None
-            else r["vocab"]["vocab_collisions"] + sum(r.get("collisions_after_batches", []))
-            for r in runs
-        ]
-        counted = None if None in collisions else sum(collisions) == 0
+        collisions = [r.get("collisions_max") for r in runs]
+        counted = None if None in collisions else max(collisions) == 0
         checks["collisions"] = _bar(collisions, counted, "0 over every run")
         most = [r["rows_in_use_max"] for r in runs]
         capped = None if None in most else max(most) <= capacity

@@ -49,7 +49,7 @@ def _counters(row: dict[str, Any]) -> str:
     return (
         f"{vocab.get('vocab_rows_in_use', 0):,} ({'-' if most is None else f'{most:,}'}) / "
         f"{vocab.get('vocab_admitted', 0):,} / {vocab.get('vocab_evicted', 0):,} / "
-        f"{vocab.get('vocab_collisions', '-')}"
+        f"{_figure(row.get('collisions_max'))}"
     )
 
 
@@ -79,8 +79,8 @@ def dynamic_embeddings_table(results: Path = fr.RESULTS) -> str:
         f"{d['true_auc_of_test']:.4f}.",
         "",
         "| table | training | AUC, later log | vs hashing | bytes / sample | vs hashing | "
-        "samples/s cold | vs hashing | rows in use (most) / admitted / evicted / collisions "
-        "| export max difference |",
+        "samples/s cold | vs hashing | rows in use at the end (most) / admitted / evicted / "
+        "collisions (most) | export max difference |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in ("fit", "stream"):
