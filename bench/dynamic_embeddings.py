@@ -34,7 +34,9 @@ over the samples applied; for a stream, the server's counters); samples/s **cold
 included); for the dynamic arms the server's counters (``vocab_*``: rows in use, admitted,
 evicted, expired, collisions among admitted ids), and over the run the most rows in use
 and the most collisions the server's check of its map found (from ``/status`` at every
-poll, about every half second, through a ``RunListener``, and at the end); and the
+poll, about every half second, through a ``RunListener``, and at the end), and the share
+of the trained map's ids that are ids of the log (``map_ids_known``: 1.0 unless ids were
+altered on their way to the server); and the
 exported SavedModel's largest prediction difference from the training model on the raw
 test ids, loaded with plain TensorFlow in a fresh process. The summary holds the issue's
 bars, each ``met`` or ``missed``.
@@ -217,6 +219,17 @@ def watch() -> Any:
     return VocabWatch()
 
 
+def map_ids_known(model: Any, vocab: Any) -> float | None:
+    """The share of the ids in the trained model's map (a ``DynamicEmbedding``'s) that are
+    ids of the log's vocabulary: 1.0 unless ids were altered on their way to the server
+    (e.g. rounded through float32); None for a model without such a map."""
+    layer = model.get_layer("emb")
+    if not hasattr(layer, "map_items"):
+        return None
+    ids, _ = layer.map_items()
+    return float(np.mean(vocab.index(ids) >= 0)) if len(ids) else 0.0
+
+
 def scores(model: Any, x: np.ndarray, test: Any) -> tuple[dict[str, float], np.ndarray]:
     from tensorspark.datasets.clicks import auc, log_loss
 
@@ -286,6 +299,7 @@ def run_fit(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_s_cold": samples / seconds,
         "vocab": counters,
         **watcher.figures(),
+        "map_ids_known": map_ids_known(model, vocab),
         "export_max_difference": export_difference(model, test_x, p) if arm in DYNAMIC else None,
         "loss": history.history["loss"],
     }
@@ -344,6 +358,7 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_s_cold": status["samples"] / seconds,
         "vocab": counters,
         **watcher.figures(),
+        "map_ids_known": map_ids_known(trained, vocab),
     }
 
 
@@ -393,6 +408,9 @@ def bars(fits: dict[str, dict], streams: dict[str, dict], capacity: int) -> dict
         most = [r["rows_in_use_max"] for r in runs]
         capped = None if None in most else max(most) <= capacity
         checks["rows_in_use_max"] = _bar(most, capped, f"<= capacity {capacity}")
+        known = [r.get("map_ids_known") for r in runs]
+        whole = None if None in known else min(known) == 1.0
+        checks["map_ids_known"] = _bar(known, whole, "1.0: the map holds the log's ids")
         ratio = row["bytes_per_sample"] / base["bytes_per_sample"]
         checks["bytes_per_sample_vs_hashing"] = _bar(ratio, ratio <= BYTES_VS_HASHING, "<= 1.5x")
         speed = row["samples_per_s_cold"] / base["samples_per_s_cold"]

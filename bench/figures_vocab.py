@@ -26,6 +26,7 @@ BAR_LABELS = {
     "stream_auc_minus_hashing": "AUC over hashing with `fit_stream`",
     "collisions": "collisions among admitted ids",
     "rows_in_use_max": "most rows in use",
+    "map_ids_known": "share of the map's ids that are the log's (a check, not an issue bar)",
     "bytes_per_sample_vs_hashing": "bytes per sample vs hashing",
     "samples_per_s_cold_vs_hashing": "cold samples/s vs hashing",
     "export_max_difference": "SavedModel vs training model",

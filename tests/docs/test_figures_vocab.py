@@ -24,6 +24,7 @@ def _row(arm: str, auc: float, **more: object) -> dict:
         "vocab": {},
         "rows_in_use_max": None,
         "collisions_max": None,
+        "map_ids_known": None,
         "export_max_difference": None,
     }
     row.update(more)
@@ -36,7 +37,7 @@ def _result(bench, quick: bool = False) -> dict:
         "hashing": _row("hashing", 0.68),
         "lfu": _row(
             "lfu", 0.70, vocab={**counters, "vocab_collisions": 0}, rows_in_use_max=512,
-            collisions_max=0,
+            collisions_max=0, map_ids_known=1.0,
             export_max_difference=3e-7, bytes_per_sample=120.0, samples_per_s_cold=700.0,
         ),
         "ttl": _row("ttl", 0.682, vocab=counters, export_max_difference=2e-5),
@@ -68,6 +69,8 @@ def test_the_bars_say_met_missed_or_not_counted() -> None:
     assert ttl["collisions"]["verdict"] == "not counted"  # the run's status had no counter
     assert ttl["rows_in_use_max"]["verdict"] == "not counted"
     assert ttl["export_max_difference"]["verdict"] == "missed"
+    assert lfu["map_ids_known"]["verdict"] == "met"
+    assert ttl["map_ids_known"]["verdict"] == "not counted"
     assert bars["hashing_minus_ceiling_auc"] == pytest.approx(-0.04)
 
 
