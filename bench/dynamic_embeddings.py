@@ -52,6 +52,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -343,6 +344,7 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         training.stop()
     finally:
         sc.stop()
+        shutil.rmtree(work, ignore_errors=True)
     moved = int(server.get("bytes_received", 0)) + int(server.get("bytes_sent", 0))
     found, _ = scores(trained, arm_inputs(arm, test.ids, args.capacity, vocab), test)
     counters = vocab_counters(server)
