@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import figures_runs as fr
+import figures_vocab  # bench/figures_vocab.py: the unbounded vocabularies' table
 
 #: The comm.py configurations in the guide's order, and how the guide names them.
 COMM_LABELS = {
@@ -407,6 +408,7 @@ def row_cache_table() -> str:
 
 
 BLOCKS: dict[str, Callable[[], str]] = {
+    "dynamic_embeddings_table": figures_vocab.dynamic_embeddings_table,
     "row_cache_table": row_cache_table,
     "embeddings_table": embeddings_table,
     "support_inference": support_inference,

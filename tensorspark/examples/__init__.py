@@ -10,4 +10,7 @@ very files; there is one copy.
 * :mod:`~tensorspark.examples.ctr_embeddings`: a click-through-rate model with a 1M-row
   embedding table (``ctr_model``, also the embeddings benchmark's model).
 * :mod:`~tensorspark.examples.streaming_mnist`: training from a stream of Parquet files.
+* :mod:`~tensorspark.examples.dynamic_vocab`: a click model over an unbounded, drifting
+  vocabulary: a dynamic embedding table against the hashing trick (``vocab_model``, also
+  the dynamic-table benchmark's model).
 """

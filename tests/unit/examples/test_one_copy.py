@@ -22,7 +22,9 @@ def test_the_top_level_examples_is_the_package_folder() -> None:
     assert top.resolve() == (ROOT / "tensorspark" / "examples").resolve()
 
 
-@pytest.mark.parametrize("name", ["spark_mnist", "ctr_embeddings", "streaming_mnist"])
+@pytest.mark.parametrize(
+    "name", ["spark_mnist", "ctr_embeddings", "streaming_mnist", "dynamic_vocab"]
+)
 def test_each_example_runs_as_a_script_from_the_link(name: str) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / f"{name}.py"), "--help"],
