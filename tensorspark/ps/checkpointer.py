@@ -126,11 +126,17 @@ class Checkpointer:
                 f"checkpointing to {self.manager.location} failed: {err}"
             ) from err
 
-    def stop(self, final: bool = True, timeout: float = 120.0) -> None:
-        """End the periodic thread and, if ``final``, write the last state."""
+    def halt(self, timeout: float = 120.0) -> None:
+        """End the periodic thread, waiting for a checkpoint it is writing: call it before
+        the server stops (a sharded server's shard processes would go away under the
+        snapshot the thread is taking)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def stop(self, final: bool = True, timeout: float = 120.0) -> None:
+        """End the periodic thread and, if ``final``, write the last state."""
+        self.halt(timeout)
         if final and self.error is None:
             self.save_now()
 

@@ -231,9 +231,11 @@ class ServerHost:
         Raises:
             CheckpointError: the last checkpoint of a successful run could not be written.
         """
-        if failed or not self.settings.reusable:
-            server.stop()
         checkpointer = self._checkpointer
+        if failed or not self.settings.reusable:
+            if checkpointer is not None:  # no periodic snapshot left racing the stop
+                checkpointer.halt()
+            server.stop()
         if checkpointer is None:
             return
         if not failed and server.running:
