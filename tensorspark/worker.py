@@ -359,7 +359,7 @@ class _Loop:
             # new base and push the same progress again on top of them.
             self._rebase(response)
         assert response is not None
-        if response.status == "applied" and "cache" in meta:  # counted by the server
+        if response.status in ("applied", "duplicate") and "cache" in meta:  # counted once
             self.rows.cache.applied(meta["cache"])  # type: ignore[union-attr]
         if response.status == "stale":
             raise ParameterServerError(

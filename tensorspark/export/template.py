@@ -27,14 +27,19 @@ change between versions).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from typing import Any
+
+import numpy as np
 
 logger = logging.getLogger(__name__)
 
 #: The serving endpoint's name, as ``model.export`` names it.
 ENDPOINT = "serve"
+#: Models up to this many bytes of variables write one version aside when the template is built.
+WARM_BYTES = 64 * 2**20
 
 
 def structure_key(model: Any) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -66,7 +71,7 @@ class SavedModelTemplate:
         try:
             return cls._build(model)
         except Exception as err:  # internals of another release: export as before
-            logger.info(
+            logger.warning(
                 "exports: the serving graph is rebuilt at each version (%s: %s)",
                 type(err).__name__,
                 err,
@@ -106,14 +111,15 @@ class SavedModelTemplate:
         template = cls(model, saved_model.SerializeToString(deterministic=True), saver, archive)
         # One version written aside and deleted: the saver traces its save function at its
         # first write (about 100 ms for the MLP); here, when the training starts, instead
-        # of in the first micro-batch's export. It also proves the template writes.
-        with tempfile.TemporaryDirectory(prefix="tensorspark-export-warm-") as scratch:
-            template.write(os.path.join(scratch, "version"))
+        # of in the first micro-batch's export. It also proves the template writes. Not for
+        # a large model (a table): a whole copy on local disk costs more than the trace.
+        if (
+            sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in model.weights)
+            <= WARM_BYTES
+        ):
+            with tempfile.TemporaryDirectory(prefix="tensorspark-export-warm-") as scratch:
+                template.write(os.path.join(scratch, "version"))
         return template
-
-    def valid_for(self, model: Any) -> bool:
-        """Whether ``model`` is the model this template was built for, unchanged."""
-        return model is self.model and structure_key(model) == self.key
 
     def write(self, folder: str) -> None:
         """Write a SavedModel of the variables' current values into the local ``folder``
