@@ -44,6 +44,17 @@ estimate (see :func:`capacity`).
 
     python bench/embeddings.py                         # writes bench/results/embeddings.json
     python bench/embeddings.py --train 100000 --configs sparse,single   # a quick look
+
+Tables larger than a worker (the worker row cache, ``row_cache``): ``--rows`` sets the
+table's rows (``--dim`` its width), ``sparse_cached`` is ``sparse`` with
+``row_cache=--row-cache`` (rows per table or a size; default 1/16 of the table's bytes), and
+each Spark row records the cache's counters (hits, misses, evictions, rows pulled for
+misses) and the largest worker peak RSS the server heard of, beside the workers' own::
+
+    python bench/embeddings.py --rows 1048576 --configs sparse,sparse_cached,single \
+        --out bench/results/embeddings_cache_2e20.json
+    python bench/embeddings.py --rows 16777216 --configs sparse_cached,single \
+        --out bench/results/embeddings_cache_2e24.json
 """
 
 from __future__ import annotations
@@ -70,12 +81,23 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The uncached configurations say row_cache="off": at 2^24 rows the auto default would
+# turn the cache on (tensorspark.models.row_cache), and they measure the path without it.
 CONFIGS: dict[str, dict[str, Any]] = {
-    "sparse": {"embeddings": "sparse"},
-    "sparse_int8": {"embeddings": "sparse", "compression": "int8"},
-    "sparse_int8_push": {"embeddings": "sparse", "compression": ("int8", None)},
+    "sparse": {"embeddings": "sparse", "row_cache": "off"},
+    "sparse_int8": {"embeddings": "sparse", "compression": "int8", "row_cache": "off"},
+    "sparse_int8_push": {
+        "embeddings": "sparse",
+        "compression": ("int8", None),
+        "row_cache": "off",
+    },
     "dense": {"embeddings": "dense"},
+    # row_cache comes from --row-cache (see the module docstring).
+    "sparse_cached": {"embeddings": "sparse", "row_cache": None},
 }
+#: The cache's counters a Spark row records (from the server's /status).
+from tensorspark.ps.rows import CACHE_COUNTERS as CACHE_KEYS  # noqa: E402
+
 LINK_BYTES_PER_S = 10e9 / 8  # a 10 Gbit/s link, each way
 
 
@@ -88,6 +110,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sync-interval", type=int, default=20)
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--configs", default="sparse,sparse_int8,dense,single")
+    parser.add_argument("--rows", type=int, default=1 << 20, help="the table's rows")
+    parser.add_argument("--dim", type=int, default=32, help="the table's width")
+    parser.add_argument("--driver-memory", default="3g", help="spark.driver.memory")
+    parser.add_argument(
+        "--row-cache",
+        default=None,
+        help="sparse_cached's row_cache: rows per table or a size ('256MiB'); "
+        "default a sixteenth of the table's bytes",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embeddings.json"))
     parser.add_argument("--note", default="", help="e.g. what else ran on the machine")
     parser.add_argument(
@@ -145,8 +176,10 @@ def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any,
     from tensorspark.examples.ctr_embeddings import ctr_model
     from tensorspark.ps import Compression
 
-    model = ctr_model(learning_rate=args.lr)
+    model = ctr_model(rows=args.rows, dim=args.dim, learning_rate=args.lr)
     spec = dict(CONFIGS[name])
+    if "row_cache" in spec and spec["row_cache"] is None:
+        spec["row_cache"] = cache_setting(args)
     if isinstance(spec.get("compression"), tuple):
         spec["compression"] = Compression(*spec["compression"])
     peak = RssPeak()
@@ -166,6 +199,14 @@ def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any,
     return model, history, timing
 
 
+def cache_setting(args: argparse.Namespace) -> int | str:
+    """``sparse_cached``'s ``row_cache``: ``--row-cache`` (digits: rows), else a sixteenth
+    of the table's rows."""
+    if args.row_cache is None:
+        return max(1, args.rows // 16)
+    return int(args.row_cache) if str(args.row_cache).isdigit() else str(args.row_cache)
+
+
 def run_spark(name: str, train_log: Any, test: Any, args: argparse.Namespace) -> dict:
     """One configuration in this (fresh) process: a fresh SparkContext, the cold fit, and
     with ``--warm`` a second one."""
@@ -181,7 +222,7 @@ def run_spark(name: str, train_log: Any, test: Any, args: argparse.Namespace) ->
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
-        .set("spark.driver.memory", "3g")
+        .set("spark.driver.memory", args.driver_memory)
     )
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
@@ -203,7 +244,11 @@ def run_spark(name: str, train_log: Any, test: Any, args: argparse.Namespace) ->
     pushes = int(status["applied_pushes"])
     return {
         "name": name,
-        "settings": {k: str(v) for k, v in CONFIGS[name].items()},
+        "settings": {
+            k: str(cache_setting(args) if k == "row_cache" and v is None else v)
+            for k, v in CONFIGS[name].items()
+        },
+        "table": {"rows": args.rows, "dim": args.dim, "mib": args.rows * args.dim * 4 / 2**20},
         **scores(model, test),
         "bytes_per_sample": moved / max(1, samples),
         "bytes_per_sync": moved / max(1, pushes),
@@ -224,6 +269,9 @@ def run_spark(name: str, train_log: Any, test: Any, args: argparse.Namespace) ->
         "driver_rss_growth_mib": timing["driver_growth"] / 2**20,
         "rows_pushed_per_sync": status.get("rows_pushed_per_sync", 0.0),
         "rows_pulled_per_sync": status.get("rows_pulled_per_sync", 0.0),
+        # The worker row cache's (0 without one), and the largest peak RSS it reported.
+        **{key: int(status.get(key, 0)) for key in CACHE_KEYS},
+        "cache_worker_peak_rss_mib": int(status.get("worker_peak_rss_bytes", 0)) / 2**20,
         "loss": history.history["loss"],
     }
 
@@ -236,7 +284,7 @@ def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
     import_s = time.perf_counter() - started
     from tensorspark.examples.ctr_embeddings import ctr_model
 
-    model = ctr_model(learning_rate=args.lr)
+    model = ctr_model(rows=args.rows, dim=args.dim, learning_rate=args.lr)
     ends: list[float] = []
 
     class EpochEnds(keras.callbacks.Callback):
@@ -271,17 +319,21 @@ def run_single(train_log: Any, test: Any, args: argparse.Namespace) -> dict:
     }
 
 
-def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
+def capacity(
+    row: dict[str, Any], rows_per_push: float, table_rows: int = 1 << 20, misses: float = 0.0
+) -> dict[str, Any]:
     """Workers one driver serves at one sync per second each, for a configuration: the
     smaller of the server loop's ceiling (one core: the measured CPU of applying one such
     push and answering it through a :class:`~tensorspark.ps.store.Store`, plus the 1.5 ms
     of HTTP and bookkeeping per request measured in ``bench/ps_capacity.py``) and a
-    10 Gbit/s link's over the bytes of a sync."""
+    10 Gbit/s link's over the bytes of a sync. With a row cache (``misses``: rows pulled
+    for misses per sync) each sync also costs the answer of a ``POST /rows`` for them
+    (measured the same way) and its request's 1.5 ms. ``table_rows``: the run's table."""
     from tensorspark.ps.rows import rows_entry
     from tensorspark.ps.store import Store
 
     rng = np.random.default_rng(0)
-    table = np.zeros((1 << 20, 32), np.float32)
+    table = np.zeros((table_rows, 32), np.float32)
     params = {
         "emb/embeddings": table,
         "dense/kernel": np.zeros((256, 64), np.float32),
@@ -315,6 +367,16 @@ def capacity(row: dict[str, Any], rows_per_push: float) -> dict[str, Any]:
         store.push(push, meta, lambda *a: answered.append(a))
         seconds += time.process_time() - t
     ms = seconds / 20 * 1000 + 1.5
+    m = int(round(misses))
+    if m > 0:  # the cache's misses: one POST /rows answer a sync
+        pulled = []
+        lookup = 0.0
+        for _ in range(20):
+            asked = {"emb/embeddings@ids": np.sort(rng.choice(table.shape[0], m, replace=False))}
+            t = time.process_time()
+            store.pull(lambda *a: pulled.append(a), (asked, {"rows": ["emb/embeddings"]}))
+            lookup += time.process_time() - t
+        ms += lookup / 20 * 1000 + 1.5
     loop = 1000.0 / ms
     network = LINK_BYTES_PER_S / max(1.0, row["bytes_per_sync"] / 2)
     return {
@@ -330,8 +392,8 @@ def child(args: argparse.Namespace) -> dict:
     """The measurement ``args.child`` in this process."""
     from tensorspark.datasets.clicks import click_log
 
-    train_log = click_log(args.train, seed=0)
-    test = click_log(args.test, seed=1)
+    train_log = click_log(args.train, rows=args.rows, seed=0)
+    test = click_log(args.test, rows=args.rows, seed=1)
     if args.child == "single":
         return run_single(train_log, test, args)
     return run_spark(args.child, train_log, test, args)
@@ -379,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {name: _mean_row(name, r, args) for name, r in runs.items()}
     if singles:
         rows["single"] = _mean_row("single", singles, args)
-    write(rows, args, true_auc(click_log(args.test, seed=1)), record)
+    write(rows, args, true_auc(click_log(args.test, rows=args.rows, seed=1)), record)
     return 0
 
 
@@ -411,7 +473,8 @@ def write(
     dense = rows.get("dense")
     for name, row in rows.items():
         if name in CONFIGS and row["rows_pushed_per_sync"] and "capacity" not in row:
-            row["capacity"] = capacity(row, row["rows_pushed_per_sync"])
+            misses = row.get("cache_rows_pulled", 0) / max(1.0, row.get("pushes_applied", 1.0))
+            row["capacity"] = capacity(row, row["rows_pushed_per_sync"], args.rows, misses)
         if dense is not None and name in CONFIGS:
             summary[name] = {
                 "fewer_bytes_than_dense": dense["bytes_per_sample"] / row["bytes_per_sample"],
@@ -430,11 +493,19 @@ def write(
                 summary[name]["warm_samples_per_s_vs_single"] = (
                     row["samples_per_s_warm"] / rows["single"]["samples_per_s_cold"]
                 )
+    cached, uncached = rows.get("sparse_cached"), rows.get("sparse")
+    if cached is not None and uncached is not None:  # the row cache's bars (issue 41)
+        summary.setdefault("sparse_cached", {}).update(
+            bytes_per_sample_vs_sparse=cached["bytes_per_sample"] / uncached["bytes_per_sample"],
+            worker_peak_rss_vs_sparse=max(cached["worker_peak_rss_mib"])
+            / max(uncached["worker_peak_rss_mib"]),
+            auc_minus_sparse=cached["auc"] - uncached["auc"],
+        )
     result = {
         "benchmark": "bench/embeddings.py",
         "args": vars(args),
-        "model": "ids[8] -> RowEmbedding(2**20, 32) -> Dense(64, relu) -> Dense(1); SGD lr "
-        f"{args.lr}, batch {args.batch_size}",
+        "model": f"ids[8] -> RowEmbedding({args.rows}, {args.dim}) -> Dense(64, relu) -> "
+        f"Dense(1); SGD lr {args.lr}, batch {args.batch_size}",
         "true_auc_of_test_log": best_auc,
         "machine": {
             "cpus": os.cpu_count(),

@@ -323,7 +323,91 @@ def embeddings_table() -> str:
     return "\n".join(lines)
 
 
+def _cached_run(rows: int) -> fr.Run:
+    """The newest stored run of ``bench/embeddings.py`` with the row cache on a table of
+    ``rows`` rows."""
+    for run in fr.runs("embeddings"):
+        cached = run.data.get("configs", {}).get("sparse_cached")
+        if cached is not None and cached["table"]["rows"] == rows:
+            return run
+    raise LookupError(f"no stored embeddings run with the row cache at {rows} rows")
+
+
+def row_cache_table() -> str:
+    """The worker row cache at 2^20 and 2^24 rows against the uncached path and single."""
+    small, large = _cached_run(1 << 20), _cached_run(1 << 24)
+    base = small.data["configs"]["sparse_cached"]
+    uncached = small.data["configs"]["sparse"]
+    base_rss = max(base["worker_peak_rss_mib"])
+    lines = [
+        f"2^20 rows: {small.cite}, load {small.load}, "
+        f"{fr.rounds(small.data['args'].get('rounds') or 1)}; 2^24 rows: {large.cite}, load "
+        f"{large.load}, {fr.rounds(large.data['args'].get('rounds') or 1)}.",
+        "",
+        "| table (rows x 32) | configuration | worker peak RSS | vs cached at 2^20 | "
+        "bytes / sample | vs uncached at 2^20 | test AUC | vs single | samples/s cold | "
+        "vs single | cache hits / misses / evictions | driver RSS growth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run, exp in ((small, 20), (large, 24)):
+        single = run.data["configs"]["single"]
+        names = ("sparse", "sparse_cached") if run is small else ("sparse_cached",)
+        for name in names:
+            c = run.data["configs"][name]
+            rss = max(c["worker_peak_rss_mib"])
+            label, cache = "uncached", "-"
+            if name == "sparse_cached":
+                label = f"cached, `row_cache={int(c['settings']['row_cache']):,}`"
+                cache = (
+                    f"{c['cache_hits'] / 1e6:.1f}M / {c['cache_misses'] / 1e6:.1f}M / "
+                    f"{c['cache_evictions'] / 1e6:.1f}M"
+                )
+            lines.append(
+                f"| 2^{exp} | {label} | {rss:,.0f} MiB | "
+                f"{rss / base_rss:.2f}x | {c['bytes_per_sample']:,.0f} | "
+                f"{c['bytes_per_sample'] / uncached['bytes_per_sample']:.2f}x | "
+                f"{c['auc']:.4f} | {c['auc'] - single['auc']:+.4f} | "
+                f"{c['samples_per_s_cold']:,.0f} | "
+                f"{c['samples_per_s_cold'] / single['samples_per_s_cold']:.2f}x | {cache} | "
+                f"{c['driver_rss_growth_mib']:,.0f} MiB |"
+            )
+        lines.append(
+            f"| 2^{exp} | single-process Keras | - | - | - | - | {single['auc']:.4f} | - | "
+            f"{single['samples_per_s_cold']:,.0f} | 1x | - | - |"
+        )
+    cached = small.data["configs"]["sparse_cached"]
+    cap_small, cap_large = cached["capacity"], large.data["configs"]["sparse_cached"]["capacity"]
+    lines += [
+        "",
+        f"- **Capacity** (workers one driver serves at one sync per second, `capacity` in each "
+        f"run; the cached path adds one `POST /rows` answer for a sync's misses): "
+        f"**{cap_small['workers']}** at 2^20 ({cap_small['server_ms_per_sync']:.1f} ms of "
+        f"server CPU a sync), **{cap_large['workers']}** at 2^24 "
+        f"({cap_large['server_ms_per_sync']:.1f} ms); what ends it: "
+        f"{cap_small['ends_it']} at both sizes.",
+    ]
+    big = large.data["configs"]["sparse_cached"]
+    single = small.data["configs"]["single"]
+    rss = max(big["worker_peak_rss_mib"]) / base_rss
+    nbytes = cached["bytes_per_sample"] / uncached["bytes_per_sample"]
+    auc = cached["auc"] - single["auc"]
+    cold = cached["samples_per_s_cold"] / single["samples_per_s_cold"]
+    bars = [
+        (f"worker peak RSS at 2^24 {rss:.2f}x its 2^20 figure (bar: at most 1.25x)", rss <= 1.25),
+        (f"bytes per sample at 2^20 {nbytes:.2f}x the uncached path's (bar: 1.2x)", nbytes <= 1.2),
+        (f"AUC at 2^20 {auc:+.4f} from single (bar: within 0.005)", abs(auc) <= 0.005),
+        (f"cold samples/s at 2^20 {cold:.2f}x single (bar: at least 0.8x)", cold >= 0.8),
+    ]
+    lines.append(
+        "- **Bars:** "
+        + "; ".join(f"{text}: **{'met' if ok else 'missed'}**" for text, ok in bars)
+        + "."
+    )
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "row_cache_table": row_cache_table,
     "embeddings_table": embeddings_table,
     "support_inference": support_inference,
     "support_fit": support_fit,

@@ -25,6 +25,7 @@ spark.tensorspark.ssl.keyfile           ssl_keyfile              none
 spark.tensorspark.ssl.cafile            ssl_cafile               none
 spark.tensorspark.compression           compression              none (float32); bf16, fp16, int8
 spark.tensorspark.ps.shards             ps_shards                1 (one server thread)
+spark.tensorspark.rowCache              row_cache                auto; rows per table, a size, off
 spark.tensorspark.webhdfs.url           (storage)                from dfs.namenode.http-address
 spark.tensorspark.warmup.enabled        warm_up                  on (off with dynamic allocation)
 spark.tensorspark.warmup.pools          (warm-up)                auto: rdd, and dataframe when

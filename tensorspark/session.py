@@ -50,9 +50,8 @@ class SparkSession:
             ``spark.tensorspark.server.host`` or ``spark.driver.host`` (Spark Connect: this
             machine's address towards the Connect server).
         server_bind_host: address the server binds to, when it differs from the one the
-            executors are told (``"0.0.0.0"`` behind NAT or in a container whose routable
-            name is not a local address); default ``spark.tensorspark.server.bind`` or
-            ``server_host``.
+            executors are told (``"0.0.0.0"`` behind NAT, in a container); default
+            ``spark.tensorspark.server.bind`` or ``server_host``.
         server_port: port (0 = a free one) or ``(first, last)`` range.
         sync_interval: mini-batches a worker trains between push/pulls.
         batch_size: examples per mini-batch.
@@ -75,8 +74,7 @@ class SparkSession:
             ``spark.tensorspark.ssl.cafile``, else the system's CAs.
         public_status: serve the server's ``/status`` (and dashboard) without the secret or
             the read-only status token.
-        max_body_bytes: largest request the server accepts (default: twice the model's
-            size plus 4 MiB).
+        max_body_bytes: largest request the server takes (default: 2 x the model + 4 MiB).
         checkpoint_dir: where the server checkpoints the global model: a local path,
             ``file://``, ``webhdfs://host:port/path`` or ``hdfs://`` (WebHDFS address from
             ``spark.tensorspark.webhdfs.url`` / ``dfs.namenode.http-address``); default
@@ -100,6 +98,7 @@ class SparkSession:
             variables read through ``tf.nn.embedding_lookup``) sync row-sparse, only the
             rows a worker changed and the rows the server changed since its copy (README
             "Models with embedding tables"); ``"dense"``: whole, like every other weight.
+        row_cache: rows per table a worker caches, a size, ``"off"``, None (auto).
         warm_up: warm the executors' Python workers in the background from now on
             (TensorFlow imported before the first job needs it), and keep them alive while
             the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
@@ -148,6 +147,7 @@ class SparkSession:
         ps_shards: int | None = None,
         warm_up: bool | None = None,
         embeddings: str = "sparse",
+        row_cache: int | str | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "sc", "session")}
         sc = connect.spark_handle(sc)

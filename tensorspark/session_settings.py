@@ -33,6 +33,7 @@ from tensorspark.ps.combiners import get_combiner
 from tensorspark.ps.compression import get_compression
 from tensorspark.ps.settings import ServerSettings
 from tensorspark.settings.declared import CHECK_ORDER, SETTINGS
+from tensorspark.settings.row_cache import parse_setting as parse_row_cache
 from tensorspark.storage.options import check_auth
 from tensorspark.training import RunSettings
 
@@ -201,6 +202,7 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             shards=positive_int("ps_shards", options["ps_shards"]),
             embeddings=v["embeddings"],
         ),
+        row_cache=parse_row_cache("row_cache", options["row_cache"]),
     )
     if is_keras:
         from tensorspark.models.embeddings import check_setup
@@ -208,11 +210,19 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
 
         validate_model(session)
         s = run.server
-        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings)
+        check_setup(session, s.combiner, s.mode, s.shards, s.embeddings, checkpoints is not None)
     elif hasattr(session.graph, "get_operations"):  # a TF1 graph's tables, as Keras's
         from tensorspark.models.tf1_rows import check_graph
 
-        check_graph(session.graph, run.server.combiner, run.server.embeddings)
+        s = run.server
+        check_graph(
+            session.graph, s.combiner, s.embeddings, None, s.shards, checkpoints is not None
+        )
+    if not is_keras and run.row_cache not in (None, "off"):
+        raise ConfigurationError(
+            "row_cache caches the rows of a Keras model's embedding tables; a TF1 graph's "
+            f"workers hold its tables whole. Received: row_cache={run.row_cache!r}"
+        )
     check_values(v, CHECK_ORDER[CHECK_ORDER.index("warm_up") :])
     return ResolvedSettings(is_keras, conf, options, run, checkpoints)
 

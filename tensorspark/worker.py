@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -34,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.blocks import Block
-from tensorspark.errors import DivergenceError, ParameterServerError
+from tensorspark.errors import ConfigurationError, DivergenceError, ParameterServerError
 from tensorspark.inputs.base import Passes
 from tensorspark.models.base import TrainableModel
 from tensorspark.partition import EpochSource
@@ -43,12 +41,13 @@ from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.prefetch import Prefetch
+from tensorspark.ps.rowcache import RowCache, peak_rss
 from tensorspark.ps.rowsync import RowSync
 
 logger = logging.getLogger(__name__)
 
 _MAX_REBASES = 20
-_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 _MIN_JOIN_WAIT = 10.0  # seconds a task keeps trying to reach the server, at least
 
 
@@ -153,9 +152,24 @@ def train_partition(
             access = getattr(model, "rows", None) if joined.get("rows") else None
             if access is not None and access.tables and _routable(client, access.tables):
                 codec = None if compression is None else compression.push
-                loop.rows = RowSync(access, codec, loop.counts)
+                cached = getattr(model, "row_cache", None)  # tables of slots: a row cache
+                cache = None
+                if cached is not None:  # the next chunk's misses fetched by a client of its own
+                    ahead = make_client(config, recycle=False, timeout=config.ps_timeout)
+                    prefetch = Prefetch(ahead, access.tables, partition, config.ps_timeout)
+                    cache = RowCache(
+                        cached.slot_map, access.tables, client, partition, loop.counts,
+                        cached.reset_state, prefetch,
+                    )  # fmt: skip
+                loop.rows = RowSync(access, codec, loop.counts, cache)
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of it.
                 loop.fresh = joined.get("version") == 0
+            if getattr(model, "row_cache", None) is not None and loop.rows is None:
+                raise ConfigurationError(  # its tables are slots: they cannot sync whole
+                    "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "
+                    "each table held by rows on the server's shards). Pass row_cache='off'. "
+                    f"Received: tables {getattr(access, 'tables', None)}"
+                )
             loop.follow(read_control(joined))
             stats = loop.run(blocks)
         finally:
@@ -176,14 +190,18 @@ def _routable(client: ParameterClient | ShardedClient, tables: list[str]) -> boo
     return isinstance(client, ParameterClient) or client.row_sparse(tables)
 
 
-def make_client(config: WorkerConfig) -> ParameterClient | ShardedClient:
-    """The loop's client: of the one server, or of every shard of a sharded one."""
+def make_client(
+    config: WorkerConfig, recycle: bool = True, timeout: float | None = None
+) -> ParameterClient | ShardedClient:
+    """The loop's client: of the one server, or of every shard of a sharded one.
+    ``recycle``: answers in two buffers used in turn (the loop keeps only the latest
+    weights); ``timeout``: the read timeout, default ``request_timeout``."""
     options: dict[str, Any] = dict(
-        timeout=config.request_timeout,
+        timeout=config.request_timeout if timeout is None else timeout,
         ps_timeout=config.ps_timeout,
         ssl_cafile=config.ssl_cafile,
         secret=config.secret,
-        recycle_responses=True,  # the loop keeps only the latest weights
+        recycle_responses=recycle,
     )
     if config.shard_urls:
         assert config.shard_layout is not None
@@ -237,6 +255,10 @@ class _Loop:
         started = time.time()
         if self.rows is not None and self.fresh:
             self.version, self.base = 0, self.rows.start(self.model.get_weights())
+        elif self.rows is not None and self.rows.cache is not None:  # dense, and the slots
+            self.version, pulled = self.rows.cache.first_pull()
+            slots = self.rows.model.read(self.rows.tables)
+            self.base = self.rows.start({**pulled, **slots})
         elif self.rows is not None:
             self.version, pulled = self.client.pull(self.partition)
             self.base = self.rows.start(pulled)
@@ -249,34 +271,29 @@ class _Loop:
             blocks if isinstance(blocks, EpochSource) else cfg.passes.over(blocks, self.partition)
         )
         try:
+            cached = self.rows is not None and self.rows.cache is not None
             for epoch, batches in data.epochs():
                 if self.stopping:
                     break
                 stats = _EpochStats()
-                chunk: list[Block] = []
-                first_index = 0
-                for index, batch, is_last in batches:
-                    seq = index // cfg.sync_interval
-                    if self.resume_after is not None and (epoch, seq) <= self.resume_after:
-                        self.counts["skipped_batches"] += 1
-                        self.counts["skipped_samples"] += len(batch[0])
-                        continue
-                    if not chunk:
-                        first_index = index
-                    chunk.append(batch)
-                    if len(chunk) == cfg.sync_interval or is_last:
-                        if check_ids is not None:  # ids outside a table: nothing pushed
-                            check_ids(chunk, self.partition)
-                        result = self.model.train_chunk(chunk)
-                        chunk = []
-                        stats.add(result)
-                        self._sync(epoch, seq, result, (first_index, index), epoch_end=is_last)
-                        if self.stopping:
-                            break
+                # A row cache reads a chunk ahead: its misses are fetched while this trains.
+                chunks = _with_next(self._chunks(epoch, batches), ahead=cached)
+                for (seq, chunk, span, is_last), following in chunks:
+                    if check_ids is not None:  # ids outside a table: nothing pushed
+                        check_ids(chunk, self.partition)
+                    if cached:
+                        chunk = self._admit(chunk, following)
+                    result = self.model.train_chunk(chunk)
+                    stats.add(result)
+                    self._sync(epoch, seq, result, span, epoch_end=is_last)
+                    if self.stopping:
+                        break
                 epochs.append({"epoch": epoch, "samples": stats.samples, "sums": stats.sums or {}})
             rows = data.rows
         finally:
             data.close()
+            if self.rows is not None and self.rows.cache is not None:
+                self.rows.cache.close()
         return {
             "partition": self.partition,
             "attempt": self.attempt,
@@ -289,7 +306,7 @@ class _Loop:
             "learning_rate": self.learning_rate,
             # The Python worker's peak resident memory so far; a reused worker's figure
             # includes the tasks it ran before.
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT,
+            "peak_rss_bytes": peak_rss(),
         }
 
     def _sync(
@@ -334,6 +351,7 @@ class _Loop:
             else:
                 update = {k: self.base[k] + delta[k] for k in self.base}
             response = self.client.push({**update, **rows} if rows else update, meta)
+            meta.pop("cache", None)  # a row cache's counts: once, not again after a rebase
             self.counts[response.status] = self.counts.get(response.status, 0) + 1
             if response.status != "stale":
                 break
@@ -365,7 +383,54 @@ class _Loop:
             self.model.set_weights(self.base)
         self.follow(read_control(response.meta))
 
+    def _chunks(
+        self, epoch: int, batches: Iterator[tuple[int, Block, bool]]
+    ) -> Iterator[tuple[int, list[Block], tuple[int, int], bool]]:
+        """The epoch's chunks of ``sync_interval`` batches: ``(seq, batches, (first, last)
+        batch index, whether the epoch's last)``, without those an earlier attempt of the
+        partition applied (counted as skipped)."""
+        cfg = self.config
+        chunk: list[Block] = []
+        first_index = 0
+        for index, batch, is_last in batches:
+            seq = index // cfg.sync_interval
+            if self.resume_after is not None and (epoch, seq) <= self.resume_after:
+                self.counts["skipped_batches"] += 1
+                self.counts["skipped_samples"] += len(batch[0])
+                continue
+            if not chunk:
+                first_index = index
+            chunk.append(batch)
+            if len(chunk) == cfg.sync_interval or is_last:
+                yield seq, chunk, (first_index, index), is_last
+                chunk = []
+
+    def _admit(self, chunk: list[Block], following: list[Block] | None) -> list[Block]:
+        """A row cache: the chunk's rows held (misses pulled, or taken from the prefetch),
+        its ids turned into slots; then the ``following`` chunk's misses are prefetched."""
+        assert self.rows is not None and self.rows.cache is not None
+        cache = self.rows.cache
+        ids = cache.chunk_ids(chunk)
+        slots = cache.admit(ids, self.rows)
+        if following is not None:
+            cache.ahead(following)
+        return cache.remap(chunk, ids, slots)
+
     def _rebase(self, response: PushResult) -> None:
         """Take the answer's version and weights as the new base (row-sparse: its rows)."""
         self.version = response.version
         self.base = response.params if self.rows is None else self.rows.absorb(response.params)
+
+
+def _with_next(chunks: Iterator[Any], ahead: bool) -> Iterator[tuple[Any, list[Block] | None]]:
+    """Each chunk with the next one's batches (read before the chunk trains) when
+    ``ahead``, else with None (read as the loop gets to it)."""
+    if not ahead:
+        yield from ((chunk, None) for chunk in chunks)
+        return
+    previous = next(chunks, None)
+    for chunk in chunks:
+        yield previous, chunk[1]
+        previous = chunk
+    if previous is not None:
+        yield previous, None

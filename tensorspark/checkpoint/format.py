@@ -38,6 +38,7 @@ import numpy as np
 import safetensors.numpy
 
 from tensorspark import wire
+from tensorspark.checkpoint.packing import save_file
 from tensorspark.errors import CheckpointError, ConfigurationError
 
 FORMAT = "tensorspark-checkpoint"
@@ -174,9 +175,7 @@ def encode_checkpoint(
         ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
         CheckpointError: a parameter cannot be stored (unsupported dtype, bad name).
     """
-    check_version(version)
-    if not isinstance(mode, str) or not mode:
-        raise ConfigurationError(f"mode must be a non-empty string. Received: mode={mode!r}")
+    check_version_and_mode(version, mode)
     arrays = prepare_params(params)
     clash = [n for n in arrays if n.startswith(STATE_PREFIX)]
     if clash:
@@ -185,25 +184,77 @@ def encode_checkpoint(
         )
     signature = model_signature(arrays)
     order = list(arrays)  # safetensors keeps no order: the params' own order, kept here
-    stored_state = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
-    arrays.update(stored_state)
-    document = {
+    state_entry = store_state(arrays, state, state_meta)
+    stateful = bool(state_entry["tensors"] or state_entry["meta"])
+    fields: dict[str, Any] = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION if stored_state or state_meta else 1,
+        "format_version": FORMAT_VERSION if stateful else 1,
+        "signature": signature,
+        "order": order,
+    }
+    if stateful:
+        fields["state"] = state_entry
+    return encode_file(arrays, fields, version, mode, progress, extra_meta, wall_time)
+
+
+def check_version_and_mode(version: int, mode: str) -> None:
+    """Check the version and the training mode that every checkpoint file records (a full
+    checkpoint or an increment), before anything is encoded.
+
+    Raises:
+        ConfigurationError: ``version`` is not an integer in range, or ``mode`` is not a
+            non-empty string.
+    """
+    check_version(version)
+    if not isinstance(mode, str) or not mode:
+        raise ConfigurationError(f"mode must be a non-empty string. Received: mode={mode!r}")
+
+
+def store_state(
+    arrays: dict[str, np.ndarray],
+    state: Mapping[str, Any] | None,
+    state_meta: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Add the combiner's state arrays to ``arrays`` (each named ``__state__/<key>``) and
+    return the document's ``"state"`` entry that names them (see the module docstring).
+
+    Raises:
+        CheckpointError: a state array cannot be stored.
+    """
+    stored = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
+    arrays.update(stored)
+    return {
+        "tensors": {name: name[len(STATE_PREFIX) :] for name in stored},
+        "meta": dict(state_meta or {}),
+    }
+
+
+def encode_file(
+    arrays: dict[str, np.ndarray],
+    fields: Mapping[str, Any],
+    version: int,
+    mode: str,
+    progress: Mapping[int, Mapping[str, Any]],
+    extra_meta: Mapping[str, Any] | None,
+    wall_time: float | None = None,
+) -> bytes:
+    """The bytes of one safetensors file of ``arrays`` (checked by
+    :func:`prepare_params`), whose metadata document holds ``fields`` (the kind's own:
+    format, signature, ...) and what every checkpoint file records: version, mode,
+    progress, wall time (default: now), the arrays' digest and ``extra_meta``.
+
+    Raises:
+        ConfigurationError: a bad ``progress``, or ``extra_meta`` that is not JSON.
+    """
+    document = {
+        **fields,
         "version": int(version),
         "mode": mode,
         "progress": _progress_to_json(progress),
-        "signature": signature,
-        "order": order,
         "wall_time": time.time() if wall_time is None else float(wall_time),
         "sha256": _digest(arrays),
         "extra": dict(extra_meta or {}),
     }
-    if stored_state or state_meta:
-        document["state"] = {
-            "tensors": {name: name[len(STATE_PREFIX) :] for name in stored_state},
-            "meta": dict(state_meta or {}),
-        }
     try:
         text = json.dumps(document, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as err:
@@ -211,7 +262,7 @@ def encode_checkpoint(
             f"extra_meta must be JSON-serializable (str keys; str, number, bool, None, list, "
             f"dict values). Received: extra_meta={extra_meta!r} ({err})"
         ) from err
-    return safetensors.numpy.save(arrays, metadata={METADATA_KEY: text})
+    return save_file(arrays, {METADATA_KEY: text})
 
 
 def decode_checkpoint(data: bytes, location: str) -> Checkpoint:

@@ -30,26 +30,24 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import safetensors.numpy
 
 from tensorspark.checkpoint.format import (
     METADATA_KEY,
     STATE_PREFIX,
     Checkpoint,
-    _digest,
-    _progress_to_json,
-    check_version,
+    check_version_and_mode,
+    encode_file,
     model_signature,
     prepare_params,
+    store_state,
     verified_arrays,
 )
-from tensorspark.errors import CheckpointError, ConfigurationError
+from tensorspark.errors import CheckpointError
 
 INCREMENT_FORMAT = "tensorspark-increment"
 INCREMENT_FORMAT_VERSION = 1
@@ -117,9 +115,7 @@ def encode_increment(
         CheckpointError: the tensors do not match ``signature``, or cannot be stored.
         ConfigurationError: a bad ``version``, ``mode``, ``progress`` or ``extra_meta``.
     """
-    check_version(version)
-    if not isinstance(mode, str) or not mode:
-        raise ConfigurationError(f"mode must be a non-empty string. Received: mode={mode!r}")
+    check_version_and_mode(version, mode)
     arrays = prepare_params(dense)
     for name, (ids, values) in rows.items():
         want = signature.get(name)
@@ -137,35 +133,18 @@ def encode_increment(
             "An increment must hold every parameter of the model (tables as rows). Missing: "
             f"{sorted(set(signature) - whole)}; unexpected: {sorted(whole - set(signature))}"
         )
-    stored_state = prepare_params({STATE_PREFIX + k: v for k, v in (state or {}).items()})
-    arrays.update(stored_state)
-    document = {
+    fields = {
         "format": INCREMENT_FORMAT,
         "format_version": INCREMENT_FORMAT_VERSION,
-        "version": int(version),
-        "mode": mode,
-        "progress": _progress_to_json(progress),
         "signature": dict(signature),
         "order": list(order),
         "tables": sorted(rows),
         "base": base,
         "previous": previous,
         "previous_sha256": previous_sha256,
-        "wall_time": time.time(),
-        "sha256": _digest(arrays),
-        "extra": dict(extra_meta or {}),
-        "state": {
-            "tensors": {name: name[len(STATE_PREFIX) :] for name in stored_state},
-            "meta": dict(state_meta or {}),
-        },
+        "state": store_state(arrays, state, state_meta),
     }
-    try:
-        text = json.dumps(document, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise ConfigurationError(
-            f"extra_meta must be JSON-serializable. Received: extra_meta={extra_meta!r} ({err})"
-        ) from err
-    return safetensors.numpy.save(arrays, metadata={METADATA_KEY: text})
+    return encode_file(arrays, fields, version, mode, progress, extra_meta)
 
 
 def decode_increment(data: bytes, location: str) -> Increment:

@@ -14,12 +14,8 @@ from tensorspark.checkpoint.format import SUFFIX, Checkpoint, checkpoint_name, d
 from tensorspark.checkpoint.increments import increment_fields
 from tensorspark.checkpoint.manager import CheckpointManager
 from tensorspark.errors import CheckpointError, StorageError
-from tensorspark.storage import open_location
-from tensorspark.storage.options import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_READ_TIMEOUT,
-    StorageOptions,
-)
+from tensorspark.storage import open_storage
+from tensorspark.storage.options import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
 
 
 def load_checkpoint(
@@ -51,10 +47,9 @@ def load_checkpoint(
             no valid checkpoint.
         ConfigurationError: a bad location or auth setting.
     """
-    options = StorageOptions.from_conf(
-        conf, user, auth, token, timeout=timeout, connect_timeout=connect_timeout
+    storage, path = open_storage(
+        location, user, conf, auth, token, timeout=timeout, connect_timeout=connect_timeout
     )
-    storage, path = open_location(location, options)
     name = posixpath.basename(path.rstrip("/"))
     if increment_fields(name) is not None:  # an increment: its chain, from its folder
         folder = location.rstrip("/")[: -len(name)].rstrip("/")

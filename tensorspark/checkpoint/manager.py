@@ -42,6 +42,8 @@ from tensorspark.storage.options import (
 
 # The package's logger, as before the split: users filter checkpoint warnings by this name.
 logger = logging.getLogger("tensorspark.checkpoint")
+#: The counters of :attr:`CheckpointManager.bytes` (beside ``last_kind``).
+BYTES_FIELDS = ("last", "full_total", "increment_total", "full_count", "increment_count")
 
 
 class CheckpointManager:
@@ -136,13 +138,8 @@ class CheckpointManager:
         # The newest checkpoint this manager wrote, which an increment follows.
         self._head: dict[str, Any] | None = None
         self._stale: set[str] = set()  # broken files skipped by a fallback
-        #: Bytes of the last checkpoint written, and of each kind in total.
-        self.bytes: dict[str, Any] = {
-            "last": 0,
-            "last_kind": "",
-            "full_total": 0,
-            "increment_total": 0,
-        }
+        #: Bytes of the last checkpoint written, and of each kind in total (and how many).
+        self.bytes: dict[str, Any] = dict.fromkeys(BYTES_FIELDS, 0) | {"last_kind": ""}
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.location!r}, keep={self.keep})"
@@ -303,6 +300,7 @@ class CheckpointManager:
             self.bytes["last"] = len(data)
             self.bytes["last_kind"] = "full" if full else "increment"
             self.bytes["full_total" if full else "increment_total"] += len(data)
+            self.bytes["full_count" if full else "increment_count"] += 1
             logger.info(
                 "Checkpoint of version %d written: %s (%d bytes, %s)",
                 version,

@@ -30,9 +30,24 @@ logger = logging.getLogger(__name__)
 #: weight decay): with them, a chunk changes only the rows it looked up. ``RowAdam`` is
 #: lazy (:mod:`tensorspark.models.row_optimizers`); Keras's ``Adam`` is not.
 ROW_SPARSE_OPTIMIZERS = ("SGD", "Adagrad", "RMSprop", "RowAdam")
-#: Copies of the model the driver holds besides the Keras model: the server's parameters
-#: and a checkpoint's snapshot.
-_DRIVER_COPIES = 2
+#: What the driver host holds per byte of row-sparse tables besides the model it was
+#: given, measured (``bench/driver_memory.py``, a 2^22 x 32 table; docs/guide/embeddings.md):
+#: the model's payload, kept for the broadcast (1), and the server's copy (1; in the shard
+#: processes with ``ps_shards > 1``, on the same host).
+HELD_COPIES = 2.0
+#: The peak of writing a full checkpoint, on top: the snapshot and the file's bytes (2) with
+#: one server; sharded, the same on the driver and each shard's copy of its block (3 in
+#: all). An increment's is its changed rows only.
+FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.0}
+#: The server's version of each row of a tracked table (int64).
+ROW_VERSION_BYTES = 8
+#: What a Keras model's ``fit`` holds on top, per byte of its tables: the copy rebuilt from
+#: the payload that the data checks use (its variables and load buffers), the initial
+#: weights the server starts from, the final weights handed back. Measured as the driver's
+#: RSS growth during ``fit`` of the click model (``bench/embeddings.py``,
+#: ``driver_rss_growth_mib``): 6.3x and 6.4x the table at 2^20 rows, uncached and cached,
+#: 6.1x at 2^24; :data:`HELD_COPIES` and the row versions count 2.06 of it.
+KERAS_FIT_COPIES = 4.3
 
 
 def embedding_layers(model: Any) -> list[Any]:
@@ -82,6 +97,7 @@ def check_setup(
     mode: str,
     shards: int,
     embeddings: str,
+    checkpoints: bool = True,
     available: int | None = None,
 ) -> None:
     """Driver, when a session is made: refuse what row-sparse sync cannot do.
@@ -89,26 +105,48 @@ def check_setup(
     Raises:
         ConfigurationError: the model has embedding tables, ``embeddings='sparse'`` and a
             combiner under which a push of changed rows differs from a whole push
-            (``mean``, ``nesterov``, custom ones); or the tables do not fit twice more in
-            the driver's available memory (the server's copy and a checkpoint's;
-            ``available``: bytes, default :func:`available_memory`).
+            (``mean``, ``nesterov``, custom ones); or the driver host cannot hold what a
+            run holds of the tables besides the model (:func:`held_bytes`; ``checkpoints``:
+            whether the run writes checkpoints; ``available``: bytes, default
+            :func:`available_memory`).
     """
     layers = embedding_layers(model)
     if not layers or embeddings != "sparse":
         return
     table_bytes = sum(int(np.prod(la.embeddings.shape)) * 4 for la in layers)
-    check_tables([la.name for la in layers], table_bytes, combiner, available)
-    # Sync and async alike: the sound combiners' rounds add the mean delta. Sharded: each
-    # table is whole on one shard (ShardedServer's ``tables``), which gets its rows.
-    del mode, shards
+    rows = sum(int(la.embeddings.shape[0]) for la in layers)
+    names = [la.name for la in layers]
+    check_tables(names, table_bytes, combiner, available, rows, shards, checkpoints, keras=True)
+    del mode  # sync and async alike: the sound combiners' rounds add the mean delta
+
+
+def held_bytes(
+    table_bytes: int, rows: int, shards: int, checkpoints: bool, keras: bool = False
+) -> int:
+    """Bytes the driver host holds for row-sparse tables of ``table_bytes`` (``rows`` rows
+    in all) during a run, besides the model it was given: the payload and the server's
+    copy, the server's row versions, with ``checkpoints`` a full checkpoint's peak, and for
+    a Keras model's fit its set-up's copies (:data:`HELD_COPIES`,
+    :data:`FULL_CHECKPOINT_PEAK`, :data:`KERAS_FIT_COPIES`)."""
+    copies = HELD_COPIES + (FULL_CHECKPOINT_PEAK[shards > 1] if checkpoints else 0.0)
+    copies += KERAS_FIT_COPIES if keras else 0.0
+    return int(table_bytes * copies) + rows * ROW_VERSION_BYTES
 
 
 def check_tables(
-    names: Sequence[str], table_bytes: int, combiner: Any, available: int | None = None
+    names: Sequence[str],
+    table_bytes: int,
+    combiner: Any,
+    available: int | None = None,
+    rows: int = 0,
+    shards: int = 1,
+    checkpoints: bool = True,
+    keras: bool = False,
 ) -> None:
-    """Driver: refuse, for tables ``names`` of ``table_bytes`` in all that sync row-sparse,
-    a combiner that needs whole tensors and tables the driver cannot hold (Keras layers
-    and TF1 graphs alike, see :func:`check_setup`).
+    """Driver: refuse, for tables ``names`` of ``table_bytes`` in all (``rows`` rows) that
+    sync row-sparse, a combiner that needs whole tensors and tables the driver host cannot
+    hold (Keras layers and TF1 graphs alike, see :func:`check_setup`; ``keras``: a Keras
+    model's fit, see :func:`held_bytes`).
 
     Raises:
         ConfigurationError: see :func:`check_setup`.
@@ -126,13 +164,25 @@ def check_tables(
             f"Received: weight_combiner={getattr(combiner, 'name', combiner)!r}"
         )
     available = available_memory() if available is None else available
-    if available is not None and table_bytes * _DRIVER_COPIES > available:
+    needed = held_bytes(table_bytes, rows, shards, checkpoints, keras)
+    if available is not None and needed > available:
+        mib = 2**20
+        what = (
+            "the model's payload, the parameter server's copy"
+            + (
+                ", the Keras set-up's copies (the rebuilt model, the initial and final weights)"
+                if keras
+                else ""
+            )
+            + (" and a full checkpoint's snapshot and file" if checkpoints else "")
+        )
         raise ConfigurationError(
-            f"the embedding tables take {table_bytes / 2**20:.0f} MiB, and the driver holds "
-            f"{_DRIVER_COPIES} more copies (the parameter server's and a checkpoint's), but only "
-            f"{available / 2**20:.0f} MiB are available. Use fewer rows (hash the ids into a "
-            "smaller table) or a driver with more memory. "
-            f"Received: tables of {table_bytes} bytes"
+            f"the embedding tables ({', '.join(names)}) take {table_bytes / mib:.0f} MiB, and "
+            f"a run holds {needed / mib:.0f} MiB more of them on the driver host ({what}), "
+            f"but only {available / mib:.0f} MiB are available. Use fewer rows (hash the ids "
+            "into a smaller table) or a driver host with more memory; more ps_shards do not "
+            "help (the shards run on the driver host). "
+            f"Received: tables of {table_bytes} bytes, ps_shards={shards}"
         )
 
 
@@ -206,12 +256,16 @@ def chunk_checker(model: Any) -> Callable[[Sequence[Any], int], None]:
 
 
 def check_chunk_ids(
-    tables: Sequence[tuple[str, int]], batches: Sequence[Any], partition: int
+    tables: Sequence[tuple[str, int]],
+    batches: Sequence[Any],
+    partition: int,
+    kind: str = "embedding layer",
 ) -> None:
     """Executor, before a chunk trains: refuse ids outside a table in any of its rows (its
     min and max against the table's rows), so nothing of the chunk is pushed.
 
-    ``batches``: the chunk's mini-batches (features first; of several inputs, the first).
+    ``batches``: the chunk's mini-batches (features first; of several inputs, the first);
+    ``kind``: what the message calls a table (a Keras layer, a TF1 graph's variable).
 
     Raises:
         ConfigurationError: naming the table, its rows, the id and the partition (the
@@ -226,11 +280,15 @@ def check_chunk_ids(
         return
     low = min(a.min() for a in arrays)
     high = max(a.max() for a in arrays)
+    # NaN compares false against both bounds: a float chunk's non-finite ids are bad too.
+    odd = [a[~np.isfinite(a)] for a in arrays if a.dtype.kind == "f"]
+    odd_first = next((o[0] for o in odd if o.size), None)
     for name, rows in tables:
-        bad = low if low < 0 else high if high >= rows else None
+        bad = odd_first if odd_first is not None else low if low < 0 else None
+        bad = high if bad is None and high >= rows else bad
         if bad is not None:
             raise ConfigurationError(
-                f"embedding layer {name!r} has {rows} rows, so its ids must be whole numbers "
+                f"{kind} {name!r} has {rows} rows, so its ids must be whole numbers "
                 f"from 0 to {rows - 1}; hash or clip the ids into that range, or make the "
                 f"table larger. Received: id {bad.item()!r} in partition {partition} (nothing "
                 "of the chunk that holds it was pushed)"

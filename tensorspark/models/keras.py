@@ -24,10 +24,9 @@ them per epoch and divide by the epoch's samples across all workers: exact for m
 metrics (loss, accuracy, MAE, ...); for metrics that are not means over examples (AUC, F1)
 it is the sample-weighted mean of per-chunk values.
 
-For inference, :mod:`~tensorspark.models.keras_source` holds the
-:class:`~tensorspark.models.base.ModelSource` pair of a Keras model.
-
-Driver-side checks of a model and its data live in :mod:`~tensorspark.models.keras_checks`.
+For inference, :mod:`~tensorspark.models.keras_source` holds the ModelSource pair of a Keras
+model; driver-side checks of a model and its data live in :mod:`~.keras_checks`; a worker
+row cache's slot tables in :mod:`~.row_cache`.
 """
 
 from __future__ import annotations
@@ -45,12 +44,10 @@ from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.embeddings import RowAccess, chunk_checker
 from tensorspark.models.keras_checks import model_shapes
+from tensorspark.models.row_cache import CachedTables
 
 if TYPE_CHECKING:
     import keras
-
-
-# ---------------------------------------------------------------------- weights
 
 
 def weight_names(model: keras.Model) -> list[str]:
@@ -154,9 +151,6 @@ def model_payload(
     data = keras_io.serialize_model(model)
     copy = _rebuild(data, custom_objects, what=f"model {model.name!r}")
     return data, copy
-
-
-# ---------------------------------------------------------------------- executor side
 
 
 class CompiledModel:
@@ -341,6 +335,7 @@ class KerasTrainer:
             policy (float32 variables, so the weights moved stay float32), or ``None``.
         fresh_optimizer: start this task from the optimizer's built state rather than
             the state earlier tasks of this process left (seeded stream replays).
+        row_cache: the worker row cache's plan (``payload``'s tables are slot tables).
     """
 
     def __init__(
@@ -351,6 +346,7 @@ class KerasTrainer:
         sync_interval: int = 100,
         mixed_precision: str | None = None,
         fresh_optimizer: bool = False,
+        row_cache: Mapping[str, Any] | None = None,
     ) -> None:
         self._core = cached_core(
             f"fit-{key or uuid.uuid4().hex}-{mixed_precision}",
@@ -363,6 +359,9 @@ class KerasTrainer:
         self._max_steps = max(1, int(sync_interval))
         self._rows: RowAccess | None = None
         self.check_ids = chunk_checker(self._core.model)  # the worker's, before each chunk
+        self.row_cache = None if row_cache is None else CachedTables(self._core, row_cache)
+        if self.row_cache is not None:  # against the tables' true rows, not the slots
+            self.check_ids = self.row_cache.check_ids
 
     @property
     def model(self) -> keras.Model:
@@ -432,6 +431,7 @@ class KerasTrainerLoader:
     sync_interval: int = 100
     mixed_precision: str | None = None
     fresh_optimizer: bool = False
+    row_cache: Mapping[str, Any] | None = None  # the plan (models/row_cache.py), if cached
 
     def load(self, payload: object, threads: int) -> KerasTrainer:
         """The adapter over the broadcast ``.keras`` bytes (``threads``: Keras reads the
@@ -444,4 +444,5 @@ class KerasTrainerLoader:
             sync_interval=self.sync_interval,
             mixed_precision=self.mixed_precision,
             fresh_optimizer=self.fresh_optimizer,
+            row_cache=self.row_cache,
         )

@@ -3,9 +3,8 @@
 The graph travels as a serialized ``MetaGraphDef`` (protobuf, not pickle) together with the
 current values of every global variable (wire format). An executor imports it into a
 fresh ``tf.Graph`` once per task, opens a session limited to ``spark.task.cpus`` threads,
-and finalizes the graph: weights are moved by feeding each variable's existing
-initializer, so synchronising adds no op, but for a graph with embedding tables
-(:mod:`tensorspark.models.tf1_rows`), whose single rows move through a gather and a
+and finalizes the graph. Weights move by feeding each variable's initializer (no op added),
+single rows of embedding tables (:mod:`tensorspark.models.tf1_rows`) through a gather and a
 scatter per table added before the graph is finalized.
 """
 
@@ -23,7 +22,7 @@ from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource
-from tensorspark.models.tf1_rows import TF1RowAccess, check_fed_ids, graph_tables
+from tensorspark.models.tf1_rows import TF1RowAccess, check_fed_ids, graph_tables, id_checker
 from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
@@ -293,6 +292,7 @@ class TF1Model:
         fetch = [self.graph.as_graph_element(n) for n in spec.fetch_names]
         synced = {n: variables[n] for n in spec.param_names if n in variables}
         tables = graph_tables(self.graph, synced)
+        self.check_ids = id_checker(self.graph, spec.feed_names)  # the worker's, per chunk
         # Row access adds its gather and scatter ops now, before the graph is finalized.
         self._rows = (
             TF1RowAccess(self.session, self.loader, synced, tables, spec.feed_names, fetch)

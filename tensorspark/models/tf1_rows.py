@@ -19,21 +19,22 @@ placeholders the run feeds. Then only the fed ids' rows are compared.
 * Driver: :func:`graph_tables` names the tables (a sharded server holds them by rows),
   :func:`check_graph` refuses a combiner row-sparse sync is not sound under, and
   :func:`check_fed_ids` a first example whose ids lie outside a table.
-* Executors: :class:`TF1RowAccess` reads and writes rows through gather and scatter ops
-  added once to the rebuilt graph, before :class:`~tensorspark.models.tf1.TF1Model`
-  finalizes it.
+* Executors: :func:`id_checker` refuses a chunk with an id outside a table in any row,
+  before it trains (nothing of it is pushed); :class:`TF1RowAccess` reads and writes rows
+  through gather and scatter ops added once to the rebuilt graph, before
+  :class:`~tensorspark.models.tf1.TF1Model` finalizes it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.models.embeddings import check_tables
+from tensorspark.models.embeddings import check_chunk_ids, check_tables
 from tensorspark.ps.rows import RowMarks
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,31 @@ def check_fed_ids(
             )
 
 
+def id_checker(
+    graph: Any, feed_names: Sequence[str]
+) -> Callable[[Sequence[Sequence[Any]], int], None] | None:
+    """Executor: ``check(batches, partition)``, refusing a chunk with an id outside a table
+    in any row of the feeds ``graph`` looks up straight (:func:`fed_lookups`), before it
+    trains, with :func:`~tensorspark.models.embeddings.check_chunk_ids`; None when no feed
+    is looked up straight.
+
+    Raises (the checker):
+        ConfigurationError: naming the table, its rows, the id and the partition.
+    """
+    by_feed: dict[int, list[tuple[str, int]]] = {}
+    for position, table, rows in fed_lookups(graph, feed_names):
+        by_feed.setdefault(position, []).append((table, rows))
+    if not by_feed:
+        return None
+
+    def check(batches: Sequence[Sequence[Any]], partition: int) -> None:
+        for position, tables in by_feed.items():
+            fed = [(batch[position],) for batch in batches]
+            check_chunk_ids(tables, fed, partition, kind="embedding table")
+
+    return check
+
+
 def trainable(graph: Any) -> dict[str, Any]:
     """The trainable variables of ``graph`` by name (none for an object that is no graph)."""
     if not hasattr(graph, "get_operations"):
@@ -256,7 +282,12 @@ def trainable(graph: Any) -> dict[str, Any]:
 
 
 def check_graph(
-    graph: Any, combiner: Any, embeddings: str, available: int | None = None
+    graph: Any,
+    combiner: Any,
+    embeddings: str,
+    available: int | None = None,
+    shards: int = 1,
+    checkpoints: bool = True,
 ) -> list[str]:
     """Driver, when a session on a TF1 graph is made: the graph's tables (among its
     trainable variables), after refusing a combiner row-sparse sync is not sound under
@@ -269,7 +300,8 @@ def check_graph(
     tables = graph_tables(graph, variables)
     if tables and embeddings == "sparse":
         size = sum((variables[n].shape.num_elements() or 0) * 4 for n in tables)
-        check_tables(tables, size, combiner, available)
+        rows = sum(int(variables[n].shape[0] or 0) for n in tables)
+        check_tables(tables, size, combiner, available, rows, shards, checkpoints)
     return tables
 
 

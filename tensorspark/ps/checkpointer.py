@@ -26,6 +26,7 @@ import numpy as np
 
 from tensorspark.arguments import positive_number
 from tensorspark.checkpoint import Checkpoint, CheckpointManager, check_signature, model_signature
+from tensorspark.checkpoint.manager import BYTES_FIELDS
 from tensorspark.errors import CheckpointError
 from tensorspark.ps.server import ParameterServer
 
@@ -61,6 +62,7 @@ class Checkpointer:
         self.server = server
         self.manager = manager
         manager.restart_chain()  # this server's changed rows start here: a full one first
+        self._bytes_before = dict(manager.bytes)  # /status shows this checkpointer's own
         self.interval = float(interval)
         self.extra_meta = dict(extra_meta or {})
         self.applied_before = int(applied_before)
@@ -99,9 +101,20 @@ class Checkpointer:
             if path is not None:  # the manager logged it (one INFO line per checkpoint)
                 self._last_version = snap.version
                 self.saved.append(path)
-                if isinstance(self.server, ParameterServer) and self.server.running:
-                    self.server.annotate("checkpoints", self.manager.bytes)
+                self.server.annotate("checkpoints", self.written())  # after stop() too
             return path
+
+    def written(self) -> dict[str, Any]:
+        """The checkpoints this checkpointer wrote: ``full_total``/``increment_total``
+        bytes, ``full_count``/``increment_count``, and the last one's bytes and kind
+        (``last``, ``last_kind``); :attr:`CheckpointManager.bytes
+        <tensorspark.checkpoint.CheckpointManager.bytes>` counts the session's."""
+        now, before = self.manager.bytes, self._bytes_before
+        out: dict[str, Any] = {k: int(now[k]) - int(before[k]) for k in BYTES_FIELDS if k != "last"}
+        wrote = out["full_count"] + out["increment_count"] > 0
+        out["last"] = int(now["last"]) if wrote else 0
+        out["last_kind"] = now["last_kind"] if wrote else ""
+        return out
 
     def check(self) -> None:
         """Raise the error that stopped periodic checkpoints, if any (driver thread)."""

@@ -176,6 +176,22 @@ class ParameterClient:
         tensors, meta = self._weights(body)
         return int(meta["version"]), tensors
 
+    def rows(
+        self, asked: Mapping[str, np.ndarray], partition: int | None = None, dense: bool = False
+    ) -> tuple[int, dict[str, np.ndarray]]:
+        """Some rows of tables by id (``POST /rows``, a worker's row cache): ``asked`` maps
+        a table's name to its int64 ids; returns ``(version, {T@ids, T@rows, ...})``, with
+        ``dense`` every tensor that is not a table too."""
+        tensors = {
+            name + "@ids": np.ascontiguousarray(ids, np.int64) for name, ids in asked.items()
+        }
+        meta: dict[str, Any] = {"rows": list(asked), "dense": bool(dense)}
+        if partition is not None:
+            meta["partition"] = int(partition)
+        body = self._request("POST", "/rows", wire.encode(tensors, meta), wire.CONTENT_TYPE)
+        answer, rmeta = self._weights(body)
+        return int(rmeta["version"]), answer
+
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
         """Send an update (delta or weights, as the server's combiner wants; plain arrays
         or compressed) and get the new global parameters back in the same round trip.

@@ -124,7 +124,7 @@ class _ScaledDeltaCombiner(WeightCombiner):
         out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         scale = self.scale(info)
-        result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
+        result = _result_arrays(global_params, out)
         for k, g in global_params.items():
             add_scaled(g, pushed[k], scale, result[k])
         return result
@@ -266,7 +266,7 @@ class NesterovCombiner(WeightCombiner):
     ) -> dict[str, np.ndarray]:
         self._buffers(global_params)
         workers = max(1, info.active_workers)
-        result = out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
+        result = _result_arrays(global_params, out)
         self._count += 1
         step = self._count >= workers
         lr, mu = self.outer_lr, self.outer_momentum
@@ -305,17 +305,23 @@ class NesterovCombiner(WeightCombiner):
         return arrays, {"count": self._count, **self.get_config()}
 
     def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
-        self._momentum = {
-            k[len("momentum/") :]: np.array(v)
-            for k, v in arrays.items()
-            if k.startswith("momentum/")
-        }
-        self._gathered = {
-            k[len("gathered/") :]: np.array(v)
-            for k, v in arrays.items()
-            if k.startswith("gathered/")
-        }
+        self._momentum = _state_kind(arrays, "momentum/")
+        self._gathered = _state_kind(arrays, "gathered/")
         self._count = int(meta.get("count", 0))
+
+
+def _result_arrays(
+    global_params: Params, out: dict[str, np.ndarray] | None
+) -> dict[str, np.ndarray]:
+    """Where :meth:`WeightCombiner.combine` writes its result: the recycled ``out`` when
+    given (see there), else fresh arrays shaped like ``global_params``."""
+    return out if out is not None else {k: np.empty_like(g) for k, g in global_params.items()}
+
+
+def _state_kind(arrays: Mapping[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
+    """The state arrays keyed ``"<kind><parameter name>"`` (see :meth:`WeightCombiner.state`),
+    copied and keyed by parameter name."""
+    return {k[len(kind) :]: np.array(v) for k, v in arrays.items() if k.startswith(kind)}
 
 
 _BY_NAME: dict[str, type[WeightCombiner]] = {

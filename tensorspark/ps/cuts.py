@@ -12,19 +12,24 @@ a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorspark.errors import ParameterServerError
 
 #: Per partition, the last applied ``(epoch, seq)``.
 Progress = dict[int, tuple[int, int]]
-#: Runs a command on every shard at once: ``(command, args, timeout=...)`` -> the answers.
+#: Runs a command on every shard at once: ``(command, args, timeout=..., each=...)`` -> the
+#: answers (``each``: per shard, its own arguments instead of ``args``).
 ShardCall = Callable[..., list[tuple[Any, bytearray]]]
 
 
 def line_up(
-    call: ShardCall, each: list[Progress], shards: int, cut_timeout: float
+    call: ShardCall,
+    each: list[Progress],
+    shards: int,
+    cut_timeout: float,
+    snapshot_args: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[Progress, list[tuple[Any, bytearray]]]:
     """Line the shards up at one progress and copy their slices there.
 
@@ -34,6 +39,8 @@ def line_up(
         each: every shard's progress as the cut starts.
         shards: how many shards there are (for the message).
         cut_timeout: seconds the shards have to reach the target.
+        snapshot_args: per shard, the arguments of its ``"snapshot"`` (an incremental
+            one's ``rows_since``: that shard's version at the previous checkpoint's cut).
 
     Returns:
         The progress of the cut and every shard's answer to ``"snapshot"``.
@@ -68,7 +75,7 @@ def line_up(
                 f"no consistent snapshot of the {shards} shards within {cut_timeout:g}s: "
                 "some shard still misses pushes others applied"
             )
-        snaps = call("snapshot")
+        snaps = call("snapshot", None, each=snapshot_args)
     finally:
         call("release")
     return target, snaps

@@ -107,6 +107,37 @@ class ShardedClient:
         self._versions = [v for v, _ in answers]
         return min(self._versions), self._assemble([t for _, t in answers])
 
+    def rows(
+        self, asked: Mapping[str, np.ndarray], partition: int | None = None, dense: bool = False
+    ) -> tuple[int, dict[str, np.ndarray]]:
+        """Rows of tables by id from the shards holding them (a table in row blocks: each
+        block's ids from its first row), put back as the table's; with ``dense`` the
+        other tensors assembled whole, and the shards' versions taken as the base's
+        (a cached worker's first pull). Returns ``(least version, tensors)``."""
+        parts: list[dict[str, np.ndarray]] = [{} for _ in self._clients]
+        for name, ids in asked.items():
+            ids = np.asarray(ids, np.int64)
+            for index, piece in self.layout.row_blocks(name):
+                mine = ids if piece.whole else ids[(ids >= piece.lo) & (ids < piece.hi)] - piece.lo
+                if mine.size or dense:
+                    parts[index][piece.key] = mine
+
+        def ask(i: int, client: ParameterClient) -> tuple[int, dict[str, np.ndarray]]:
+            if not parts[i] and not dense:
+                return self._versions[i], {}
+            return client.rows(parts[i], partition, dense)
+
+        answers = self._each(ask)
+        out: dict[str, np.ndarray] = {}
+        if dense:
+            self._versions = [v for v, _ in answers]
+            dense_parts = [
+                {k: v for k, v in a.items() if not k.endswith((IDS, ROWS))} for _, a in answers
+            ]
+            out.update(self.layout.assemble(dense_parts))
+        out.update(self._answered_rows([a for _, a in answers]))
+        return min(v for v, _ in answers), out
+
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
         """Push each shard its slice; the combined answer (see the module docstring).
 

@@ -61,7 +61,7 @@ def check_head(
         if allowed is None:
             raise RequestError(404, f"no endpoint {shown(method)} {shown(path)}")
         raise RequestError(405, f"{shown(method)} is not allowed on {path}; use {allowed}")
-    limit = limits.max_body_bytes if path == "/push" else limits.max_json_bytes
+    limit = limits.max_body_bytes if path in ("/push", "/rows") else limits.max_json_bytes
     if length > limit:
         raise RequestError(
             413, f"request body of {length} bytes exceeds the limit of {limit} bytes"

@@ -4,7 +4,10 @@ A sharded server checkpoints every shard at the same per-partition progress. To 
 there, the driver asks each shard to apply no push beyond a target ``(epoch, seq)`` per
 partition (:meth:`PushHold.hold`), waits until every shard has reached it
 (:meth:`PushHold.notify_reached`), snapshots, and releases: the pushes that waited are
-applied then, in arrival order.
+applied then, in arrival order. A target raised while pushes wait (another shard was
+already past it) lets through at once those it now covers (:meth:`PushHold.hold`):
+held, they would keep the shard from ever reaching it (in sync mode, a round would wait
+for its own held push).
 
 Thread ownership: owned by the store's thread (the server's loop thread); the events it
 sets may be waited on from any thread.
@@ -50,9 +53,14 @@ class PushHold:
         """Whether a push at ``(epoch, seq)`` of ``partition`` must wait for the release."""
         return self.target is not None and (epoch, seq) > self.target.get(partition, (-1, -1))
 
-    def hold(self, target: Mapping[Any, Any]) -> None:
-        """Apply no push beyond ``target`` (partitions not named: none) until released."""
+    def hold(self, target: Mapping[Any, Any]) -> list[HeldPush]:
+        """Apply no push beyond ``target`` (partitions not named: none) until released.
+        Returns the held pushes ``target`` (raised since they came) no longer holds back,
+        in arrival order, for the caller to apply now; the others stay held."""
         self.target = {int(p): (int(t[0]), int(t[1])) for p, t in target.items()}
+        out = [h for h in self.held if not self.holds_back(*_where(h.meta))]
+        self.held = [h for h in self.held if self.holds_back(*_where(h.meta))]
+        return out
 
     def notify_reached(
         self, progress: Progress, target: Mapping[int, tuple[int, int]], event: threading.Event
@@ -77,3 +85,8 @@ class PushHold:
         self._waiters.clear()
         held, self.held = self.held, []
         return held
+
+
+def _where(meta: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A push's ``(partition, epoch, seq)``."""
+    return int(meta["partition"]), int(meta["epoch"]), int(meta["seq"])

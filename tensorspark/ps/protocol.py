@@ -90,6 +90,11 @@ class RunServer(Protocol):
         """What ``/status`` shows (version, pushes, workers...)."""
         ...
 
+    def annotate(self, key: str, value: Mapping[str, Any]) -> None:
+        """Serve ``value`` under ``key`` in ``/status`` from now on (a stream's progress,
+        the checkpoints written)."""
+        ...
+
     def reset_progress(self) -> None:
         """Forget the last run's workers (a reused server's next run); weights stay."""
         ...

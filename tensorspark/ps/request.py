@@ -363,6 +363,10 @@ class Request(httputil.HTTPMessageDelegate):
             assert self.body is not None
             if not keeps:  # combined and answered: nothing refers to the body any more
                 store.give_body(self.body)
+        elif self.path == "/rows":  # a worker's row cache: rows by id (ps/sparse.py)
+            tensors, meta = wire.decode_encoded(payload)
+            self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
+            store.pull(self._respond, (tensors, meta))
         elif self.path == "/pull":
             self.partition = query_int(self.query, "partition")
             store.pull(self._respond)

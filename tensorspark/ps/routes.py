@@ -9,6 +9,8 @@ Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON)
 
 * ``POST /push``  wire(update, meta) -> wire(global params, {version, status, ...})
 * ``GET  /pull[?partition=P]``  -> wire(global params, {version})
+* ``POST /rows``  wire({T@ids}, {rows, dense, partition}) -> wire(those rows, {version, rows})
+  (a worker's row cache: :meth:`~tensorspark.ps.sparse.RowTables.lookup`)
 * ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
   compression, wire} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
@@ -30,6 +32,7 @@ from tensorspark.ps.validation import RequestError, check_json_depth, int_field
 ROUTES = {
     ("POST", "/push"),
     ("GET", "/pull"),
+    ("POST", "/rows"),
     ("POST", "/join"),
     ("POST", "/leave"),
     ("GET", "/status"),

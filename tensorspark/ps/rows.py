@@ -31,6 +31,19 @@ IDS = "@ids"
 ROWS = "@rows"
 #: Largest number of tables one message may name.
 MAX_TABLES = 1024
+#: A worker row cache's counters (:mod:`tensorspark.ps.rowcache`), in a push's
+#: ``meta["cache"]``: table ids found held, missed, slots taken from another id, rows
+#: pulled for misses (fetched ahead or not; per table), the prefetched ones among them, the
+#: misses a prefetch served, and prefetches given up (failed, late, or one still out).
+CACHE_COUNTERS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_rows_pulled",
+    "cache_prefetched",
+    "cache_prefetch_hits",
+    "cache_prefetch_fallbacks",
+)
 
 
 @dataclass(frozen=True, eq=False)

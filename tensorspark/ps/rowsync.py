@@ -15,6 +15,12 @@ every row of each table, kept up to date row by row). At a sync,
    ``base``, and the model gets ``base``'s values back at every row it changed or the
    answer brought, so model and ``base`` agree again, as after a dense sync.
 
+With a row cache (:mod:`tensorspark.ps.rowcache`) the model's tables are slot tables:
+``base`` holds the slots (the cached rows only), pushes name each changed slot's table id,
+and an answer's rows are applied to the rows the worker holds and ignored for the others
+(a row not held is pulled fresh at its next miss), but for the rows being prefetched for
+the next chunk, which take the answer's values (:mod:`tensorspark.ps.prefetch`).
+
 Not thread-safe: one per training loop.
 """
 
@@ -27,6 +33,7 @@ import numpy as np
 
 import tensorspark.ps.compression as compress
 from tensorspark import wire
+from tensorspark.ps.rowcache import RowCache
 from tensorspark.ps.rows import IDS, ROWS, RowMarks, encode_rows, rows_entry
 
 
@@ -53,9 +60,17 @@ class RowSync:
         model: the adapter's row access.
         codec: the push codec (``None``: float32).
         counts: the loop's counters; ``rows_pushed`` and ``rows_pulled`` are added to it.
+        cache: the worker's row cache (the model's tables are its slot tables), or None.
     """
 
-    def __init__(self, model: RowModel, codec: str | None, counts: dict[str, int]) -> None:
+    def __init__(
+        self,
+        model: RowModel,
+        codec: str | None,
+        counts: dict[str, int],
+        cache: RowCache | None = None,
+    ) -> None:
+        self.cache = cache
         self.model = model
         self.tables = list(model.tables)
         self.codec = codec
@@ -85,9 +100,17 @@ class RowSync:
         for name in self.tables:
             ids, values = self._changed_rows(name)
             self._changed[name] = ids
-            rows.update(self._encode(name, ids, values))
+            if self.cache is None:
+                rows.update(self._encode(name, ids, values))
+            else:  # the slots' table ids, in order (the residuals are the slots')
+                table_ids = self.cache.table_ids(ids)
+                order = np.argsort(table_ids, kind="stable")
+                rows.update(self._encode(name, ids[order], values[order]))
+                rows[name + IDS] = table_ids[order]
             self.counts["rows_pushed"] += int(ids.size)
         meta["rows"] = list(self.tables)
+        if self.cache is not None:
+            meta["cache"] = self.cache.report()
         return deltas, rows
 
     def _changed_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -123,11 +146,14 @@ class RowSync:
             if ids is None:
                 continue
             ids = np.asarray(ids, dtype=np.int64)
-            if ids.size:
-                self.base[name][ids] = np.asarray(params[name + ROWS]).reshape(
-                    (ids.size, *self.base[name].shape[1:])
-                )
             self.counts["rows_pulled"] += int(ids.size)
+            values = np.asarray(params[name + ROWS]).reshape((ids.size, *self.base[name].shape[1:]))
+            if self.cache is not None:  # the rows held only, at their slots
+                self.cache.answered(name, ids, values)  # and those being prefetched
+                mask, ids = self.cache.held(ids)
+                values = values[mask]
+            if ids.size:
+                self.base[name][ids] = values
             changed = self._changed.get(name)
             self._changed[name] = ids if changed is None else self._marks[name].unique(changed, ids)
         return self.base
@@ -140,6 +166,17 @@ class RowSync:
             ids = self._changed.pop(name, None)
             if ids is not None and ids.size:
                 self.model.write_rows(name, ids, np.take(self.base[name], ids, axis=0))
+
+    def residual(self, name: str) -> np.ndarray | None:
+        """Table ``name``'s rounding residuals per row (slot), or None (none kept)."""
+        return self._residual.get(name)
+
+    def put_rows(self, name: str, ids: np.ndarray, values: np.ndarray) -> None:
+        """Rows ``ids`` of table ``name`` are ``values`` in ``base`` and the model (a row
+        cache's misses, pulled)."""
+        if ids.size:
+            self.base[name][ids] = values
+            self.model.write_rows(name, ids, np.take(self.base[name], ids, axis=0))
 
     def reset_residual(self) -> None:
         """Forget the rounding residuals (after the server refused a non-finite update)."""

@@ -187,6 +187,7 @@ class ShardProcess:
                     future = self._waiting.pop(int(header["id"]), None)
                 if future is not None:
                     future.set_result((header, data))
+                del header, data, future  # a snapshot's answer: not held till the next frame
         except (EOFError, OSError, ValueError):
             pass
         with self._lock:
@@ -302,9 +303,13 @@ class _Shard:
         if cmd == "progress":
             return {str(p): [v["epoch"], v["seq"]] for p, v in server.progress().items()}, b""
         if cmd == "snapshot":
-            snap = server.snapshot()
+            since = args.get("rows_since")
+            snap = server.snapshot(rows_since=None if since is None else int(since))
             arrays = {f"p/{k}": v for k, v in snap.params.items()}
             arrays.update({f"s/{k}": v for k, v in snap.state.items()})
+            for key, (ids, values) in snap.rows.items():  # an increment's: changed rows only
+                arrays[f"ri/{key}"] = ids
+                arrays[f"rv/{key}"] = values
             meta = {
                 "version": snap.version,
                 "applied_pushes": snap.applied_pushes,

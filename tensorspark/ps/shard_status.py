@@ -18,6 +18,7 @@ import tensorspark.ps.auth as auth
 from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.http import RoutedServer
 from tensorspark.ps.routes import StatusBooks
+from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
 
 
 class StatusFront(RoutedServer):
@@ -131,7 +132,9 @@ def _rows(each: list[dict[str, Any]]) -> dict[str, Any]:
     pushes = max(int(s.get("row_pushes", 0)) for s in each)
     pushed = sum(int(s.get("rows_pushed", 0)) for s in each)
     pulled = sum(int(s.get("rows_pulled", 0)) for s in each)
+    cache = {k: max(int(s.get(k, 0)) for s in each) for k in (*CACHE_COUNTERS, PEAK_RSS)}
     return {
+        **cache,  # every shard counts each push's row-cache report: the largest
         "row_pushes": pushes,
         "rows_pushed": pushed,
         "rows_pulled": pulled,

@@ -18,7 +18,8 @@ with shards:
   (:mod:`tensorspark.ps.cuts`). It finds, per partition, the furthest push any shard
   applied, has every shard apply up to it and hold newer pushes (they wait, unanswered),
   copies the slices, then lets the held pushes through. The checkpoint is one file,
-  written atomically as without shards.
+  written atomically as without shards; an incremental one holds the rows each shard
+  changed since its version at the previous checkpoint's cut (:mod:`tensorspark.ps.cut_rows`).
 * **Status**: a small HTTP server on the driver
   (:class:`~tensorspark.ps.shard_status.StatusFront`) serves ``/status`` (aggregated: the
   counts of pushes every shard applied, the traffic of all of them, and a ``shards``
@@ -43,9 +44,9 @@ from typing import Any
 import numpy as np
 
 import tensorspark.ps.auth as auth
-from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.combiners import WeightCombiner
+from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_rows
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
@@ -116,7 +117,7 @@ class ShardedServer(auth.SignedServer):
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         # Row-sparse tables are held by rows (whole, or in blocks of rows) where their rows
         # are routed to.
-        keep = tuple(tables) if s.embeddings == "sparse" else ()
+        keep = self._tables = tuple(tables) if s.embeddings == "sparse" else ()
         try:
             self.layout = Layout.plan(arrays, shards, align, keep)
         except ConfigurationError:
@@ -164,6 +165,9 @@ class ShardedServer(auth.SignedServer):
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._dispatcher: threading.Thread | None = None
         self._cut_lock = threading.Lock()
+        # The shards' versions at recent cuts: an increment follows one of them.
+        self._cut_versions = CutVersions()
+        self._notes: dict[str, dict[str, Any]] = {}  # served in /status (annotate)
         self._started = False
         # What stop() kept, so the run's result and last checkpoint can still be read.
         self._final: tuple[Snapshot, dict[str, Any]] | None = None
@@ -325,10 +329,15 @@ class ShardedServer(auth.SignedServer):
         args: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
         first: Mapping[str, Any] | None = None,
+        each: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[tuple[Any, bytearray]]:
-        """Run ``command`` on every shard at once (``first``: other arguments for shard 0)."""
+        """Run ``command`` on every shard at once (``first``: other arguments for shard 0;
+        ``each``: per shard, its own arguments)."""
         futures: list[Future[tuple[Any, bytearray]]] = [
-            s.begin(command, first if first is not None and i == 0 else args)
+            s.begin(
+                command,
+                each[i] if each is not None else first if first is not None and i == 0 else args,
+            )
             for i, s in enumerate(self._shards)
         ]
         return [
@@ -382,8 +391,8 @@ class ShardedServer(auth.SignedServer):
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut
-        (see the module docstring). ``rows_since`` is not used: the shards' tables are
-        saved whole (full checkpoints).
+        (see the module docstring); ``rows_since``: an earlier cut's version: the tables'
+        rows changed since as :attr:`Snapshot.rows` (:mod:`tensorspark.ps.cut_rows`).
 
         Raises:
             ParameterServerError: the shards did not line up within ``cut_timeout``
@@ -392,26 +401,33 @@ class ShardedServer(auth.SignedServer):
         """
         if self._final is not None:
             return self._final[0]
+        since = None if rows_since is None else self._cut_versions.since(rows_since)
+        args = None if since is None else [{"rows_since": v} for v in since]
         with self._cut_lock:
-            target, snaps = line_up(self._all, self._progress_each(), self.shards, self.cut_timeout)
-        parts, states, applied, versions = [], [], [], []
-        for result, data in snaps:
-            tensors, _ = wire.decode(data)
-            parts.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")})
-            states.append({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")})
-            applied.append(int(result["applied_pushes"]))
-            versions.append(int(result["version"]))
+            target, snaps = line_up(
+                self._all, self._progress_each(), self.shards, self.cut_timeout, args
+            )
+        parts, rows_each, states, applied, versions = decode_answers(snaps)
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
+        parts, rows = gather_rows(self.layout, parts, rows_each)
+        self._cut_versions.record(max(versions), versions)
         return Snapshot(
-            params=self.layout.assemble(parts),
+            params=detach(self.layout.assemble(parts), self._tables),
+            rows=rows,
+            rows_since=rows_since if rows else None,
             version=max(versions),
             progress={p: {"epoch": e, "seq": s} for p, (e, s) in sorted(target.items())},
             mode=self.mode,
             applied_pushes=min(applied),
-            state=assemble_state(self.layout, states),
+            state=detach(assemble_state(self.layout, states), ()),
             state_meta=dict(snaps[0][0].get("state_meta") or {}),
         )
+
+    def annotate(self, key: str, value: Mapping[str, Any]) -> None:
+        """Serve ``value`` (plain JSON values) under ``key`` in ``/status`` from now on,
+        after :meth:`stop` too (e.g. the checkpoints' bytes). Any thread."""
+        self._notes = {**self._notes, key: dict(value)}
 
     def status(self) -> dict[str, Any]:
         """The ``/status`` JSON of the whole server, aggregated over the shards.
@@ -420,14 +436,12 @@ class ShardedServer(auth.SignedServer):
             ParameterServerError: a shard is not running (the run cannot go on without it).
         """
         if self._final is not None:
-            return self._final[1]
+            return {**self._final[1], **self._notes}
         each = [
             r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})
         ]
-        return aggregate_status(
-            each,
-            self.urls,
-            self._front.books.counters if self._front.running else {},
-            tls=self._front.tls,
-            started_at=time.time(),
+        counters = self._front.books.counters if self._front.running else {}
+        status = aggregate_status(
+            each, self.urls, counters, tls=self._front.tls, started_at=time.time()
         )
+        return {**status, **self._notes}

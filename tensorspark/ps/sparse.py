@@ -41,8 +41,21 @@ from tensorspark.ps.combiners import (
 )
 from tensorspark.ps.compression import Compression
 from tensorspark.ps.rounds import Contribution, round_weights, weighted_mean
-from tensorspark.ps.rows import Rows, rows_entry, split
+from tensorspark.ps.rowlog import ChangeLog
+from tensorspark.ps.rows import (
+    CACHE_COUNTERS,
+    IDS,
+    Rows,
+    check_ids,
+    rows_entry,
+    split,
+    table_names,
+)
 from tensorspark.ps.validation import RequestError, check_tensors
+
+#: The largest peak RSS a cached worker reported, beside its counters
+#: (:data:`~tensorspark.ps.rows.CACHE_COUNTERS`, summed from applied pushes' ``meta["cache"]``).
+PEAK_RSS = "worker_peak_rss_bytes"
 
 #: Combiners a row-sparse push is applied under (see the module docstring).
 SOUND = (DeltaWeightCombiner, DynSGDCombiner)
@@ -68,7 +81,9 @@ class RowTables:
         self.enabled = bool(enabled) and supports(combiner)
         self.combiner = combiner
         self.versions: dict[str, np.ndarray] = {}
+        self._logs: dict[str, ChangeLog] = {}  # the ids each recent version changed
         self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
+        self.counters.update(dict.fromkeys(CACHE_COUNTERS, 0))
 
     def split(
         self,
@@ -105,6 +120,7 @@ class RowTables:
         for name in rows:
             if name not in self.versions:
                 self.versions[name] = np.full(params[name].shape[0], version, np.int64)
+                self._logs[name] = ChangeLog(params[name].shape[0], version)
         return dense, rows
 
     def changed_since(
@@ -113,10 +129,16 @@ class RowTables:
         """Per tracked table, the ids of the rows changed after ``version`` and a copy of
         their values (an incremental checkpoint's rows)."""
         changed = {}
-        for name, versions in self.versions.items():
-            ids = np.flatnonzero(versions > version)
+        for name in self.versions:
+            ids = self.changed_ids(name, version)
             changed[name] = (ids, params[name][ids])  # fancy indexing copies
         return changed
+
+    def changed_ids(self, name: str, version: int) -> np.ndarray:
+        """The sorted ids of table ``name``'s rows changed after ``version``: from the
+        change log when it covers ``version``, else by scanning every row's version."""
+        logged = self._logs[name].since(version)
+        return np.flatnonzero(self.versions[name] > version) if logged is None else logged
 
     def changed_whole(self, names: Any, version: int) -> None:
         """Every row of the tracked tables among ``names`` changed at ``version``."""
@@ -124,6 +146,7 @@ class RowTables:
             rows = self.versions.get(name)
             if rows is not None:
                 rows.fill(version)
+                self._logs[name].reset(version)
 
     def apply(
         self,
@@ -143,6 +166,7 @@ class RowTables:
             if part.ids.size:
                 add_rows(params[name], part, scale)
             self.versions[name][part.ids] = info.current_version + 1
+            self._logs[name].record(info.current_version + 1, part.ids)
             self.counters["rows_pushed"] += int(part.ids.size)
         self.counters["row_pushes"] += 1
         return params
@@ -181,6 +205,7 @@ class RowTables:
                     acc = acc + full  # rows a worker left out add 0, as in the dense sum
                 table[ids] = (table[ids].astype(np.float64) + acc).astype(table.dtype)
             versions[ids] = info.current_version + 1
+            self._logs[name].record(info.current_version + 1, ids)
             self.counters["rows_pushed"] += sum(int(rows[name].ids.size) for _, rows in parts)
         self.counters["row_pushes"] += len(pending)
         return params
@@ -221,12 +246,67 @@ class RowTables:
                 continue
             use = codec is not None and compress.compressible(arr)
             out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
-        for name, versions in self.versions.items():
-            ids = np.flatnonzero(versions > since)
+        for name in self.versions:
+            ids = self.changed_ids(name, since)
             out.update(rows_entry(name, ids, params[name][ids], codec))
             self.counters["rows_pulled"] += int(ids.size)
         meta["rows"] = sorted(self.versions)
         return wire.encode(out, meta)
+
+    def count_cache(self, meta: Mapping[str, Any]) -> None:
+        """Add an applied push's row-cache report (``meta["cache"]``: the counts since the
+        worker's previous push, and its peak RSS); a malformed one is ignored."""
+        report = meta.get("cache")
+        if not isinstance(report, dict):
+            return
+        for key in CACHE_COUNTERS:
+            value = report.get(key)
+            if type(value) is int and value >= 0:
+                self.counters[key] += value
+        rss = report.get(PEAK_RSS)
+        if type(rss) is int and rss > self.counters.get(PEAK_RSS, 0):
+            self.counters[PEAK_RSS] = rss
+
+    def lookup(
+        self,
+        params: Mapping[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
+        meta: Mapping[str, Any],
+        version: int,
+        compression: Compression | None,
+    ) -> list[Any]:
+        """The wire parts of the answer to ``POST /rows`` (a worker's row cache, its
+        misses): per table named in ``meta["rows"]``, the current values of the rows
+        ``T@ids`` asks for, in the pull codec; with ``meta["dense"]`` true also every
+        other tensor whole (a cached worker's first pull, which skips the tables).
+        Read-only: the rows are copied out (``params[ids]``) before the answer is sent.
+
+        Raises:
+            RequestError: 400: a named table is not a float32 tensor of the model, its
+                ids are not int64 ``[k]``, or an id repeats or lies outside the table.
+        """
+        codec = None if compression is None else compression.pull
+        names = table_names(meta)
+        out: dict[str, wire.Tensor] = {}
+        if meta.get("dense") is True:
+            for name, arr in params.items():
+                if name in names or name in self.versions:
+                    continue
+                use = codec is not None and compress.compressible(arr)
+                out[name] = compress.encode(codec, arr, compression.block) if use else arr  # type: ignore[arg-type,union-attr]
+        for name in names:
+            table = params.get(name)
+            if table is None or table.ndim < 1 or table.dtype != np.float32:
+                raise RequestError(
+                    400, f"row-sparse table {name[:80]!r} is not a float32 tensor of the model"
+                )
+            ids = tensors.get(name + IDS)
+            if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+                raise RequestError(400, f"table {name[:80]!r}: {name[:80]}{IDS} must be int64 [k]")
+            check_ids(name, ids, int(table.shape[0]))
+            ids = np.array(ids, copy=True)  # the request's body is recycled
+            out.update(rows_entry(name, ids, table[ids], codec))
+        return wire.encode(out, {"version": version, "rows": names})
 
     def status(self) -> dict[str, Any]:
         """Rows pushed and pulled, in total and per row-sparse push, for ``/status``."""

@@ -109,11 +109,8 @@ class Store:
         if combiner_state is not None:
             self.combiner.load_state(*combiner_state)
         self._combine_takes_out = "out" in inspect.signature(self.combiner.combine).parameters
-        self._encoded = (
-            None
-            if self.compression is None or self.compression.pull is None
-            else compress.EncodeBuffers(self.compression)
-        )
+        c = self.compression  # answers in a pull codec reuse their encoding buffers
+        self._encoded = None if c is None or c.pull is None else compress.EncodeBuffers(c)
         self.max_staleness = max_staleness
         self._on_push = on_push
         self.version = int(version)
@@ -264,8 +261,13 @@ class Store:
                 self._round.pending.pop(partition, None)
                 self._maybe_complete_round()
 
-    def pull(self, respond: Respond) -> None:
-        self._respond_params(respond, "pulled")
+    def pull(self, respond: Respond, asked: tuple[Mapping, dict] | None = None) -> None:
+        """``/pull``: every parameter; ``asked``, ``/rows``' (tensors, meta): some rows of
+        tables by id (a worker's row cache, :meth:`RowTables.lookup`)."""
+        if asked is None:
+            return self._respond_params(respond, "pulled")
+        parts = self._rows.lookup(self._sets.current, *asked, self.version, self.compression)
+        respond(200, parts, wire.CONTENT_TYPE, self._sets.lend()[1])  # (lends current)
 
     def push(
         self, tensors: Mapping[str, wire.Tensor], meta: dict[str, Any], respond: Respond
@@ -347,6 +349,7 @@ class Store:
         """Record an applied contribution (the caller has advanced the version)."""
         self._progress[worker.partition] = (int(meta["epoch"]), int(meta["seq"]))
         self.ledger.applied(worker, meta, staleness, self.version)
+        self._rows.count_cache(meta)  # a worker row cache's counters (ps/rowcache.py)
         self._hold.progressed(self._progress)
 
     def _respond_params(self, respond: Respond, status: str, push: dict | None = None) -> None:
@@ -361,17 +364,11 @@ class Store:
             meta["control"] = self.control
         if push is not None and self._rows.answers(push):
             parts = self._rows.answer(params, push, meta, self.compression)
-            respond(200, parts, wire.CONTENT_TYPE, release)
-            return
+            return respond(200, parts, wire.CONTENT_TYPE, release)
         if self._encoded is None:
-            respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
-            return
+            return respond(200, wire.encode(params, meta), wire.CONTENT_TYPE, release)
         encoded, release_encoded = self._encoded.get((id(params), self.version), params)
-
-        def sent() -> None:
-            release()
-            release_encoded()
-
+        sent = lambda: (release(), release_encoded())  # noqa: E731 (both, once sent)
         respond(200, wire.encode(encoded, meta), wire.CONTENT_TYPE, sent)
 
     def _notify(self, meta: dict[str, Any], status: str) -> None:
@@ -398,8 +395,9 @@ class Store:
     def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
         named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
-        progress now, which may already lie beyond ``target`` (then hold a larger one)."""
-        self._hold.hold(target)
+        progress now, which may already lie beyond ``target`` (then hold a larger one).
+        Held pushes a raised ``target`` covers are applied now (:mod:`~.holds`)."""
+        self._apply_held(self._hold.hold(target))
         return dict(self._progress)
 
     def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
@@ -408,7 +406,10 @@ class Store:
 
     def release(self) -> None:
         """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
-        for push in self._hold.release():
+        self._apply_held(self._hold.release())
+
+    def _apply_held(self, pushes: list[HeldPush]) -> None:
+        for push in pushes:
             try:
                 self.push(push.tensors, push.meta, push.respond)
             except RequestError as err:  # checked when it arrived; cannot happen twice

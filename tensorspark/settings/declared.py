@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from tensorspark.arguments import check_divergence, positive_int, positive_number
 from tensorspark.errors import ConfigurationError
+from tensorspark.settings.row_cache import parse_setting
 
 T = TypeVar("T")
 
@@ -356,6 +357,15 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("warm_up", None, "warm the executors' Python workers", check=_warm_up),
     Setting("embeddings", "sparse", "sparse or dense tables (checked: ps.settings)"),
+    Setting(
+        "row_cache",
+        None,
+        "the worker row cache: rows per table, a size such as '256MiB', 'off', or None (auto)",
+        conf="rowCache",
+        parse=parse_setting,
+        fallback=None,
+        check=parse_setting,
+    ),
 )
 
 #: The order the explicit values are checked in, so that of several bad arguments the same
@@ -378,6 +388,7 @@ CHECK_ORDER: tuple[str, ...] = (
     "seed",
     "hdfs_auth",
     "warm_up",
+    "row_cache",
 )
 
 #: The order the conf keys are read in (the first bad key is the one reported), as before
@@ -398,6 +409,7 @@ CONF_ORDER: tuple[str, ...] = (
     "ssl.cafile",
     "compression",
     "ps.shards",
+    "rowCache",
 )
 
 _BY_CONF = {s.conf: s for s in SETTINGS if s.conf}

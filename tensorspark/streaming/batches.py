@@ -42,13 +42,12 @@ from tensorspark.inputs.dataframe import ArrowReader, DataFrameInput, plan_dataf
 from tensorspark.listeners import RunListener
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
-from tensorspark.ps.server import ParameterServer
 from tensorspark.streaming.exports import export_batch, flush_exports
 from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
 from tensorspark.training.host import RunSettings, ServerHost
-from tensorspark.training.keras_setup import KerasTraining
+from tensorspark.training.keras_setup import KerasTraining, cache_for
 from tensorspark.training.run import RunJob, TrainingRun
 
 logger = logging.getLogger(__name__)
@@ -127,6 +126,7 @@ class MicroBatchTrainer:
             custom_objects,
             sync_interval=settings.sync_interval,
             mixed_precision=mixed_precision,
+            row_cache=cache_for(model, settings, conf),
         )
         self.feed = self.keras.feed
         checked = self.keras.checked
@@ -228,7 +228,7 @@ class MicroBatchTrainer:
                 RunJob(
                     data,
                     self.loader,
-                    self.payload,
+                    self.keras.train_payload,  # a row cache's: tables of slots
                     1,
                     self.replay.shuffle,
                     seed=self.replay.seed_of(batch_id),
@@ -383,11 +383,13 @@ class MicroBatchTrainer:
     # ------------------------------------------------------------------ after a batch
 
     def _publish(self) -> None:
-        """Show the stream's status on the server's ``/status`` (``"stream"``)."""
-        if isinstance(self.server, ParameterServer) and self.server.running:  # not sharded
+        """Show the stream's status and the bytes of its checkpoints on the server's
+        ``/status`` (``"stream"``, ``"checkpoints"``: the dashboard's cards)."""
+        if self.server.running:  # one server or sharded
             status = self.status.snapshot()
             status.pop("recent")
             self.server.annotate("stream", status)
+            self.server.annotate("checkpoints", self.checkpoints.manager.bytes)  # the stream's
 
     def _tell(self, record: BatchRecord) -> None:
         if self.on_batch is None:

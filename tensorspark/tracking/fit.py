@@ -22,7 +22,10 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
   workers' bytes on the wire so far (``wire_bytes_received``, ``wire_bytes_sent``) and
   their staleness
   (``staleness_mean``/``staleness_max`` over the partitions, the server's
-  ``stale_pushes``), from the ``/status`` of the poll that saw the epoch end;
+  ``stale_pushes``), and with ``checkpoint_dir`` the checkpoints written so far
+  (``checkpoint_bytes_full``/``checkpoint_bytes_increment`` bytes,
+  ``checkpoints_full``/``checkpoints_increment``; their run totals again at the last
+  epoch's step when the run ends), from the ``/status`` of the poll that saw the epoch end;
 * each checkpoint written, as the tag ``tensorspark.checkpoint``.
 
 :meth:`TrackedFit.finish` logs what exists only after the job: the ``val_*`` metrics per
@@ -46,7 +49,7 @@ from typing import Any
 from tensorspark.listeners import RunInfo, RunListener
 from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
-from tensorspark.training.result import worker_traffic
+from tensorspark.training.result import CACHE_KEYS, worker_traffic
 
 
 def optimizer_params(model: Any) -> dict[str, Any]:
@@ -96,7 +99,7 @@ def status_params(info: RunInfo) -> dict[str, Any]:
 
 
 def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
-    """Bytes on the wire and staleness from a ``/status``."""
+    """Bytes on the wire, staleness and the checkpoints written from a ``/status``."""
     traffic = worker_traffic(status)
     stale = [int(w.get("staleness", 0)) for w in status.get("workers", ())]
     return {
@@ -105,6 +108,23 @@ def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
         "staleness_mean": float(sum(stale) / len(stale)) if stale else 0.0,
         "staleness_max": float(max(stale, default=0)),
         "stale_pushes": float(status.get("stale_pushes", 0)),
+        # A worker row cache's counters, when one ran (tensorspark.ps.rowcache).
+        **{k: float(traffic[k]) for k in CACHE_KEYS if traffic[k]},
+        **checkpoint_metrics(status),
+    }
+
+
+def checkpoint_metrics(status: Mapping[str, Any]) -> dict[str, float]:
+    """The bytes and counts of the full checkpoints and increments written so far, from a
+    ``/status``'s ``checkpoints`` (none for a run without checkpoints)."""
+    written = status.get("checkpoints") or {}
+    if not written:
+        return {}
+    return {
+        "checkpoint_bytes_full": float(written.get("full_total", 0)),
+        "checkpoint_bytes_increment": float(written.get("increment_total", 0)),
+        "checkpoints_full": float(written.get("full_count", 0)),
+        "checkpoints_increment": float(written.get("increment_count", 0)),
     }
 
 
@@ -188,7 +208,17 @@ class FitTracker(RunListener):
         )
 
     def on_run_end(self, result: Any) -> None:
-        self._flush(getattr(result, "status", None) or {})
+        status = getattr(result, "status", None) or {}
+        self._flush(status)
+        # The run's last checkpoint is written after its last epoch's poll: the totals at
+        # the last epoch's step, so the newest value of each is the run's.
+        written = checkpoint_metrics(status)
+        if written:
+            step = max((int(e.get("epoch", 0)) for e in getattr(result, "epochs", ())), default=0)
+            rows = [(key, value, step) for key, value in written.items()]
+            self.guard.call(
+                "logging checkpoint bytes", lambda: log_batch(self.run.run_id, metrics=rows)
+            )
         if getattr(result, "stopped", None) is not None:
             self.guard.call(
                 "tagging the stop",

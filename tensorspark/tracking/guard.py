@@ -114,33 +114,31 @@ class MlflowGuard:
         Raises:
             TrackingError: ``strict`` and ``fn`` failed (MLflow unreachable, refused).
         """
-        started = time.perf_counter()
-        try:
-            with self.bounded():
-                return fn()
-        except Exception as err:
-            if self.settings.strict:
-                raise TrackingError(
-                    f"MLflow tracking failed before training ({what}): {type(err).__name__}: "
-                    f"{_first_line(err)}. Check the tracking URI and that the server is up, or "
-                    "pass MlflowTracking(strict=False) to train untracked. Received: "
-                    f"tracking_uri={_tracking_uri()!r}"
-                ) from err
-            self._fail(what, err)
-            return None
-        finally:
-            logger.debug("MLflow: %s took %.3f s", what, time.perf_counter() - started)
+        return self._run(what, fn, before_training=True)
 
     def call(self, what: str, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` unless an earlier call failed; a failure warns once (kept when
         ``strict``, for :meth:`raise_kept`) and returns ``None``."""
         if self.failed:
             return None
+        return self._run(what, fn, before_training=False)
+
+    def _run(self, what: str, fn: Callable[[], T], before_training: bool) -> T | None:
+        """Run ``fn`` bounded (:meth:`bounded`) and timed (a DEBUG line); its failure
+        stops this guard's tracking (:meth:`_fail`), or before training under ``strict``
+        is raised."""
         started = time.perf_counter()
         try:
             with self.bounded():
                 return fn()
         except Exception as err:
+            if before_training and self.settings.strict:
+                raise TrackingError(
+                    f"MLflow tracking failed before training ({what}): {type(err).__name__}: "
+                    f"{_first_line(err)}. Check the tracking URI and that the server is up, or "
+                    "pass MlflowTracking(strict=False) to train untracked. Received: "
+                    f"tracking_uri={_tracking_uri()!r}"
+                ) from err
             self._fail(what, err)
             return None
         finally:

@@ -53,6 +53,9 @@ class RunSettings:
     checkpoint_interval: float
     resume: bool
     server: ServerSettings
+    #: The worker row cache (:mod:`tensorspark.models.row_cache`): None (auto), "off",
+    #: rows per table or a size ("256MiB").
+    row_cache: int | str | None = None
 
     @property
     def mode(self) -> str:

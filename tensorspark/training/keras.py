@@ -26,7 +26,7 @@ from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
-from tensorspark.training.keras_setup import KerasTraining
+from tensorspark.training.keras_setup import KerasTraining, cache_for
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import RunJob, TrainingRun
 from tensorspark.training.watch import push_fanout
@@ -66,6 +66,7 @@ def fit(
         custom_objects,
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
+        row_cache=cache_for(model, settings, conf),
     )
     checked, feed = keras_run.checked, keras_run.feed
     named = {"features_col": columns.features, "label_col": columns.label}
@@ -83,8 +84,10 @@ def fit(
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
     # only by running one, so async mode learns them from the job's results instead.
     num_partitions = train.count_partitions() if settings.mode == "sync" else train.num_partitions
-    snapshots = EpochSnapshots(
-        lambda: host.server.params() if host.server is not None else {},
+    snapshots = EpochSnapshots(  # the epochs' weights, kept only for a reader of them
+        (lambda: host.server.params() if host.server is not None else {})
+        if val is not None or callbacks or arrays is not None
+        else None,
         status=lambda: host.server.status() if host.server is not None else {},
     )
     known_rows = train.known_rows
@@ -102,7 +105,7 @@ def fit(
         )
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
-        RunJob(train, keras_run.loader, keras_run.payload, epochs, shuffle),
+        RunJob(train, keras_run.loader, keras_run.train_payload, epochs, shuffle),
         keras_run.initial,
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),

@@ -20,6 +20,7 @@ import numpy as np
 
 from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
 from tensorspark.models.keras_checks import KerasFeed
+from tensorspark.models.row_cache import CachePlan, plan, slot_payload, worker_memory
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class KerasTraining:
         feed: checks examples against ``checked``.
         initial: the model's weights by name, where a new server starts.
         loader: how the tasks build their trainer (one cache key for all runs).
+        train_payload: what the training tasks build: ``payload``, or with a worker row
+            cache (``loader.row_cache``) the model with tables of its slots (zeros), whose
+            values stay on the server (:mod:`tensorspark.models.row_cache`).
     """
 
     payload: bytes
@@ -40,6 +44,7 @@ class KerasTraining:
     feed: KerasFeed
     initial: dict[str, np.ndarray]
     loader: KerasTrainerLoader
+    train_payload: bytes
 
     @classmethod
     def of(
@@ -49,6 +54,7 @@ class KerasTraining:
         *,
         sync_interval: int,
         mixed_precision: str | None,
+        row_cache: CachePlan | None = None,
     ) -> KerasTraining:
         """Set up ``model`` (compiled) for training runs.
 
@@ -62,5 +68,24 @@ class KerasTraining:
             custom_objects=None if custom_objects is None else dict(custom_objects),  # a copy
             sync_interval=sync_interval,
             mixed_precision=mixed_precision,
+            row_cache=None if row_cache is None else row_cache.to_json(),
         )
-        return cls(payload, checked, KerasFeed(checked), read_weights(model), loader)
+        train = payload if row_cache is None else slot_payload(model, row_cache)
+        return cls(payload, checked, KerasFeed(checked), read_weights(model), loader, train)
+
+
+def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:
+    """The worker row cache of a run of ``model`` under the session's ``settings``
+    (:class:`~tensorspark.training.RunSettings`), or None (driver; before any job).
+
+    Raises:
+        ConfigurationError: see :func:`tensorspark.models.row_cache.plan`.
+    """
+    return plan(
+        model,
+        settings.row_cache,
+        sync_interval=settings.sync_interval,
+        batch_size=settings.batch_size,
+        embeddings=settings.server.embeddings,
+        worker_memory=worker_memory(conf),
+    )

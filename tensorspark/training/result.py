@@ -13,6 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
+
+#: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
+#: largest peak RSS a cached worker reported.
+CACHE_KEYS = (*CACHE_COUNTERS, PEAK_RSS)
+
 
 @dataclass
 class TrainResult:
@@ -44,10 +50,12 @@ class EpochSnapshots:
     one at a time, so the copy is the weights right after that push; a sharded server's
     event thread, which hears of a push after its shards applied it, so the copy may
     include a few later pushes (as async mode allows anyway). Holds one copy of the weights
-    per epoch.
+    per epoch; with ``params=None`` none (a run nothing reads the epochs' weights of: no
+    validation, no Keras callbacks), only the epochs' times and traffic: a copy of a 2 GiB
+    table at every partition's epoch end costs the driver 2 GiB and a second each.
     """
 
-    params: Callable[[], dict[str, np.ndarray]]
+    params: Callable[[], dict[str, np.ndarray]] | None
     started: float = field(default_factory=time.time)
     by_epoch: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
@@ -59,7 +67,8 @@ class EpochSnapshots:
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         if status in ("applied", "diverged") and meta.get("epoch_end"):
             epoch = int(meta["epoch"])
-            self.by_epoch[epoch] = self.params()
+            if self.params is not None:
+                self.by_epoch[epoch] = self.params()
             self.seconds[epoch] = time.time() - self.started
             if self.status is not None:
                 self.traffic[epoch] = worker_traffic(self.status())
@@ -77,6 +86,8 @@ def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
         "row_pushes": int(status.get("row_pushes", 0)),
         "rows_pushed": int(status.get("rows_pushed", 0)),
         "rows_pulled": int(status.get("rows_pulled", 0)),
+        # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
+        **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
     }
 
 
@@ -94,13 +105,16 @@ def epoch_rows(traffic: Sequence[Mapping[str, int] | None]) -> list[dict[str, fl
         syncs = now.get("row_pushes", 0) - before.get("row_pushes", 0)
         pushed = now.get("rows_pushed", 0) - before.get("rows_pushed", 0)
         pulled = now.get("rows_pulled", 0) - before.get("rows_pulled", 0)
-        out.append(
-            {
-                "row_syncs": float(syncs),
-                "rows_pushed_per_sync": pushed / syncs if syncs > 0 else 0.0,
-                "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
-            }
-        )
+        row = {
+            "row_syncs": float(syncs),
+            "rows_pushed_per_sync": pushed / syncs if syncs > 0 else 0.0,
+            "rows_pulled_per_sync": pulled / syncs if syncs > 0 else 0.0,
+        }
+        if now.get("cache_hits", 0) or now.get("cache_misses", 0):  # a worker row cache's
+            for key in CACHE_KEYS[:-1]:  # in this epoch
+                row[key] = float(now.get(key, 0) - before.get(key, 0))
+            row["worker_peak_rss_bytes"] = float(now.get("worker_peak_rss_bytes", 0))
+        out.append(row)
         before = now
     return out
 
@@ -128,7 +142,15 @@ class History:
             "bytes_sent", "samples", "row_pushes", "rows_pushed", "rows_pulled"}``), or None.
         epoch_rows: per epoch, the table rows pushed and pulled per row-sparse sync in that
             epoch (``{"row_syncs", "rows_pushed_per_sync", "rows_pulled_per_sync"}``), or
-            None (:mod:`tensorspark.ps.sparse`).
+            None (:mod:`tensorspark.ps.sparse`); with a worker row cache also its
+            ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled``,
+            ``cache_prefetched``, ``cache_prefetch_hits``, ``cache_prefetch_fallbacks`` in
+            the epoch and the largest ``worker_peak_rss_bytes`` so far.
+        checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
+            with ``server_reusable=True``, those since its server started):
+            ``full_total``/``increment_total`` bytes of full checkpoints and increments,
+            ``full_count``/``increment_count``, and the last one's ``last`` bytes and
+            ``last_kind`` (``"full"`` or ``"increment"``), as ``/status`` shows them.
     """
 
     history: dict[str, list[float]]
@@ -142,9 +164,11 @@ class History:
     worker_bytes: dict[int, dict[str, int]] = field(init=False)
     epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+    checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         status = getattr(self.result, "status", None) or {}
+        self.checkpoints = dict(status.get("checkpoints") or {})
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))
         self.worker_bytes = {

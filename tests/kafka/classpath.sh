@@ -7,4 +7,4 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-exec bash "$here/../maven_classpath.sh" kafka "$here/$1"
+exec bash "$here/../maven_classpath.sh" kafka "$here/$1" "" -DincludeScope=runtime

@@ -13,7 +13,8 @@ SIGKILL:
 
 ``--embedding``: the files hold ids (``features array<bigint>, label float``) and the model
 is the click model's (one row-sparse table of ``EMBEDDING_ROWS`` rows), so its checkpoints
-are increments of the rows each micro-batch changed (a full one every 2).
+are increments of the rows each micro-batch changed (a full one every 2); ``--shards N``
+runs its parameter server as N shard processes (the table in blocks of rows).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--kill-after-batch", type=int, default=-1)
     parser.add_argument("--kill-in-run", type=int, default=-1)
     parser.add_argument("--embedding", action="store_true")
+    parser.add_argument("--shards", type=int, default=1)
     args = parser.parse_args()
 
     from tensorspark import SparkSession
@@ -104,7 +106,7 @@ def main() -> None:
 
         schema = "features array<bigint>, label float"
         trained = ctr_model(rows=EMBEDDING_ROWS, fields=FEATURES, dim=8, hidden=8)
-        extra = {"checkpoint_full_every": 2}
+        extra = {"checkpoint_full_every": 2, "ps_shards": args.shards}
     rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(args.data)
     ks = SparkSession(
         spark.sparkContext, trained, name="stream-test", batch_size=10, sync_interval=1,

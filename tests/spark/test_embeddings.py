@@ -171,3 +171,48 @@ def test_incremental_checkpoints_restore_and_resume_to_the_full_checkpoints_weig
         np.testing.assert_allclose(incremental, full, rtol=0, atol=1e-6)
     for name, value in restored[0].params.items():
         np.testing.assert_allclose(restored[3].params[name], value, rtol=0, atol=1e-6)
+
+
+def test_sharded_incremental_checkpoints_restore_the_weights_the_server_had(
+    sc: SparkContext, tmp_path
+) -> None:
+    """ps_shards=2 with the table (2^16 rows, most of the model) in two blocks of rows:
+    the run's checkpoints are full ones and increments of the rows the shards changed, each
+    increment a fraction of a full one; the folder restores the weights the server ended
+    with, and a resumed run starts from them (every push applied: nothing left to train)."""
+    import keras
+
+    rows_n = 1 << 16
+    log = click_log(1500, rows=rows_n, fields=FIELDS, seed=0)
+    rdd = sc.parallelize(list(zip(log.ids, log.labels, strict=True)), 2)
+    folder = tmp_path / "ckpt"
+    settings = dict(  # 15 rounds: checkpoints every 0.05 s catch several versions
+        mode="sync", sync_interval=2, batch_size=25, ps_shards=2, checkpoint_dir=str(folder),
+        checkpoint_interval=0.05, keep_checkpoints=50, checkpoint_full_every=3,
+    )  # fmt: skip
+
+    def fresh():  # type: ignore[no-untyped-def]
+        keras.backend.clear_session()  # the same layer names as the run that checkpointed
+        return ctr_model(rows=rows_n, fields=FIELDS, dim=DIM, hidden=8, optimizer="adagrad")
+
+    model = fresh()
+    ks = sps.SparkSession(sc, model, **settings)
+    ks.fit(rdd, epochs=1)
+    assert ks.last_run is not None
+    tables = ks.last_run.status["row_tables"]
+    assert len(tables) == 2 and all("[rows " in name for name in tables), tables
+    sizes = {n: os.path.getsize(folder / n) for n in os.listdir(folder)}
+    full = [s for n, s in sizes.items() if n.startswith("ckpt-")]
+    increments = [s for n, s in sizes.items() if n.startswith("incr-")]
+    assert full and increments, sorted(sizes)
+    table_bytes = rows_n * DIM * 4
+    assert min(full) > table_bytes and max(increments) * 4 < min(full), sizes
+    restored = sps.load_checkpoint(str(folder))
+    for got, want in zip(restored.params.values(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)  # the chain restores the run's end
+    again = fresh()
+    resumed = sps.SparkSession(sc, again, resume=True, **settings)
+    resumed.fit(rdd, epochs=1)
+    assert resumed.last_run is not None and resumed.last_run.status["applied_pushes"] == 0
+    for got, want in zip(again.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)

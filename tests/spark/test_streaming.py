@@ -329,12 +329,15 @@ def test_sigkilled_driver_trains_each_batch_exactly_once(tmp_path: Path) -> None
     assert status["skipped_batches"] == 0 and status["batches"] == files
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
-    tmp_path: Path,
+    tmp_path: Path, shards: int
 ) -> None:
     """The same two crashes with the click model: its checkpoints are increments of the
     rows each micro-batch changed, and a restart restores the chain (a full checkpoint
-    and the increments after it) to the weights the crashed run had."""
+    and the increments after it) to the weights the crashed run had; with one server, and
+    with two shard processes holding the table in blocks of rows (each shard's changed
+    rows since its version at the previous checkpoint's cut)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -357,19 +360,20 @@ def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
         pq.write_table(table, tmp)
         os.replace(tmp, data / f"part-{index:04d}.parquet")
     ckpt, out = tmp_path / "ckpt", tmp_path / "status.json"
+    embedding = ("--embedding", "--shards", str(shards))
 
-    assert run_driver(data, ckpt, out, "--embedding", "--kill-after-batch", "1") == -9
+    assert run_driver(data, ckpt, out, *embedding, "--kill-after-batch", "1") == -9
     names = sorted(os.listdir(ckpt / "model"))
     assert any(n.startswith("incr-") for n in names), names  # batch 1: an increment
     first = load_checkpoint(str(ckpt / "model"))
     assert first.path.rsplit("/", 1)[-1].startswith("incr-")
     assert first.meta["extra"]["stream"]["batch_id"] == 1
 
-    assert run_driver(data, ckpt, out, "--embedding", "--kill-in-run", "2") == -9
+    assert run_driver(data, ckpt, out, *embedding, "--kill-in-run", "2") == -9
     second = load_checkpoint(str(ckpt / "model")).meta["extra"]["stream"]
     assert second["batch_id"] == 2 and second["samples"] == 3 * ROWS
 
-    assert run_driver(data, ckpt, out, "--embedding") == 0
+    assert run_driver(data, ckpt, out, *embedding) == 0
     status = json.loads(out.read_text())
     last = load_checkpoint(str(ckpt / "model"))
     stream = last.meta["extra"]["stream"]
@@ -386,11 +390,15 @@ def test_sigkilled_driver_with_incremental_checkpoints_trains_each_batch_once(
     assert sizes[1] * 5 < sizes[0], sizes
 
 
+@pytest.mark.parametrize("row_cache", [None, 200])
 def test_an_embedding_model_streams_row_sparse_through_two_shards(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, row_cache: int | None
 ) -> None:
     """With ps_shards=2 the stream's server holds the table by rows (in two blocks: it is
-    most of the model) and every micro-batch's syncs move rows, not the table."""
+    most of the model), every micro-batch's syncs move rows, not the table, and its
+    checkpoint after the first is an increment the folder restores the weights from; with
+    a row cache of 200 rows (a chunk looks up at most 2 x 20 x 4 = 160 ids) the workers
+    hold those rows only, pulled at their misses."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -413,7 +421,7 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     model = ctr_model(rows=rows_n, fields=fields, dim=8, hidden=8, optimizer="adagrad")
     ks = SparkSession(
         spark.sparkContext, model, name="stream-rows", batch_size=20, sync_interval=2,
-        warm_up=False, ps_shards=2,
+        warm_up=False, ps_shards=2, row_cache=row_cache,
     )  # fmt: skip
     stream = (
         spark.readStream.schema("features array<bigint>, label float")
@@ -422,11 +430,29 @@ def test_an_embedding_model_streams_row_sparse_through_two_shards(
     training = ks.fit_stream(stream, checkpoint_location=str(tmp_path / "ckpt"), trigger="1 second")
     try:
         wait_for("two batches", lambda: training.status["batches"] == 2)
+        served = lambda: training.server.status().get("stream", {}).get("batches")  # noqa: E731
+        wait_for("the sharded /status to show the stream", lambda: served() == 2)
         status = training.server.status()
         assert status["row_pushes"] == status["applied_pushes"] > 0
+        # The dashboard's checkpoint card: the stream's full checkpoint and its increment.
+        written = status["checkpoints"]
+        assert (written["full_count"], written["increment_count"]) == (1, 1), written
+        assert written["last_kind"] == "increment"
         assert 0 < status["rows_pushed_per_sync"] < rows_n
         assert len(status["row_tables"]) == 2  # the table in two blocks of rows
         assert training.status["samples"] == 400
+        if row_cache is not None:
+            assert status["cache_rows_pulled"] == status["cache_misses"] > 0  # one table
+            assert status["cache_evictions"] > 0  # 400 examples x 4 ids into 200 slots
+        # Each micro-batch's checkpoint: the first full, the next the rows it changed.
+        recent = [r for r in training.status["recent"] if not r["skipped"]]
+        assert [r["checkpoint_kind"] for r in recent] == ["full", "increment"], recent
+        assert recent[1]["checkpoint_bytes"] * 3 < recent[0]["checkpoint_bytes"], recent
+        weights = training.server.params()
     finally:
         training.stop()
         assert training.await_termination(timeout=WAIT_S)
+    restored = load_checkpoint(str(tmp_path / "ckpt" / "model"))  # the chain: full, then rows
+    assert restored.path.rsplit("/", 1)[-1].startswith("incr-")
+    for name, value in weights.items():
+        np.testing.assert_array_equal(restored.params[name], value)

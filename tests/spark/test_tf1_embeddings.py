@@ -116,3 +116,27 @@ def test_combiners_that_need_whole_tables_are_refused_for_tf1_tables(sc: SparkCo
     with pytest.raises(ConfigurationError, match=rf"'emb:0' has {ROWS} rows.*id {ROWS} "):
         session.run(g["train"], feed_rdd=bad, feed_name_list=g["feeds"], progress=False)
     session.close()
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_an_id_outside_the_tf1_table_in_a_later_row_names_table_id_and_partition(
+    sc: SparkContext, shards: int
+) -> None:
+    """The driver checks the first example; an id in a later row is caught on the worker
+    before its chunk trains (nothing of it pushed), and raised on the driver as a
+    ConfigurationError naming the table, the id and the partition, not TensorFlow's gather
+    error; with the table in two blocks of rows across two shards too."""
+    log = click_log(400, rows=ROWS, fields=FIELDS, seed=0)
+    for bad in (-1, ROWS):
+        ids = log.ids.copy()
+        ids[350, 1] = bad  # partition 1's rows are 200..399
+        rdd = sc.parallelize(list(zip(ids, log.labels, strict=True)), 2)
+        g = _graph()
+        session = sps.SparkSession(sc, g["sess"], sync_interval=5, batch_size=10, ps_shards=shards)
+        with pytest.raises(ConfigurationError) as caught:
+            session.run(g["train"], feed_rdd=rdd, feed_name_list=g["feeds"], progress=False)
+        message = str(caught.value)
+        assert f"embedding table 'emb:0' has {ROWS} rows" in message, message
+        assert f"Received: id {bad} in partition 1" in message, message
+        assert "is not in [0" not in message  # not TensorFlow's gather error
+        session.close()

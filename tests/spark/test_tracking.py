@@ -315,3 +315,58 @@ def test_a_dataframe_fit_logs_its_first_row_as_the_input_example(
     (run,) = mlflow.search_runs(experiment_names=["df"], output_format="list")
     example, _ = _logged_example(run)
     np.testing.assert_array_equal(example, first[None])
+
+
+def test_checkpoint_bytes_full_and_incremental_in_history_and_mlflow(
+    sc: Any, mlflow_server: str, tracking_uri: Any, tmp_path: Path
+) -> None:
+    """A click model checkpointing increments (a full one every 3): ``history.checkpoints``
+    holds the bytes and counts of the full checkpoints and increments the run wrote (the
+    files' own sizes), and MLflow has them per epoch, the run's totals last."""
+    import os
+
+    from tensorspark.datasets.clicks import click_log
+    from tensorspark.examples.ctr_embeddings import ctr_model
+
+    tracking_uri(mlflow_server)
+    rows_n, fields = 1 << 14, 4
+    log = click_log(1500, rows=rows_n, fields=fields, seed=0)
+    rdd = sc.parallelize(list(zip(log.ids, log.labels, strict=True)), 2)
+    keras.backend.clear_session()
+    model = ctr_model(rows=rows_n, fields=fields, dim=8, hidden=8, optimizer="adagrad")
+    folder = tmp_path / "ckpt"
+    session = sps.SparkSession(
+        sc, model, mode="sync", sync_interval=2, batch_size=25, checkpoint_dir=str(folder),
+        checkpoint_interval=0.05, keep_checkpoints=1000, checkpoint_full_every=3,
+    )  # fmt: skip
+    tracking = sps.MlflowTracking(experiment="tensorspark-checkpoint-bytes")
+    history = session.fit(rdd, epochs=2, progress=False, tracking=tracking)
+    written = history.checkpoints
+    sizes = {n: os.path.getsize(folder / n) for n in os.listdir(folder)}
+    full = [s for n, s in sizes.items() if n.startswith("ckpt-")]
+    increments = [s for n, s in sizes.items() if n.startswith("incr-")]
+    assert (written["full_count"], written["full_total"]) == (len(full), sum(full)), written
+    assert (written["increment_count"], written["increment_total"]) == (
+        len(increments),
+        sum(increments),
+    ), written
+    assert written["full_count"] >= 1 and written["increment_count"] >= 1, written
+    newest = max(sizes, key=lambda n: (n[5:17], n))  # the newest version (incr after ckpt)
+    assert written["last"] == sizes[newest], (newest, written)
+    assert written["last_kind"] == ("increment" if newest.startswith("incr-") else "full")
+
+    (run,) = mlflow.search_runs(
+        experiment_names=["tensorspark-checkpoint-bytes"], output_format="list"
+    )
+    client = mlflow.MlflowClient()
+    for key, field in (
+        ("checkpoint_bytes_full", "full_total"),
+        ("checkpoint_bytes_increment", "increment_total"),
+        ("checkpoints_full", "full_count"),
+        ("checkpoints_increment", "increment_count"),
+    ):
+        points = client.get_metric_history(run.info.run_id, key)
+        assert {p.step for p in points} == {0, 1}, key  # per epoch
+        last = max(points, key=lambda p: (p.step, p.timestamp))
+        assert last.value == written[field], key  # the run's totals last
+        assert run.data.metrics[key] == written[field], key

@@ -218,3 +218,41 @@ def test_the_rows_a_chunk_moves_are_among_its_candidates(name: str) -> None:
         ("row_adam_global", "row_adam_ams", "sgd_acc", "adam", "sgd_mom")
     )
     assert (access.candidates("emb/embeddings") is not None) == expected_sparse
+
+
+def test_the_driver_counts_what_a_run_holds_of_the_tables() -> None:
+    """The tables (ROWS x 4 float32) count as the measured copies a run holds on the driver
+    host: the payload and the server's copy and row versions; with checkpoints a full
+    checkpoint's peak on top, more sharded (the shards' answers and each shard's copy of
+    its block). The refusal names the tables, the sizes and what to do."""
+    from tensorspark.models.embeddings import held_bytes
+
+    model = _model()
+    table = ROWS * 4 * 4
+    plain = held_bytes(table, ROWS, 1, checkpoints=False)
+    assert plain == 2 * table + 8 * ROWS
+    assert held_bytes(table, ROWS, 1, checkpoints=True) == 4 * table + 8 * ROWS
+    assert held_bytes(table, ROWS, 2, checkpoints=True) == 5 * table + 8 * ROWS
+    dynsgd = get_combiner("dynsgd")
+    # A Keras model's fit holds its set-up's copies on top (measured: bench/embeddings.py).
+    fit = held_bytes(table, ROWS, 1, checkpoints=False, keras=True)
+    assert fit == int(6.3 * table) + 8 * ROWS
+    check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=fit)
+    with pytest.raises(ConfigurationError, match="the Keras set-up's copies"):
+        check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=plain)
+    with pytest.raises(ConfigurationError) as caught:
+        check_setup(model, dynsgd, "async", 2, "sparse", checkpoints=True, available=plain)
+    message = str(caught.value)
+    assert "(emb)" in message and "a full checkpoint's snapshot and file" in message
+    assert "hash the ids" in message and "more ps_shards do not help" in message
+    assert message.endswith(f"Received: tables of {table} bytes, ps_shards=2")
+
+
+def test_a_chunk_s_nan_ids_are_refused_like_ids_outside_the_table() -> None:
+    """NaN compares false against both bounds; the chunk check still names it."""
+    from tensorspark.models.embeddings import check_chunk_ids
+
+    batches = [(np.array([[1.0, 2.0]]), np.ones(1)), (np.array([[3.0, np.nan]]), np.ones(1))]
+    with pytest.raises(ConfigurationError, match=r"Received: id nan in partition 3"):
+        check_chunk_ids([("emb", 10)], batches, 3)
+    check_chunk_ids([("emb", 10)], batches[:1], 3)

@@ -258,3 +258,31 @@ def test_the_driver_refuses_a_first_example_with_ids_outside_a_table(resource: b
             feed.check_row(row, argument="feed_rdd", what="feed_rdd=RDD")
     constant, _, feeds = _graph(ids_from="constant")  # the ids do not come from the feed
     assert fed_lookups(constant.graph, feeds) == ()
+
+
+def test_the_worker_refuses_a_chunk_with_an_id_outside_a_table_in_any_row() -> None:
+    """The rebuilt model's check of a chunk (the worker runs it before the chunk trains):
+    an id outside the table in a later mini-batch's later row names the table, the id and
+    the partition; a chunk within the table passes; a graph whose lookups take no feed
+    has no check."""
+    model = _model()
+    try:
+        assert model.check_ids is not None
+        chunk = _batches(3)
+        model.check_ids(chunk, 4)  # within the table
+        for bad in (-1, ROWS):
+            ids = chunk[2][0].copy()
+            ids[5, 2] = bad
+            broken = [*chunk[:2], (ids, chunk[2][1])]
+            with pytest.raises(ConfigurationError) as caught:
+                model.check_ids(broken, 4)
+            message = str(caught.value)
+            assert f"embedding table 'emb:0' has {ROWS} rows" in message
+            assert f"Received: id {bad} in partition 4" in message
+    finally:
+        model.close()
+    constant = _model(ids_from="constant")
+    try:
+        assert constant.check_ids is None
+    finally:
+        constant.close()

@@ -173,6 +173,31 @@ def test_dashboard_shows_rows_per_sync_of_embedding_tables(browser) -> None:  # 
 
 
 @pytest.mark.browser
+def test_dashboard_shows_a_worker_row_cache_s_counters(browser) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tensorspark.ps.rows import rows_entry
+
+    table = np.zeros((100, 4), np.float32)
+    with ParameterServer({"emb": table, "w": np.zeros(8, np.float32)}, port=0) as ps:
+        with ParameterClient(ps.url, **ps.client_options()) as client:
+            client.join(0, 0)
+            browser.get(dashboard_url(ps.url, ps.status_token))
+            assert not browser.find_element(By.ID, "cache-card").is_displayed()
+            for seq, hits in enumerate((1200, 800)):
+                push = {"w": np.zeros(8, np.float32)}
+                push.update(rows_entry("emb", np.array([seq]), np.ones((1, 4), np.float32)))
+                meta = {"partition": 0, "attempt": 0, "epoch": 0, "seq": seq, "samples": 4}
+                report = {"cache_hits": hits, "cache_misses": 30, "cache_evictions": 5}
+                client.push(push, dict(meta, base_version=seq, rows=["emb"], cache=report))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        # (A hidden element's text reads "": wait for the card, then its figures.)
+        wait.until(lambda d: d.find_element(By.ID, "cache-card").is_displayed())
+        wait.until(lambda d: d.find_element(By.ID, "cache").text == "2,000 / 60 / 10")
+
+
+@pytest.mark.browser
 def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ignore[no-untyped-def]
     """fit_stream annotates the server's /status with the stream's progress; the dashboard
     shows its input and trained rates and the lag to the model in a card of its own."""
@@ -215,3 +240,39 @@ def test_dashboard_shows_a_stream_s_exports(browser) -> None:  # type: ignore[no
         ps.annotate("stream", {**note, "exports": exports})
         wait.until(lambda d: d.find_element(By.ID, "exports-card").is_displayed())
         assert browser.find_element(By.ID, "exports").text == "4 / 1, 6.5 s / 12 s"
+
+
+@pytest.mark.browser
+def test_dashboard_shows_the_checkpoints_bytes(browser, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A run's checkpointer serves the checkpoints it wrote in /status; the dashboard shows
+    the last one's kind and size and the MB of full checkpoints and increments."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tensorspark.checkpoint import CheckpointManager
+    from tensorspark.ps.checkpointer import Checkpointer
+    from tensorspark.ps.rows import rows_entry
+
+    table = np.zeros((20000, 4), np.float32)
+    with ParameterServer({"emb": table, "w": np.zeros(8, np.float32)}, port=0) as ps:
+        manager = CheckpointManager(str(tmp_path), full_every=5)
+        checkpointer = Checkpointer(ps, manager, interval=3600)
+        browser.get(dashboard_url(ps.url, ps.status_token))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda d: d.find_element(By.ID, "applied").text != "-")
+        assert not browser.find_element(By.ID, "ckpt-card").is_displayed()
+        with ParameterClient(ps.url, **ps.client_options()) as client:
+            client.join(0, 0)
+            for seq, ids in enumerate(([1, 2, 3], [4, 5])):
+                push = {"w": np.zeros(8, np.float32)}
+                push.update(rows_entry("emb", np.array(ids), np.ones((len(ids), 4), np.float32)))
+                meta = {"partition": 0, "attempt": 0, "epoch": 0, "seq": seq, "samples": 4}
+                client.push(push, dict(meta, base_version=seq, rows=["emb"]))
+                assert checkpointer.save_now() is not None
+        written = checkpointer.written()
+        assert (written["full_count"], written["increment_count"]) == (1, 1)
+        assert written["last_kind"] == "increment" and written["last"] < 2000
+        assert written["full_total"] > table.nbytes
+        wait.until(lambda d: d.find_element(By.ID, "ckpt-card").is_displayed())
+        text = browser.find_element(By.ID, "ckpt").text
+        assert re.fullmatch(r"increment 0\.00\d+, 0\.32\d* \(1\) / 0\.00\d+ \(1\)", text), text

@@ -132,3 +132,26 @@ def test_a_parameter_set_being_sent_is_recycled_only_once_sent() -> None:
     release()
     assert sets.take_spare() is first
     assert sets.take_spare() is None
+
+
+def test_a_raised_hold_target_applies_the_held_pushes_it_now_covers() -> None:
+    """A consistent cut holds pushes beyond its target, then raises the target when another
+    shard was already past it: the held pushes the new target covers are applied at once,
+    or, in sync mode, the round waiting for its own held push would never complete (the
+    cut would time out)."""
+    store = Store({"w": np.zeros(3, np.float32)}, mode="sync", num_workers=2)
+    a, b = Answers(), Answers()
+    store.hold({0: (0, -1), 1: (0, -1)})  # nothing of round 0 yet
+    store.push(_ones(1.0), _meta(partition=0), a)
+    assert a.got == [] and store.version == 0  # held
+    now = store.hold({0: (0, 0), 1: (0, 0)})  # another shard applied round 0: raised
+    assert now == {} and a.got == []  # admitted into the round, which waits for partition 1
+    store.push(_ones(3.0), _meta(partition=1), b)
+    assert a.got == [(200, "applied", 1)] and b.got == [(200, "applied", 1)]
+    assert store.reached({0: (0, 0), 1: (0, 0)})
+    later = Answers()
+    store.push(_ones(), _meta(partition=0, seq=1), later)  # beyond the target: held
+    assert later.got == [] and store.version == 1
+    store.release()
+    assert store.version == 1 and store.progress()[0] == {"epoch": 0, "seq": 0}
+    np.testing.assert_allclose(store.params()["w"], 2.0)

@@ -31,3 +31,23 @@ def test_a_model_without_row_sparse_tables_has_zero_rows() -> None:
     assert epoch_rows([dense]) == [
         {"row_syncs": 0.0, "rows_pushed_per_sync": 0.0, "rows_pulled_per_sync": 0.0}
     ]
+
+
+def test_a_worker_row_cache_s_counters_per_epoch_and_in_mlflow_s_metrics() -> None:
+    from tensorspark.tracking.fit import status_metrics
+
+    base = {"row_pushes": 4, "rows_pushed": 40, "rows_pulled": 100}
+    cache = {"cache_hits": 50, "cache_misses": 20, "cache_evictions": 5}
+    first = worker_traffic({**base, **cache, "cache_rows_pulled": 20, "worker_peak_rss_bytes": 9})
+    second = worker_traffic(
+        {**base, "row_pushes": 8, "cache_hits": 150, "cache_misses": 30, "cache_evictions": 15,
+         "cache_rows_pulled": 30, "worker_peak_rss_bytes": 11}
+    )  # fmt: skip
+    rows = epoch_rows([first, second])
+    assert rows[1]["cache_hits"] == 100.0 and rows[1]["cache_misses"] == 10.0
+    assert rows[1]["cache_evictions"] == 10.0 and rows[1]["cache_rows_pulled"] == 10.0
+    assert rows[0]["worker_peak_rss_bytes"] == 9.0 and rows[1]["worker_peak_rss_bytes"] == 11.0
+    assert "cache_hits" not in epoch_rows([worker_traffic(base)])[0]  # no cache: no keys
+    metrics = status_metrics({**base, **cache})
+    assert metrics["cache_hits"] == 50.0 and metrics["cache_evictions"] == 5.0
+    assert "cache_hits" not in status_metrics(base)
