@@ -71,6 +71,9 @@ class DynamicEmbedding(keras.layers.Embedding):
     ``output_dim``. ``mask_zero`` and ``sparse`` are not supported (0 is an id like any).
     """
 
+    #: Its inputs are raw ids, not row numbers (the row checks and caches skip it).
+    raw_ids = True
+
     def __init__(
         self,
         capacity: int,

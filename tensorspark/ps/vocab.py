@@ -20,15 +20,15 @@ magnitude (users, items, queries). The server owns the map because it sees every
 * **No collisions**: the map is one-to-one while both directions are kept here
   (:meth:`IdMap.check` proves it; the tests count).
 * **Exactly once**: a push named by ``(partition, seq)`` is counted once; its retry gets
-  the first answer again, unchanged by later pushes' admissions.
+  the first answer again, unchanged by later pushes' admissions (:meth:`IdMap.forget`
+  starts a partition's keys again: a new run on the same server).
 * **Reset**: every row given to a new id is listed in :attr:`Mapped.fresh`; the caller
   resets its values and optimizer state (server and workers) before anything trains it.
 * **Workers follow**: each change bumps :attr:`IdMap.version`; :meth:`IdMap.changes_since`
   gives the admissions and reclaimed rows after a version (``None`` past the kept log:
   send the whole map), and :meth:`IdMap.owns` tells a push whose map was stale.
 
-Not thread-safe: the server's loop thread owns it, like the store. Pure numpy; no I/O.
-"""
+Not thread-safe: the server's loop thread owns it, like the store. Pure numpy; no I/O."""
 
 from __future__ import annotations
 
@@ -157,6 +157,10 @@ class IdMap:
         """Per pair, whether row ``rows[i]`` still belongs to ``ids[i]`` (a push trained
         with a stale map is refused where it does not)."""
         return self.lookup(ids) == np.asarray(rows, np.int64).reshape(np.shape(ids))
+
+    def forget(self, partition: int) -> None:
+        """Forget ``partition``'s last key (its next push starts a new run's keys)."""
+        self._last.pop(partition, None)
 
     def changes_since(self, version: int) -> Changes | None:
         """The admissions and freed rows after ``version``; ``None`` when they are older
@@ -400,17 +404,12 @@ class IdMap:
         Raises:
             ValueError: arrays that disagree (a corrupt or foreign checkpoint).
         """
-        out = cls(int(meta["capacity"]), int(meta["min_count"]), str(meta["policy"]),
-                  meta.get("ttl"), clock=clock)  # fmt: skip
+        out = cls(meta["capacity"], meta["min_count"], meta["policy"], meta.get("ttl"), clock=clock)
         ids = np.asarray(arrays["ids"], np.int64)
         rows = np.asarray(arrays["rows"], np.int64)
-        if (
-            ids.shape != rows.shape
-            or rows.size > out.capacity
-            or (rows.size and (rows.min() < 0 or rows.max() >= out.capacity))
-            or np.unique(rows).size != rows.size
-            or np.unique(ids).size != ids.size
-        ):
+        ok = ids.shape == rows.shape and np.unique(ids).size == ids.size == np.unique(rows).size
+        ok = ok and rows.size <= out.capacity and bool(np.all((rows >= 0) & (rows < out.capacity)))
+        if not ok:
             raise ValueError("the id map's arrays disagree (ids, rows, capacity)")
         now = clock()
         out._row_of = dict(zip(ids.tolist(), rows.tolist(), strict=True))

@@ -16,7 +16,9 @@ and marked changed for the row-sparse answers and incremental checkpoints.
 
 Exactly once: ``(partition, epoch, seq)`` is counted once (:meth:`IdMap.map`); a retry
 gets its ids' rows as the map holds them now (a row reclaimed in between is not handed
-out again under the old id).
+out again under the old id). A key older than the partition's last starts its keys again
+(a new run on a reusable server; a late copy of a dead attempt's request then only counts
+its ids again, it cannot make two ids share a row).
 
 A push names the map version each dynamic table was trained with (``meta["vocab"]``);
 when it is applied (async: on arrival; sync: when its round completes, since a round
@@ -152,10 +154,12 @@ class VocabTables:
         now = {}
         for name, (ids, version) in asked.items():
             idmap = self.maps[name]
+            key2 = (partition, (epoch << 31) | seq)
             try:
-                mapped = idmap.map(ids, key=(partition, (epoch << 31) | seq))
-            except ValueError as err:  # a key older than the partition's last
-                raise RequestError(400, f"table {name[:80]!r}: {err}") from None
+                mapped = idmap.map(ids, key=key2)
+            except ValueError:  # older than the partition's last: a new run on this server
+                idmap.forget(partition)
+                mapped = idmap.map(ids, key=key2)
             if mapped.fresh.size:
                 table = params[name]
                 shape = (int(mapped.fresh.size), *table.shape[1:])

@@ -22,6 +22,7 @@ from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
+from tensorspark.models.vocab_sync import install_maps
 from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
@@ -116,6 +117,7 @@ def fit(
     # server applied, which may include part of the epoch after the stop (the workers
     # heard it at their next sync); restore_best_weights picks an epoch's copy below.
     assign_weights(model, result.params)
+    install_maps(model, host.server)  # DynamicEmbedding layers: the server's id -> row maps
     validation = None
     if driven is not None:
         if driven.error is not None:

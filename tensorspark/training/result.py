@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.ps.sparse import CACHE_COUNTERS, PEAK_RSS
+from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
 #: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
 #: largest peak RSS a cached worker reported.
@@ -88,6 +89,8 @@ def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
         "rows_pulled": int(status.get("rows_pulled", 0)),
         # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
         **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
+        # Dynamic tables' (tensorspark.ps.vocab_route), only with some.
+        **{k: int(status[k]) for k in VOCAB_COUNTERS if k in status},
     }
 
 
@@ -146,6 +149,11 @@ class History:
             ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled``,
             ``cache_prefetched``, ``cache_prefetch_hits``, ``cache_prefetch_fallbacks`` in
             the epoch and the largest ``worker_peak_rss_bytes`` so far.
+        epoch_vocab: per epoch, the dynamic tables' counters at its end (summed over the
+            tables: ``vocab_rows_in_use``, ``vocab_capacity``, ``vocab_waiting``,
+            ``vocab_admitted``, ``vocab_evicted``, ``vocab_expired``, ``vocab_collisions``,
+            ``vocab_rows_dropped``; :mod:`tensorspark.ps.vocab_route`), or None; empty
+            without ``DynamicEmbedding`` tables.
         checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
             with ``server_reusable=True``, those since its server started):
             ``full_total``/``increment_total`` bytes of full checkpoints and increments,
@@ -164,6 +172,7 @@ class History:
     worker_bytes: dict[int, dict[str, int]] = field(init=False)
     epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+    epoch_vocab: list[dict[str, int] | None] = field(init=False, default_factory=list)
     checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -205,4 +214,9 @@ def build_history(
     out = History(history, numbers, params, seconds, result, model)
     out.epoch_traffic = [snapshots.traffic.get(e) if snapshots else None for e in numbers]
     out.epoch_rows = epoch_rows(out.epoch_traffic)
+    if any(t is not None and "vocab_capacity" in t for t in out.epoch_traffic):
+        out.epoch_vocab = [
+            None if t is None else {k: t[k] for k in VOCAB_COUNTERS if k in t}
+            for t in out.epoch_traffic
+        ]
     return out

@@ -1,0 +1,121 @@
+"""``DynamicEmbedding`` on local Spark: a drifting click stream over a vocabulary about 16x
+the table trains in sync and async mode with 0 collisions among admitted ids and never
+more rows in use than the capacity (the server's counters, read at every epoch's end and
+at the run's end); the model ends with the server's map (``predict`` on raw ids); a run
+resumed from its checkpoint restores the map with the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark import SparkContext
+
+import tensorspark as sps
+from tensorspark.errors import ConfigurationError
+
+pytestmark = pytest.mark.spark
+
+CAP, VOCAB, N, K, DIM = 64, 1000, 2000, 2, 4
+
+
+def _clicks(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``N`` rows of ``K`` raw ids in time order: each id is drawn from a window of 60
+    popular vocabulary entries that slides over the 1,000 as time goes on (drift), mapped
+    to large, sparse int64 values; a click is likelier for ids of positive hidden score."""
+    rng = np.random.default_rng(seed)
+    score = rng.normal(size=VOCAB)
+    start = (np.arange(N) * (VOCAB - 60) // N)[:, None]
+    entries = start + rng.integers(0, 60, size=(N, K))
+    ids = entries.astype(np.int64) * 1_000_003 + 10**12
+    p = 1 / (1 + np.exp(-2 * score[entries].sum(axis=1)))
+    return ids, (rng.random(N) < p).astype(np.float32)
+
+
+def _model(optimizer: Any) -> Any:
+    import keras
+
+    inp = keras.Input((K,), dtype="int64")
+    x = sps.DynamicEmbedding(CAP, DIM, name="ids")(inp)
+    out = keras.layers.Dense(1, activation="sigmoid", name="out")(keras.layers.Flatten()(x))
+    model = keras.Model(inp, out)
+    model.compile(optimizer, "binary_crossentropy")
+    return model
+
+
+def _rdd(sc: SparkContext) -> Any:
+    ids, labels = _clicks()
+    return sc.parallelize(list(zip(ids, labels, strict=True)), 2)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_trains_with_no_collisions_and_rows_under_capacity(sc: SparkContext, mode: str) -> None:
+    import keras
+
+    opt = sps.RowAdam(0.05) if mode == "sync" else keras.optimizers.Adagrad(0.2)
+    model = _model(opt)
+    ks = sps.SparkSession(sc, model, mode=mode, sync_interval=4, batch_size=50)
+    history = ks.fit(_rdd(sc), epochs=2)
+    status = ks.last_run.status  # type: ignore[union-attr]
+    assert status["vocab_collisions"] == 0
+    assert 0 < status["vocab_rows_in_use"] <= CAP
+    assert status["vocab_admitted"] > CAP and status["vocab_evicted"] > 0  # the drift
+    for epoch in history.epoch_vocab:  # the server's counters at each epoch's end
+        assert epoch is not None and epoch["vocab_collisions"] == 0
+        assert 0 < epoch["vocab_rows_in_use"] <= CAP
+    # The model ends with the server's map: admitted ids read their rows, others zeros.
+    layer = model.get_layer("ids")
+    ids, rows = layer.map_items()
+    assert ids.size == status["vocab_rows_in_use"] and np.unique(rows).size == ids.size
+    assert rows.max() < CAP
+    table = layer.embeddings.numpy()
+    assert np.abs(table[rows]).max() > 0.05  # trained beyond the initializer's +-0.05
+    assert not table[CAP].any()  # the default row: zeros, never trained
+    emb = layer(np.array([[ids[0], 7]], np.int64)).numpy()[0]
+    np.testing.assert_array_equal(emb[0], layer.embeddings.numpy()[rows[0]])
+    assert emb[0].any() and not emb[1].any()
+    assert np.isfinite(model.predict(np.array([[ids[0], 7]]), verbose=0)).all()
+
+
+def test_a_resumed_run_restores_the_map_with_the_table(sc: SparkContext, tmp_path: Path) -> None:
+    import keras
+
+    first = _model(keras.optimizers.Adagrad(0.2))
+    options: dict[str, Any] = dict(mode="async", sync_interval=4, batch_size=50)
+    ks = sps.SparkSession(sc, first, checkpoint_dir=str(tmp_path), **options)
+    ks.fit(_rdd(sc), epochs=1)
+    ks.close()
+    again = _model(keras.optimizers.Adagrad(0.2))
+    resumed = sps.SparkSession(sc, again, checkpoint_dir=str(tmp_path), resume=True, **options)
+    resumed.fit(_rdd(sc), epochs=1)  # every chunk was applied: nothing trains again
+    ids, rows = first.get_layer("ids").map_items()
+    ids2, rows2 = again.get_layer("ids").map_items()
+    np.testing.assert_array_equal(ids2, ids)
+    np.testing.assert_array_equal(rows2, rows)
+    probe = np.stack([ids[:8], ids[8:16]], axis=1)
+    np.testing.assert_allclose(
+        again.predict(probe, verbose=0), first.predict(probe, verbose=0), atol=1e-6
+    )
+
+
+def test_unsupported_settings_are_refused_before_any_job(sc: SparkContext) -> None:
+    import keras
+
+    model = _model(keras.optimizers.Adagrad(0.1))
+    for given, match in (
+        ({"ps_shards": 2}, "ps_shards"),
+        ({"row_cache": 64}, "row_cache"),
+        ({"embeddings": "dense"}, "embeddings='dense'"),
+        ({"mode": "async", "max_staleness": 2}, "staleness"),
+        ({"compression": "int8"}, "compression"),
+    ):
+        with pytest.raises(ConfigurationError, match=match):
+            sps.SparkSession(sc, model, **given)
+    inp = keras.Input((K,), dtype="float32")
+    x = sps.DynamicEmbedding(CAP, DIM)(keras.layers.Activation("linear")(inp))
+    bad = keras.Model(inp, keras.layers.Dense(1)(keras.layers.Flatten()(x)))
+    bad.compile("adagrad", "mse")
+    with pytest.raises(ConfigurationError, match="look up one of the model's inputs"):
+        sps.SparkSession(sc, bad)
