@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,8 @@ class Exporter:
         name: str = "tensorspark",
         call: str = "fit_stream",
     ) -> None:
+        from tensorspark.models.dynamic_embedding import dynamic_layers
+
         self.sc = sc
         self.spec = spec
         self.payload = payload
@@ -172,6 +174,12 @@ class Exporter:
         check_writable(self.storage, self.base, spec.base_path)
         sweep_partial(self.storage, self.base)
         self.holdout: Any = None
+        if spec.gate is not None and dynamic_layers(model):  # scored from the payload's map
+            raise ConfigurationError(
+                "Argument `gate` scores the holdout on the executors, which do not hold a "
+                "DynamicEmbedding table's map yet; export without a gate. Received: "
+                f"gate={spec.gate!r}"
+            )
         if spec.gate is not None:
             names = compiled_metric_names(model)
             if spec.gate not in names:
@@ -182,6 +190,8 @@ class Exporter:
                 )
             self.holdout = self._plan_holdout(model, conf, features_col, label_col)
         self.model = model
+        #: The dynamic tables' maps to export with the weights (``vocab_maps``), or None.
+        self.maps: Callable[[], Mapping[str, Any]] | None = None
         self.versions = None
         if tracking is not False:  # None follows tensorspark.autolog()
             from tensorspark.tracking.versions import ModelVersions
@@ -376,8 +386,11 @@ class Exporter:
 
     def _write(self, params: Mapping[str, np.ndarray], batch_id: int, gate: GateDecision) -> str:
         from tensorspark.models.keras import assign_weights
+        from tensorspark.models.vocab_sync import install_maps
 
         assign_weights(self.model, params)
+        if self.maps is not None:  # DynamicEmbedding layers: their maps, read with params
+            install_maps(self.model, self.maps())
         meta = {
             "version": self.version,
             "batch_id": int(batch_id),

@@ -149,6 +149,13 @@ class DynamicEmbedding(keras.layers.Embedding):
 
     # ------------------------------------------------------------------ Keras
 
+    def build(self, input_shape: Any = None) -> None:
+        super().build(input_shape)
+        import tensorflow as tf
+
+        zeros = tf.zeros((1, *self.embeddings.shape[1:]), self.embeddings.dtype)
+        self.embeddings.value.scatter_update(tf.IndexedSlices(zeros, [self.capacity]))
+
     def call(self, inputs: Any) -> Any:
         import tensorflow as tf
 

@@ -21,7 +21,7 @@ server drops what it trained on rows reclaimed since.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,21 +106,30 @@ def check_dynamic(model: Any, run: Any) -> None:
             )
 
 
-def install_maps(model: Any, server: Any) -> None:
-    """Driver, after a run: the server's maps into ``model``'s dynamic layers."""
+def install_maps(model: Any, source: Any) -> None:
+    """Driver: the maps of ``source`` into ``model``'s dynamic layers (none: nothing).
+    ``source``: a parameter server (its maps now, ``vocab_maps()``), or ``{weight name:
+    (ids, rows)}`` as that returns (e.g. an epoch's, read with its weights)."""
     from tensorspark.models.keras import weight_names
-    from tensorspark.ps.sparse import split_vocab
 
     tables = dynamic_tables(model, weight_names(model))
-    if not tables or server is None:
+    if not tables or source is None:
         return
-    snap = server.snapshot()
-    _, maps = split_vocab(snap.state, snap.state_meta)
-    arrays = {} if maps is None else maps[0]
+    maps = source if isinstance(source, Mapping) else source.vocab_maps()
     for name, layer in tables:
-        ids = arrays.get(f"{name}//ids", np.zeros(0, np.int64))
-        rows = arrays.get(f"{name}//rows", np.zeros(0, np.int64))
+        ids, rows = maps.get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         layer.set_map(ids, rows)
+
+
+def copy_maps(source: Any, target: Any) -> None:
+    """Driver: each dynamic layer's map of model ``source`` into ``target``'s layer of the
+    same name (an export's copy of the user's model)."""
+    from tensorspark.models.dynamic_embedding import dynamic_layers
+
+    theirs = {layer.name: layer for layer in dynamic_layers(target)}
+    for layer in dynamic_layers(source):
+        if layer.name in theirs:
+            theirs[layer.name].set_map(*layer.map_items())
 
 
 class VocabSync:

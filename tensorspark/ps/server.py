@@ -207,6 +207,16 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         (:attr:`Snapshot.rows`). Any thread (runs on the loop)."""
         return self._on_loop(lambda: self._store.snapshot(rows_since), "snapshot()")
 
+    def vocab_maps(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each dynamic table's admitted ``(ids, rows)`` now (:mod:`~.vocab_route`; empty
+        without). Any thread (runs on the loop)."""
+
+        def read() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            vocab = self._store.vocab
+            return {} if vocab is None else {n: m.items() for n, m in vocab.maps.items()}
+
+        return self._on_loop(read, "vocab_maps()")
+
     def reset_progress(self) -> None:
         """Start a new run on this (reused) server: forget per-partition progress and
         workers, keep the parameters and the version. A sync round left waiting is

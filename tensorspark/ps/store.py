@@ -121,8 +121,8 @@ class Store:
         # A consistent snapshot across shards in progress: pushes beyond its target wait.
         self._hold = PushHold()
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
-        # Per-row versions of tables, and the dynamic tables' maps.
-        self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)
+        self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)  # (sparse.py)
+        self.vocab = self._rows.vocab  # dynamic tables' maps (vocab_route.py), or None
 
     # ------------------------------------------------------------------ settings
 

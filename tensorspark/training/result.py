@@ -64,12 +64,18 @@ class EpochSnapshots:
     status: Callable[[], Mapping[str, Any]] | None = None
     #: Per epoch: the workers' traffic and samples applied so far, when the snapshot was taken.
     traffic: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: The dynamic tables' ``(ids, rows)`` by table, read with each weights' copy (optional;
+    #: ``ParameterServer.vocab_maps``), and kept per epoch in :attr:`maps_by_epoch`.
+    maps: Callable[[], dict[str, Any]] | None = None
+    maps_by_epoch: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         if status in ("applied", "diverged") and meta.get("epoch_end"):
             epoch = int(meta["epoch"])
             if self.params is not None:
                 self.by_epoch[epoch] = self.params()
+                if self.maps is not None:  # the map the copied rows were trained under
+                    self.maps_by_epoch[epoch] = self.maps()
             self.seconds[epoch] = time.time() - self.started
             if self.status is not None:
                 self.traffic[epoch] = worker_traffic(self.status())

@@ -6,6 +6,10 @@ resumed from its checkpoint restores the map with the table."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +54,41 @@ def _rdd(sc: SparkContext) -> Any:
     return sc.parallelize(list(zip(ids, labels, strict=True)), 2)
 
 
+_FRESH = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+loaded = tf.saved_model.load(sys.argv[1])
+ids = np.array(json.loads(sys.argv[2]), np.int64)
+out = loaded.signatures["serving_default"](tf.constant(ids))
+print(json.dumps(next(iter(out.values())).numpy().tolist()))
+"""
+
+
+def _fresh_process(folder: str, ids: np.ndarray) -> np.ndarray:
+    """What a SavedModel answers for ``ids``, loaded with plain TensorFlow in a new process."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH, folder, json.dumps(ids.tolist())],
+        capture_output=True, text=True, timeout=240, env=env, check=True,
+    )  # fmt: skip
+    return np.asarray(json.loads(done.stdout.strip().splitlines()[-1]), np.float32)
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_trains_with_no_collisions_and_rows_under_capacity(sc: SparkContext, mode: str) -> None:
+def test_trains_with_no_collisions_and_rows_under_capacity(
+    sc: SparkContext, mode: str, tmp_path: Path
+) -> None:
     import keras
 
     opt = sps.RowAdam(0.05) if mode == "sync" else keras.optimizers.Adagrad(0.2)
     model = _model(opt)
     ks = sps.SparkSession(sc, model, mode=mode, sync_interval=4, batch_size=50)
-    history = ks.fit(_rdd(sc), epochs=2)
+    # Spark validation data (scored on the driver, each epoch's weights with its map) and
+    # an export after each epoch (the SavedModel holds the map).
+    export = sps.Export(str(tmp_path / "m"), formats=("saved_model",))
+    history = ks.fit(_rdd(sc), epochs=2, validation_data=_rdd(sc), export=export)
+    assert all(np.isfinite(history.history["val_loss"])) and len(history.history["val_loss"]) == 2
     status = ks.last_run.status  # type: ignore[union-attr]
     assert status["vocab_collisions"] == 0
     assert 0 < status["vocab_rows_in_use"] <= CAP
@@ -69,14 +100,20 @@ def test_trains_with_no_collisions_and_rows_under_capacity(sc: SparkContext, mod
     layer = model.get_layer("ids")
     ids, rows = layer.map_items()
     assert ids.size == status["vocab_rows_in_use"] and np.unique(rows).size == ids.size
-    assert rows.max() < CAP
+    assert rows.max() < CAP and np.isin(ids, _clicks()[0]).all()  # raw ids, exact
     table = layer.embeddings.numpy()
     assert np.abs(table[rows]).max() > 0.05  # trained beyond the initializer's +-0.05
     assert not table[CAP].any()  # the default row: zeros, never trained
     emb = layer(np.array([[ids[0], 7]], np.int64)).numpy()[0]
     np.testing.assert_array_equal(emb[0], layer.embeddings.numpy()[rows[0]])
     assert emb[0].any() and not emb[1].any()
-    assert np.isfinite(model.predict(np.array([[ids[0], 7]]), verbose=0)).all()
+    probe = np.concatenate([np.stack([ids[:16], ids[16:32]], axis=1), [[7, -3], [ids[0], 5]]])
+    want = model.predict(probe, verbose=0)
+    # On the executors (the model's bytes carry the map) and from the last export.
+    got = np.stack(ks.predict(sc.parallelize(list(probe), 2)).collect()).reshape(want.shape)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    last = max((tmp_path / "m").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    assert np.max(np.abs(_fresh_process(str(last), probe).reshape(want.shape) - want)) <= 1e-5
 
 
 def test_a_resumed_run_restores_the_map_with_the_table(sc: SparkContext, tmp_path: Path) -> None:
