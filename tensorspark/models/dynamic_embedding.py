@@ -69,6 +69,25 @@ class DynamicEmbedding(keras.layers.Embedding):
 
     Inputs are int32/int64 raw ids of any shape; outputs add a last axis of
     ``output_dim``. ``mask_zero`` and ``sparse`` are not supported (0 is an id like any).
+
+    Example::
+
+        ids = keras.Input((2,), dtype="int64")  # e.g. user and item, raw or hash_ids(...)
+        x = tensorspark.DynamicEmbedding(100_000, 16, min_count=2, name="ids")(ids)
+        out = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Flatten()(x))
+        model = keras.Model(ids, out)
+        model.compile(tensorspark.RowAdam(0.01), "binary_crossentropy")
+        tensorspark.SparkSession(sc, model, mode="async").fit(rdd_of_ids_and_labels)
+        model.export("served")  # the SavedModel takes raw ids; unknown ones read zeros
+
+    In ``fit`` the layer must look up a model input directly (int32/int64), with a
+    row-sparse optimizer (``SGD`` without momentum, ``Adagrad``/``RowAdagrad``,
+    ``RowAdam``). Refused on the driver for now: ``ps_shards > 1``, ``embeddings='dense'``,
+    ``row_cache``, ``max_staleness``, ``compression``, combiners other than ``delta`` and
+    ``dynsgd``, and an export ``gate``. A new server starts with an empty map (a model's
+    earlier map is kept by ``server_reusable=True`` or ``resume=True`` from a checkpoint).
+    Sizing: rows in use never exceed ``capacity``; give it the ids you want to keep warm
+    at once (the popular ones of a window), ``min_count`` > 1 to keep one-off ids out.
     """
 
     #: Its inputs are raw ids, not row numbers (the row checks and caches skip it).
@@ -85,6 +104,7 @@ class DynamicEmbedding(keras.layers.Embedding):
         **kwargs: Any,
     ) -> None:
         check_capacity(capacity, min_count, policy, ttl)
+        _check_memory(capacity, output_dim)
         for banned in ("mask_zero", "sparse", "input_dim", "lora_rank"):
             if kwargs.get(banned):
                 raise ValueError(
@@ -201,6 +221,27 @@ class DynamicEmbedding(keras.layers.Embedding):
             self.set_map(ids, rows)
             return
         super().load_own_variables(store)
+
+
+#: Bytes the server's map holds per row (a Python dict entry and its arrays, measured
+#: roughly), besides the table's float32 values.
+MAP_BYTES_PER_ROW = 150
+
+
+def _check_memory(capacity: int, output_dim: Any) -> None:
+    """Refuse a table (and the server's map of it) larger than this host's available
+    memory: it could never be built, and the driver holds several copies of it."""
+    from tensorspark.models.embeddings import available_memory
+
+    width = int(output_dim) if isinstance(output_dim, int) and output_dim > 0 else 1
+    need = (capacity + 1) * width * 4 + capacity * MAP_BYTES_PER_ROW
+    available = available_memory()
+    if available is not None and need > available:
+        raise ValueError(
+            f"DynamicEmbedding of capacity {capacity} x {width} needs {need / 2**30:.1f} GiB "
+            f"for its table and the server's map; this host has {available / 2**30:.1f} GiB "
+            f"available. Lower capacity. Received: capacity={capacity}"
+        )
 
 
 def _new_table() -> Any:

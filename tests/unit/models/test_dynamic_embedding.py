@@ -124,6 +124,7 @@ def test_hash_ids_is_stable_int64_of_any_shape() -> None:
     [
         ({"capacity": 0}, "capacity"),
         ({"capacity": 2.5}, "capacity"),
+        ({"capacity": 2**40}, "GiB for its table"),
         ({"min_count": 0}, "min_count"),
         ({"policy": "lru"}, "policy"),
         ({"policy": "ttl"}, "ttl"),
