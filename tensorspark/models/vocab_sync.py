@@ -61,6 +61,23 @@ def vocab_specs(model: Any) -> dict[str, dict[str, Any]]:
     return specs
 
 
+def seeded(run: Any, model: Any) -> Any:
+    """``run`` (run settings) whose server starts each dynamic table's map from
+    ``model``'s (a trained or loaded model) when no checkpoint gives one (driver)."""
+    import dataclasses
+
+    from tensorspark.models.keras import weight_names
+
+    specs = {k: dict(v) for k, v in (run.server.vocab or {}).items()}
+    for name, layer in dynamic_tables(model, weight_names(model)):
+        ids, rows = layer.map_items()
+        if name in specs:
+            specs[name].pop("seed", None)
+            if ids.size:
+                specs[name]["seed"] = (ids, rows)
+    return dataclasses.replace(run, server=dataclasses.replace(run.server, vocab=specs))
+
+
 def check_dynamic(model: Any, run: Any) -> None:
     """Driver, when a session is made: refuse a run of ``model``'s dynamic tables that
     this version does not support (``run``: the session's run settings).

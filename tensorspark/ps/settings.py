@@ -98,7 +98,7 @@ class ServerSettings:
     embeddings: str = "sparse"
     #: Dynamic tables (:mod:`tensorspark.ps.vocab_route`): weight name -> spec; the driver
     #: sets it from the model (``DynamicEmbedding`` layers), with a checkpoint's maps.
-    vocab: dict[str, Any] | None = None
+    vocab: dict[str, Any] | None = field(default=None, repr=False)
     vocab_state: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -56,6 +56,16 @@ VOCAB_COUNTERS = (
 )
 
 
+def _seed(ids: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """:meth:`IdMap.state`'s arrays for a map of ``ids -> rows`` each seen once, now."""
+    ids, rows = np.asarray(ids, np.int64), np.asarray(rows, np.int64)
+    none = np.zeros(0)
+    return {
+        "ids": ids, "rows": rows, "counts": np.ones(ids.size), "ages": np.zeros(ids.size),
+        "waiting_ids": none.astype(np.int64), "waiting_counts": none, "waiting_ages": none,
+    }  # fmt: skip
+
+
 def draw(init: Mapping[str, Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Values for fresh rows from an initializer spec
     (:func:`tensorspark.models.dynamic_embedding.initializer_spec`)."""
@@ -78,7 +88,9 @@ class VocabTables:
 
     Args:
         specs: weight name -> ``{capacity, min_count, policy, ttl, init}`` (the driver's
-            :func:`tensorspark.models.vocab_sync.vocab_specs`).
+            :func:`tensorspark.models.vocab_sync.vocab_specs`), and ``seed``: the model's
+            own map ``(ids, rows)`` when it has one (a map without a checkpoint's starts
+            from it, each id seen once).
         params: the store's parameters (each table must have ``capacity + 1`` rows).
         state: a checkpoint's maps (:meth:`state`), or None.
     """
@@ -101,6 +113,9 @@ class VocabTables:
             self.maps[name] = IdMap(
                 int(spec["capacity"]), int(spec["min_count"]), spec["policy"], spec.get("ttl")
             )
+            seed = spec.get("seed")
+            if seed is not None and state is None:  # the model's map (a trained model)
+                self.maps[name] = IdMap.restore(_seed(*seed), {**spec, "version": 0})
         if state is not None:
             self.load(*state)
         self._rng = np.random.default_rng()

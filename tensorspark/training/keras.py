@@ -23,7 +23,7 @@ from tensorspark.listeners import RunListener
 from tensorspark.models.dynamic_embedding import dynamic_layers
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
-from tensorspark.models.vocab_sync import install_maps
+from tensorspark.models.vocab_sync import install_maps, seeded
 from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
@@ -72,6 +72,8 @@ def fit(
     )
     checked, feed = keras_run.checked, keras_run.feed
     dynamic = bool(dynamic_layers(model))  # DynamicEmbedding tables: maps beside the weights
+    if dynamic:  # a new server starts from the model's own maps (without a checkpoint's)
+        host.settings = seeded(host.settings, model)
     named = {"features_col": columns.features, "label_col": columns.label}
     train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
     train = input_for(sc, data, train_feed, conf=conf, argument="data", **named)

@@ -132,6 +132,22 @@ def test_a_server_without_dynamic_tables_refuses_vocab() -> None:
                 c.vocab(_ids(1), {TABLE: -1}, (0, 0, 0))
 
 
+def test_a_server_starts_from_the_model_s_own_map() -> None:
+    params = {TABLE: np.zeros((CAP + 1, DIM), np.float32)}
+    seed = (np.array([40, 41], np.int64), np.array([3, 1], np.int64))
+    spec = {TABLE: {**SPEC, "init": {"kind": "zeros"}, "seed": seed}}
+    with ParameterServer(params, "delta", embeddings="sparse", vocab=spec) as server:
+        with ParameterClient(server.url, **server.client_options()) as c:
+            got, _ = c.vocab(_ids(41, 42), {TABLE: -1}, (0, 0, 0))
+            assert got[TABLE + ROWS_OF][0] == 1  # kept its row
+            assert dict(zip(got[TABLE + ADD].tolist(), got[TABLE + AT].tolist())) == {
+                40: 3,
+                41: 1,
+                42: 0,
+            }
+            assert server.status()["vocab_collisions"] == 0
+
+
 def test_the_maps_travel_in_the_snapshot_state_and_restore() -> None:
     with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
         c.vocab(_ids(11, 12), {TABLE: -1}, (0, 0, 0))
