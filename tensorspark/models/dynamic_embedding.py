@@ -149,6 +149,14 @@ class DynamicEmbedding(keras.layers.Embedding):
         if ids.size:
             self._map.insert(tf.constant(ids), tf.constant(np.asarray(rows, np.int64)))
 
+    def map_remove(self, ids: np.ndarray) -> None:
+        """Remove ``ids`` from the map (those not in it: nothing)."""
+        import tensorflow as tf
+
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if ids.size:
+            self._map.remove(tf.constant(ids))
+
     def map_remove_rows(self, rows: np.ndarray) -> None:
         """Remove the ids mapped to any of ``rows`` (freed by the server)."""
         import tensorflow as tf

@@ -181,6 +181,12 @@ class VocabSync:
         #: The map version each table's layer holds (-1: none yet: the whole map first).
         self.versions = {name: -1 for name, _ in self.tables}
         self.counts = {"vocab_requests": 0, "vocab_rows_set": 0}
+        #: Per table, the id each row holds in the layer's map and whether it holds one
+        #: (freed rows' ids are removed without reading the whole map back).
+        self._held = {
+            name: (np.zeros(layer.capacity, np.int64), np.zeros(layer.capacity, bool))
+            for name, layer in self.tables
+        }
 
     def chunk_ids(self, chunk: Sequence[Any], name: str) -> np.ndarray:
         """The distinct ids table ``name`` looks up in ``chunk``'s batches."""
@@ -213,11 +219,17 @@ class VocabSync:
             add = np.array(answer[name + "@add"], np.int64)
             at = np.array(answer[name + "@at"], np.int64)
             values = np.array(answer[name + "@values"], np.float32)
+            held_ids, held = self._held[name]
             if name in whole:
                 layer.set_map(add, at)
-            else:
-                layer.map_remove_rows(np.asarray(answer[name + "@freed"], np.int64))
+                held[:] = False
+            else:  # the freed rows' ids out (by the row -> id copy here), then the new in
+                freed = np.asarray(answer[name + "@freed"], np.int64)
+                freed = freed[held[freed]]
+                layer.map_remove(held_ids[freed])
+                held[freed] = False
                 layer.map_insert(add, at)
+            held_ids[at], held[at] = add, True
             self.rows.put_rows(name, at, values.reshape((at.size, *layer.embeddings.shape[1:])))
             residual = self.rows.residual(name)
             if residual is not None:
