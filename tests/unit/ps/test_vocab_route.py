@@ -6,6 +6,7 @@ checkpoint's state."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -160,3 +161,39 @@ def test_the_maps_travel_in_the_snapshot_state_and_restore() -> None:
             assert meta["whole"] == [TABLE]
             assert sorted(got[TABLE + ADD].tolist()) == [11, 12]
             assert again.status()["vocab_admitted"] == 2  # restored, not admitted again
+
+
+def test_increments_carry_the_maps_and_a_resume_restores_the_newest(tmp_path: Any) -> None:
+    from tensorspark.checkpoint import CheckpointManager
+    from tensorspark.ps.checkpointer import Checkpointer, resume_state
+
+    manager = CheckpointManager(str(tmp_path), keep=2, full_every=3)
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        checkpointer = Checkpointer(server, manager, interval=3600)
+        c.join(0, 0)
+        version = -1
+        for seq, ids in enumerate(([1, 2], [3, 4], [5, 6])):
+            got, meta = c.vocab(_ids(*ids), {TABLE: version}, (0, 0, seq))
+            version = meta["versions"][TABLE]
+            rows = np.sort(got[TABLE + ROWS_OF]).astype(np.int64)
+            update = {TABLE + IDS: rows, TABLE + ROWS: np.ones((rows.size, DIM), np.float32)}
+            meta_push = {
+                "partition": 0, "epoch": 0, "seq": seq, "attempt": 0, "samples": 1,
+                "base_version": server.version, "rows": [TABLE], "vocab": {TABLE: version},
+            }  # fmt: skip
+            push = {**update, "dense/kernel": np.zeros((DIM, 1), np.float32)}
+            assert c.push(push, meta_push).status == "applied"
+            assert checkpointer.save_now() is not None
+        expected = server.vocab_maps()[TABLE]
+        table = server.params()[TABLE]
+    assert [os.path.basename(p)[:4] for p in checkpointer.saved] == ["ckpt", "incr", "incr"]
+    checkpoint = resume_state(manager, server.params(), "async")
+    assert checkpoint is not None
+    (_, _), maps = split_vocab(checkpoint.state, checkpoint.state_meta)
+    assert maps is not None
+    with _server(vocab_state=maps) as again:
+        ids, rows = again.vocab_maps()[TABLE]
+        np.testing.assert_array_equal(ids, expected[0])
+        np.testing.assert_array_equal(rows, expected[1])
+        np.testing.assert_array_equal(checkpoint.params[TABLE], table)
+        assert again.status()["vocab_rows_in_use"] == CAP
