@@ -156,3 +156,48 @@ def test_unsupported_settings_are_refused_before_any_job(sc: SparkContext) -> No
     bad.compile("adagrad", "mse")
     with pytest.raises(ConfigurationError, match="look up one of the model's inputs"):
         sps.SparkSession(sc, bad)
+
+
+def _fail_once(index: int, rows: Any) -> Any:
+    """The partition's first attempt fails at row 1500 (its syncs of the rows before it
+    applied, their ids counted)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    for i, row in enumerate(rows):
+        if context.attemptNumber() == 0 and i == 1500:
+            raise RuntimeError("injected failure in attempt 0")
+        yield row
+
+
+def test_a_retried_task_counts_its_ids_once(sc_retry: SparkContext) -> None:
+    """One partition (async, one worker: deterministic; SGD and zeros for new rows: no
+    state, no random draw) fails after some applied syncs; its retry resumes after them and
+    the map, the counters and the weights equal a run without the failure."""
+    import keras
+
+    ids, labels = _clicks()
+    runs = []
+    for fail in (False, True):
+        keras.utils.set_random_seed(7)
+        inp = keras.Input((K,), dtype="int64")
+        x = sps.DynamicEmbedding(CAP, DIM, embeddings_initializer="zeros", name="ids")(inp)
+        model = keras.Model(inp, keras.layers.Dense(1, name="out")(keras.layers.Flatten()(x)))
+        model.compile(keras.optimizers.SGD(0.1), "mse")
+        rdd = sc_retry.parallelize(list(zip(ids, labels, strict=True)), 1)
+        if fail:
+            rdd = rdd.mapPartitionsWithIndex(_fail_once)
+        ks = sps.SparkSession(sc_retry, model, mode="async", sync_interval=4, batch_size=50)
+        ks.fit(rdd, epochs=1, shuffle=False)
+        runs.append((model, ks.last_run))
+    (plain, plain_run), (retried, run) = runs
+    (partition,) = run.partitions  # type: ignore[union-attr]
+    assert partition["attempt"] == 1 and partition["counts"]["skipped_batches"] > 0
+    for key in ("vocab_admitted", "vocab_evicted", "vocab_rows_in_use", "applied_pushes"):
+        assert run.status[key] == plain_run.status[key], key  # type: ignore[union-attr]
+    assert run.status["vocab_collisions"] == 0  # type: ignore[union-attr]
+    for a, b in zip(plain.get_layer("ids").map_items(), retried.get_layer("ids").map_items()):
+        np.testing.assert_array_equal(b, a)
+    for a, b in zip(plain.get_weights(), retried.get_weights(), strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
