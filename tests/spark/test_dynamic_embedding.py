@@ -201,3 +201,27 @@ def test_a_retried_task_counts_its_ids_once(sc_retry: SparkContext) -> None:
         np.testing.assert_array_equal(b, a)
     for a, b in zip(plain.get_weights(), retried.get_weights(), strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+
+
+def test_a_dataframe_of_long_ids_trains_and_predicts_the_exact_ids(spark: Any) -> None:
+    """``array<bigint>`` features reach the model as int64 (not rounded through float32):
+    the map holds the generated ids, and ``ks.predict`` over the DataFrame equals
+    ``model.predict``."""
+    import keras
+
+    ids, labels = _clicks()
+    rows = [(r.tolist(), int(y)) for r, y in zip(ids[:1000], labels[:1000], strict=True)]
+    df = spark.createDataFrame(rows, "features array<bigint>, label long")
+    model = _model(keras.optimizers.Adagrad(0.2))
+    ks = sps.SparkSession(spark.sparkContext, model, mode="async", sync_interval=4, batch_size=50)
+    ks.fit(df, epochs=1)
+    held, _ = model.get_layer("ids").map_items()
+    assert held.size > 0 and np.isin(held, ids).all()
+    probe = np.stack([held[:8], held[8:16]], axis=1)
+    frame = spark.createDataFrame(
+        [(r.tolist(), 0) for r in probe], "features array<bigint>, label long"
+    )
+    got = np.asarray([r.prediction for r in ks.predict(frame).collect()], np.float32)
+    np.testing.assert_allclose(
+        got.reshape(-1), model.predict(probe, verbose=0).reshape(-1), atol=1e-5
+    )
