@@ -43,6 +43,8 @@ _FACE: dict[str, str] = {
     "RowEmbedding": "tensorspark.models.row_embedding",
     "RowAdagrad": "tensorspark.models.row_optimizers",
     "RowAdam": "tensorspark.models.row_optimizers",
+    "DynamicEmbedding": "tensorspark.models.dynamic_embedding",
+    "hash_ids": "tensorspark.models.dynamic_embedding",
     # hyperparameter search
     "tune": "tensorspark.tuning",
     "TuneResult": "tensorspark.tuning",
@@ -152,6 +154,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: _FACE, imported eagerly (t
     from tensorspark.listeners import RunListener as RunListener
     from tensorspark.ml import KerasEstimator as KerasEstimator
     from tensorspark.ml import KerasModel as KerasModel
+    from tensorspark.models.dynamic_embedding import DynamicEmbedding as DynamicEmbedding
+    from tensorspark.models.dynamic_embedding import hash_ids as hash_ids
     from tensorspark.models.row_embedding import RowEmbedding as RowEmbedding
     from tensorspark.models.row_optimizers import RowAdagrad as RowAdagrad
     from tensorspark.models.row_optimizers import RowAdam as RowAdam

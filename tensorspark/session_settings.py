@@ -17,6 +17,7 @@ Spark conf; a resolved session's settings are frozen.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -211,6 +212,7 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
         validate_model(session)
         s = run.server
         check_setup(session, s.combiner, s.mode, s.shards, s.embeddings, checkpoints is not None)
+        run = with_vocab(session, run)  # DynamicEmbedding tables: refused or told the server
     elif hasattr(session.graph, "get_operations"):  # a TF1 graph's tables, as Keras's
         from tensorspark.models.tf1_rows import check_graph
 
@@ -257,6 +259,26 @@ def add_views(cls: C) -> C:
             name = s.view_as or s.name
             setattr(cls, name, _view_property(name, VIEWS[name], s.doc))
     return cls
+
+
+def with_vocab(model: Any, run: RunSettings) -> RunSettings:
+    """``run`` with the server told ``model``'s dynamic tables (``DynamicEmbedding``; none:
+    ``run`` as it is), after refusing what they do not support.
+
+    Raises:
+        ConfigurationError: see :func:`tensorspark.models.vocab_sync.check_dynamic`; an
+            initializer the server cannot draw from.
+    """
+    from tensorspark.models.vocab_sync import check_dynamic, vocab_specs
+
+    check_dynamic(model, run)
+    try:
+        specs = vocab_specs(model)
+    except ValueError as err:
+        raise ConfigurationError(str(err)) from None
+    if not specs:
+        return run
+    return dataclasses.replace(run, server=dataclasses.replace(run.server, vocab=specs))
 
 
 def embedding_tables(model: Any) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError, DivergenceError, ParameterServerError
 from tensorspark.inputs.base import Passes
 from tensorspark.models.base import TrainableModel
+from tensorspark.models.vocab_sync import VocabSync, make_vocab_sync
 from tensorspark.partition import EpochSource
 from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
@@ -165,6 +166,7 @@ def train_partition(
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of
                 # it, unless this process's model is an earlier task's (a retry's: trained).
                 loop.fresh = joined.get("version") == 0 and getattr(model, "untouched", False)
+            loop.vocab = make_vocab_sync(model, client, partition, loop.rows)  # dynamic tables
             if getattr(model, "row_cache", None) is not None and loop.rows is None:
                 raise ConfigurationError(  # its tables are slots: they cannot sync whole
                     "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "
@@ -237,6 +239,7 @@ class _Loop:
     rows: RowSync | None = field(default=None, init=False)  # row-sparse sync of embedding tables
     #: Row-sparse and the server at version 0: start from the model.
     fresh: bool = field(default=False, init=False)
+    vocab: VocabSync | None = field(default=None, init=False)  # dynamic tables' maps
 
     def follow(self, control: Mapping[str, Any]) -> None:
         """Apply the run's control from the server's last answer (see the module)."""
@@ -284,6 +287,8 @@ class _Loop:
                         check_ids(chunk, self.partition)
                     if cached:
                         chunk = self._admit(chunk, following)
+                    if self.vocab is not None:  # the chunk's ids mapped to rows first
+                        self.vocab.before(chunk, epoch, seq)
                     result = self.model.train_chunk(chunk)
                     stats.add(result)
                     self._sync(epoch, seq, result, span, epoch_end=is_last)
@@ -338,6 +343,8 @@ class _Loop:
                 if k not in ("loss", "samples") and math.isfinite(v)
             }
         rows: dict[str, Any] = {}
+        if self.vocab is not None:
+            self.vocab.mark(meta)
         if self.rows is not None:  # tables: their changed rows (sets meta["rows"])
             delta, rows = self.rows.update(meta)
         else:

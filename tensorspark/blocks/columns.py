@@ -30,16 +30,19 @@ def column_type(df: Any, name: Any, argument: str) -> Any:
 
 
 def float_array(name: str, dtype: Any) -> Any:
-    """Column ``name`` (of Spark type ``dtype``) as ``array<float>``, or ``None`` when it is
+    """Column ``name`` (of Spark type ``dtype``) as ``array<float>`` (an ``array`` of whole
+    numbers: ``array<bigint>``, so ids above 2**24 stay exact), or ``None`` when it is
     neither a ``vector`` nor an ``array<number>`` (driver; a Spark expression, no job)."""
     from pyspark.ml.functions import vector_to_array
     from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, FloatType, NumericType
+    from pyspark.sql.types import ArrayType, FloatType, IntegralType, LongType, NumericType
 
     column = F.col(name)
     if isinstance(dtype, VectorUDT):
         return vector_to_array(column, dtype="float32")
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, IntegralType):
+        return column.cast(ArrayType(LongType()))
     if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
         return column.cast(ArrayType(FloatType()))
     return None

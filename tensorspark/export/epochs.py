@@ -30,6 +30,7 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
     import keras
 
     from tensorspark.models.keras import model_payload, read_weights
+    from tensorspark.models.vocab_sync import copy_maps
 
     payload, checked = model_payload(model, options.get("custom_objects"))
     exporter = Exporter(sc, spec, payload=payload, model=checked, **options)
@@ -51,12 +52,14 @@ def epoch_exports(sc: Any, spec: Export, model: Any, **options: Any) -> Any:
             self._export(epoch, final)
 
         def on_train_end(self, logs: Any = None) -> None:
+            copy_maps(self.model, self.exporter.model)  # DynamicEmbedding layers' maps
             if self.exporter.since:  # stopped early: the epochs since the last decision
                 self.exporter.flush(read_weights(self.model), self.last_epoch)
             self.exporter.close()
 
         def _export(self, epoch: int, final: bool) -> None:
             self.last_epoch = epoch
+            copy_maps(self.model, self.exporter.model)  # the epoch's, with its weights
             self.exporter.after(
                 lambda: read_weights(self.model),  # copied only when an export is due
                 batch_id=epoch,

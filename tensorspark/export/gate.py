@@ -80,3 +80,28 @@ def decide(
         True, f"{metric} {value:.6g} within {tolerance:.6g} of {baseline:.6g}", metric, value,
         baseline,
     )  # fmt: skip
+
+
+def compiled_metric_names(model: Any) -> list[str]:
+    """``loss`` and the metric names a compiled Keras model reports (driver)."""
+    names = ["loss"]
+    config = model.get_compile_config() if getattr(model, "compiled", False) else None
+    metrics = (config or {}).get("metrics") or []
+    flat: list[Any] = []
+    stack = [metrics]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif item is not None:
+            flat.append(item)
+    for item in flat:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, Mapping):
+            names.append(str((item.get("config") or {}).get("name") or item.get("class_name")))
+        else:
+            names.append(str(getattr(item, "name", item)))
+    return names

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
-from tensorspark.export.layout import next_version, retire, sweep_partial
-from tensorspark.export.publisher import RECORD_FILE, check_writable
+from tensorspark.export.layout import check_writable, next_version, retire, sweep_partial
+from tensorspark.export.publisher import RECORD_FILE
 from tensorspark.export.saved import publish
 from tensorspark.export.spec import Export, tensor_names
 from tensorspark.listeners import ListenerList, RunListener

@@ -15,6 +15,7 @@ import posixpath
 import re
 import uuid
 
+from tensorspark.errors import ConfigurationError, StorageError
 from tensorspark.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -86,3 +87,21 @@ def delete_tree(storage: Storage, path: str) -> None:
         for child in storage.list_status(path):
             delete_tree(storage, child.path)
     storage.delete(path)
+
+
+def check_writable(storage: Storage, base: str, given: str) -> None:
+    """Write and delete a probe file in ``base`` (driver; before any query or job).
+
+    Raises:
+        ConfigurationError: the folder cannot be made or written.
+    """
+    probe = posixpath.join(base, f".export-probe-{uuid.uuid4().hex[:12]}")
+    try:
+        storage.makedirs(base)
+        storage.write_bytes(probe, b"")
+        storage.delete(probe)
+    except (StorageError, OSError) as err:
+        raise ConfigurationError(
+            "Argument `base_path` must be a folder the driver can write versions into. "
+            f"{err}. Received: base_path={given!r}"
+        ) from err

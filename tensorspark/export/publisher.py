@@ -30,7 +30,6 @@ import logging
 import posixpath
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +38,14 @@ from typing import Any
 import numpy as np
 
 from tensorspark.errors import ConfigurationError, StorageError
-from tensorspark.export.gate import GateDecision, decide
-from tensorspark.export.layout import next_version, retire, sweep_partial, version_path
+from tensorspark.export.gate import GateDecision, compiled_metric_names, decide
+from tensorspark.export.layout import (
+    check_writable,
+    next_version,
+    retire,
+    sweep_partial,
+    version_path,
+)
 from tensorspark.export.saved import KerasWriter, publish
 from tensorspark.export.spec import Export
 from tensorspark.listeners import ListenerList, RunListener
@@ -74,49 +79,6 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: floa
         w = np.ones_like(v)
     cumulative = np.cumsum(w) / w.sum()
     return float(v[min(len(v) - 1, int(np.searchsorted(cumulative, q)))])
-
-
-def compiled_metric_names(model: Any) -> list[str]:
-    """``loss`` and the metric names a compiled Keras model reports (driver)."""
-    names = ["loss"]
-    config = model.get_compile_config() if getattr(model, "compiled", False) else None
-    metrics = (config or {}).get("metrics") or []
-    flat: list[Any] = []
-    stack = [metrics]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif item is not None:
-            flat.append(item)
-    for item in flat:
-        if isinstance(item, str):
-            names.append(item)
-        elif isinstance(item, Mapping):
-            names.append(str((item.get("config") or {}).get("name") or item.get("class_name")))
-        else:
-            names.append(str(getattr(item, "name", item)))
-    return names
-
-
-def check_writable(storage: Any, base: str, given: str) -> None:
-    """Write and delete a probe file in ``base`` (driver; before any query or job).
-
-    Raises:
-        ConfigurationError: the folder cannot be made or written.
-    """
-    probe = posixpath.join(base, f".export-probe-{uuid.uuid4().hex[:12]}")
-    try:
-        storage.makedirs(base)
-        storage.write_bytes(probe, b"")
-        storage.delete(probe)
-    except (StorageError, OSError) as err:
-        raise ConfigurationError(
-            "Argument `base_path` must be a folder the driver can write versions into. "
-            f"{err}. Received: base_path={given!r}"
-        ) from err
 
 
 class Exporter:
@@ -161,6 +123,8 @@ class Exporter:
         name: str = "tensorspark",
         call: str = "fit_stream",
     ) -> None:
+        from tensorspark.models.dynamic_embedding import dynamic_layers
+
         self.sc = sc
         self.spec = spec
         self.payload = payload
@@ -172,6 +136,12 @@ class Exporter:
         check_writable(self.storage, self.base, spec.base_path)
         sweep_partial(self.storage, self.base)
         self.holdout: Any = None
+        if spec.gate is not None and dynamic_layers(model):  # scored from the payload's map
+            raise ConfigurationError(
+                "Argument `gate` scores the holdout on the executors, which do not hold a "
+                "DynamicEmbedding table's map yet; export without a gate. Received: "
+                f"gate={spec.gate!r}"
+            )
         if spec.gate is not None:
             names = compiled_metric_names(model)
             if spec.gate not in names:
@@ -183,6 +153,8 @@ class Exporter:
             self.holdout = self._plan_holdout(model, conf, features_col, label_col)
         self.model = model
         self.writer = KerasWriter(model, spec.formats)  # the serving graph, built once
+        #: The dynamic tables' maps to export with the weights (``vocab_maps``), or None.
+        self.maps: Callable[[], Mapping[str, Any]] | None = None
         self.versions = None
         if tracking is not False:  # None follows tensorspark.autolog()
             from tensorspark.tracking.versions import ModelVersions
@@ -390,8 +362,11 @@ class Exporter:
 
     def _write(self, params: Mapping[str, np.ndarray], batch_id: int, gate: GateDecision) -> str:
         from tensorspark.models.keras import assign_weights
+        from tensorspark.models.vocab_sync import install_maps
 
         assign_weights(self.model, params)
+        if self.maps is not None:  # DynamicEmbedding layers: their maps, read with params
+            install_maps(self.model, self.maps())
         meta = {
             "version": self.version,
             "batch_id": int(batch_id),

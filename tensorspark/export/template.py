@@ -38,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 #: The serving endpoint's name, as ``model.export`` names it.
 ENDPOINT = "serve"
+
+
+class HeldResources(ValueError):
+    """A graph with resources or assets, which only ``model.export`` writes whole."""
+
+
 #: Models up to this many bytes of variables write one version aside when the template is built.
 WARM_BYTES = 64 * 2**20
 
@@ -70,6 +76,9 @@ class SavedModelTemplate:
         (TensorFlow or Keras internals that moved, a graph with resources or assets)."""
         try:
             return cls._build(model)
+        except HeldResources as err:  # a lookup table (DynamicEmbedding), an asset
+            logger.info("exports: the serving graph is rebuilt at each version (%s)", err)
+            return None
         except Exception as err:  # internals of another release: export as before
             logger.warning(
                 "exports: the serving graph is rebuilt at each version (%s: %s)",
@@ -107,7 +116,7 @@ class SavedModelTemplate:
             if isinstance(n, (resource.CapturableResource, asset.Asset))
         ]
         if held or assets.asset_filename_map:
-            raise ValueError(f"the SavedModel holds resources or assets {held[:5]}")
+            raise HeldResources(f"the SavedModel holds resources or assets {held[:5]}")
         template = cls(model, saved_model.SerializeToString(deterministic=True), saver, archive)
         # One version written aside and deleted: the saver traces its save function at its
         # first write (about 100 ms for the MLP); here, when the training starts, instead

@@ -152,7 +152,7 @@ def predict_column(scoring: Scoring, binary: str | None, features: Any) -> Any:
     if binary is not None:
         rows = binary_rows(features, np.dtype(binary), scoring.num_features)
     else:
-        rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
+        rows = arrow_column_to_numpy(features, None).reshape(n, -1)  # float32, or int64 ids
     size = scoring.batch_size
     chunks = (rows[i : i + size] for i in range(0, n, size))
     outputs = np.concatenate([score(chunk).reshape(len(chunk), -1) for chunk in chunks])

@@ -83,7 +83,10 @@ def _row_features(element: Any) -> np.ndarray:
         element = element[0]
     if hasattr(element, "toArray"):  # pyspark.ml / mllib vectors
         element = element.toArray()
-    return np.asarray(element, dtype=np.float32)
+    arr = np.asarray(element)
+    if arr.dtype.kind in "iu":  # ids stay whole: float32 rounds those above 2**24
+        return arr.astype(np.int64, copy=False)
+    return arr.astype(np.float32, copy=False)
 
 
 def predict_elements(scoring: Scoring, rows: Iterable[Any]) -> Iterator[Any]:

@@ -202,9 +202,14 @@ def available_memory() -> int | None:
 
 
 def input_tables(model: Any) -> list[Any]:
-    """The embedding layers that look up the model's (first) input directly."""
+    """The embedding layers that look up the model's (first) input directly, as row
+    numbers (a ``DynamicEmbedding``'s ids are raw values its map turns into rows)."""
     first = model.inputs[0] if getattr(model, "inputs", None) else None
-    return [layer for layer in embedding_layers(model) if _input_of(layer) is first]
+    return [
+        layer
+        for layer in embedding_layers(model)
+        if _input_of(layer) is first and not getattr(layer, "raw_ids", False)
+    ]
 
 
 def _input_of(layer: Any) -> Any:

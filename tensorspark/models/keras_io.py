@@ -111,6 +111,7 @@ def deserialize_model(
     import_tensorflow_quietly()
     import keras
 
+    import tensorspark.models.dynamic_embedding  # noqa: F401  (registers DynamicEmbedding)
     import tensorspark.models.row_optimizers  # noqa: F401  (registers RowAdagrad)
     from tensorspark.models import row_embedding  # (registers RowEmbedding)
 

@@ -192,6 +192,19 @@ class ParameterClient:
         answer, rmeta = self._weights(body)
         return int(rmeta["version"]), answer
 
+    def vocab(
+        self, ids: Mapping[str, np.ndarray], versions: Mapping[str, int], key: tuple[int, int, int]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A chunk's distinct raw ids of dynamic tables mapped to rows, and the map changes
+        since the worker's ``versions`` (``POST /vocab``, :mod:`tensorspark.ps.vocab_route`);
+        ``key``: the chunk's ``(partition, epoch, seq)``. Returns the answer's tensors
+        (valid until the next request) and meta."""
+        tensors = {name + "@keys": np.ascontiguousarray(v, np.int64) for name, v in ids.items()}
+        partition, epoch, seq = (int(k) for k in key)
+        meta = {"partition": partition, "epoch": epoch, "seq": seq, "versions": dict(versions)}
+        body = self._request("POST", "/vocab", wire.encode(tensors, meta), wire.CONTENT_TYPE)
+        return self._weights(body)
+
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
         """Send an update (delta or weights, as the server's combiner wants; plain arrays
         or compressed) and get the new global parameters back in the same round trip.

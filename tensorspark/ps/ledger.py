@@ -22,6 +22,7 @@ from typing import Any
 
 from tensorspark.ps.rows import CACHE_COUNTERS, PEAK_RSS
 from tensorspark.ps.validation import RequestError, finite_float
+from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
 #: A worker row cache's counters in ``/status`` (:mod:`tensorspark.ps.rowcache`), and the
 #: largest peak RSS a cached worker reported.
@@ -167,4 +168,6 @@ def worker_traffic(status: Mapping[str, Any]) -> dict[str, int]:
         "rows_pulled": int(status.get("rows_pulled", 0)),
         # A worker row cache's (tensorspark.ps.rowcache), 0 without one.
         **{k: int(status.get(k, 0)) for k in CACHE_KEYS},
+        # Dynamic tables' (tensorspark.ps.vocab_route), only with some.
+        **{k: int(status[k]) for k in VOCAB_COUNTERS if k in status},
     }

@@ -367,6 +367,10 @@ class Request(httputil.HTTPMessageDelegate):
             tensors, meta = wire.decode_encoded(payload)
             self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
             store.pull(self._respond, (tensors, meta))
+        elif self.path == "/vocab":  # a chunk's raw ids of dynamic tables (ps/vocab_route.py)
+            tensors, meta = wire.decode_encoded(payload)
+            self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
+            store.pull(self._respond, (tensors, meta), vocab=True)
         elif self.path == "/pull":
             self.partition = query_int(self.query, "partition")
             store.pull(self._respond)

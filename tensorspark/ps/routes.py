@@ -11,6 +11,8 @@ Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON)
 * ``GET  /pull[?partition=P]``  -> wire(global params, {version})
 * ``POST /rows``  wire({T@ids}, {rows, dense, partition}) -> wire(those rows, {version, rows})
   (a worker's row cache: :meth:`~tensorspark.ps.sparse.RowTables.lookup`)
+* ``POST /vocab`` wire({T@keys}, {partition, epoch, seq, versions}) -> wire(rows, map changes)
+  (dynamic tables: :mod:`tensorspark.ps.vocab_route`)
 * ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
   compression, wire} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
@@ -33,6 +35,7 @@ ROUTES = {
     ("POST", "/push"),
     ("GET", "/pull"),
     ("POST", "/rows"),
+    ("POST", "/vocab"),
     ("POST", "/join"),
     ("POST", "/leave"),
     ("GET", "/status"),

@@ -111,6 +111,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
             compression=s.compression,
             combiner_state=combiner_state,
             row_sparse=s.embeddings == "sparse",
+            vocab=(s.vocab, s.vocab_state) if s.vocab else None,
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression
@@ -205,6 +206,16 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         ``rows_since``: of the row-sparse tables, the rows changed after that version only
         (:attr:`Snapshot.rows`). Any thread (runs on the loop)."""
         return self._on_loop(lambda: self._store.snapshot(rows_since), "snapshot()")
+
+    def vocab_maps(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each dynamic table's admitted ``(ids, rows)`` now (:mod:`~.vocab_route`; empty
+        without). Any thread (runs on the loop)."""
+
+        def read() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            vocab = self._store.vocab
+            return {} if vocab is None else {n: m.items() for n, m in vocab.maps.items()}
+
+        return self._on_loop(read, "vocab_maps()")
 
     def reset_progress(self) -> None:
         """Start a new run on this (reused) server: forget per-partition progress and

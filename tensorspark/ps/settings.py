@@ -96,6 +96,10 @@ class ServerSettings:
     shards: int = 1
     cut_timeout: float = 30.0
     embeddings: str = "sparse"
+    #: Dynamic tables (:mod:`tensorspark.ps.vocab_route`): weight name -> spec; the driver
+    #: sets it from the model (``DynamicEmbedding`` layers), with a checkpoint's maps.
+    vocab: dict[str, Any] | None = field(default=None, repr=False)
+    vocab_state: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         resolve = object.__setattr__  # frozen: resolving names is part of making it

@@ -53,6 +53,7 @@ from tensorspark.ps.rows import (
     table_names,
 )
 from tensorspark.ps.validation import RequestError, check_tensors
+from tensorspark.ps.vocab_route import VocabTables
 
 #: Combiners a row-sparse push is applied under (see the module docstring).
 SOUND = (DeltaWeightCombiner, DynSGDCombiner)
@@ -72,15 +73,27 @@ class RowTables:
         enabled: whether row-sparse pushes are taken at all (``embeddings='sparse'``);
             they are only under a combiner :func:`supports`.
         combiner: the store's combiner.
+        vocab: dynamic tables' ``(specs, a checkpoint's maps or None)`` over ``params``.
     """
 
-    def __init__(self, enabled: bool, combiner: WeightCombiner) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        combiner: WeightCombiner,
+        vocab: tuple[Mapping[str, Any], Any] | None = None,
+        params: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self.enabled = bool(enabled) and supports(combiner)
         self.combiner = combiner
         self.versions: dict[str, np.ndarray] = {}
         self._logs: dict[str, ChangeLog] = {}  # the ids each recent version changed
         self.counters = {"row_pushes": 0, "rows_pushed": 0, "rows_pulled": 0}
         self.counters.update(dict.fromkeys(CACHE_COUNTERS, 0))
+        #: Dynamic tables (:mod:`tensorspark.ps.vocab_route`): their maps, and which
+        #: pushed rows are kept.
+        self.vocab: VocabTables | None = None
+        if vocab is not None and vocab[0] and params is not None:
+            self.vocab = VocabTables(vocab[0], params, vocab[1])
 
     def split(
         self,
@@ -113,6 +126,8 @@ class RowTables:
                 f"{self.combiner.name!r} combiner, which needs whole tensors)",
             )
         dense, rows = split(params, tensors, meta)
+        if self.vocab is not None:
+            self.vocab.check_push(meta)
         check_tensors({k: v for k, v in params.items() if k not in rows}, dense)
         for name in rows:
             if name not in self.versions:
@@ -149,17 +164,19 @@ class RowTables:
         self,
         params: dict[str, np.ndarray],
         dense: Mapping[str, wire.Tensor],
-        rows: Mapping[str, Rows],
+        rows: dict[str, Rows],
         info: PushInfo,
+        meta: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Async: apply one row-sparse push to ``params`` in place (and return them), the
-        whole tensors through the combiner and the tables' rows as it would."""
+        """Async: apply one row-sparse push (``meta``: its meta) to ``params`` in place (and
+        return them), the whole tensors through the combiner and the tables' rows as it
+        would."""
         combiner = self.combiner
         scale = 1.0 / (info.staleness + 1) if isinstance(combiner, DynSGDCombiner) else 1.0
         if dense:  # the combiners sparse.supports take compressed deltas
             pushed: Mapping[str, Any] = dense
             params.update(combiner.combine({k: params[k] for k in dense}, pushed, info))
-        for name, part in rows.items():
+        for name, part in self._kept(rows, meta or {}).items():
             if part.ids.size:
                 add_rows(params[name], part, scale)
             self.versions[name][part.ids] = info.current_version + 1
@@ -214,6 +231,7 @@ class RowTables:
         contribution's table: all its rows). It was checked when it arrived."""
         if "rows" in c.meta:
             dense, rows = split(params, c.delta, c.meta)
+            rows = self._kept(rows, c.meta)
         else:
             dense, rows = dict(c.delta), {}
         for name in self.versions:
@@ -221,6 +239,52 @@ class RowTables:
                 whole = compress.as_array(dense.pop(name))
                 rows[name] = Rows(np.arange(whole.shape[0], dtype=np.int64), whole)
         return dense, rows
+
+    def _kept(self, rows: dict[str, Rows], meta: Mapping[str, Any]) -> dict[str, Rows]:
+        """``rows`` without a dynamic table's rows reclaimed since the push's map version
+        (:meth:`~tensorspark.ps.vocab_route.VocabTables.keep`)."""
+        if self.vocab is None:
+            return rows
+        out = dict(rows)
+        for name, part in rows.items():
+            mask = self.vocab.keep(name, meta, part.ids)
+            if mask is not None:
+                out[name] = Rows(part.ids[mask], part.array()[mask])
+        return out
+
+    def with_vocab(
+        self, state: dict[str, np.ndarray], meta: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The combiner's checkpoint state with the dynamic tables' maps beside it (arrays
+        ``"vocab//<table>//<array>"``, meta ``"vocab"``), which a checkpoint, full or an
+        increment, carries as it carries the combiner's (:func:`split_vocab` reads it)."""
+        if self.vocab is None:
+            return state, meta
+        arrays, info = self.vocab.state()
+        return {**state, **{VOCAB_KEY + k: v for k, v in arrays.items()}}, {**meta, "vocab": info}
+
+    def vocab_answer(
+        self,
+        params: dict[str, np.ndarray],
+        tensors: Mapping[str, wire.Tensor],
+        meta: Mapping[str, Any],
+        version: int,
+    ) -> list[Any]:
+        """The answer to ``POST /vocab`` (:meth:`VocabTables.answer`); rows reset for new
+        ids are marked changed at ``version + 1``, when their table is tracked.
+
+        Raises:
+            RequestError: 400: no dynamic tables here, or a bad request.
+        """
+        if self.vocab is None:
+            raise RequestError(400, "this parameter server holds no dynamic tables")
+
+        def mark(name: str, ids: np.ndarray) -> None:
+            if name in self.versions:
+                self.versions[name][ids] = version + 1
+                self._logs[name].record(version + 1, ids)
+
+        return self.vocab.answer(params, tensors, meta, mark)
 
     def answers(self, push: Mapping[str, Any]) -> bool:
         """Whether the answer to ``push`` is row-sparse (it was, and tables are tracked)."""
@@ -313,7 +377,23 @@ class RowTables:
             "row_tables": sorted(self.versions),
             "rows_pushed_per_sync": self.counters["rows_pushed"] / pushes if pushes else 0.0,
             "rows_pulled_per_sync": self.counters["rows_pulled"] / pushes if pushes else 0.0,
+            **(self.vocab.status() if self.vocab is not None else {}),
         }
+
+
+#: The prefix of the dynamic tables' map arrays in a checkpoint's state.
+VOCAB_KEY = "vocab//"
+
+
+def split_vocab(
+    state: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+) -> tuple[tuple[dict, dict], tuple[dict, dict] | None]:
+    """A checkpoint's state as ``((the combiner's arrays, meta), (the maps' arrays, meta)
+    or None)`` (:meth:`RowTables.with_vocab` wrote it)."""
+    maps = {k[len(VOCAB_KEY) :]: v for k, v in state.items() if k.startswith(VOCAB_KEY)}
+    rest = {k: v for k, v in state.items() if not k.startswith(VOCAB_KEY)}
+    others = {k: v for k, v in meta.items() if k != "vocab"}
+    return (rest, others), ((maps, dict(meta["vocab"])) if "vocab" in meta else None)
 
 
 def add_rows(table: np.ndarray, part: Rows, scale: float) -> None:

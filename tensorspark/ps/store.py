@@ -7,13 +7,10 @@ behind ``/status``, and the recycling of parameter sets and request bodies. It c
 driven in a test with plain calls and a fake ``respond``; :mod:`tensorspark.ps.http`
 feeds it requests and :mod:`tensorspark.ps.server` runs it.
 
-Thread ownership: a :class:`Store` is owned by one thread, the parameter server's loop
-thread, and takes no locks. Every method is called on that thread only: by the request
-handlers, by the round timer, and by :class:`~tensorspark.ps.server.ParameterServer`'s
-public methods, which hand their call to the loop with ``IOLoop.add_callback`` (the one
-thread-safe door into the loop) and wait for its result with a timeout. While no loop
-runs (before ``start()``, after ``stop()``) the server calls it directly, one caller at a
-time. The ``respond`` callbacks and ``on_push`` are called on the owning thread.
+Thread ownership: the server's loop thread owns a :class:`Store` (no locks): request
+handlers, the round timer, and :class:`~tensorspark.ps.server.ParameterServer`'s public
+methods, handed to the loop with ``IOLoop.add_callback`` and waited for with a timeout
+(called directly while no loop runs). ``respond`` and ``on_push`` run on that thread.
 
 Exactly once: every push carries ``(partition, epoch, seq)``. The store applies each at
 most once, in order per partition, and counts the rest as duplicates; a retried task asks
@@ -72,11 +69,11 @@ class Store:
         round_timeout: sync mode: how long a round waits for missing workers (needs
             :meth:`set_timers`).
         on_push: ``(meta, status)`` called after each applied, stale or diverged push.
-        compression: a :class:`~tensorspark.ps.compression.Compression`: workers push
-            deltas in its ``push`` codec (told at ``/join``) and every answer carries the
-            weights in its ``pull`` codec. Pushes may be compressed either way.
+        compression: a :class:`~tensorspark.ps.compression.Compression`: workers push in
+            its ``push`` codec (told at ``/join``), answers carry its ``pull`` codec.
         combiner_state: the combiner's state from a checkpoint (arrays, JSON part).
         row_sparse: take row-sparse pushes of embedding tables (:mod:`tensorspark.ps.sparse`).
+        vocab: dynamic tables' ``(specs, a checkpoint's maps or None)`` (:mod:`~.vocab_route`).
 
     Raises:
         ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot
@@ -98,6 +95,7 @@ class Store:
         compression: compress.Compression | str | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
         row_sparse: bool = True,
+        vocab: tuple[Mapping[str, Any], Any] | None = None,
     ) -> None:
         self.combiner = get_combiner(combiner)
         self.compression = compress.get_compression(compression)
@@ -123,7 +121,8 @@ class Store:
         # A consistent snapshot across shards in progress: pushes beyond its target wait.
         self._hold = PushHold()
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
-        self._rows = RowTables(row_sparse, self.combiner)  # per-row versions of tables
+        self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)  # (sparse.py)
+        self.vocab = self._rows.vocab  # dynamic tables' maps (vocab_route.py), or None
 
     # ------------------------------------------------------------------ settings
 
@@ -158,7 +157,7 @@ class Store:
         """A copy of the parameters, with version, progress and the combiner's state;
         ``rows_since``: of each row-sparse table only the rows changed after that version
         (:attr:`Snapshot.rows`, an increment's; the table is left out of ``params``)."""
-        state, state_meta = self.combiner.state()
+        state, state_meta = self._rows.with_vocab(*self.combiner.state())
         current = self._sets.current
         rows = {} if rows_since is None else self._rows.changed_since(current, rows_since)
         return Snapshot(
@@ -203,8 +202,7 @@ class Store:
         """Count a request answered with error ``code`` (404s are not counted)."""
         if code != 404:
             self.ledger.counters["rejected_requests"] += 1
-            if code == 401:
-                self.ledger.counters["unauthorized_requests"] += 1
+            self.ledger.counters["unauthorized_requests"] += code == 401
 
     def count_traffic(self, partition: int | None, received: int, sent: int) -> None:
         """Count one request's bytes and its answer's (headers included)."""
@@ -221,9 +219,8 @@ class Store:
         version, what to push (delta or weights) and how to compress it.
 
         Raises:
-            RequestError: 400 when the worker speaks another wire version (the message
-                says the driver and executors run different tensorspark versions), or for
-                a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
+            RequestError: 400: another wire version (the driver and executors run different
+                tensorspark versions), or a partition beyond the ledger's ``MAX_WORKERS``.
         """
         if wire_version != wire.VERSION:
             raise RequestError(400, wire.version_mismatch(wire_version))
@@ -261,11 +258,16 @@ class Store:
                 self._round.pending.pop(partition, None)
                 self._maybe_complete_round()
 
-    def pull(self, respond: Respond, asked: tuple[Mapping, dict] | None = None) -> None:
-        """``/pull``: every parameter; ``asked``, ``/rows``' (tensors, meta): some rows of
-        tables by id (a worker's row cache, :meth:`RowTables.lookup`)."""
+    def pull(
+        self, respond: Respond, asked: tuple[Mapping, dict] | None = None, vocab: bool = False
+    ) -> None:
+        """``/pull``: every parameter; ``asked``, ``/rows``' (tensors, meta): rows by id
+        (:meth:`RowTables.lookup`), or with ``vocab`` ``/vocab``'s (:mod:`~.vocab_route`)."""
         if asked is None:
             return self._respond_params(respond, "pulled")
+        elif vocab:  # (the answer holds copies)
+            parts = self._rows.vocab_answer(self._sets.current, *asked, self.version)
+            return respond(200, parts, wire.CONTENT_TYPE)
         parts = self._rows.lookup(self._sets.current, *asked, self.version, self.compression)
         respond(200, parts, wire.CONTENT_TYPE, self._sets.lend()[1])  # (lends current)
 
@@ -329,7 +331,7 @@ class Store:
         if not self.combiner.accepts_encoded:
             pushed = {k: compress.as_array(v) for k, v in tensors.items()}
         if rows is not None:  # row-sparse, in place (ps/sparse.py)
-            new = self._rows.apply(self._sets.current, dense, rows, info)
+            new = self._rows.apply(self._sets.current, dense, rows, info, meta)
         elif self._combine_takes_out:
             new = self.combiner.combine(
                 self._sets.current, pushed, info, out=self._sets.take_spare()
@@ -387,7 +389,6 @@ class Store:
         self._bodies.give(body)
 
     # consistent snapshots across shards -------------------------------------------
-
     def reached(self, target: Mapping[int, tuple[int, int]]) -> bool:
         """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
         return progress_reached(self._progress, target)
@@ -416,7 +417,6 @@ class Store:
                 push.respond(err.code, [error_body(err.message)], "application/json")
 
     # sync rounds --------------------------------------------------------------
-
     def _maybe_complete_round(self) -> None:
         """Combine the round when every still-active partition has pushed."""
         assert self.num_workers is not None

@@ -151,6 +151,8 @@ class MicroBatchTrainer:
         # sync server must be made with one, so it starts with 1 until the first batch.
         workers = 1 if settings.mode == "sync" else None
         self.server: RunServer = self.host.acquire(self.initial, workers, checkpoint=resumed)
+        if self.exporter is not None:  # DynamicEmbedding tables: exported with their maps
+            self.exporter.maps = getattr(self.server, "vocab_maps", None)
         self.status.version = self.server.version
         self.error: BaseException | None = None
         self._reader: ArrowReader | None = None

@@ -25,6 +25,7 @@ from tensorspark.errors import ConfigurationError, TensorSparkError
 from tensorspark.export import Export
 from tensorspark.listeners import RunListener
 from tensorspark.models.keras import assign_weights
+from tensorspark.models.vocab_sync import install_maps
 from tensorspark.streaming.batches import BAD_RECORD_POLICIES, MicroBatchTrainer, StreamColumns
 from tensorspark.streaming.board import StreamScalars
 from tensorspark.streaming.replay import StreamReplay
@@ -129,6 +130,7 @@ class StreamingTraining:
         """The driver's Keras model, given the newest weights (any time; the same object
         that was passed to ``fit_stream``)."""
         assign_weights(self._model, self._trainer.params())
+        install_maps(self._model, self._trainer.server)  # DynamicEmbedding layers' maps
         return self._model
 
     def stop(self, timeout: float = STOP_WAIT_S) -> None:

@@ -92,7 +92,7 @@ def _score(live: LiveModel, features: Any) -> Any:
     n = len(features)
     model, version = live.newest()
     if n:
-        rows = arrow_column_to_numpy(features, np.dtype(np.float32)).reshape(n, -1)
+        rows = arrow_column_to_numpy(features, None).reshape(n, -1)  # float32, or int64 ids
         size = live.batch_size
         outputs = np.concatenate(
             [

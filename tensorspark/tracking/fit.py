@@ -48,6 +48,7 @@ from typing import Any
 
 from tensorspark.listeners import RunInfo, RunListener
 from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
+from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
 
@@ -110,6 +111,8 @@ def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
         "stale_pushes": float(status.get("stale_pushes", 0)),
         # A worker row cache's counters, when one ran (tensorspark.ps.rowcache).
         **{k: float(traffic[k]) for k in CACHE_KEYS if traffic[k]},
+        # Dynamic tables' counters, when the model has some (tensorspark.ps.vocab_route).
+        **{k: float(traffic[k]) for k in VOCAB_COUNTERS if k in traffic},
         **checkpoint_metrics(status),
     }
 

@@ -56,6 +56,7 @@ import numpy as np
 from tensorspark.errors import ConfigurationError
 from tensorspark.listeners import RunInfo, RunListener
 from tensorspark.models.keras import assign_weights
+from tensorspark.models.vocab_sync import install_maps
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,8 @@ class KerasCallbacks(RunListener):
         server: the run's parameter server (or None), to send a new learning rate.
         validation: ``(x, y[, sample_weight])`` evaluated at each epoch's end, or None.
         batch_size: the validation's batch size.
+        maps_at: the dynamic tables' maps at an epoch's end (``DynamicEmbedding``; None:
+            none), which the driver's model takes with that epoch's weights.
     """
 
     def __init__(
@@ -178,6 +181,7 @@ class KerasCallbacks(RunListener):
         server: Callable[[], Any],
         validation: tuple[np.ndarray, ...] | None = None,
         batch_size: int = 32,
+        maps_at: Callable[[int], Mapping[str, Any] | None] = lambda epoch: None,
     ) -> None:
         from keras import callbacks as k
 
@@ -194,6 +198,7 @@ class KerasCallbacks(RunListener):
         )
         self.nan_watchers = [c for c in self.list.callbacks if isinstance(c, k.TerminateOnNaN)]
         self._weights_at = weights_at
+        self._maps_at = maps_at
         self._server = server
         self._validation = validation
         self._batch_size = batch_size
@@ -275,6 +280,8 @@ class KerasCallbacks(RunListener):
             weights = server.params()
         if weights:
             assign_weights(self.model, weights)
+            maps = self._maps_at(epoch)  # DynamicEmbedding layers: the map of those rows
+            install_maps(self.model, maps if maps is not None else server)
         logs = {k: float(v) for k, v in metrics.items() if k != "samples"}
         with self._lock:
             if epoch in self._diverged:

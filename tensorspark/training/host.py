@@ -11,6 +11,7 @@ Runs on the driver. Not thread-safe: one run at a time per host.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from tensorspark.ps.protocol import RunServer
 from tensorspark.ps.server import ParameterServer
 from tensorspark.ps.settings import ServerSettings
 from tensorspark.ps.shards import ShardedServer
+from tensorspark.ps.sparse import split_vocab
 from tensorspark.training.watch import PushListener
 
 logger = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ class ServerHost:
             server.reset_progress()
             return server
         version, progress, applied_before, saved_version, combiner_state = 0, None, 0, None, None
+        server_settings = s.server
         if checkpoint is None and self.checkpoints is not None and s.resume:
             checkpoint = resume_state(self.checkpoints, params, s.server.mode)
         if checkpoint is not None:
@@ -161,13 +164,16 @@ class ServerHost:
             saved_version = checkpoint.version
             applied_before = int(checkpoint.meta.get("extra", {}).get("applied_pushes", 0))
             combiner_state = combiner_state_of(checkpoint, s.server.combiner)
+            maps = split_vocab(checkpoint.state, checkpoint.state_meta)[1]
+            if maps is not None and s.server.vocab:  # the dynamic tables' maps, restored
+                server_settings = dataclasses.replace(s.server, vocab_state=maps)
         kind: Any = ParameterServer  # the checkpointer takes either (it types the single one)
         more: dict[str, Any] = {}
         if s.server.shards > 1:
             kind, more = ShardedServer, {"tables": self.tables}
         server = kind(
             params,
-            settings=s.server,
+            settings=server_settings,
             num_workers=num_workers,
             version=version,
             progress=progress,

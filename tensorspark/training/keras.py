@@ -24,9 +24,11 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.evaluation import run_evaluation
 from tensorspark.inputs import Columns, input_for
 from tensorspark.listeners import RunListener
+from tensorspark.models.dynamic_embedding import dynamic_layers
 from tensorspark.models.keras import assign_weights
 from tensorspark.models.keras_checks import KerasFeed, model_shapes
 from tensorspark.models.precision import check_policy
+from tensorspark.models.vocab_sync import install_maps, seeded
 from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, check_callbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
@@ -145,6 +147,9 @@ def _train(
         row_cache=cache_for(model, settings, conf),
     )
     checked, feed = keras_run.checked, keras_run.feed
+    dynamic = bool(dynamic_layers(model))  # DynamicEmbedding tables: maps beside the weights
+    if dynamic:  # a new server starts from the model's own maps (without a checkpoint's)
+        host.settings = seeded(host.settings, model)
     named = {"features_col": columns.features, "label_col": columns.label}
     train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
     train = input_for(sc, data, train_feed, conf=conf, argument="data", **named)
@@ -154,7 +159,9 @@ def _train(
         arrays = _driver_validation(checked, arrays, feed)
     elif validation_data is not None:
         val = input_for(sc, validation_data, feed, conf=conf, argument="validation_data", **named)
-        if callbacks:  # evaluated on the driver while the job runs: its rows are brought here
+        # Evaluated on the driver while the job runs, its rows brought here: with callbacks,
+        # and with DynamicEmbedding tables (each epoch's weights with that epoch's map).
+        if callbacks or dynamic:
             rows = collect_arrays(sc, val, f"tensorspark {settings.name}: validation rows")
             arrays, val = _driver_validation(checked, rows, feed), None
     # Sync mode needs the partitions before the job; a Spark Connect DataFrame can tell
@@ -165,6 +172,7 @@ def _train(
         if val is not None or callbacks or arrays is not None
         else None,
         status=lambda: host.server.status() if host.server is not None else {},
+        maps=(lambda: host.server.vocab_maps()) if dynamic else None,  # type: ignore[union-attr]
     )
     known_rows = train.known_rows
     driven = None  # the Keras callbacks, driven on this thread while the job runs
@@ -178,6 +186,7 @@ def _train(
             server=lambda: host.server,
             validation=arrays,
             batch_size=settings.batch_size,
+            maps_at=snapshots.maps_by_epoch.get,
         )
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
@@ -192,6 +201,7 @@ def _train(
     # server applied, which may include part of the epoch after the stop (the workers
     # heard it at their next sync); restore_best_weights picks an epoch's copy below.
     assign_weights(model, result.params)
+    install_maps(model, host.server)  # DynamicEmbedding layers: the server's id -> row maps
     validation = None
     if driven is not None:
         if driven.error is not None:

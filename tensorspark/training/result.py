@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
+from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
 
 @dataclass
@@ -59,12 +60,18 @@ class EpochSnapshots:
     status: Callable[[], Mapping[str, Any]] | None = None
     #: Per epoch: the workers' traffic and samples applied so far, when the snapshot was taken.
     traffic: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: The dynamic tables' ``(ids, rows)`` by table, read with each weights' copy (optional;
+    #: ``ParameterServer.vocab_maps``), and kept per epoch in :attr:`maps_by_epoch`.
+    maps: Callable[[], dict[str, Any]] | None = None
+    maps_by_epoch: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def on_push(self, meta: Mapping[str, Any], status: str) -> None:
         if status in ("applied", "diverged") and meta.get("epoch_end"):
             epoch = int(meta["epoch"])
             if self.params is not None:
                 self.by_epoch[epoch] = self.params()
+                if self.maps is not None:  # the map the copied rows were trained under
+                    self.maps_by_epoch[epoch] = self.maps()
             self.seconds[epoch] = time.time() - self.started
             if self.status is not None:
                 self.traffic[epoch] = worker_traffic(self.status())
@@ -125,6 +132,11 @@ class History:
             ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_rows_pulled``,
             ``cache_prefetched``, ``cache_prefetch_hits``, ``cache_prefetch_fallbacks`` in
             the epoch and the largest ``worker_peak_rss_bytes`` so far.
+        epoch_vocab: per epoch, the dynamic tables' counters at its end (summed over the
+            tables: ``vocab_rows_in_use``, ``vocab_capacity``, ``vocab_waiting``,
+            ``vocab_admitted``, ``vocab_evicted``, ``vocab_expired``, ``vocab_collisions``,
+            ``vocab_rows_dropped``; :mod:`tensorspark.ps.vocab_route`), or None; empty
+            without ``DynamicEmbedding`` tables.
         checkpoints: the checkpoints the run wrote (``checkpoint_dir``; ``{}`` without;
             with ``server_reusable=True``, those since its server started):
             ``full_total``/``increment_total`` bytes of full checkpoints and increments,
@@ -143,6 +155,7 @@ class History:
     worker_bytes: dict[int, dict[str, int]] = field(init=False)
     epoch_traffic: list[dict[str, int] | None] = field(init=False, default_factory=list)
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
+    epoch_vocab: list[dict[str, int] | None] = field(init=False, default_factory=list)
     checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -184,4 +197,9 @@ def build_history(
     out = History(history, numbers, params, seconds, result, model)
     out.epoch_traffic = [snapshots.traffic.get(e) if snapshots else None for e in numbers]
     out.epoch_rows = epoch_rows(out.epoch_traffic)
+    if any(t is not None and "vocab_capacity" in t for t in out.epoch_traffic):
+        out.epoch_vocab = [
+            None if t is None else {k: t[k] for k in VOCAB_COUNTERS if k in t}
+            for t in out.epoch_traffic
+        ]
     return out

@@ -198,6 +198,23 @@ def test_dashboard_shows_a_worker_row_cache_s_counters(browser) -> None:  # type
 
 
 @pytest.mark.browser
+def test_dashboard_shows_dynamic_tables_rows_in_use_and_admissions(browser) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    spec = {"t": {"capacity": 2, "min_count": 1, "policy": "lfu", "ttl": None, "init": {}}}
+    params = {"t": np.zeros((3, 4), np.float32), "w": np.zeros(8, np.float32)}
+    with ParameterServer(params, port=0, vocab=spec) as ps:
+        with ParameterClient(ps.url, **ps.client_options()) as client:
+            browser.get(dashboard_url(ps.url, ps.status_token))
+            wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+            wait.until(lambda d: d.find_element(By.ID, "vocab-card").is_displayed())
+            client.vocab({"t": np.array([5, 6, 7], np.int64)}, {"t": -1}, (0, 0, 0))
+            client.vocab({"t": np.array([7, 8], np.int64)}, {"t": -1}, (0, 0, 1))
+        wait.until(lambda d: d.find_element(By.ID, "vocab").text == "2 / 2, 4 / 2")
+
+
+@pytest.mark.browser
 def test_dashboard_shows_a_stream_s_rates_and_lag(browser) -> None:  # type: ignore[no-untyped-def]
     """fit_stream annotates the server's /status with the stream's progress; the dashboard
     shows its input and trained rates and the lag to the model in a card of its own."""
