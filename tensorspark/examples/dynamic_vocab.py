@@ -59,20 +59,6 @@ def arm_inputs(arm: str, ids: np.ndarray, capacity: int, vocab: Any = None) -> n
     raise ValueError(f"arm must be one of {ARMS}. Received: arm={arm!r}")
 
 
-def dynamic_embedding_class() -> Any:
-    """``tensorspark.DynamicEmbedding``, or a clear error where this tensorspark has none."""
-    import tensorspark
-
-    try:
-        return tensorspark.__getattr__("DynamicEmbedding")
-    except AttributeError as err:
-        raise RuntimeError(
-            "this tensorspark has no DynamicEmbedding (the dynamic table); use an arm of "
-            f"{[a for a in ARMS if a not in DYNAMIC]}. Received: tensorspark from "
-            f"{tensorspark.__file__}"
-        ) from err
-
-
 def vocab_model(
     arm: str,
     *,
@@ -97,7 +83,9 @@ def vocab_model(
 
     keras.utils.set_random_seed(seed)
     if arm in DYNAMIC:
-        table = dynamic_embedding_class()(
+        from tensorspark import DynamicEmbedding
+
+        table = DynamicEmbedding(
             capacity, dim, min_count=min_count, policy=arm, ttl=ttl, name="emb"
         )
     elif arm in ("hashing", "ceiling"):
