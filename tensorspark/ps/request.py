@@ -375,6 +375,10 @@ class Request(httputil.HTTPMessageDelegate):
             peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
             self.partition = int_field(req, "partition")
             self._json(store.join(self.partition, int_field(req, "attempt"), peer, req.get("wire")))
+        elif self.path == "/heartbeat":  # elastic sync: a worker training (ps/elastic.py)
+            req = json_object(payload, ("partition", "attempt"))
+            self.partition = int_field(req, "partition")
+            self._json({"ok": store.heartbeat(self.partition, int_field(req, "attempt"))})
         elif self.path == "/leave":
             partition, attempt, state = leave_request(payload)
             self.partition = partition

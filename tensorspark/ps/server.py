@@ -111,6 +111,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
             compression=s.compression,
             combiner_state=combiner_state,
             row_sparse=s.embeddings == "sparse",
+            elastic=s.elastic_settings(),
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression

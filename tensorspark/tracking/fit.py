@@ -25,7 +25,9 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
   ``stale_pushes``), and with ``checkpoint_dir`` the checkpoints written so far
   (``checkpoint_bytes_full``/``checkpoint_bytes_increment`` bytes,
   ``checkpoints_full``/``checkpoints_increment``; their run totals again at the last
-  epoch's step when the run ends), from the ``/status`` of the poll that saw the epoch end;
+  epoch's step when the run ends), and in elastic sync mode the rounds completed short
+  (``short_rounds``, ``partitions_lost``, ``partitions_rejoined``, ``seconds_lost``:
+  :mod:`tensorspark.ps.elastic`), from the ``/status`` of the poll that saw the epoch end;
 * each checkpoint written, as the tag ``tensorspark.checkpoint``.
 
 :meth:`TrackedFit.finish` logs what exists only after the job: the ``val_*`` metrics per
@@ -49,7 +51,7 @@ from typing import Any
 from tensorspark.listeners import RunInfo, RunListener
 from tensorspark.tracking.guard import MlflowGuard, guard_for
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
-from tensorspark.training.result import CACHE_KEYS, worker_traffic
+from tensorspark.training.result import CACHE_KEYS, ELASTIC_COUNTERS, worker_traffic
 
 
 def optimizer_params(model: Any) -> dict[str, Any]:
@@ -111,6 +113,8 @@ def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
         # A worker row cache's counters, when one ran (tensorspark.ps.rowcache).
         **{k: float(traffic[k]) for k in CACHE_KEYS if traffic[k]},
         **checkpoint_metrics(status),
+        # Elastic sync's rounds completed short and partitions lost (tensorspark.ps.elastic).
+        **{k: float(status.get(k, 0)) for k in ELASTIC_COUNTERS if status.get("elastic")},
     }
 
 
