@@ -40,6 +40,7 @@ from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
+from tensorspark.ps.heartbeat import Heartbeat
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.prefetch import Prefetch
 from tensorspark.ps.rowcache import RowCache, peak_rss
@@ -81,6 +82,9 @@ class WorkerConfig:
     #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
+    #: Elastic sync (:mod:`tensorspark.ps.elastic`): heartbeats a quarter of ``lost_after`` apart.
+    elastic: bool = False
+    lost_after: float = 60.0
 
     @property
     def passes(self) -> Passes:
@@ -128,6 +132,7 @@ def train_partition(
     """
     client = make_client(config)
     state = "failed"
+    heartbeat: Heartbeat | None = None
     try:
         wait = (
             None
@@ -135,6 +140,8 @@ def train_partition(
             else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
         )
         joined = client.join(partition, attempt, wait=wait)
+        if config.elastic:  # "still training", while chunks train and rounds wait
+            heartbeat = Heartbeat(config, partition, attempt)
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
@@ -177,6 +184,8 @@ def train_partition(
         state = "done"
         return stats
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         try:
             client.leave(partition, attempt, state)
         except Exception:  # the server may be gone already; the original error matters more

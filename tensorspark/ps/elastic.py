@@ -152,6 +152,12 @@ class Membership:
         if self.began is None:
             self.began, self.first_round = now, round_number
         first = partition not in self.seen and partition not in self.absent
+        if partition in self.seen and partition not in self.lost:
+            # A task joins once: Spark reran it before the server noticed (a new attempt, or
+            # attempt 0 of a new stage attempt), so the task before was lost.
+            self.lost.add(partition)
+            self.counters["partitions_lost"] += 1
+            self.lost_in_round = True
         self.attempts[partition] = attempt
         self.seen[partition] = now
         if first and round_number == self.first_round:

@@ -240,6 +240,7 @@ class Store(ConsistentCuts):
         worker.last_seen = time.time()
         if self.mode == "sync":  # a retried attempt replaces what the failed one left waiting
             self._round.joined(partition, attempt)
+            self._maybe_complete_round()  # elastic: the round may not wait for it any more
         done = self._progress.get(partition)
         return {
             "progress": None if done is None else {"epoch": done[0], "seq": done[1]},

@@ -116,6 +116,8 @@ class TrainingRun:
             ssl_cafile=s.ssl_cafile,
             secret=None if server is None else server.client_options().get("secret"),
             join_deadline=time.time() + s.ps_timeout,
+            elastic=s.server.elastic,
+            lost_after=s.server.lost_after,
         )
 
     def execute(
@@ -151,7 +153,7 @@ class TrainingRun:
                 DivergenceError); the message has the worker's traceback.
         """
         name = self.settings.name
-        check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
+        check_partitions(self.sc, self.settings.server, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions)
@@ -244,8 +246,8 @@ class TrainingRun:
             except jobs.StopJob:
                 return None
             except ExecutorLostError as err:
-                if self.settings.mode != "sync":
-                    raise
+                if self.settings.mode != "sync" or self.settings.server.elastic:
+                    raise  # elastic: Spark's retries of the lost task were used up
                 raise sync_executor_lost(err, server.status()) from None
         finally:
             bcast.destroy()

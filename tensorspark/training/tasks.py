@@ -68,5 +68,7 @@ class TrainWork:
 def training_job(
     data: Input, *, bcast: Any, loader: TrainerLoader, config: WorkerConfig
 ) -> JobThunk:
-    """A thunk that runs the training job over ``data`` (barrier stage in sync mode)."""
-    return data.job(TrainWork(bcast, loader, config), config.passes, barrier=config.mode == "sync")
+    """A thunk that runs the training job over ``data`` (a barrier stage in sync mode, a
+    plain one, whose lost tasks Spark reruns, in elastic sync mode)."""
+    barrier = config.mode == "sync" and not config.elastic
+    return data.job(TrainWork(bcast, loader, config), config.passes, barrier=barrier)

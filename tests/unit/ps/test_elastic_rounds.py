@@ -352,3 +352,19 @@ def test_the_counters_reach_history_mlflow_and_the_cli() -> None:
     assert history.elastic["short_rounds"] == 1 and history.elastic["partitions_rejoined"] == 0
     text = format_status({**status, "uptime": 1.0, "started_at": 0.0})
     assert "elastic sync: short rounds 1  partitions lost 1  rejoined 0" in text
+
+
+def test_a_rerun_attempt_before_the_loss_was_noticed_counts_as_lost_and_rejoined() -> None:
+    """Spark noticed the dead worker first and reran its task: the join of the new attempt
+    tells the server the old one is gone; the round waiting for it completes at once."""
+    store, _ = make(num_workers=2, lost_after=300.0)
+    store.join(0, 0), store.join(1, 0)
+    push(store, 0, 0, 1.0), push(store, 1, 0, 1.0)
+    waiting = push(store, 0, 1, 1.0)
+    assert store.join(1, 1)["progress"] == {"epoch": 0, "seq": 0}
+    assert waiting.got == [(200, "applied", 2)]
+    assert counters(store)[:3] == (1, 1, 1)
+    push(store, 0, 2, 1.0)
+    assert store.version == 2  # waits for the rerun attempt from this round on
+    push(store, 1, 1, 1.0, attempt=1)
+    assert store.version == 3
