@@ -15,6 +15,9 @@ host (Worker, executor, Python workers). Then:
   stage, which Spark does not rerun when one of its tasks is lost; tensorspark says so and
   what to do. The server stops, its last checkpoint holds the completed rounds, and
   ``resume=True`` finishes the run with the exact count.
+* **elastic sync** (``elastic=True``): a plain stage; the server goes on without the lost
+  partition after ``lost_after`` (rounds completed short), Spark reruns its task, which
+  rejoins and resumes after its last applied push: the run completes with the exact count.
 
 After each: the driver (this process) is still up, the server's port is closed, no
 tensorspark thread is left; after the application: no spill file and no orphaned process.
@@ -259,6 +262,47 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
         rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
     )
     assert run.accuracy >= 0.80
+
+
+def test_elastic_sync_run_survives_a_lost_executor(
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+) -> None:
+    victim = netns_cluster.net.hosts[0]
+    record: dict[str, Any] = {}
+    killer = _kill_executor(netns_cluster, victim, record)
+    watch = RunWatch()
+    with watch.installed():
+        action = watch.when(_victim_training(victim), killer)
+        try:
+            run = train_tf1(
+                lost_sc,
+                *mnist,
+                name="lost_elastic",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
+                mode="sync",
+                elastic=True,
+                lost_after=5.0,
+            )
+            run.session.close()
+        finally:
+            action.result()
+    assert record["pids"], "nothing was killed"
+    status = run.result.status
+    rows = partition_rows(run.result)
+    assert sum(rows) == 60000
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
+    assert status["samples"] == EPOCHS * 60000
+    assert any(int(p["counts"]["skipped_batches"]) > 0 for p in run.result.partitions)
+    assert status["short_rounds"] > 0
+    assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
+    assert run.accuracy >= 0.80
+    _assert_nothing_of_the_run_left(watch)
 
 
 def test_nothing_left_after_the_application(
