@@ -161,3 +161,21 @@ def test_a_killed_python_worker_s_partition_rejoins_and_the_run_completes(
     assert status["elastic"]["lost"] == []
     accuracy = m.test_accuracy(fashion.test_images[:2000], one_hot(fashion.test_labels[:2000]))
     assert accuracy >= 0.7
+
+
+def _always_fails(index, items):  # type: ignore[no-untyped-def]
+    for i, item in enumerate(items):
+        if index == 1 and i == 500:
+            raise ValueError("partition 1 has a bad row")  # a bug: the same on every attempt
+        yield item
+
+
+@pytest.mark.timeout(180)
+def test_a_partition_that_fails_every_attempt_fails_the_run_with_its_own_error(
+    sc_retry, rows
+) -> None:
+    """A bug, not a loss: Spark's retries run out and the run fails with the task's own
+    error; the rounds of the other partition were not held up for ever meanwhile."""
+    data = sc_retry.parallelize(rows[:4000], 2).mapPartitionsWithIndex(_always_fails)
+    with pytest.raises(sps.WorkerError, match="partition 1 has a bad row"):
+        _train(sc_retry, data, sync_interval=2, elastic=True, lost_after=3.0)
