@@ -264,7 +264,9 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     assert run.accuracy >= 0.80
 
 
-def test_elastic_sync_run_survives_a_lost_executor(
+@pytest.mark.parametrize("what", ["executor", "host"])
+def test_elastic_sync_run_survives(
+    what: str,
     lost_sc: SparkContext,
     mnist: tuple[Any, Any],
     netns_cluster: NetnsCluster,
@@ -272,7 +274,7 @@ def test_elastic_sync_run_survives_a_lost_executor(
 ) -> None:
     victim = netns_cluster.net.hosts[0]
     record: dict[str, Any] = {}
-    killer = _kill_executor(netns_cluster, victim, record)
+    killer = (_kill_executor if what == "executor" else _kill_host)(netns_cluster, victim, record)
     watch = RunWatch()
     with watch.installed():
         action = watch.when(_victim_training(victim), killer)
@@ -280,7 +282,7 @@ def test_elastic_sync_run_survives_a_lost_executor(
             run = train_tf1(
                 lost_sc,
                 *mnist,
-                name="lost_elastic",
+                name=f"lost_elastic_{what}",
                 epochs=EPOCHS,
                 sync_interval=SYNC_INTERVAL,
                 mode="sync",
