@@ -38,6 +38,7 @@ from tensorspark.models.base import TrainerLoader
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.protocol import RunServer
 from tensorspark.training.host import ServerHost
+from tensorspark.training.patience import Patience
 from tensorspark.training.result import TrainResult
 from tensorspark.training.sync import check_partitions, sync_executor_lost
 from tensorspark.training.tasks import training_job
@@ -228,10 +229,16 @@ class TrainingRun:
         """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, job.payload)
         try:
+            patience = None
+            if self.settings.server.elastic and server.num_workers:  # nothing trains: fail
+                wait = tsconf.elastic_patience(self.sc, self.conf)
+                patience = Patience(server.status, wait, server.num_workers)
 
             def poll() -> None:  # what the driver checks every half second
                 self.host.poll()
                 watch.poll()
+                if patience is not None:
+                    patience.poll()
 
             config = self.worker_config(
                 self.host.url_for(server), job.num_epoch, job.shuffle, job.seed

@@ -88,7 +88,12 @@ def check_partitions(
 def check_elastic(sc: Any, conf: tsconf.ConfSnapshot) -> int:
     """Warn (driver) when Spark cannot rerun a lost task of an elastic sync run; returns how
     many times Spark runs a task. Elastic sync then still trains with fewer slots than
-    partitions and under dynamic allocation, but a lost task fails the job."""
+    partitions and under dynamic allocation, but a lost task fails the job.
+
+    Raises:
+        ConfigurationError: a bad ``spark.tensorspark.elastic.patience``.
+    """
+    tsconf.elastic_patience(sc, conf)  # checked before any server starts
     attempts = tsconf.task_attempts(sc, conf)
     if attempts < 2:
         logger.warning(

@@ -67,8 +67,7 @@ def both_executors(lost_sc: SparkContext, netns_cluster: NetnsCluster) -> Iterat
     """Both hosts up, each with an executor of the application, before and after the test."""
 
     def ready() -> None:
-        for host in netns_cluster.net.hosts:
-            netns_cluster.restart_worker(host)  # a no-op unless the test killed the host
+        netns_cluster.restart_workers(netns_cluster.net.hosts)  # those a test killed
         poll(
             lambda: int(lost_sc._jsc.sc().getExecutorMemoryStatus().size()) >= 3,  # noqa: SLF001 - 2 + the driver
             120.0,
@@ -304,6 +303,64 @@ def test_elastic_sync_run_survives(
     assert status["short_rounds"] > 0
     assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
     assert run.accuracy >= 0.80
+    _assert_nothing_of_the_run_left(watch)
+
+
+PATIENCE_S = 15.0
+
+
+def test_elastic_sync_run_with_every_host_lost_fails_after_its_patience(
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+    tmp_path: Path,
+) -> None:
+    """Every host killed: Spark waits for resources for ever, the driver does not. The run
+    fails once nothing has trained for spark.tensorspark.elastic.patience seconds, naming
+    the partitions; its last checkpoint is written for resume=True."""
+    record: dict[str, Any] = {}
+
+    def kill_all(status: dict[str, Any]) -> None:
+        record["partition"] = _victim_partition(status, netns_cluster.net.hosts[0])
+        record["pids"] = [p for h in netns_cluster.net.hosts for p in netns_cluster.kill_host(h)]
+        record["at"] = time.monotonic()
+
+    # The application's live conf (read at each run): this test's patience only.
+    live = lost_sc._jsc.sc().conf()  # noqa: SLF001
+    live.set("spark.tensorspark.elastic.patience", str(PATIENCE_S))
+    checkpoints = str(tmp_path / "ckpt")
+    watch = RunWatch()
+    try:
+        with watch.installed():
+            action = watch.when(_victim_training(netns_cluster.net.hosts[0]), kill_all)
+            try:
+                with pytest.raises(ExecutorLostError) as info:
+                    train_tf1(
+                        lost_sc,
+                        *mnist,
+                        name="lost_elastic_all",
+                        epochs=EPOCHS,
+                        sync_interval=SYNC_INTERVAL,
+                        mode="sync",
+                        elastic=True,
+                        lost_after=5.0,
+                        checkpoint_dir=checkpoints,
+                    )
+                failed_at = time.monotonic()
+            finally:
+                action.result()
+    finally:
+        live.remove("spark.tensorspark.elastic.patience")
+    assert record["pids"], "nothing was killed"
+    assert PATIENCE_S - 5.0 < failed_at - record["at"] < PATIENCE_S + 30.0
+    message = str(info.value)
+    assert message.startswith("elastic sync: no partition has trained for "), message[:300]
+    assert "(spark.tensorspark.elastic.patience)" in message and "resume=True" in message
+    # The partitions not done (both, unless Spark ran one to its end first on one host).
+    assert record["partition"] in info.value.partitions, message
+    assert set(info.value.partitions) <= {0, 1}
+    assert load_checkpoint(checkpoints).meta["extra"]["applied_pushes"] > 0
     _assert_nothing_of_the_run_left(watch)
 
 
