@@ -161,7 +161,7 @@ class Membership:
         self.attempts[partition] = attempt
         self.seen[partition] = now
         if first and round_number == self.first_round:
-            self.since[partition] = 0
+            self.since[partition] = self.first_round
             return
         self._back(partition, round_number)
 

@@ -274,6 +274,8 @@ class Store(ConsistentCuts):
         Raises:
             RequestError: 400: a partition not below ``num_workers``.
         """
+        if self._round.members is None:
+            return False
         if self.num_workers is None or not 0 <= partition < self.num_workers:
             raise RequestError(400, f"no partition {partition} in this run's sync rounds")
         if not self._round.alive(partition, attempt):

@@ -186,6 +186,7 @@ def test_a_stale_attempts_heartbeat_is_ignored_and_only_elastic_takes_them() -> 
         store.heartbeat(5, 0)
     plain = Store({"w": np.zeros(3, np.float32)}, mode="sync", num_workers=2)
     assert plain.heartbeat(0, 0) is False
+    assert Store({"w": np.zeros(3, np.float32)}).heartbeat(0, 0) is False  # async
     assert plain.status()["short_rounds"] == 0  # the counters are always in /status
 
 
