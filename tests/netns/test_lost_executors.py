@@ -306,6 +306,70 @@ def test_elastic_sync_run_survives(
     _assert_nothing_of_the_run_left(watch)
 
 
+def test_elastic_sync_run_survives_its_partition_s_executor_killed_twice(
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+) -> None:
+    """Spot preemption: the same partition's executor killed, and once its rerun has
+    pushed again, the executor it then runs on killed too (the Worker replaces each)."""
+    victim = netns_cluster.net.hosts[0]
+    by_address = {h.address: h for h in netns_cluster.net.hosts}
+    kills: list[dict[str, Any]] = []
+
+    def kill_twice(status: dict[str, Any]) -> None:
+        partition = _victim_partition(status, victim)
+        [row] = [w for w in status["workers"] if int(w["partition"]) == partition]
+        _kill_executor(netns_cluster, victim, record := {})(status)
+        kills.append({**record, "pushes": int(row["pushes"])})
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline:
+            now = watch.status()
+            rows = {int(w["partition"]): w for w in (now or {}).get("workers", ())}
+            back = rows.get(partition, {})
+            if (
+                back.get("state") == "active"
+                and int(back.get("pushes", 0)) >= kills[0]["pushes"] + KILL_AFTER_PUSHES
+                and (now or {}).get("partitions_rejoined", 0) >= 1
+            ):
+                host = by_address[back["host"]]  # where the rerun trains: either host
+                [(pid, executor)] = netns_cluster.executors(host).items()
+                os.kill(pid, signal.SIGKILL)
+                kills.append({"pids": [pid], "executor": executor, "host": host.address})
+                return
+            time.sleep(0.2)
+        raise TimeoutError("the rerun of the killed partition never pushed again")
+
+    watch = RunWatch()
+    with watch.installed():
+        action = watch.when(_victim_training(victim), kill_twice)
+        try:
+            run = train_tf1(
+                lost_sc,
+                *mnist,
+                name="lost_elastic_twice",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
+                mode="sync",
+                elastic=True,
+                lost_after=5.0,
+            )
+            run.session.close()
+        finally:
+            action.result()
+    assert len(kills) == 2, kills
+    status = run.result.status
+    rows = partition_rows(run.result)
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
+    assert status["samples"] == EPOCHS * 60000
+    assert status["partitions_lost"] >= 2 and status["partitions_rejoined"] >= 2
+    assert run.accuracy >= 0.80
+    _assert_nothing_of_the_run_left(watch)
+
+
 PATIENCE_S = 15.0
 
 
