@@ -82,9 +82,7 @@ class WorkerConfig:
     #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
-    #: Elastic sync (:mod:`tensorspark.ps.elastic`): heartbeats a quarter of ``lost_after`` apart.
-    elastic: bool = False
-    lost_after: float = 60.0
+    lost_after: float | None = None  # elastic sync: heartbeats (ps/heartbeat.py); None: not
 
     @property
     def passes(self) -> Passes:
@@ -132,7 +130,7 @@ def train_partition(
     """
     client = make_client(config)
     state = "failed"
-    heartbeat: Heartbeat | None = None
+    heartbeat = Heartbeat(config, partition, attempt)  # elastic sync: beats from the join on
     try:
         wait = (
             None
@@ -140,8 +138,7 @@ def train_partition(
             else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
         )
         joined = client.join(partition, attempt, wait=wait)
-        if config.elastic:  # "still training", while chunks train and rounds wait
-            heartbeat = Heartbeat(config, partition, attempt)
+        heartbeat.start()
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
@@ -184,8 +181,7 @@ def train_partition(
         state = "done"
         return stats
     finally:
-        if heartbeat is not None:
-            heartbeat.stop()
+        heartbeat.stop()
         try:
             client.leave(partition, attempt, state)
         except Exception:  # the server may be gone already; the original error matters more

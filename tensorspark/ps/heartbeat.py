@@ -28,7 +28,7 @@ class Reaching(Protocol):
     @property
     def server_url(self) -> str: ...
     @property
-    def lost_after(self) -> float: ...
+    def lost_after(self) -> float | None: ...
     @property
     def ps_timeout(self) -> float: ...
     @property
@@ -38,32 +38,42 @@ class Reaching(Protocol):
 
 
 class Heartbeat:
-    """Sends ``partition``'s heartbeats to the server ``config`` names until :meth:`stop`,
-    a quarter of its ``lost_after`` apart (``attempt``: the task's attempt number)."""
+    """``partition``'s heartbeats to the server ``config`` names, from :meth:`start` (at
+    the join) until :meth:`stop`, a quarter of its ``lost_after`` apart; none when
+    ``config.lost_after`` is None (not elastic). ``attempt``: the task's attempt number."""
 
     def __init__(self, config: Reaching, partition: int, attempt: int) -> None:
+        self.config = config
         self.partition = partition
         self.attempt = attempt
-        self.interval = heartbeat_interval(config.lost_after)
-        self._client = ParameterClient(
-            config.server_url,
-            timeout=max(1.0, 2 * self.interval),
-            ps_timeout=config.ps_timeout,
-            ssl_cafile=config.ssl_cafile,
-            secret=config.secret,
-        )
-        self._stop = threading.Event()
+        self.interval = 0.0 if config.lost_after is None else heartbeat_interval(config.lost_after)
         self.sent = 0  # heartbeats the server took
-        self._thread = threading.Thread(
-            target=self._run, name=f"tensorspark-heartbeat-{partition}", daemon=True
+        self._stop = threading.Event()
+        self._client: ParameterClient | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start sending (elastic sync only; once)."""
+        if self.config.lost_after is None or self._thread is not None:
+            return
+        self._client = ParameterClient(
+            self.config.server_url,
+            timeout=max(1.0, 2 * self.interval),
+            ps_timeout=self.config.ps_timeout,
+            ssl_cafile=self.config.ssl_cafile,
+            secret=self.config.secret,
         )
+        self._thread = threading.Thread(
+            target=self._run, args=(self._client,), name=f"tensorspark-heartbeat-{self.partition}"
+        )
+        self._thread.daemon = True
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, client: ParameterClient) -> None:
         replaced = False
         while not self._stop.wait(self.interval):
             try:
-                ok = self._client.heartbeat(self.partition, self.attempt, wait=self.interval)
+                ok = client.heartbeat(self.partition, self.attempt, wait=self.interval)
             except Exception as err:  # the next one may get through; the loop's own requests decide
                 logger.debug("partition %s: heartbeat failed: %s", self.partition, err)
                 continue
@@ -79,7 +89,10 @@ class Heartbeat:
                 )
 
     def stop(self) -> None:
-        """Stop sending and wait for the thread (bounded by a request's timeouts)."""
+        """Stop sending and wait for the thread (bounded by a request's timeouts); nothing
+        when it never started."""
+        if self._thread is None or self._client is None:
+            return
         self._stop.set()
         self._thread.join(timeout=4 * self.interval + 5.0)
         if self._thread.is_alive():  # pragma: no cover - a request stuck past its timeouts

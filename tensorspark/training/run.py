@@ -117,8 +117,7 @@ class TrainingRun:
             ssl_cafile=s.ssl_cafile,
             secret=None if server is None else server.client_options().get("secret"),
             join_deadline=time.time() + s.ps_timeout,
-            elastic=s.server.elastic,
-            lost_after=s.server.lost_after,
+            lost_after=s.server.lost_after if s.server.elastic else None,
         )
 
     def execute(

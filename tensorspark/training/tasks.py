@@ -70,5 +70,5 @@ def training_job(
 ) -> JobThunk:
     """A thunk that runs the training job over ``data`` (a barrier stage in sync mode, a
     plain one, whose lost tasks Spark reruns, in elastic sync mode)."""
-    barrier = config.mode == "sync" and not config.elastic
+    barrier = config.mode == "sync" and config.lost_after is None
     return data.job(TrainWork(bcast, loader, config), config.passes, barrier=barrier)

@@ -20,13 +20,14 @@ def test_heartbeats_keep_a_slow_partition_in_the_round_and_the_thread_ends() -> 
     options = dict(mode="sync", num_workers=2, elastic=True, lost_after=1.0)
     with ParameterServer(params, **options) as server:
         secret = server.client_options()["secret"]
-        config = WorkerConfig(server.url, mode="sync", elastic=True, lost_after=1.0, secret=secret)
+        config = WorkerConfig(server.url, mode="sync", lost_after=1.0, secret=secret)
         with (
             ParameterClient(server.url, secret=secret) as a,
             ParameterClient(server.url, secret=secret) as b,
         ):
             a.join(0, 0), b.join(1, 0)
             beat = Heartbeat(config, 1, 0)  # partition 1 "trains" for 3 s: 12 lost_after/4
+            beat.start()
             try:
                 result: dict[str, object] = {}
                 meta = {"epoch": 0, "seq": 0, "attempt": 0, "samples": 1, "base_version": 0}

