@@ -113,3 +113,8 @@ def check_divergence(on_divergence: str) -> str:
             f"on_divergence must be one of {DIVERGENCE}. Received: on_divergence={on_divergence!r}"
         )
     return on_divergence
+
+
+def method_arguments(names: dict[str, Any]) -> dict[str, Any]:
+    """A method's arguments from its ``locals()`` taken first thing, without ``self``."""
+    return {name: value for name, value in names.items() if name != "self"}

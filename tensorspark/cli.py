@@ -122,6 +122,12 @@ def format_status(status: Mapping[str, Any]) -> str:
         f"stale {status.get('stale_pushes', 0)}  diverged {status.get('diverged_pushes', 0)}  "
         f"samples {status['samples']}  updates/s {float(status.get('updates_per_sec', 0.0)):.1f}",
     ]
+    if status.get("elastic"):  # elastic sync (tensorspark.ps.elastic)
+        lines.append(
+            f"elastic sync: short rounds {status.get('short_rounds', 0)}  partitions lost "
+            f"{status.get('partitions_lost', 0)}  rejoined {status.get('partitions_rejoined', 0)}"
+            f"  seconds lost {float(status.get('seconds_lost', 0.0)):.1f}"
+        )
     averager = LossAverager()
     averager.add(status.get("history") or [])
     if averager.latest is not None:

@@ -26,6 +26,10 @@ spark.tensorspark.ssl.cafile            ssl_cafile               none
 spark.tensorspark.compression           compression              none (float32); bf16, fp16, int8
 spark.tensorspark.ps.shards             ps_shards                1 (one server thread)
 spark.tensorspark.rowCache              row_cache                auto; rows per table, a size, off
+spark.tensorspark.elastic               elastic                  false (sync: one barrier stage)
+spark.tensorspark.elastic.lostAfter     lost_after               60 (seconds)
+spark.tensorspark.elastic.minWorkers    min_workers              1
+spark.tensorspark.elastic.patience      (elastic sync)           600 (seconds nothing trains)
 spark.tensorspark.webhdfs.url           (storage)                from dfs.namenode.http-address
 spark.tensorspark.warmup.enabled        warm_up                  on (off with dynamic allocation)
 spark.tensorspark.warmup.pools          (warm-up)                auto: rdd, and dataframe when
@@ -295,6 +299,49 @@ def dynamic_allocation(sc: Any, conf: ConfSnapshot | None = None) -> bool:
     """Whether ``spark.dynamicAllocation.enabled`` is on (driver)."""
     value = snapshot(sc, conf).get("spark.dynamicAllocation.enabled", "false")
     return str(value).strip().lower() == "true"
+
+
+#: Seconds an elastic sync run waits with no partition training before it fails.
+DEFAULT_ELASTIC_PATIENCE = 600.0
+ELASTIC_PATIENCE_KEY = "spark.tensorspark.elastic.patience"
+
+
+def elastic_patience(sc: Any, conf: ConfSnapshot | None = None) -> float:
+    """``spark.tensorspark.elastic.patience``: seconds an elastic sync run goes on with no
+    partition training (every executor lost) before it fails (driver;
+    :mod:`tensorspark.training.patience`).
+
+    Raises:
+        ConfigurationError: not a positive number of seconds.
+    """
+    text = snapshot(sc, conf).get(ELASTIC_PATIENCE_KEY)
+    if text is None:
+        return DEFAULT_ELASTIC_PATIENCE
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigurationError(
+            f"{ELASTIC_PATIENCE_KEY} must be a positive number of seconds. Received: {text!r}"
+        )
+    return value
+
+
+def task_attempts(sc: Any, conf: ConfSnapshot | None = None) -> int:
+    """How many times Spark runs a task before it fails the job (driver): a local master
+    ``local[N,F]`` F times, ``local``/``local[N]`` once (no retries), a cluster
+    ``spark.task.maxFailures`` times (default 4)."""
+    c = snapshot(sc, conf)
+    master = c.master.strip()
+    if master == "local" or master.startswith("local["):
+        inside = master[len("local[") : -1] if master.endswith("]") else ""
+        parts = inside.split(",")
+        return int(parts[1]) if len(parts) == 2 and parts[1].strip().isdigit() else 1
+    try:
+        return int(str(c.get("spark.task.maxFailures", "4")).strip())
+    except ValueError:
+        return 4
 
 
 def python_worker_reuse(sc: Any, conf: ConfSnapshot | None = None) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorspark import connect, session_jobs
+from tensorspark.arguments import method_arguments as _arguments
 from tensorspark.checkpoint import CheckpointManager
 from tensorspark.listeners import RunListener
 from tensorspark.ps.combiners import WeightCombiner
@@ -28,11 +29,6 @@ from tensorspark.warmup.calls import keeps_workers_warm
 
 if TYPE_CHECKING:
     from tensorspark.streaming import StreamingTraining
-
-
-def _arguments(names: dict[str, Any]) -> dict[str, Any]:
-    """A method's arguments from its ``locals()`` taken first thing, without ``self``."""
-    return {name: value for name, value in names.items() if name != "self"}
 
 
 @add_views
@@ -49,9 +45,8 @@ class SparkSession:
         server_host: address the executors use to reach the parameter server; default
             ``spark.tensorspark.server.host`` or ``spark.driver.host`` (Spark Connect: this
             machine's address towards the Connect server).
-        server_bind_host: address the server binds to, when it differs from the one the
-            executors are told (``"0.0.0.0"`` behind NAT, in a container); default
-            ``spark.tensorspark.server.bind`` or ``server_host``.
+        server_bind_host: address the server binds to, if not the one executors are told
+            (``"0.0.0.0"`` behind NAT); default ``spark.tensorspark.server.bind``, ``server_host``.
         server_port: port (0 = a free one) or ``(first, last)`` range.
         sync_interval: mini-batches a worker trains between push/pulls.
         batch_size: examples per mini-batch.
@@ -104,6 +99,9 @@ class SparkSession:
             the session is in use (:mod:`tensorspark.warmup`; README "Cold starts"). Default
             ``spark.tensorspark.warmup.enabled``, else on, except under dynamic allocation.
             Never changes results; :attr:`warmup` reports what it did.
+        elastic: sync rounds go on without a lost partition; Spark reruns its task, which rejoins.
+        lost_after: elastic: seconds without a push or heartbeat before a partition is lost.
+        min_workers: elastic: fewest contributions a short round completes with (default 1).
     """
 
     def __init__(
@@ -148,10 +146,12 @@ class SparkSession:
         warm_up: bool | None = None,
         embeddings: str = "sparse",
         row_cache: int | str | None = None,
+        elastic: bool | None = None,
+        lost_after: float | None = None,
+        min_workers: int | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "sc", "session")}
-        sc = connect.spark_handle(sc)
-        self.sc = sc
+        self.sc = sc = connect.spark_handle(sc)
         self.session = session
         self.user = user
         self.custom_objects = custom_objects

@@ -202,6 +202,10 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             compression=get_compression(options["compression"]),
             shards=positive_int("ps_shards", options["ps_shards"]),
             embeddings=v["embeddings"],
+            # Elastic sync (ps.elastic); the conf's elastic=true applies to sync runs only.
+            elastic=bool(options["elastic"]) and (v["elastic"] is not None or v["mode"] == "sync"),
+            lost_after=options["lost_after"],  # checked there
+            min_workers=options["min_workers"],
         ),
         row_cache=parse_row_cache("row_cache", options["row_cache"]),
     )

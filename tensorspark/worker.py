@@ -41,6 +41,7 @@ from tensorspark.ps.client import ParameterClient, PushResult
 from tensorspark.ps.compression import Compression, ErrorFeedback
 from tensorspark.ps.control import read_control
 from tensorspark.ps.fanout import ShardedClient
+from tensorspark.ps.heartbeat import Heartbeat
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.prefetch import Prefetch
 from tensorspark.ps.rowcache import RowCache, peak_rss
@@ -82,6 +83,7 @@ class WorkerConfig:
     #: (:meth:`tensorspark.ps.layout.Layout.to_json`); empty for one server.
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
+    lost_after: float | None = None  # elastic sync: heartbeats (ps/heartbeat.py); None: not
 
     @property
     def passes(self) -> Passes:
@@ -129,6 +131,7 @@ def train_partition(
     """
     client = make_client(config)
     state = "failed"
+    heartbeat = Heartbeat(config, partition, attempt)  # elastic sync: beats from the join on
     try:
         wait = (
             None
@@ -136,6 +139,7 @@ def train_partition(
             else max(_MIN_JOIN_WAIT, config.join_deadline - time.time())
         )
         joined = client.join(partition, attempt, wait=wait)
+        heartbeat.start()
         done = joined.get("progress")
         resume_after = (int(done["epoch"]), int(done["seq"])) if done else None
         payload = str(joined.get("payload", "delta"))
@@ -180,6 +184,7 @@ def train_partition(
         state = "done"
         return stats
     finally:
+        heartbeat.stop()
         try:
             client.leave(partition, attempt, state)
         except Exception:  # the server may be gone already; the original error matters more

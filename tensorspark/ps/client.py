@@ -261,6 +261,12 @@ class ParameterClient:
         """Tell the server this worker is ``"done"`` or ``"failed"``."""
         self._json("POST", "/leave", {"partition": partition, "attempt": attempt, "state": state})
 
+    def heartbeat(self, partition: int, attempt: int, wait: float | None = None) -> bool:
+        """Elastic sync: tell the server this worker trains (:mod:`tensorspark.ps.elastic`);
+        False: the server knows a newer attempt of the partition. ``wait`` bounds the retries."""
+        body = {"partition": partition, "attempt": attempt}
+        return bool(self._json("POST", "/heartbeat", body, wait=wait).get("ok"))
+
     def status(self) -> dict[str, Any]:
         """The server's ``/status`` JSON."""
         return self._json("GET", "/status", None)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import wire
-from tensorspark.ps.rounds import Respond
+from tensorspark.ps.rounds import Respond, error_body
+from tensorspark.ps.validation import RequestError
 
 #: Per partition, the last applied ``(epoch, seq)``.
 Progress = Mapping[int, tuple[int, int]]
@@ -85,6 +86,46 @@ class PushHold:
         self._waiters.clear()
         held, self.held = self.held, []
         return held
+
+
+class ConsistentCuts:
+    """The :class:`~tensorspark.ps.store.Store`'s part in a consistent snapshot across
+    shards: its progress checked against a target, pushes beyond it held (loop thread)."""
+
+    _hold: PushHold
+    _progress: dict[int, tuple[int, int]]
+
+    def push(
+        self, tensors: Mapping[str, wire.Tensor], meta: dict[str, Any], respond: Respond
+    ) -> bool:
+        raise NotImplementedError  # the store's
+
+    def reached(self, target: Mapping[int, tuple[int, int]]) -> bool:
+        """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
+        return reached(self._progress, target)
+
+    def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
+        named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
+        progress now, which may already lie beyond ``target`` (then hold a larger one).
+        Held pushes a raised ``target`` covers are applied now (:class:`PushHold`)."""
+        self._apply_held(self._hold.hold(target))
+        return dict(self._progress)
+
+    def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
+        """Set ``event`` once :meth:`reached` ``(target)`` holds (at once if it does)."""
+        self._hold.notify_reached(self._progress, target, event)
+
+    def release(self) -> None:
+        """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
+        self._apply_held(self._hold.release())
+
+    def _apply_held(self, pushes: list[HeldPush]) -> None:
+        for push in pushes:
+            try:
+                self.push(push.tensors, push.meta, push.respond)
+            except RequestError as err:  # checked when it arrived; cannot happen twice
+                push.respond(err.code, [error_body(err.message)], "application/json")
 
 
 def _where(meta: Mapping[str, Any]) -> tuple[int, int, int]:

@@ -41,7 +41,7 @@ from tensorspark.ps.routes import (
     shown,
 )
 from tensorspark.ps.store import Store
-from tensorspark.ps.validation import RequestError, int_field
+from tensorspark.ps.validation import RequestError, int_field, int_fields
 
 logger = logging.getLogger(__name__)
 
@@ -379,6 +379,9 @@ class Request(httputil.HTTPMessageDelegate):
             peer = getattr(getattr(self.conn, "context", None), "remote_ip", None)
             self.partition = int_field(req, "partition")
             self._json(store.join(self.partition, int_field(req, "attempt"), peer, req.get("wire")))
+        elif self.path == "/heartbeat":  # elastic sync: a worker training (ps/elastic.py)
+            req = json_object(payload, ("partition", "attempt"))
+            self._json({"ok": store.heartbeat(*int_fields(req, "partition", "attempt"))})
         elif self.path == "/leave":
             partition, attempt, state = leave_request(payload)
             self.partition = partition

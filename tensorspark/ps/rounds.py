@@ -4,7 +4,8 @@ A round completes when every partition still taking part has pushed once; the
 :class:`~tensorspark.ps.store.Store` then combines the sample-weighted mean of the
 contributions (:func:`weighted_mean`) into one new version. A round that waits longer
 than its timeout for a partition is failed: every contribution waiting in it is answered
-with 503, and the workers retry.
+with 503, and the workers retry. In elastic sync mode a :class:`~tensorspark.ps.elastic.Membership`
+says which partitions take part, and a round completes short without a lost one.
 
 Thread ownership: owned by the store's thread (the server's loop thread), like the store;
 no locks.
@@ -13,6 +14,7 @@ no locks.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +23,7 @@ import numpy as np
 
 import tensorspark.ps.compression as compress
 from tensorspark import wire
+from tensorspark.ps.elastic import COUNTERS, ElasticSettings, Membership
 
 #: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
 #: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
@@ -81,19 +84,119 @@ class SyncRound:
 
     Args:
         timeout: how long a round waits for missing partitions (once timers are set).
+        elastic: elastic sync's settings (:mod:`tensorspark.ps.elastic`), or None.
+        clock: elastic sync's monotonic clock (a fake one in tests).
     """
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        elastic: ElasticSettings | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.timeout = timeout
         self.number = 0  # rounds completed
         self.pending: dict[int, Contribution] = {}
         self._timers: Timers | None = None
         self._timer: Any = None
+        self.members: Membership | None = None
+        if elastic is not None:  # num_workers: the store's, set at each ready()
+            self.members = Membership(0, elastic, clock or time.monotonic)
+        #: Elastic: called when a partition may have been lost (the store's round check).
+        self.on_check: Callable[[], None] | None = None
+        self._check: Any = None
+
+    # members (elastic sync) -------------------------------------------------------
+
+    def joined(self, partition: int, attempt: int) -> None:
+        """A task of ``partition`` joined: it replaces what an earlier attempt left waiting."""
+        self.pending.pop(partition, None)
+        if self.members is not None:
+            self.members.joined(partition, attempt, self.number)
+
+    def alive(self, partition: int, attempt: int) -> bool:
+        """A push or heartbeat of ``partition``'s ``attempt`` (elastic); False: an older
+        attempt than the partition's latest, or not elastic."""
+        return self.members is not None and self.members.alive(partition, attempt, self.number)
+
+    def add(self, contribution: Contribution) -> None:
+        """Take ``contribution`` into the round (replacing its partition's earlier one)."""
+        if self.members is not None:
+            self.members.contributed(first_in_round=not self.pending)
+        self.pending[contribution.partition] = contribution
+
+    def left(self, partition: int, state: str) -> None:
+        """``partition``'s task left (``"done"`` or ``"failed"``): nothing of it waits."""
+        self.pending.pop(partition, None)
+        if self.members is not None and state == "failed":
+            self.members.failed(partition)
+
+    def lost(self) -> set[int]:
+        """Elastic: the partitions lost now (empty otherwise)."""
+        return set() if self.members is None else set(self.members.lost)
+
+    def status(self) -> dict[str, Any]:
+        """Elastic sync's counters for ``/status`` (zeros when not elastic)."""
+        if self.members is None:
+            return {**dict.fromkeys(COUNTERS, 0), "seconds_lost": 0.0}
+        return self.members.status()
+
+    def reset(self) -> None:
+        """A new run on this server: nobody has joined."""
+        if self.members is not None:
+            self.members.reset()
+
+    def ready(self, num_workers: int, states: dict[int, str]) -> list[Contribution] | None:
+        """The round's contributions, in partition order, when it may complete now (the
+        round is then over); else None, with its timers armed. ``states``: each known
+        partition's worker state (``"done"``, ``"failed"``...)."""
+        if self.members is None:
+            left = {p for p, state in states.items() if state in ("done", "failed")}
+            waiting = self.waiting_for(num_workers, left)
+            if not self.pending:
+                return None
+            if waiting:
+                self.arm(waiting)
+                return None
+            return self.complete()
+        members = self.members
+        members.num_workers = num_workers
+        finished = {p for p, state in states.items() if state == "done"}
+        if not self.pending:
+            return None
+        members.expire(self.number, self.pending, finished)
+        waiting = members.waiting_for(self.number, self.pending, finished)
+        if not waiting and members.enough(len(self.pending), finished):
+            members.completed(list(self.pending), finished)
+            return self.complete()
+        self.arm(waiting or sorted(members.lost | members.absent))
+        self._arm_check(members.next_check(self.number, self.pending, finished))
+        return None
+
+    def _arm_check(self, delay: float | None) -> None:
+        """Check the round again in ``delay`` seconds (when a waited-for partition may be
+        lost), replacing an earlier check."""
+        self._cancel_check()
+        if delay is None or self._timers is None or self.on_check is None:
+            return
+        check = self.on_check
+
+        def fire() -> None:
+            self._check = None
+            check()
+
+        self._check = self._timers.call_later(delay + 0.01, fire)
+
+    def _cancel_check(self) -> None:
+        if self._check is not None and self._timers is not None:
+            self._timers.remove_timeout(self._check)
+        self._check = None
 
     def set_timers(self, timers: Timers | None) -> None:
         """Time rounds out on ``timers`` (the running loop), or stop doing so (None)."""
         if timers is None:
             self._cancel_timer()
+            self._cancel_check()
         self._timers = timers
 
     def waiting_for(self, num_workers: int, left: set[int]) -> list[int]:
@@ -108,6 +211,7 @@ class SyncRound:
         self.pending.clear()
         self.number += 1
         self._cancel_timer()
+        self._cancel_check()
         return contributions
 
     def arm(self, waiting_for: list[int]) -> None:
@@ -129,6 +233,7 @@ class SyncRound:
         """Answer every contribution waiting in the round with 503 ``message``."""
         contributions = list(self.pending.values())
         self.pending.clear()
+        self._cancel_check()
         for c in contributions:
             c.respond(503, [error_body(message)], "application/json")
 

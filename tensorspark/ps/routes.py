@@ -16,6 +16,8 @@ Endpoints (binary bodies use :mod:`tensorspark.wire`; control messages are JSON)
 * ``POST /join``  JSON {partition, attempt, wire} -> JSON {progress, version, mode, payload,
   compression, wire} (the worker's address is recorded as its ``host``)
 * ``POST /leave`` JSON {partition, attempt, state} -> JSON {ok}
+* ``POST /heartbeat`` JSON {partition, attempt} -> JSON {ok} (elastic sync: the worker
+  trains; ``ok`` false for an attempt a newer one replaced; :mod:`tensorspark.ps.elastic`)
 * ``GET  /status`` -> JSON (version, applied_pushes, duplicate_pushes, workers, ...)
 * ``GET  /``      the live dashboard (:mod:`tensorspark.ps.dashboard`)
 """
@@ -38,6 +40,7 @@ ROUTES = {
     ("POST", "/vocab"),
     ("POST", "/join"),
     ("POST", "/leave"),
+    ("POST", "/heartbeat"),
     ("GET", "/status"),
     ("GET", "/"),  # the live dashboard (tensorspark.ps.dashboard)
 }

@@ -112,6 +112,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
             combiner_state=combiner_state,
             row_sparse=s.embeddings == "sparse",
             vocab=(s.vocab, s.vocab_state) if s.vocab else None,
+            elastic=s.elastic_settings(),
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression

@@ -32,6 +32,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
 from tensorspark.ps.compression import Compression, get_compression
+from tensorspark.ps.elastic import DEFAULT_LOST_AFTER, ElasticSettings
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,10 @@ class ServerSettings:
         cut_timeout: with shards, seconds a consistent snapshot waits for them to line up.
         embeddings: ``"sparse"``: embedding tables travel row-sparse where the combiner
             allows (:mod:`tensorspark.ps.sparse`); ``"dense"``: whole, like every tensor.
+        elastic: sync mode: rounds wait only for active partitions and go on without a
+            lost one (:mod:`tensorspark.ps.elastic`); one server only (``shards=1``).
+        lost_after: elastic: seconds without a push or heartbeat before a partition is lost.
+        min_workers: elastic: fewest contributions a short round completes with.
     """
 
     combiner: WeightCombiner = field(default_factory=lambda: get_combiner(None))
@@ -100,6 +105,9 @@ class ServerSettings:
     #: sets it from the model (``DynamicEmbedding`` layers), with a checkpoint's maps.
     vocab: dict[str, Any] | None = field(default=None, repr=False)
     vocab_state: Any = field(default=None, repr=False)
+    elastic: bool = False
+    lost_after: float = DEFAULT_LOST_AFTER
+    min_workers: int = 1
 
     def __post_init__(self) -> None:
         resolve = object.__setattr__  # frozen: resolving names is part of making it
@@ -133,12 +141,33 @@ class ServerSettings:
             "shards",
             whole_setting("shards", self.shards, "shards must be a positive integer."),
         )
+        self._check_elastic()
         if self.shards > 1 and builtin_name(self.combiner) is None:
             raise ConfigurationError(
                 "ps_shards > 1 rebuilds the combiner in each shard process from its name, so it "
                 "must be one of the built-in combiners; use ps_shards=1 for a custom one. "
                 f"Received: {type(self.combiner).__name__}"
             )
+
+    def _check_elastic(self) -> None:
+        ElasticSettings(self.lost_after, self.min_workers)  # checked even when not elastic
+        if not self.elastic:
+            return
+        if self.mode != "sync":
+            raise ConfigurationError(
+                "elastic=True is a kind of sync mode (rounds that go on without a lost "
+                f"partition); pass mode='sync'. Received: mode={self.mode!r}"
+            )
+        if self.shards > 1:
+            raise ConfigurationError(
+                "elastic sync mode runs on one parameter server: each shard would decide on "
+                "its own which partitions a round waits for, and the shards' rounds would "
+                f"disagree. Pass ps_shards=1 with elastic=True. Received: shards={self.shards}"
+            )
+
+    def elastic_settings(self) -> ElasticSettings | None:
+        """Elastic sync's settings for the store, or None when not elastic."""
+        return ElasticSettings(self.lost_after, self.min_workers) if self.elastic else None
 
     def replace(self, **changes: Any) -> ServerSettings:
         """A copy with ``changes``, checked again."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,8 +31,8 @@ import tensorspark.ps.compression as compress
 from tensorspark import wire
 from tensorspark.ps.buffers import BodyPool, ParamSets
 from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
-from tensorspark.ps.holds import HeldPush, PushHold
-from tensorspark.ps.holds import reached as progress_reached
+from tensorspark.ps.elastic import ElasticSettings
+from tensorspark.ps.holds import ConsistentCuts, HeldPush, PushHold
 from tensorspark.ps.ledger import Ledger, WorkerState
 from tensorspark.ps.push_checks import classify, read_push
 from tensorspark.ps.rounds import (
@@ -41,7 +40,6 @@ from tensorspark.ps.rounds import (
     Respond,
     SyncRound,
     Timers,
-    error_body,
     round_weights,
 )
 from tensorspark.ps.settings import check_settings, sync_workers
@@ -54,7 +52,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["Respond", "Snapshot", "Store", "Timers"]
 
 
-class Store:
+class Store(ConsistentCuts):
     """The global parameters and everything pushes change. Owned by one thread (see the
     module docstring); not thread-safe.
 
@@ -74,6 +72,9 @@ class Store:
         combiner_state: the combiner's state from a checkpoint (arrays, JSON part).
         row_sparse: take row-sparse pushes of embedding tables (:mod:`tensorspark.ps.sparse`).
         vocab: dynamic tables' ``(specs, a checkpoint's maps or None)`` (:mod:`~.vocab_route`).
+        elastic: sync mode: rounds wait only for active partitions
+            (:mod:`tensorspark.ps.elastic`); None: for every partition that has not left.
+        clock: elastic sync's monotonic clock (a fake one in tests).
 
     Raises:
         ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot
@@ -96,6 +97,8 @@ class Store:
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
         row_sparse: bool = True,
         vocab: tuple[Mapping[str, Any], Any] | None = None,
+        elastic: ElasticSettings | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.combiner = get_combiner(combiner)
         self.compression = compress.get_compression(compression)
@@ -116,7 +119,8 @@ class Store:
             int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
         }
         self.ledger = Ledger()
-        self._round = SyncRound(round_timeout)  # sync mode's round in progress
+        self._round = SyncRound(round_timeout, elastic, clock)  # sync mode's round in progress
+        self._round.on_check = self._maybe_complete_round  # elastic: a partition may be lost
         self._bodies = BodyPool()
         # A consistent snapshot across shards in progress: pushes beyond its target wait.
         self._hold = PushHold()
@@ -184,6 +188,7 @@ class Store:
             "model_bytes": self.model_bytes,
             "round": self._round.number,
         }
+        status.update(self._round.status())  # elastic sync's counters (ps/elastic.py)
         status.update(self.ledger.status())
         status.update(self._rows.status())
         return status
@@ -197,6 +202,7 @@ class Store:
         self.ledger.forget_workers()
         self.control = {}
         self.fail_round("a new run started on this parameter server")
+        self._round.reset()
 
     def count_refused(self, code: int) -> None:
         """Count a request answered with error ``code`` (404s are not counted)."""
@@ -229,9 +235,9 @@ class Store:
         worker.host = host
         worker.state = "active"
         worker.last_seen = time.time()
-        if self.mode == "sync" and partition in self._round.pending:
-            # A retried attempt replaces what the failed one left waiting in the round.
-            del self._round.pending[partition]
+        if self.mode == "sync":  # a retried attempt replaces what the failed one left waiting
+            self._round.joined(partition, attempt)
+            self._maybe_complete_round()  # elastic: the round may not wait for it any more
         done = self._progress.get(partition)
         return {
             "progress": None if done is None else {"epoch": done[0], "seq": done[1]},
@@ -255,8 +261,25 @@ class Store:
             worker.state = state
             worker.last_seen = time.time()
             if self.mode == "sync":
-                self._round.pending.pop(partition, None)
+                self._round.left(partition, state)
                 self._maybe_complete_round()
+
+    def heartbeat(self, partition: int, attempt: int) -> bool:
+        """Elastic sync: ``partition``'s worker trains (:mod:`~tensorspark.ps.elastic`).
+        False: an attempt older than the partition's latest, or a server not elastic.
+
+        Raises:
+            RequestError: 400: a partition not below ``num_workers``.
+        """
+        if self._round.members is None:
+            return False
+        if self.num_workers is None or not 0 <= partition < self.num_workers:
+            raise RequestError(400, f"no partition {partition} in this run's sync rounds")
+        if not self._round.alive(partition, attempt):
+            return False
+        worker = self.ledger.worker(partition, attempt=attempt)
+        worker.last_seen, worker.state = time.time(), "active"
+        return True
 
     def pull(
         self, respond: Respond, asked: tuple[Mapping, dict] | None = None, vocab: bool = False
@@ -295,10 +318,8 @@ class Store:
             self._hold.held.append(HeldPush(held, dict(meta), respond))
             return False
         worker = self.ledger.worker(partition, attempt=attempt)
-        worker.last_seen = time.time()
-        worker.attempt = attempt
-        if worker.state != "active":
-            worker.state = "active"
+        worker.last_seen, worker.attempt, worker.state = time.time(), attempt, "active"
+        self._round.alive(partition, attempt)  # elastic sync: a sign of life
         done = self._progress.get(partition)
         status = classify(fields, done, tensors, meta, self.version, self.max_staleness)
         if status == "duplicate":
@@ -315,8 +336,8 @@ class Store:
             self._notify(meta, status)
             return False
         if self.mode == "sync":
-            self._round.pending[partition] = Contribution(
-                partition, dict(tensors), fields.samples, dict(meta), respond
+            self._round.add(
+                Contribution(partition, dict(tensors), fields.samples, dict(meta), respond)
             )
             self._maybe_complete_round()
             return True
@@ -388,46 +409,19 @@ class Store:
         """Return a body buffer nothing refers to any more (see :meth:`push`'s result)."""
         self._bodies.give(body)
 
-    # consistent snapshots across shards -------------------------------------------
-    def reached(self, target: Mapping[int, tuple[int, int]]) -> bool:
-        """Whether every partition of ``target`` has applied up to its ``(epoch, seq)``."""
-        return progress_reached(self._progress, target)
-
-    def hold(self, target: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-        """Apply no push beyond ``target`` (per partition ``(epoch, seq)``; partitions not
-        named: none) until :meth:`release`; such pushes wait, unanswered. Returns the
-        progress now, which may already lie beyond ``target`` (then hold a larger one).
-        Held pushes a raised ``target`` covers are applied now (:mod:`~.holds`)."""
-        self._apply_held(self._hold.hold(target))
-        return dict(self._progress)
-
-    def notify_reached(self, target: Mapping[int, tuple[int, int]], event: threading.Event) -> None:
-        """Set ``event`` once :meth:`reached` ``(target)`` holds (at once if it does)."""
-        self._hold.notify_reached(self._progress, target, event)
-
-    def release(self) -> None:
-        """End :meth:`hold`: the pushes that waited are applied now, in arrival order."""
-        self._apply_held(self._hold.release())
-
-    def _apply_held(self, pushes: list[HeldPush]) -> None:
-        for push in pushes:
-            try:
-                self.push(push.tensors, push.meta, push.respond)
-            except RequestError as err:  # checked when it arrived; cannot happen twice
-                push.respond(err.code, [error_body(err.message)], "application/json")
-
     # sync rounds --------------------------------------------------------------
     def _maybe_complete_round(self) -> None:
-        """Combine the round when every still-active partition has pushed."""
+        """Combine the round when every partition taking part has pushed (elastic: every
+        active one, :mod:`~tensorspark.ps.elastic`)."""
         assert self.num_workers is not None
-        left = {p for p, w in self.ledger.workers.items() if w.state in ("done", "failed")}
-        waiting_for = self._round.waiting_for(self.num_workers, left)
-        if not self._round.pending:
+        pending = self._round.ready(
+            self.num_workers, {p: w.state for p, w in self.ledger.workers.items()}
+        )
+        for lost in self._round.lost():  # elastic: shown as lost in the worker table
+            if lost in self.ledger.workers and self.ledger.workers[lost].state == "active":
+                self.ledger.workers[lost].state = "lost"
+        if pending is None:
             return
-        if waiting_for:
-            self._round.arm(waiting_for)
-            return
-        pending = self._round.complete()
         _, total = round_weights(pending)
         info = PushInfo(
             partition=-1,

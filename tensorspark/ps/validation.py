@@ -55,6 +55,15 @@ def int_field(obj: Mapping[str, Any], key: str, high: int = INT64_MAX) -> int:
     return value
 
 
+def int_fields(obj: Mapping[str, Any], *keys: str) -> tuple[int, ...]:
+    """The :func:`int_field` of each of ``keys``, in order.
+
+    Raises:
+        RequestError: 400 naming the first field that is no such integer.
+    """
+    return tuple(int_field(obj, key) for key in keys)
+
+
 def _shown(value: Any) -> str:
     """``repr(value)``, cut short: a value from the network may be megabytes long."""
     if type(value) is int and not -(10**30) < value < 10**30:

@@ -366,6 +366,31 @@ SETTINGS: tuple[Setting, ...] = (
         fallback=None,
         check=parse_setting,
     ),
+    Setting(
+        "elastic",
+        None,
+        "sync rounds go on without a lost partition, whose rerun task rejoins",
+        conf="elastic",
+        parse=_flag,
+        fallback=False,
+        check=_optional_flag,
+    ),
+    Setting(
+        "lost_after",
+        None,
+        "elastic: seconds without a sign of life before a partition is lost (checked: ps.elastic)",
+        conf="elastic.lostAfter",
+        parse=_seconds,
+        fallback=60.0,
+    ),
+    Setting(
+        "min_workers",
+        None,
+        "elastic: fewest contributions a short round completes with (checked: ps.elastic)",
+        conf="elastic.minWorkers",
+        parse=_whole,
+        fallback=1,
+    ),
 )
 
 #: The order the explicit values are checked in, so that of several bad arguments the same
@@ -386,6 +411,7 @@ CHECK_ORDER: tuple[str, ...] = (
     "checkpoint_fallback",
     "max_body_bytes",
     "seed",
+    "elastic",
     "hdfs_auth",
     "warm_up",
     "row_cache",
@@ -410,6 +436,9 @@ CONF_ORDER: tuple[str, ...] = (
     "compression",
     "ps.shards",
     "rowCache",
+    "elastic",
+    "elastic.lostAfter",
+    "elastic.minWorkers",
 )
 
 _BY_CONF = {s.conf: s for s in SETTINGS if s.conf}

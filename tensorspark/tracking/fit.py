@@ -25,7 +25,9 @@ where a tracking server that cannot be reached shows (one warning, or with ``str
   ``stale_pushes``), and with ``checkpoint_dir`` the checkpoints written so far
   (``checkpoint_bytes_full``/``checkpoint_bytes_increment`` bytes,
   ``checkpoints_full``/``checkpoints_increment``; their run totals again at the last
-  epoch's step when the run ends), from the ``/status`` of the poll that saw the epoch end;
+  epoch's step when the run ends), and in elastic sync mode the rounds completed short
+  (``short_rounds``, ``partitions_lost``, ``partitions_rejoined``, ``seconds_lost``:
+  :mod:`tensorspark.ps.elastic`), from the ``/status`` of the poll that saw the epoch end;
 * each checkpoint written, as the tag ``tensorspark.checkpoint``.
 
 :meth:`TrackedFit.finish` logs what exists only after the job: the ``val_*`` metrics per
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorspark.listeners import RunInfo, RunListener
+from tensorspark.ps.elastic import COUNTERS as ELASTIC_COUNTERS
 from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
 from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 from tensorspark.tracking.guard import MlflowGuard, guard_for
@@ -114,6 +117,8 @@ def status_metrics(status: Mapping[str, Any]) -> dict[str, float]:
         # Dynamic tables' counters, when the model has some (tensorspark.ps.vocab_route).
         **{k: float(traffic[k]) for k in VOCAB_COUNTERS if k in traffic},
         **checkpoint_metrics(status),
+        # Elastic sync's rounds completed short and partitions lost (tensorspark.ps.elastic).
+        **{k: float(status.get(k, 0)) for k in ELASTIC_COUNTERS if status.get("elastic")},
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.ps.elastic import COUNTERS as ELASTIC_COUNTERS
 from tensorspark.ps.ledger import CACHE_KEYS, worker_traffic
 from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
@@ -142,6 +143,10 @@ class History:
             ``full_total``/``increment_total`` bytes of full checkpoints and increments,
             ``full_count``/``increment_count``, and the last one's ``last`` bytes and
             ``last_kind`` (``"full"`` or ``"increment"``), as ``/status`` shows them.
+        elastic: elastic sync's counters (:mod:`tensorspark.ps.elastic`): ``short_rounds``
+            (rounds completed with fewer contributions than partitions still training),
+            ``partitions_lost``, ``partitions_rejoined`` and ``seconds_lost`` (what short
+            rounds waited for a partition then declared lost); zeros in other modes.
     """
 
     history: dict[str, list[float]]
@@ -157,9 +162,11 @@ class History:
     epoch_rows: list[dict[str, float] | None] = field(init=False, default_factory=list)
     epoch_vocab: list[dict[str, int] | None] = field(init=False, default_factory=list)
     checkpoints: dict[str, Any] = field(init=False, default_factory=dict)
+    elastic: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         status = getattr(self.result, "status", None) or {}
+        self.elastic = {k: status.get(k, 0) for k in ELASTIC_COUNTERS}
         self.checkpoints = dict(status.get("checkpoints") or {})
         self.bytes_received = int(status.get("bytes_received", 0))
         self.bytes_sent = int(status.get("bytes_sent", 0))

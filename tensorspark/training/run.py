@@ -39,6 +39,7 @@ from tensorspark.models.base import TrainerLoader
 from tensorspark.ps.dashboard import dashboard_url
 from tensorspark.ps.protocol import RunServer
 from tensorspark.training.host import Lease, ServerHost
+from tensorspark.training.patience import Patience
 from tensorspark.training.result import TrainResult
 from tensorspark.training.sync import check_partitions, sync_executor_lost
 from tensorspark.training.tasks import TrainWork
@@ -125,6 +126,7 @@ class TrainingRun:
             ssl_cafile=s.ssl_cafile,
             secret=None if server is None else server.client_options().get("secret"),
             join_deadline=time.time() + s.ps_timeout,
+            lost_after=s.server.lost_after if s.server.elastic else None,
         )
 
     def execute(
@@ -160,7 +162,7 @@ class TrainingRun:
                 DivergenceError); the message has the worker's traceback.
         """
         name = self.settings.name
-        check_partitions(self.sc, self.settings.mode, num_partitions, self.conf)
+        check_partitions(self.sc, self.settings.server, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         lease = self.host.lease(initial, num_partitions)
@@ -236,18 +238,28 @@ class TrainingRun:
         """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, job.payload)
         try:
+            patience = None
+            server = lease.server
+            if self.settings.server.elastic and server.num_workers:  # nothing trains: fail
+                wait = tsconf.elastic_patience(self.sc, self.conf)
+                patience = Patience(server.status, wait, server.num_workers)
 
             def poll() -> None:  # what the driver checks every half second
                 self.host.poll()
                 watch.poll()
+                if patience is not None:
+                    patience.poll()
 
             config = self.worker_config(
                 lease.url, job.num_epoch, job.shuffle, job.seed, lease=lease
             )
             try:
                 data, work = job.data, TrainWork(bcast, job.loader, config)
-                spark_job = jobs.PartitionJob(  # sync: one barrier stage, every task together
-                    data.source, data.reader, work, config.passes, data.arrow, config.mode == "sync"
+                # sync: one barrier stage, every task together; elastic sync: a plain stage,
+                # whose lost tasks Spark reruns
+                barrier = config.mode == "sync" and config.lost_after is None
+                spark_job = jobs.PartitionJob(
+                    data.source, data.reader, work, config.passes, data.arrow, barrier
                 )
                 return jobs.run_job(
                     self.sc,
@@ -258,8 +270,8 @@ class TrainingRun:
             except jobs.StopJob:
                 return None
             except ExecutorLostError as err:
-                if self.settings.mode != "sync":
-                    raise
+                if self.settings.mode != "sync" or self.settings.server.elastic:
+                    raise  # elastic: Spark's retries of the lost task were used up
                 raise sync_executor_lost(err, lease.server.status()) from None
         finally:
             bcast.destroy()

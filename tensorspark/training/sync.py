@@ -3,16 +3,22 @@
 A sync run trains every partition in the same rounds, as one Spark barrier stage: Spark
 must schedule all its tasks at once (:func:`check_partitions`, before any server starts),
 and does not retry the stage when an executor is lost (:func:`sync_executor_lost` says so,
-and how to go on).
+and how to go on). An elastic sync run (:mod:`tensorspark.ps.elastic`) is a plain stage:
+it asks for no slot per partition and allows dynamic allocation, and needs Spark to rerun
+a lost task (:func:`check_elastic`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tensorspark import conf as tsconf
 from tensorspark import connect
 from tensorspark.errors import ConfigurationError, ExecutorLostError
+from tensorspark.ps.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
 
 
 def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> ExecutorLostError:
@@ -41,15 +47,21 @@ def sync_executor_lost(err: ExecutorLostError, status: dict[str, Any]) -> Execut
 
 
 def check_partitions(
-    sc: Any, mode: str, num_partitions: int | None, conf: tsconf.ConfSnapshot
+    sc: Any, server: ServerSettings, num_partitions: int | None, conf: tsconf.ConfSnapshot
 ) -> None:
-    """Fail fast, before a server starts, when sync mode cannot gang-schedule the job.
+    """Fail fast, before a server starts, when sync mode cannot gang-schedule the job (or,
+    elastic, when ``min_workers`` is more than the partitions).
 
     Raises:
         ConfigurationError: dynamic allocation is on, or the cluster has fewer task slots
             than partitions; the message names the setting to change.
     """
-    if mode != "sync" or num_partitions is None:
+    if server.mode != "sync" or num_partitions is None:
+        return
+    elastic = server.elastic_settings()
+    if elastic is not None:
+        elastic.check_partitions(num_partitions)
+        check_elastic(sc, conf)
         return
     if tsconf.dynamic_allocation(sc, conf):
         # Spark itself refuses barrier stages under dynamic allocation, deep in a Java
@@ -71,6 +83,28 @@ def check_partitions(
             f"the data to at most {slots} partitions, add executors/cores (dynamic allocation "
             "cannot grow a barrier stage), or use mode='async'."
         )
+
+
+def check_elastic(sc: Any, conf: tsconf.ConfSnapshot) -> int:
+    """Warn (driver) when Spark cannot rerun a lost task of an elastic sync run; returns how
+    many times Spark runs a task. Elastic sync then still trains with fewer slots than
+    partitions and under dynamic allocation, but a lost task fails the job.
+
+    Raises:
+        ConfigurationError: a bad ``spark.tensorspark.elastic.patience``.
+    """
+    tsconf.elastic_patience(sc, conf)  # checked before any server starts
+    attempts = tsconf.task_attempts(sc, conf)
+    if attempts < 2:
+        logger.warning(
+            "elastic sync mode carries on without a lost partition until Spark reruns its "
+            "task, but this cluster runs a task only once (master %r, spark.task.maxFailures "
+            "%s): a lost task fails the job. Use a master such as local[N,4] in local mode, or "
+            "spark.task.maxFailures >= 2 (default 4) on a cluster.",
+            conf.master,
+            conf.get("spark.task.maxFailures", "unset"),
+        )
+    return attempts
 
 
 def _gpu_settings(conf: tsconf.ConfSnapshot) -> str:

@@ -11,6 +11,7 @@ under dynamic allocation.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +235,39 @@ def test_sync_refuses_dynamic_allocation(
         "(workers may come and go). Received: spark.dynamicAllocation.enabled=true"
     )
     assert _messages(caplog, LISTENING) == []
+
+
+APPLIED = re.compile(r"trained (\d+) partitions in [\d.]+s \(version \d+, (\d+) pushes applied")
+
+
+def test_elastic_sync_under_dynamic_allocation(
+    dynamic_sc: SparkContext, fashion_mnist_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Elastic sync takes dynamic allocation and more partitions than slots: the first
+    round goes on with the partitions that have an executor, the others join as executors
+    are added and slots free; every sync of the data applied exactly once."""
+    from tensorspark.datasets.spark import load_mnist_rdd
+
+    caplog.set_level(logging.INFO, logger="tensorspark")
+    partitions, interval = 2 * SLOTS, 10
+    accuracy = spark_mnist.train(
+        dynamic_sc,
+        name="cluster_dynamic_elastic",
+        num_partition=partitions,
+        num_epoch=2,
+        sync_interval=interval,
+        data_dir=_data(fashion_mnist_dir),
+        mode="sync",
+        elastic=True,
+        lost_after=5.0,
+    )
+    assert accuracy >= 0.80
+    [trained] = _messages(caplog, APPLIED)
+    assert int(trained.group(1)) == partitions
+    rdd, _ = load_mnist_rdd(
+        dynamic_sc, _data(fashion_mnist_dir), one_hot_labels=True, num_partitions=partitions
+    )
+    rows = rdd.glom().map(len).collect()
+    expected = sum(2 * math.ceil(math.ceil(n / 100) / interval) for n in rows)
+    assert int(trained.group(2)) == expected
+    assert 1 <= _executors(dynamic_sc) <= SLOTS

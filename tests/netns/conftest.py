@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,13 +400,22 @@ class NetnsCluster:
 
     def restart_worker(self, host: Host) -> None:
         """Start ``host``'s Worker again (after :meth:`kill_host`) and wait until it registered."""
-        name = f"worker-{host.index}"
+        self.restart_workers([host])
+
+    def restart_workers(self, hosts: Sequence[Host]) -> None:
+        """Start the Workers of ``hosts`` that were killed, then wait until every Worker
+        registered (all at once: with two hosts killed, one restarted alone never sees
+        the other's)."""
+        names = {f"worker-{host.index}": host for host in hosts}
         self.spark.daemons = [
-            d for d in self.spark.daemons if d.name != name or d.process.poll() is None
+            d for d in self.spark.daemons if d.name not in names or d.process.poll() is None
         ]
-        if any(d.name == name for d in self.spark.daemons):
+        running = {d.name for d in self.spark.daemons}
+        dead = [host for name, host in names.items() if name not in running]
+        if not dead:
             return
-        start_worker(self.spark, host.index)
+        for host in dead:
+            start_worker(self.spark, host.index)
         wait_workers(self.spark, len(self.net.hosts))
 
     def kill_host(self, host: Host) -> list[int]:

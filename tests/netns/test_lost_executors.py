@@ -15,6 +15,9 @@ host (Worker, executor, Python workers). Then:
   stage, which Spark does not rerun when one of its tasks is lost; tensorspark says so and
   what to do. The server stops, its last checkpoint holds the completed rounds, and
   ``resume=True`` finishes the run with the exact count.
+* **elastic sync** (``elastic=True``): a plain stage; the server goes on without the lost
+  partition after ``lost_after`` (rounds completed short), Spark reruns its task, which
+  rejoins and resumes after its last applied push: the run completes with the exact count.
 
 After each: the driver (this process) is still up, the server's port is closed, no
 tensorspark thread is left; after the application: no spill file and no orphaned process.
@@ -64,8 +67,7 @@ def both_executors(lost_sc: SparkContext, netns_cluster: NetnsCluster) -> Iterat
     """Both hosts up, each with an executor of the application, before and after the test."""
 
     def ready() -> None:
-        for host in netns_cluster.net.hosts:
-            netns_cluster.restart_worker(host)  # a no-op unless the test killed the host
+        netns_cluster.restart_workers(netns_cluster.net.hosts)  # those a test killed
         poll(
             lambda: int(lost_sc._jsc.sc().getExecutorMemoryStatus().size()) >= 3,  # noqa: SLF001 - 2 + the driver
             120.0,
@@ -259,6 +261,171 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
         rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
     )
     assert run.accuracy >= 0.80
+
+
+@pytest.mark.parametrize("what", ["executor", "host"])
+def test_elastic_sync_run_survives(
+    what: str,
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+) -> None:
+    victim = netns_cluster.net.hosts[0]
+    record: dict[str, Any] = {}
+    killer = (_kill_executor if what == "executor" else _kill_host)(netns_cluster, victim, record)
+    watch = RunWatch()
+    with watch.installed():
+        action = watch.when(_victim_training(victim), killer)
+        try:
+            run = train_tf1(
+                lost_sc,
+                *mnist,
+                name=f"lost_elastic_{what}",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
+                mode="sync",
+                elastic=True,
+                lost_after=5.0,
+            )
+            run.session.close()
+        finally:
+            action.result()
+    assert record["pids"], "nothing was killed"
+    status = run.result.status
+    rows = partition_rows(run.result)
+    assert sum(rows) == 60000
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
+    assert status["samples"] == EPOCHS * 60000
+    assert any(int(p["counts"]["skipped_batches"]) > 0 for p in run.result.partitions)
+    assert status["short_rounds"] > 0
+    assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
+    assert run.accuracy >= 0.80
+    _assert_nothing_of_the_run_left(watch)
+
+
+def test_elastic_sync_run_survives_its_partition_s_executor_killed_twice(
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+) -> None:
+    """Spot preemption: the same partition's executor killed, and once its rerun has
+    pushed again, the executor it then runs on killed too (the Worker replaces each)."""
+    victim = netns_cluster.net.hosts[0]
+    by_address = {h.address: h for h in netns_cluster.net.hosts}
+    kills: list[dict[str, Any]] = []
+
+    def kill_twice(status: dict[str, Any]) -> None:
+        partition = _victim_partition(status, victim)
+        [row] = [w for w in status["workers"] if int(w["partition"]) == partition]
+        _kill_executor(netns_cluster, victim, record := {})(status)
+        kills.append({**record, "pushes": int(row["pushes"])})
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline:
+            now = watch.status()
+            rows = {int(w["partition"]): w for w in (now or {}).get("workers", ())}
+            back = rows.get(partition, {})
+            if (
+                back.get("state") == "active"
+                and int(back.get("pushes", 0)) >= kills[0]["pushes"] + KILL_AFTER_PUSHES
+                and (now or {}).get("partitions_rejoined", 0) >= 1
+            ):
+                host = by_address[back["host"]]  # where the rerun trains: either host
+                [(pid, executor)] = netns_cluster.executors(host).items()
+                os.kill(pid, signal.SIGKILL)
+                kills.append({"pids": [pid], "executor": executor, "host": host.address})
+                return
+            time.sleep(0.2)
+        raise TimeoutError("the rerun of the killed partition never pushed again")
+
+    watch = RunWatch()
+    with watch.installed():
+        action = watch.when(_victim_training(victim), kill_twice)
+        try:
+            run = train_tf1(
+                lost_sc,
+                *mnist,
+                name="lost_elastic_twice",
+                epochs=EPOCHS,
+                sync_interval=SYNC_INTERVAL,
+                mode="sync",
+                elastic=True,
+                lost_after=5.0,
+            )
+            run.session.close()
+        finally:
+            action.result()
+    assert len(kills) == 2, kills
+    status = run.result.status
+    rows = partition_rows(run.result)
+    assert status["applied_pushes"] == expected_pushes(
+        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    )
+    assert status["samples"] == EPOCHS * 60000
+    assert status["partitions_lost"] >= 2 and status["partitions_rejoined"] >= 2
+    assert run.accuracy >= 0.80
+    _assert_nothing_of_the_run_left(watch)
+
+
+PATIENCE_S = 15.0
+
+
+def test_elastic_sync_run_with_every_host_lost_fails_after_its_patience(
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+    tmp_path: Path,
+) -> None:
+    """Every host killed: Spark waits for resources for ever, the driver does not. The run
+    fails once nothing has trained for spark.tensorspark.elastic.patience seconds, naming
+    the partitions; its last checkpoint is written for resume=True."""
+    record: dict[str, Any] = {}
+
+    def kill_all(status: dict[str, Any]) -> None:
+        record["partition"] = _victim_partition(status, netns_cluster.net.hosts[0])
+        record["pids"] = [p for h in netns_cluster.net.hosts for p in netns_cluster.kill_host(h)]
+        record["at"] = time.monotonic()
+
+    # The application's live conf (read at each run): this test's patience only.
+    live = lost_sc._jsc.sc().conf()  # noqa: SLF001
+    live.set("spark.tensorspark.elastic.patience", str(PATIENCE_S))
+    checkpoints = str(tmp_path / "ckpt")
+    watch = RunWatch()
+    try:
+        with watch.installed():
+            action = watch.when(_victim_training(netns_cluster.net.hosts[0]), kill_all)
+            try:
+                with pytest.raises(ExecutorLostError) as info:
+                    train_tf1(
+                        lost_sc,
+                        *mnist,
+                        name="lost_elastic_all",
+                        epochs=EPOCHS,
+                        sync_interval=SYNC_INTERVAL,
+                        mode="sync",
+                        elastic=True,
+                        lost_after=5.0,
+                        checkpoint_dir=checkpoints,
+                    )
+                failed_at = time.monotonic()
+            finally:
+                action.result()
+    finally:
+        live.remove("spark.tensorspark.elastic.patience")
+    assert record["pids"], "nothing was killed"
+    assert PATIENCE_S - 5.0 < failed_at - record["at"] < PATIENCE_S + 30.0
+    message = str(info.value)
+    assert message.startswith("elastic sync: no partition has trained for "), message[:300]
+    assert "(spark.tensorspark.elastic.patience)" in message and "resume=True" in message
+    # The partitions not done (both, unless Spark ran one to its end first on one host).
+    assert record["partition"] in info.value.partitions, message
+    assert set(info.value.partitions) <= {0, 1}
+    assert load_checkpoint(checkpoints).meta["extra"]["applied_pushes"] > 0
+    _assert_nothing_of_the_run_left(watch)
 
 
 def test_nothing_left_after_the_application(

@@ -1,0 +1,180 @@
+"""Elastic sync mode on real Spark (local mode): the same weights as the barrier path when
+nothing is lost, fewer slots than partitions, and a Python worker SIGKILLed mid-run whose
+rerun task rejoins (tensorspark.ps.elastic)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tensorspark as sps
+from tensorspark.datasets.mnist import load_mnist, one_hot
+
+from .mnist_graph import softmax_regression
+
+
+@pytest.fixture(scope="module")
+def fashion(fashion_mnist_dir):  # type: ignore[no-untyped-def]
+    return load_mnist(str(fashion_mnist_dir))
+
+
+@pytest.fixture(scope="module")
+def rows(fashion):  # type: ignore[no-untyped-def]
+    return list(zip(fashion.train_images, one_hot(fashion.train_labels)))
+
+
+def _syncs(rows: int, batch_size: int, sync_interval: int) -> int:
+    batches = -(-rows // batch_size)
+    return -(-batches // sync_interval)
+
+
+def _train(sc, data, *, num_epoch=1, on_start=None, **kw):  # type: ignore[no-untyped-def]
+    m = softmax_regression(0.1)
+    spark_sess = sps.SparkSession(sc, m.sess, batch_size=100, mode="sync", **kw)
+    if on_start is not None:
+        on_start(spark_sess)
+    result = spark_sess.run(
+        m.train_step,
+        feed_rdd=data,
+        feed_name_list=[m.x.name, m.y_.name],
+        param_list=[m.W, m.b],
+        shuffle_within_partition=True,
+        num_epoch=num_epoch,
+        loss=m.loss,
+    )
+    return m, result
+
+
+@pytest.mark.timeout(180)
+def test_with_nothing_lost_elastic_gives_the_barrier_path_s_weights(sc, rows) -> None:
+    data = sc.parallelize(rows[:6000], 2)
+    _, barrier = _train(sc, data, sync_interval=3, seed=7)
+    _, elastic = _train(sc, data, sync_interval=3, seed=7, elastic=True, lost_after=30.0)
+    rounds = max(_syncs(p["rows"], 100, 3) for p in barrier.partitions)
+    assert barrier.version == elastic.version == rounds
+    for name, value in barrier.params.items():
+        assert np.array_equal(value, elastic.params[name]), name
+    assert elastic.status["short_rounds"] == 0 and elastic.status["partitions_lost"] == 0
+
+
+@pytest.mark.timeout(180)
+def test_fewer_slots_than_partitions_train_every_partition(sc, rows) -> None:
+    """Three partitions on two slots: the first round goes on without the third after
+    lost_after, which joins when a slot frees."""
+    data = sc.parallelize(rows[:6000], 3)
+    _, result = _train(sc, data, sync_interval=4, elastic=True, lost_after=2.0)
+    status = result.status
+    assert status["applied_pushes"] == sum(_syncs(p["rows"], 100, 4) for p in result.partitions)
+    assert status["samples"] == 6000 and [e["samples"] for e in result.epochs] == [6000]
+    assert status["short_rounds"] > 0 and status["partitions_lost"] == 0
+
+
+def _pid_of(path: str):  # type: ignore[no-untyped-def]
+    """Partition 1's first attempt writes its Python worker's pid to ``path`` (the test
+    kills that process); the rows pass through unchanged."""
+
+    def passthrough(index: int, items):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        if index == 1 and TaskContext.get().attemptNumber() == 0:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+        yield from items
+
+    return passthrough
+
+
+class _Killer:
+    """Watches the server's /status from the driver and SIGKILLs partition 1's Python
+    worker once it has pushed ``after`` times."""
+
+    def __init__(self, pid_file: Path, after: int) -> None:
+        self.pid_file = pid_file
+        self.after = after
+        self.killed: int | None = None
+        self.session: Any = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-killer", daemon=True)
+
+    def start(self, session: Any) -> None:
+        self.session = session
+        self._thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not self._stop.wait(0.05) and time.monotonic() < deadline:
+            server = self.session.server
+            if server is None or not self.pid_file.exists():
+                continue
+            rows = {w["partition"]: w for w in server.status()["workers"]}
+            if rows.get(1, {}).get("pushes", 0) >= self.after:
+                self.killed = int(self.pid_file.read_text())
+                os.kill(self.killed, signal.SIGKILL)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_python_worker_s_partition_rejoins_and_the_run_completes(
+    sc_retry, rows, fashion, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "victim.pid"
+    data = sc_retry.parallelize(rows[:12000], 2).mapPartitionsWithIndex(_pid_of(str(pid_file)))
+    killer = _Killer(pid_file, after=8)
+    try:
+        m, result = _train(
+            sc_retry,
+            data,
+            num_epoch=2,
+            sync_interval=1,  # 240 rounds: the kill lands early, whatever the machine's speed
+            elastic=True,
+            lost_after=3.0,
+            on_start=killer.start,
+        )
+    finally:
+        killer.stop()
+    assert killer.killed is not None, "partition 1's worker was never killed"
+    by_partition = {p["partition"]: p for p in result.partitions}
+    assert by_partition[1]["attempt"] >= 1, "Spark must have rerun partition 1's task"
+    assert by_partition[1]["counts"]["skipped_batches"] > 0, "the rerun resumes after its pushes"
+    status = result.status
+    # Every sync of the data applied exactly once, every sample counted once.
+    expected = sum(2 * _syncs(p["rows"], 100, 1) for p in result.partitions)
+    assert status["applied_pushes"] == expected
+    assert status["samples"] == 2 * 12000
+    for p in result.partitions:  # the rerun trained what its lost attempt had not pushed
+        trained = sum(e["samples"] for e in p["epochs"]) + p["counts"]["skipped_samples"]
+        assert trained == 2 * p["rows"], p
+    assert status["short_rounds"] > 0
+    assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
+    assert status["elastic"]["lost"] == []
+    accuracy = m.test_accuracy(fashion.test_images[:2000], one_hot(fashion.test_labels[:2000]))
+    assert accuracy >= 0.7
+
+
+def _always_fails(index, items):  # type: ignore[no-untyped-def]
+    for i, item in enumerate(items):
+        if index == 1 and i == 500:
+            raise ValueError("partition 1 has a bad row")  # a bug: the same on every attempt
+        yield item
+
+
+@pytest.mark.timeout(180)
+def test_a_partition_that_fails_every_attempt_fails_the_run_with_its_own_error(
+    sc_retry, rows
+) -> None:
+    """A bug, not a loss: Spark's retries run out and the run fails with the task's own
+    error; the rounds of the other partition were not held up for ever meanwhile."""
+    data = sc_retry.parallelize(rows[:4000], 2).mapPartitionsWithIndex(_always_fails)
+    with pytest.raises(sps.WorkerError, match="partition 1 has a bad row"):
+        _train(sc_retry, data, sync_interval=2, elastic=True, lost_after=3.0)
