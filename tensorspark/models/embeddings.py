@@ -214,9 +214,12 @@ def _input_of(layer: Any) -> Any:
         return None
 
 
-def check_ids(model: Any, features: Any, what: str) -> None:
+def check_ids(
+    model: Any, features: Any, what: str, rows_of: Mapping[str, int] | None = None
+) -> None:
     """Driver: refuse a first example whose ids, fed straight to an embedding table, are
-    not whole numbers in ``[0, rows)``.
+    not whole numbers in ``[0, rows)`` (``rows_of``: the tables' rows by layer name, where
+    ``model``'s tables are a row cache's slots; default their own).
 
     Raises:
         ConfigurationError: naming the table, its rows and the bad id.
@@ -228,7 +231,7 @@ def check_ids(model: Any, features: Any, what: str) -> None:
     if ids.size == 0 or ids.dtype.kind not in "iuf":
         return
     for layer in layers:
-        rows = int(layer.input_dim)
+        rows = int(layer.input_dim if rows_of is None else rows_of[layer.name])
         low, high = ids.min(), ids.max()
         bad = low if low < 0 else high if high >= rows else None
         if bad is None and ids.dtype.kind == "f" and not np.all(ids == np.floor(ids)):

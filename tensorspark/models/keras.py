@@ -292,10 +292,10 @@ def _rebuild(
         )
 
 
-def rebuild_compiled(data: bytes, what: str = "the model") -> keras.Model:
-    """The compiled model from its ``.keras`` bytes, as the executors rebuild it (anywhere;
-    thread-safe): the driver-side copy a Spark ML fit trains."""
-    return _rebuild(data, None, what)
+def rebuild_compiled(data: bytes, what: str = "the model", custom: Any = None) -> keras.Model:
+    """The compiled model from its ``.keras`` bytes (``custom``: its ``custom_objects``), as
+    executors rebuild it (anywhere; thread-safe): a Spark ML fit's copy, a checked copy."""
+    return _rebuild(data, custom, what)
 
 
 def cached_core(

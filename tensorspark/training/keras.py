@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tensorspark.conf import ConfSnapshot, snapshot
@@ -67,10 +68,11 @@ def fit(
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
         row_cache=cache_for(model, settings, conf),
+        lean=True,  # the validation job's payload is made after training, if there is one
     )
     checked, feed = keras_run.checked, keras_run.feed
     named = {"features_col": columns.features, "label_col": columns.label}
-    train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
+    train_feed = feed if seen_example is None else replace(feed, seen=seen_example)
     train = input_for(sc, data, train_feed, conf=conf, argument="data", **named)
     val = None
     arrays = validation_arrays(validation_data)
