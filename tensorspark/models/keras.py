@@ -22,10 +22,9 @@ Per-chunk loss and metrics are Keras's running means over the chunk (the loss tr
 the compiled metrics, reset at the start of a chunk) times the chunk's samples; the jobs sum
 them per epoch and divide by the epoch's samples across all workers: exact for mean-type
 metrics (loss, accuracy, MAE, ...); for metrics that are not means over examples (AUC, F1)
-it is the sample-weighted mean of per-chunk values.
-
-Inference's ModelSource pair: :mod:`~tensorspark.models.keras_source`; driver-side checks of
-a model and its data: :mod:`~.keras_checks`; a worker row cache's slot tables: :mod:`~.row_cache`.
+it is the sample-weighted mean of per-chunk values. Inference's ModelSource pair:
+:mod:`~tensorspark.models.keras_source`; driver-side checks of a model and its data:
+:mod:`~.keras_checks`; a worker row cache's slot tables: :mod:`~.row_cache`.
 """
 
 from __future__ import annotations
@@ -67,7 +66,8 @@ def weight_names(model: keras.Model) -> list[str]:
 
 def read_weights(model: keras.Model) -> dict[str, np.ndarray]:
     """The model's weights by :func:`weight_names` (copies; runs anywhere)."""
-    return {n: np.array(v.numpy()) for n, v in zip(weight_names(model), model.weights, strict=True)}
+    weights = zip(weight_names(model), model.weights, strict=True)
+    return {n: np.asarray(v.numpy()) for n, v in weights}  # numpy() copies: not twice
 
 
 def assign_weights(model: keras.Model, params: Mapping[str, np.ndarray]) -> None:

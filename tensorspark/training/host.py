@@ -100,10 +100,16 @@ class ServerHost:
         return f"{scheme}://{host}:{server.port if port is None else port}"
 
     def acquire(
-        self, params: dict[str, np.ndarray], num_workers: int | None, *, checkpoint: Any = None
+        self,
+        params: dict[str, np.ndarray],
+        num_workers: int | None,
+        *,
+        checkpoint: Any = None,
+        adopt: bool = False,
     ) -> RunServer:
         """A running server for a run of ``num_workers`` partitions over ``params``
-        (``None``: not known before the job, which only async mode allows).
+        (``None``: not known before the job, which only async mode allows; ``adopt``: a new
+        server holds ``params``' arrays themselves, which the caller reads no more).
 
         A reusable server still running is handed over with its progress reset (its
         weights carry over); otherwise a new one starts, from the newest checkpoint when
@@ -145,6 +151,7 @@ class ServerHost:
             progress=progress,
             on_push=self._on_push,
             combiner_state=combiner_state,
+            adopt=adopt,
             **more,
         )
         self.server = server

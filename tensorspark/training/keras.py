@@ -113,6 +113,7 @@ def fit(
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
         listeners=listeners,
         total_samples=None if known_rows is None else known_rows * epochs,
+        adopt=True,  # keras_run.initial is read no more: the server's arrays from here
     )
     # A stopped run ends, like its checkpoint and ``result.params``, with every push the
     # server applied, which may include part of the epoch after the stop (the workers
