@@ -50,6 +50,26 @@ ROW_VERSION_BYTES = 8
 KERAS_FIT_COPIES = 4.3
 
 
+#: The most bytes :func:`assign_rows` assigns at once.
+ASSIGN_BLOCK_BYTES = 16 * 2**20
+
+
+def assign_rows(variable: Any, value: np.ndarray) -> None:
+    """Assign ``value`` to a Keras ``variable`` of its shape, a large one in blocks of rows
+    (driver: a run's final weights into the user's model). TensorFlow copies a value it
+    is given before it assigns it: a whole table's assignment held the table twice more
+    for a moment (and once more after, measured at 2^21 x 32); a block's holds the block."""
+    value = np.asarray(value)
+    held = getattr(variable, "value", None)  # the backend's variable (TensorFlow's)
+    if value.ndim == 0 or value.nbytes <= ASSIGN_BLOCK_BYTES or not hasattr(held, "assign"):
+        variable.assign(value)
+        return
+    dtype = np.dtype(str(variable.dtype))
+    step = max(1, ASSIGN_BLOCK_BYTES // max(1, value[0].nbytes))
+    for start in range(0, len(value), step):
+        held[start : start + step].assign(value[start : start + step].astype(dtype, copy=False))
+
+
 def embedding_layers(model: Any) -> list[Any]:
     """The ``keras.layers.Embedding`` layers of ``model``, nested models included."""
     import keras

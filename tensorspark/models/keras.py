@@ -40,7 +40,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.embeddings import RowAccess, chunk_checker
+from tensorspark.models.embeddings import RowAccess, assign_rows, chunk_checker
 from tensorspark.models.keras_checks import model_shapes
 from tensorspark.models.row_cache import CachedTables
 
@@ -88,7 +88,7 @@ def assign_weights(model: keras.Model, params: Mapping[str, np.ndarray]) -> None
                 f"weight {name!r} has shape {tuple(value.shape)}, the model expects "
                 f"{tuple(variable.shape)}"
             )
-        variable.assign(value)
+        assign_rows(variable, value)  # in blocks: the table is not copied whole
 
 
 def match_weights(

@@ -57,3 +57,20 @@ def test_the_default_set_up_rebuilds_the_whole_model_as_before() -> None:
     assert run._payload and run.payload != run.train_payload
     with pytest.raises(ConfigurationError, match=rf"has {ROWS} rows"):
         run.feed.check_row((np.array([0, 1, 2, ROWS]), 1.0), argument="data", what="data")
+
+
+def test_a_run_s_weights_are_assigned_to_the_model_in_blocks_of_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A table larger than a block is assigned block by block (the driver never holds a
+    converted copy of the whole table), with the values of a whole assignment; float64
+    values take the variable's dtype."""
+    from tensorspark.models import embeddings
+    from tensorspark.models.keras import assign_weights, read_weights
+
+    monkeypatch.setattr(embeddings, "ASSIGN_BLOCK_BYTES", 1000)  # 31 rows of 8 floats
+    model = ctr_model(rows=ROWS, fields=FIELDS, dim=DIM, hidden=4)
+    rng = np.random.default_rng(0)
+    want = {k: rng.normal(size=v.shape) for k, v in read_weights(model).items()}
+    assign_weights(model, want)
+    for name, got in read_weights(model).items():
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want[name].astype(np.float32))
