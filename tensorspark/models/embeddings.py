@@ -60,7 +60,7 @@ def assign_rows(variable: Any, value: np.ndarray) -> None:
     is given before it assigns it: a whole table's assignment held the table twice more
     for a moment (and once more after, measured at 2^21 x 32); a block's holds the block."""
     value = np.asarray(value)
-    held = getattr(variable, "value", None)  # the backend's variable (TensorFlow's)
+    held: Any = getattr(variable, "value", None)  # the backend's variable (TensorFlow's)
     if value.ndim == 0 or value.nbytes <= ASSIGN_BLOCK_BYTES or not hasattr(held, "assign"):
         variable.assign(value)
         return

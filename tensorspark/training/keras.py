@@ -108,7 +108,7 @@ def fit(
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
         RunJob(train, keras_run.loader, keras_run.train_payload, epochs, shuffle),
-        keras_run.initial,
+        keras_run.take_initial(),  # held by the server only
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
         listeners=listeners,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.errors import ConfigurationError
 from tensorspark.models import keras_io
 from tensorspark.models.keras import (
     KerasTrainerLoader,
@@ -26,7 +27,7 @@ from tensorspark.models.keras import (
     rebuild_compiled,
 )
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.models.row_cache import CachePlan, plan, slot_payload, worker_memory
+from tensorspark.models.row_cache import CachePlan, check_plan, plan, slot_payload, worker_memory
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,14 @@ class KerasTraining:
             user's model is not touched); with ``lean`` and a row cache, rebuilt from
             ``train_payload`` instead (tables of slots).
         feed: checks examples against ``checked``.
-        initial: the model's weights by name, where a new server starts.
+        initial: the model's weights by name, where a new server starts (empty with
+            ``lean``: :meth:`take_initial` reads them when the server starts).
         loader: how the tasks build their trainer (one cache key for all runs).
         train_payload: what the training tasks build: ``payload``, or with a worker row
             cache (``loader.row_cache``) the model with tables of its slots (zeros), whose
             values stay on the server (:mod:`tensorspark.models.row_cache`).
-        model: the user's model, serialised when ``payload`` is first read (``lean`` with
-            a row cache), else None.
+        model: with ``lean``, the user's model (``payload`` is made from it when first
+            read with a row cache; :meth:`take_initial` reads its weights), else None.
     """
 
     checked: Any
@@ -77,10 +79,12 @@ class KerasTraining:
     ) -> KerasTraining:
         """Set up ``model`` (compiled) for training runs.
 
-        ``lean`` (a ``fit``): with a row cache, the driver holds no copy of the tables for
-        the set-up: the checked copy is the workers' model of slots (its rebuild is the
-        one the tasks do), its data checks take the tables' true rows, and the whole
-        model's bytes are made only when ``payload`` is read.
+        ``lean`` (a ``fit``): the driver holds no copy of the tables for the set-up but
+        the payload the workers take whole: the checked copy is a model of slots (with a
+        row cache the workers' own; else of one example's ids, :func:`check_plan`, where
+        the model allows), its data checks take the tables' true rows, the initial
+        weights are read when the server starts (:meth:`take_initial`), and with a row
+        cache the whole model's bytes are made only when ``payload`` is read.
 
         Raises:
             ConfigurationError: Keras cannot save the model or rebuild it from its bytes
@@ -93,14 +97,28 @@ class KerasTraining:
             mixed_precision=mixed_precision,
             row_cache=None if row_cache is None else row_cache.to_json(),
         )
-        if lean and row_cache is not None:
-            train = slot_payload(model, row_cache)
-            checked = rebuild_compiled(train, f"model {model.name!r}", custom_objects)
-            feed = KerasFeed(checked, rows_of=dict(row_cache.layers))
-            return cls(checked, feed, read_weights(model), loader, train, model)
+        if lean:
+            slots = row_cache if row_cache is not None else check_plan(model)
+            try:
+                small = None if slots is None else slot_payload(model, slots)
+            except ConfigurationError:  # e.g. a subclassed model: checked whole below
+                small = None
+            if slots is not None and small is not None:
+                checked = rebuild_compiled(small, f"model {model.name!r}", custom_objects)
+                feed = KerasFeed(checked, rows_of=dict(slots.layers))
+                if row_cache is not None:  # the whole model's bytes: when read
+                    return cls(checked, feed, {}, loader, small, model)
+                payload = keras_io.serialize_model(model)
+                return cls(checked, feed, {}, loader, payload, model, [payload])
         payload, checked = model_payload(model, custom_objects)
         train = payload if row_cache is None else slot_payload(model, row_cache)
         return cls(checked, KerasFeed(checked), read_weights(model), loader, train, None, [payload])
+
+    def take_initial(self) -> dict[str, np.ndarray]:
+        """The weights a run's server starts from: :attr:`initial`, or with ``lean`` the
+        model's, read now and kept by nobody here (the server adopts them, or sends them
+        to its shards: the driver then holds no copy of them for the set-up)."""
+        return read_weights(self.model) if self.model is not None else self.initial
 
 
 def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:

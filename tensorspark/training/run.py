@@ -158,6 +158,7 @@ class TrainingRun:
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
         server = self.host.acquire(initial, num_partitions, adopt=adopt)
+        del initial  # the server holds it now (adopted, or sent to its shards)
         data = dict(job.data.data_record or {})
         self.host.record_data(data)  # the checkpoints name the table version trained on
         # After a stop request the workers have ps_timeout to leave by themselves.

@@ -74,3 +74,24 @@ def test_a_run_s_weights_are_assigned_to_the_model_in_blocks_of_rows(monkeypatch
     for name, got in read_weights(model).items():
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want[name].astype(np.float32))
+
+
+def test_a_lean_set_up_without_a_cache_checks_a_model_of_one_example_s_ids() -> None:
+    """Without a row cache the workers take the whole payload, made at once; the checked
+    copy is still a model of slots (one example's ids) and the initial weights are read
+    when the server starts, so the set-up holds the table once (the payload)."""
+    from tensorspark.models.keras import read_weights
+
+    model = ctr_model(rows=ROWS, fields=FIELDS, dim=DIM, hidden=4)
+    run = KerasTraining.of(model, None, sync_interval=5, mixed_precision=None, lean=True)
+    (table,) = embedding_layers(run.checked)
+    assert int(table.input_dim) == FIELDS
+    assert run.train_payload is run.payload and run.initial == {}
+    (full,) = embedding_layers(keras_io.deserialize_model(run.payload))
+    assert int(full.input_dim) == ROWS
+    ids = np.array([ROWS - 1, 5, 3, ROWS - 1], np.float32)
+    assert run.feed.check_row((ids, 1.0), argument="data", what="data")[1] == "float32"
+    with pytest.raises(ConfigurationError, match=rf"has {ROWS} rows"):
+        run.feed.check_row((np.array([0, 1, 2, -1]), 1.0), argument="data", what="data")
+    for name, value in run.take_initial().items():
+        np.testing.assert_array_equal(value, read_weights(model)[name])
