@@ -11,12 +11,14 @@ stage, as growth over the process with the user's model built, per byte of the t
 * ``setup``: after the Keras set-up (the ``.keras`` payload, the checked copy, the
   initial weights, the workers' payload), before the server;
 * ``server``: the server started (the run's first listener hook);
-* ``job_peak``: the peak while the training job runs (``VmHWM`` reset at its start);
+* ``setup_peak``, ``server_peak``, ``job_peak``, ``end_peak``: the peak from
+  ``SparkSession(...)`` to the set-up's end, from there to the server started, while the
+  training job runs, and from its end to ``fit``'s return (``VmHWM`` reset at each start);
 * ``job_end``: when the job ended (the run's last listener hook);
 * ``after_fit`` / ``after_close``: when ``fit`` returned (the final weights assigned), and
   after ``SparkSession.close()``;
-* ``fit_peak``: the peak from ``SparkSession(...)`` to the end of ``fit``: what
-  :func:`tensorspark.models.embeddings.held_bytes` must cover.
+* ``fit_peak``: the largest of those, from ``SparkSession(...)`` to the end of ``fit``:
+  what :func:`tensorspark.models.embeddings.held_bytes` must cover.
 """
 
 from __future__ import annotations
@@ -115,7 +117,9 @@ def child(name: str, rows: int, width: int, examples: int) -> dict[str, Any]:
     def measured_of(cls: Any, *args: Any, **kwargs: Any) -> Any:
         out = of(cls, *args, **kwargs)
         gc.collect()
+        stages.end_peak("setup_peak")
         stages.mark("setup")
+        stages.start_peak()
         return out
 
     keras_setup.KerasTraining.of = classmethod(measured_of)  # type: ignore[method-assign]
@@ -124,12 +128,14 @@ def child(name: str, rows: int, width: int, examples: int) -> dict[str, Any]:
         def on_run_start(self, info: Any) -> None:
             server = session.server
             stages.pids = [p for p in getattr(server, "pids", []) if p is not None]
+            stages.end_peak("server_peak")
             stages.mark("server")
             stages.start_peak()
 
         def on_run_end(self, result: Any) -> None:
             stages.end_peak("job_peak")
             stages.mark("job_end")
+            stages.start_peak()
 
     cache = row_cache if row_cache is not None else max(20 * 256 * 8, rows // 16)
     stages.start_peak()
@@ -145,7 +151,8 @@ def child(name: str, rows: int, width: int, examples: int) -> dict[str, Any]:
         name=f"driver-fit-{name}",
     )
     history = session.fit(train, epochs=1, progress=False, listeners=[Listener()])
-    stages.end_peak("fit_peak")
+    stages.end_peak("end_peak")
+    stages.peak["fit_peak"] = max(stages.peak.values())
     gc.collect()
     stages.mark("after_fit")
     session.close()
