@@ -41,13 +41,16 @@ HELD_COPIES = 2.0
 FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.0}
 #: The server's version of each row of a tracked table (int64).
 ROW_VERSION_BYTES = 8
-#: What a Keras model's ``fit`` holds on top, per byte of its tables: the copy rebuilt from
-#: the payload that the data checks use (its variables and load buffers), the initial
-#: weights the server starts from, the final weights handed back. Measured as the driver's
-#: RSS growth during ``fit`` of the click model (``bench/embeddings.py``,
-#: ``driver_rss_growth_mib``): 6.3x and 6.4x the table at 2^20 rows, uncached and cached,
-#: 6.1x at 2^24; :data:`HELD_COPIES` and the row versions count 2.06 of it.
-KERAS_FIT_COPIES = 4.3
+#: What a Keras model's ``fit`` holds on top, per byte of its tables, by ``ps_shards > 1``:
+#: the end of the run (the final weights handed to the user's model, a transient) and,
+#: sharded, the final cut gathered from the shards on the driver besides their copies.
+#: Measured by ``bench/driver_memory.py --fit`` (``bench/driver_fit.py``: the driver's and
+#: the shards' peak RSS over a real ``fit`` of the click model, 2^21 x 32, the user's
+#: model apart; docs/guide/embeddings.md, "The driver during a Keras fit"): the host's peak
+#: 3.21x the table with one server (1.77x with the row cache), 4.17x with two shards
+#: (3.54x cached); :data:`HELD_COPIES` and the row versions count 2.06 of it. (It was
+#: 4.3 before the set-up stopped copying the tables: 6.1x-6.4x measured.)
+KERAS_FIT_COPIES = {False: 1.2, True: 2.2}
 
 
 #: The most bytes :func:`assign_rows` assigns at once.
@@ -149,7 +152,7 @@ def held_bytes(
     a Keras model's fit its set-up's copies (:data:`HELD_COPIES`,
     :data:`FULL_CHECKPOINT_PEAK`, :data:`KERAS_FIT_COPIES`)."""
     copies = HELD_COPIES + (FULL_CHECKPOINT_PEAK[shards > 1] if checkpoints else 0.0)
-    copies += KERAS_FIT_COPIES if keras else 0.0
+    copies += KERAS_FIT_COPIES[shards > 1] if keras else 0.0
     return int(table_bytes * copies) + rows * ROW_VERSION_BYTES
 
 
@@ -190,7 +193,8 @@ def check_tables(
         what = (
             "the model's payload, the parameter server's copy"
             + (
-                ", the Keras set-up's copies (the rebuilt model, the initial and final weights)"
+                ", the Keras set-up's copies (the final weights handed back"
+                + (", gathered from the shards)" if shards > 1 else ")")
                 if keras
                 else ""
             )
