@@ -210,9 +210,11 @@ class ServerHost:
         Raises:
             CheckpointError: the last checkpoint of a successful run could not be written.
         """
-        if failed or not self.settings.reusable:
-            server.stop()
         checkpointer = self._checkpointer
+        if failed or not self.settings.reusable:
+            if checkpointer is not None:  # a periodic checkpoint must not race the stop
+                checkpointer.stop(final=False)
+            server.stop()
         if checkpointer is None:
             return
         if not failed and server.running:
