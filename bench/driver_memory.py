@@ -15,12 +15,16 @@ step the resident memory of this process and of every shard process is read from
   one (the snapshot, the shards' answers, the encoded file);
 * with ``--keras``, ``keras_model`` and ``payload``: the driver's Keras model of that
   table (the click model of :mod:`tensorspark.examples.ctr_embeddings`) and its ``.keras``
-  payload, which the session broadcasts.
+  payload, which the session broadcasts;
+* with ``--fit``, the driver's memory at each stage of a real ``fit`` of that model in
+  ``local[2]`` (the row cache on and off, ``ps_shards`` 1 and 2; ``--fit-examples``
+  examples, one epoch; :mod:`driver_fit`), instead of the server measurements.
 
 Linux only. Use::
 
     python bench/driver_memory.py --rows 4194304 --shards 1 2 --keras \
         --out bench/results/driver_memory.json
+    python bench/driver_memory.py --rows 2097152 --fit --out bench/results/driver_fit.json
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import driver_fit  # noqa: E402  (bench/driver_fit.py: the stages of a real fit)
 import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 from incremental_checkpoints import TABLE  # noqa: E402
 
@@ -50,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--changed", type=float, default=0.01, help="fraction of rows")
     parser.add_argument("--shards", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--keras", action="store_true", help="measure the Keras model too")
+    parser.add_argument("--fit", action="store_true", help="stages of a real fit instead")
+    parser.add_argument("--fit-examples", type=int, default=40_000)
+    parser.add_argument("--fit-configs", nargs="+", default=list(driver_fit.CONFIGS))
     parser.add_argument("--quick", action="store_true", help="2^16 rows (a smoke run)")
     parser.add_argument("--out", default="bench/results/driver_memory.json")
     return parser.parse_args()
@@ -223,6 +231,11 @@ def main() -> None:
         },
         "servers": [],
     }  # fmt: skip
+    if args.fit:
+        result["setup"]["fit_examples"] = args.fit_examples
+        result["fits"] = driver_fit.measure(rows, args.width, args.fit_examples, args.fit_configs)
+        run_record.write(Path(args.out), result, record)
+        return
     for shards in args.shards:
         measured = measure_server(rows, args.width, shards, changed)
         logger.info("ps_shards=%d: %s", shards, measured)

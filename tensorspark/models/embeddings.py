@@ -41,13 +41,36 @@ HELD_COPIES = 2.0
 FULL_CHECKPOINT_PEAK = {False: 2.0, True: 3.0}
 #: The server's version of each row of a tracked table (int64).
 ROW_VERSION_BYTES = 8
-#: What a Keras model's ``fit`` holds on top, per byte of its tables: the copy rebuilt from
-#: the payload that the data checks use (its variables and load buffers), the initial
-#: weights the server starts from, the final weights handed back. Measured as the driver's
-#: RSS growth during ``fit`` of the click model (``bench/embeddings.py``,
-#: ``driver_rss_growth_mib``): 6.3x and 6.4x the table at 2^20 rows, uncached and cached,
-#: 6.1x at 2^24; :data:`HELD_COPIES` and the row versions count 2.06 of it.
-KERAS_FIT_COPIES = 4.3
+#: What a Keras model's ``fit`` holds on top, per byte of its tables, by ``ps_shards > 1``:
+#: the end of the run (the final weights handed to the user's model, a transient) and,
+#: sharded, the final cut gathered from the shards on the driver besides their copies.
+#: Measured by ``bench/driver_memory.py --fit`` (``bench/driver_fit.py``: the driver's and
+#: the shards' peak RSS over a real ``fit`` of the click model, 2^21 x 32, the user's
+#: model apart; docs/guide/embeddings.md, "The driver during a Keras fit"): the host's peak
+#: 3.21x the table with one server (1.77x with the row cache), 4.17x with two shards
+#: (3.54x cached); :data:`HELD_COPIES` and the row versions count 2.06 of it. (It was
+#: 4.3 before the set-up stopped copying the tables: 6.1x-6.4x measured.)
+KERAS_FIT_COPIES = {False: 1.2, True: 2.2}
+
+
+#: The most bytes :func:`assign_rows` assigns at once.
+ASSIGN_BLOCK_BYTES = 16 * 2**20
+
+
+def assign_rows(variable: Any, value: np.ndarray) -> None:
+    """Assign ``value`` to a Keras ``variable`` of its shape, a large one in blocks of rows
+    (driver: a run's final weights into the user's model). TensorFlow copies a value it
+    is given before it assigns it: a whole table's assignment held the table twice more
+    for a moment (and once more after, measured at 2^21 x 32); a block's holds the block."""
+    value = np.asarray(value)
+    held: Any = getattr(variable, "value", None)  # the backend's variable (TensorFlow's)
+    if value.ndim == 0 or value.nbytes <= ASSIGN_BLOCK_BYTES or not hasattr(held, "assign"):
+        variable.assign(value)
+        return
+    dtype = np.dtype(str(variable.dtype))
+    step = max(1, ASSIGN_BLOCK_BYTES // max(1, value[0].nbytes))
+    for start in range(0, len(value), step):
+        held[start : start + step].assign(value[start : start + step].astype(dtype, copy=False))
 
 
 def embedding_layers(model: Any) -> list[Any]:
@@ -129,7 +152,7 @@ def held_bytes(
     a Keras model's fit its set-up's copies (:data:`HELD_COPIES`,
     :data:`FULL_CHECKPOINT_PEAK`, :data:`KERAS_FIT_COPIES`)."""
     copies = HELD_COPIES + (FULL_CHECKPOINT_PEAK[shards > 1] if checkpoints else 0.0)
-    copies += KERAS_FIT_COPIES if keras else 0.0
+    copies += KERAS_FIT_COPIES[shards > 1] if keras else 0.0
     return int(table_bytes * copies) + rows * ROW_VERSION_BYTES
 
 
@@ -170,7 +193,8 @@ def check_tables(
         what = (
             "the model's payload, the parameter server's copy"
             + (
-                ", the Keras set-up's copies (the rebuilt model, the initial and final weights)"
+                ", the Keras set-up's copies (the final weights handed back"
+                + (", gathered from the shards)" if shards > 1 else ")")
                 if keras
                 else ""
             )
@@ -219,9 +243,12 @@ def _input_of(layer: Any) -> Any:
         return None
 
 
-def check_ids(model: Any, features: Any, what: str) -> None:
+def check_ids(
+    model: Any, features: Any, what: str, rows_of: Mapping[str, int] | None = None
+) -> None:
     """Driver: refuse a first example whose ids, fed straight to an embedding table, are
-    not whole numbers in ``[0, rows)``.
+    not whole numbers in ``[0, rows)`` (``rows_of``: the tables' rows by layer name, where
+    ``model``'s tables are a row cache's slots; default their own).
 
     Raises:
         ConfigurationError: naming the table, its rows and the bad id.
@@ -233,7 +260,7 @@ def check_ids(model: Any, features: Any, what: str) -> None:
     if ids.size == 0 or ids.dtype.kind not in "iuf":
         return
     for layer in layers:
-        rows = int(layer.input_dim)
+        rows = int(layer.input_dim if rows_of is None else rows_of[layer.name])
         low, high = ids.min(), ids.max()
         bad = low if low < 0 else high if high >= rows else None
         if bad is None and ids.dtype.kind == "f" and not np.all(ids == np.floor(ids)):

@@ -22,10 +22,9 @@ Per-chunk loss and metrics are Keras's running means over the chunk (the loss tr
 the compiled metrics, reset at the start of a chunk) times the chunk's samples; the jobs sum
 them per epoch and divide by the epoch's samples across all workers: exact for mean-type
 metrics (loss, accuracy, MAE, ...); for metrics that are not means over examples (AUC, F1)
-it is the sample-weighted mean of per-chunk values.
-
-Inference's ModelSource pair: :mod:`~tensorspark.models.keras_source`; driver-side checks of
-a model and its data: :mod:`~.keras_checks`; a worker row cache's slot tables: :mod:`~.row_cache`.
+it is the sample-weighted mean of per-chunk values. Inference's ModelSource pair:
+:mod:`~tensorspark.models.keras_source`; driver-side checks of a model and its data:
+:mod:`~.keras_checks`; a worker row cache's slot tables: :mod:`~.row_cache`.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import CheckpointError, ConfigurationError
 from tensorspark.models import keras_io
-from tensorspark.models.embeddings import RowAccess, chunk_checker
+from tensorspark.models.embeddings import RowAccess, assign_rows, chunk_checker
 from tensorspark.models.keras_checks import model_shapes
 from tensorspark.models.row_cache import CachedTables
 
@@ -67,7 +66,8 @@ def weight_names(model: keras.Model) -> list[str]:
 
 def read_weights(model: keras.Model) -> dict[str, np.ndarray]:
     """The model's weights by :func:`weight_names` (copies; runs anywhere)."""
-    return {n: np.array(v.numpy()) for n, v in zip(weight_names(model), model.weights, strict=True)}
+    weights = zip(weight_names(model), model.weights, strict=True)
+    return {n: np.asarray(v.numpy()) for n, v in weights}  # numpy() copies: not twice
 
 
 def assign_weights(model: keras.Model, params: Mapping[str, np.ndarray]) -> None:
@@ -88,7 +88,7 @@ def assign_weights(model: keras.Model, params: Mapping[str, np.ndarray]) -> None
                 f"weight {name!r} has shape {tuple(value.shape)}, the model expects "
                 f"{tuple(variable.shape)}"
             )
-        variable.assign(value)
+        assign_rows(variable, value)  # in blocks: the table is not copied whole
 
 
 def match_weights(
@@ -292,10 +292,10 @@ def _rebuild(
         )
 
 
-def rebuild_compiled(data: bytes, what: str = "the model") -> keras.Model:
-    """The compiled model from its ``.keras`` bytes, as the executors rebuild it (anywhere;
-    thread-safe): the driver-side copy a Spark ML fit trains."""
-    return _rebuild(data, None, what)
+def rebuild_compiled(data: bytes, what: str = "the model", custom: Any = None) -> keras.Model:
+    """The compiled model from its ``.keras`` bytes (``custom``: its ``custom_objects``), as
+    executors rebuild it (anywhere; thread-safe): a Spark ML fit's copy, a checked copy."""
+    return _rebuild(data, custom, what)
 
 
 def cached_core(

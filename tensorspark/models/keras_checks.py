@@ -9,6 +9,7 @@ gathers them for the inputs (:mod:`tensorspark.inputs`), which run the jobs that
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,12 @@ def validate_model(model: keras.Model) -> None:
 
 
 def check_example(
-    model: keras.Model, features: Any, label: Any, *, what: str
+    model: keras.Model,
+    features: Any,
+    label: Any,
+    *,
+    what: str,
+    rows_of: Mapping[str, int] | None = None,
 ) -> tuple[np.dtype, np.dtype]:
     """Check one ``(features, label)`` example against the model and its loss (driver).
 
@@ -150,6 +156,10 @@ def check_example(
         features: the first example's features (any array-like).
         label: the first example's label.
         what: how messages name the data (e.g. ``"features_col='pixels'"``).
+        rows_of: where ``model``'s tables are a row cache's slots (the workers' model,
+            :func:`tensorspark.models.row_cache.slot_payload`), the tables' true rows by
+            layer name: the ids are checked against them, and the model is run on the ids'
+            ranks among the example's distinct ids (slots hold at least that many rows).
 
     Returns:
         The dtypes the features and labels are fed with.
@@ -201,7 +211,9 @@ def check_example(
                     else ""
                 )
             )
-    check_ids(model, features, what)  # before Keras looks the ids up
+    check_ids(model, features, what, rows_of)  # before Keras looks the ids up
+    if rows_of is not None:  # each id to a slot, as a worker's cache maps them
+        x = np.unique(x.reshape(-1), return_inverse=True)[1].astype(np.float32)
     xb = x.reshape((1, *in_shape)).astype(input_dtype)
     yb = y.reshape((1, *y.shape)).astype(label_dtype)
     if loss not in _SPARSE_LOSSES and y.size == out_size and y.shape != tuple(out_shape):
@@ -249,6 +261,9 @@ class KerasFeed:
     #: When a list, the features of the first example checked are appended to it (a tracked
     #: fit's input example, read by the check's job rather than by one more job).
     seen: list[Any] | None = field(default=None, compare=False, repr=False)
+    #: Where ``model``'s tables are a row cache's slots: the tables' true rows by layer
+    #: name (see :func:`check_example`).
+    rows_of: Mapping[str, int] | None = None
 
     @property
     def integer_labels(self) -> bool:
@@ -276,7 +291,7 @@ class KerasFeed:
                 "pyspark.ml vectors; call vector.toArray() in a map, or pass a DataFrame. "
                 f"Received: {type(x).__name__}"
             )
-        in_dtype, label_dtype = check_example(self.model, x, y, what=what)
+        in_dtype, label_dtype = check_example(self.model, x, y, what=what, rows_of=self.rows_of)
         if self.seen is not None and not self.seen:
             self.seen.append(x)
         return in_dtype.name, label_dtype.name

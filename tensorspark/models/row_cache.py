@@ -160,6 +160,23 @@ def plan(
     return CachePlan(int(min(slots, max(rows.values()))), rows)
 
 
+def check_plan(model: Any) -> CachePlan | None:
+    """Tables of one example's ids (driver): a checked copy of ``model`` built with them
+    (:func:`slot_payload`) holds no table, where the workers take the tables whole. None
+    where the tables cannot be slots: none, ids per example not fixed, more than one
+    input, or a structure the cache refuses (:func:`_uncacheable`)."""
+    from tensorspark.models.embeddings import embedding_layers
+
+    layers = embedding_layers(model)
+    if not layers or len(getattr(model, "inputs", None) or ()) != 1:
+        return None
+    bound = chunk_ids_bound(model, 1, 1)
+    if bound is None or _uncacheable(model, layers) is not None:
+        return None
+    rows = {la.name: int(la.input_dim) for la in layers}
+    return CachePlan(min(bound, *rows.values()), rows)
+
+
 def worker_memory(conf: Mapping[str, str]) -> int | None:
     """The memory a Python worker may use (see the module), or None."""
     from tensorspark.models.embeddings import available_memory

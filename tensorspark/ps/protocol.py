@@ -76,8 +76,9 @@ class RunServer(Protocol):
         """Stop serving (idempotent); the weights and status stay readable."""
         ...
 
-    def params(self) -> dict[str, np.ndarray]:
-        """The current weights by name (copies)."""
+    def params(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """The current weights by name (copies; ``copy=False``: of a server that has
+        stopped, the arrays it holds themselves, for a caller that only reads them)."""
         ...
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:

@@ -71,6 +71,8 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         on_push: optional callback ``(meta, status)`` called on the loop thread after
             each push (for progress display); must be quick.
         combiner_state: the combiner's state ``(arrays, meta)`` from a checkpoint.
+        adopt: hold ``params``' arrays themselves instead of copies (the caller hands them
+            over and reads them no more).
         **options: the keyword form: :class:`~tensorspark.ps.settings.ServerSettings`'s
             fields. The secret is never logged and never shown in ``/status``;
             :meth:`client_options` hands it to in-process clients.
@@ -90,6 +92,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         progress: Mapping[int, Mapping[str, int]] | None = None,
         on_push: Callable[[dict[str, Any], str], None] | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        adopt: bool = False,
         **options: Any,
     ) -> None:
         s = self.settings = server_settings(settings, combiner, options)
@@ -113,6 +116,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
             row_sparse=s.embeddings == "sparse",
             vocab=(s.vocab, s.vocab_state) if s.vocab else None,
             elastic=s.elastic_settings(),
+            adopt=adopt,
         )
         self.combiner = self._store.combiner
         self.compression = self._store.compression
@@ -198,9 +202,12 @@ class ParameterServer(auth.SignedServer, RoutedServer):
     def num_workers(self, value: int | None) -> None:
         self._on_loop(lambda: self._store.set_num_workers(value), "num_workers=")
 
-    def params(self) -> dict[str, np.ndarray]:
-        """A copy of the current global parameters. Any thread (runs on the loop)."""
-        return self._on_loop(self._store.params, "params()")
+    def params(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """A copy of the current global parameters; ``copy=False`` once the server has
+        stopped: the arrays it holds (nothing changes them then; a run's final weights
+        without a second copy of its tables). Any thread (runs on the loop)."""
+        held = not copy and not self.running
+        return self._on_loop(lambda: self._store.params(copy=not held), "params()")
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """A copy of the current parameters, with version and progress, consistent;

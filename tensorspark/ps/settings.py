@@ -278,8 +278,11 @@ def check_settings(
     max_staleness: int | None,
     combiner: WeightCombiner,
     compression: Compression | None,
+    adopt: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Check a server's settings; returns a copy of ``params`` to hold.
+    """Check a server's settings; returns a copy of ``params`` to hold (``adopt``: the
+    arrays themselves where they are writable, C-contiguous and own their memory, for a
+    caller that hands them over: a driver then holds its tables once, not twice).
 
     Raises:
         ConfigurationError: no parameters, an unknown mode, a dtype the wire cannot carry,
@@ -292,7 +295,9 @@ def check_settings(
     check_mode(mode, max_staleness, combiner, compression)
     arrays: dict[str, np.ndarray] = {}
     for name, value in params.items():
-        arr = np.array(value, copy=True)
+        arr = np.asarray(value) if adopt else np.array(value, copy=True)
+        if adopt and not (arr.flags.writeable and arr.flags.c_contiguous and arr.flags.owndata):
+            arr = np.array(arr, copy=True)
         if arr.dtype.name not in wire.DTYPES:
             raise ConfigurationError(
                 f"parameter {name!r} has dtype {arr.dtype}, which the parameter server cannot "

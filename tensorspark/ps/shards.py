@@ -79,7 +79,7 @@ class ShardedServer(auth.SignedServer):
     ``cut_timeout``: seconds a consistent snapshot waits for the shards to line up.
 
     Args:
-        params, combiner, settings, num_workers, version, progress, combiner_state,
+        params, combiner, settings, num_workers, version, progress, combiner_state, adopt,
         **options: as for :class:`~tensorspark.ps.server.ParameterServer`.
         on_push: ``(meta, status)`` after each push shard 0 handled, called on a thread
             of this object (not a server loop); it may call :meth:`params`.
@@ -105,6 +105,7 @@ class ShardedServer(auth.SignedServer):
         on_push: Callable[[dict[str, Any], str], None] | None = None,
         combiner_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
         tables: Sequence[str] = (),
+        adopt: bool = False,
         **options: Any,
     ) -> None:
         s = self.settings = server_settings(settings, combiner, options)
@@ -112,7 +113,7 @@ class ShardedServer(auth.SignedServer):
         shards = whole_setting("shards", s.shards, "a sharded server needs shards >= 2.", minimum=2)
         self.combiner = s.combiner
         self.compression = s.compression
-        arrays = check_settings(params, s.mode, s.max_staleness, self.combiner, self.compression)
+        arrays = check_settings(params, s.mode, s.max_staleness, s.combiner, s.compression, adopt)
         num_workers = sync_workers(s.mode, num_workers)
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
         # Row-sparse tables are held by rows (whole, or in blocks of rows) where their rows
@@ -385,8 +386,10 @@ class ShardedServer(auth.SignedServer):
             for p in sorted(common)
         }
 
-    def params(self) -> dict[str, np.ndarray]:
-        """A copy of the whole model, from a consistent cut."""
+    def params(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """A copy of the whole model at a consistent cut (``copy=False``, stopped: the last)."""
+        if not copy and self._final is not None:
+            return dict(self._final[0].params)
         return {k: v.copy() for k, v in self.snapshot().params.items()}
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:

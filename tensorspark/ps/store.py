@@ -54,18 +54,17 @@ __all__ = ["Respond", "Snapshot", "Store", "Timers"]
 
 class Store(ConsistentCuts):
     """The global parameters and everything pushes change. Owned by one thread (see the
-    module docstring); not thread-safe.
+    module docstring; :meth:`set_timers`); not thread-safe.
 
     Args:
-        params: initial global parameters, name -> array (copied).
+        params: initial global parameters, name -> array (copied; ``adopt``: held as given).
         combiner: a :class:`~tensorspark.ps.combiners.WeightCombiner`, a name or None.
         mode: ``"async"`` or ``"sync"``.
         num_workers: sync mode: how many partitions take part in each round.
         max_staleness: async only: how many versions behind a push's base may be.
         version: initial version.
         progress: initial per-partition progress ``{partition: {"epoch", "seq"}}``.
-        round_timeout: sync mode: how long a round waits for missing workers (needs
-            :meth:`set_timers`).
+        round_timeout: sync mode: how long a round waits for missing workers (timers).
         on_push: ``(meta, status)`` called after each applied, stale or diverged push.
         compression: a :class:`~tensorspark.ps.compression.Compression`: workers push in
             its ``push`` codec (told at ``/join``), answers carry its ``pull`` codec.
@@ -99,10 +98,11 @@ class Store(ConsistentCuts):
         vocab: tuple[Mapping[str, Any], Any] | None = None,
         elastic: ElasticSettings | None = None,
         clock: Callable[[], float] | None = None,
+        adopt: bool = False,
     ) -> None:
         self.combiner = get_combiner(combiner)
         self.compression = compress.get_compression(compression)
-        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression)
+        arrays = check_settings(params, mode, max_staleness, self.combiner, self.compression, adopt)
         self.mode = mode
         self.num_workers: int | None = None
         self.set_num_workers(num_workers)
@@ -149,9 +149,9 @@ class Store(ConsistentCuts):
 
     # ------------------------------------------------------------------ reading
 
-    def params(self) -> dict[str, np.ndarray]:
-        """A copy of the current global parameters."""
-        return {k: v.copy() for k, v in self._sets.current.items()}
+    def params(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """A copy of the current global parameters (``copy=False``: the arrays held)."""
+        return {k: v.copy() if copy else v for k, v in self._sets.current.items()}
 
     def progress(self) -> dict[int, dict[str, int]]:
         """Per-partition last applied ``{"epoch", "seq"}``."""

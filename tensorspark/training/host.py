@@ -119,10 +119,12 @@ class ServerHost:
         scheme = server.url.split("://", 1)[0]
         return f"{scheme}://{host}:{server.port if port is None else port}"
 
-    def lease(self, params: dict[str, np.ndarray], num_workers: int | None) -> Lease:
+    def lease(
+        self, params: dict[str, np.ndarray], num_workers: int | None, adopt: bool = False
+    ) -> Lease:
         """:meth:`acquire` a server for a run, with the addresses its workers are told
         (:meth:`url_for` it and each of its shards)."""
-        server = self.acquire(params, num_workers)
+        server = self.acquire(params, num_workers, adopt=adopt)
         shards = server.worker_shards()
         if shards is None:
             return Lease(server, self.url_for(server))
@@ -130,10 +132,16 @@ class ServerHost:
         return Lease(server, self.url_for(server), urls, shards.layout)
 
     def acquire(
-        self, params: dict[str, np.ndarray], num_workers: int | None, *, checkpoint: Any = None
+        self,
+        params: dict[str, np.ndarray],
+        num_workers: int | None,
+        *,
+        checkpoint: Any = None,
+        adopt: bool = False,
     ) -> RunServer:
         """A running server for a run of ``num_workers`` partitions over ``params``
-        (``None``: not known before the job, which only async mode allows).
+        (``None``: not known before the job, which only async mode allows; ``adopt``: a new
+        server holds ``params``' arrays themselves, which the caller reads no more).
 
         A reusable server still running is handed over with its progress reset (its
         weights carry over); otherwise a new one starts, from the newest checkpoint when
@@ -179,6 +187,7 @@ class ServerHost:
             progress=progress,
             on_push=self._on_push,
             combiner_state=combiner_state,
+            adopt=adopt,
             **more,
         )
         self.server = server

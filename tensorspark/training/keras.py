@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tensorspark import connect
@@ -145,13 +146,14 @@ def _train(
         sync_interval=settings.sync_interval,
         mixed_precision=mixed_precision,
         row_cache=cache_for(model, settings, conf),
+        lean=True,  # the validation job's payload is made after training, if there is one
     )
     checked, feed = keras_run.checked, keras_run.feed
     dynamic = bool(dynamic_layers(model))  # DynamicEmbedding tables: maps beside the weights
     if dynamic:  # a new server starts from the model's own maps (without a checkpoint's)
         host.settings = seeded(host.settings, model)
     named = {"features_col": columns.features, "label_col": columns.label}
-    train_feed = feed if seen_example is None else KerasFeed(checked, seen=seen_example)
+    train_feed = feed if seen_example is None else replace(feed, seen=seen_example)
     train = input_for(sc, data, train_feed, conf=conf, argument="data", **named)
     val = None
     arrays = validation_arrays(validation_data)
@@ -191,11 +193,12 @@ def _train(
         listeners = [*listeners, driven]
     result = TrainingRun(sc, host, conf).execute(
         RunJob(train, keras_run.loader, keras_run.train_payload, epochs, shuffle),
-        keras_run.initial,
+        keras_run.take_initial(),  # held by the server only
         num_partitions,
         on_push=push_fanout(snapshots.on_push, None if driven is None else driven.on_push),
         listeners=listeners,
         total_samples=None if known_rows is None else known_rows * epochs,
+        adopt=True,  # keras_run.initial is read no more: the server's arrays from here
     )
     # A stopped run ends, like its checkpoint and ``result.params``, with every push the
     # server applied, which may include part of the epoch after the stop (the workers

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tensorspark.models.keras import KerasTrainerLoader, model_payload, read_weights
+from tensorspark.errors import ConfigurationError
+from tensorspark.models import keras_io
+from tensorspark.models.keras import (
+    KerasTrainerLoader,
+    model_payload,
+    read_weights,
+    rebuild_compiled,
+)
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.models.row_cache import CachePlan, plan, slot_payload, worker_memory
+from tensorspark.models.row_cache import CachePlan, check_plan, plan, slot_payload, worker_memory
 
 
 @dataclass(frozen=True)
@@ -28,23 +35,36 @@ class KerasTraining:
     """A compiled Keras model made ready to train on Spark (driver).
 
     Attributes:
-        payload: the model's ``.keras`` bytes (broadcast to every run's tasks).
         checked: the compiled copy rebuilt from ``payload`` (data checks read it; the
-            user's model is not touched).
+            user's model is not touched); with ``lean`` and a row cache, rebuilt from
+            ``train_payload`` instead (tables of slots).
         feed: checks examples against ``checked``.
-        initial: the model's weights by name, where a new server starts.
+        initial: the model's weights by name, where a new server starts (empty with
+            ``lean``: :meth:`take_initial` reads them when the server starts).
         loader: how the tasks build their trainer (one cache key for all runs).
         train_payload: what the training tasks build: ``payload``, or with a worker row
             cache (``loader.row_cache``) the model with tables of its slots (zeros), whose
             values stay on the server (:mod:`tensorspark.models.row_cache`).
+        model: with ``lean``, the user's model (``payload`` is made from it when first
+            read with a row cache; :meth:`take_initial` reads its weights), else None.
     """
 
-    payload: bytes
     checked: Any
     feed: KerasFeed
     initial: dict[str, np.ndarray]
     loader: KerasTrainerLoader
     train_payload: bytes
+    model: Any = None
+    _payload: list[bytes] = field(default_factory=list, repr=False)
+
+    @property
+    def payload(self) -> bytes:
+        """The model's ``.keras`` bytes (broadcast to every run's tasks without a row
+        cache; a validation job's, serving's); with ``lean`` and a row cache, serialised
+        from the model, as it is then, when first read."""
+        if not self._payload:
+            self._payload.append(keras_io.serialize_model(self.model))
+        return self._payload[0]
 
     @classmethod
     def of(
@@ -55,14 +75,21 @@ class KerasTraining:
         sync_interval: int,
         mixed_precision: str | None,
         row_cache: CachePlan | None = None,
+        lean: bool = False,
     ) -> KerasTraining:
         """Set up ``model`` (compiled) for training runs.
+
+        ``lean`` (a ``fit``): the driver holds no copy of the tables for the set-up but
+        the payload the workers take whole: the checked copy is a model of slots (with a
+        row cache the workers' own; else of one example's ids, :func:`check_plan`, where
+        the model allows), its data checks take the tables' true rows, the initial
+        weights are read when the server starts (:meth:`take_initial`), and with a row
+        cache the whole model's bytes are made only when ``payload`` is read.
 
         Raises:
             ConfigurationError: Keras cannot save the model or rebuild it from its bytes
                 (e.g. a custom class missing from ``custom_objects``).
         """
-        payload, checked = model_payload(model, custom_objects)
         loader = KerasTrainerLoader(
             key=uuid.uuid4().hex,
             custom_objects=None if custom_objects is None else dict(custom_objects),  # a copy
@@ -70,8 +97,28 @@ class KerasTraining:
             mixed_precision=mixed_precision,
             row_cache=None if row_cache is None else row_cache.to_json(),
         )
+        if lean:
+            slots = row_cache if row_cache is not None else check_plan(model)
+            try:
+                small = None if slots is None else slot_payload(model, slots)
+            except ConfigurationError:  # e.g. a subclassed model: checked whole below
+                small = None
+            if slots is not None and small is not None:
+                checked = rebuild_compiled(small, f"model {model.name!r}", custom_objects)
+                feed = KerasFeed(checked, rows_of=dict(slots.layers))
+                if row_cache is not None:  # the whole model's bytes: when read
+                    return cls(checked, feed, {}, loader, small, model)
+                payload = keras_io.serialize_model(model)
+                return cls(checked, feed, {}, loader, payload, model, [payload])
+        payload, checked = model_payload(model, custom_objects)
         train = payload if row_cache is None else slot_payload(model, row_cache)
-        return cls(payload, checked, KerasFeed(checked), read_weights(model), loader, train)
+        return cls(checked, KerasFeed(checked), read_weights(model), loader, train, None, [payload])
+
+    def take_initial(self) -> dict[str, np.ndarray]:
+        """The weights a run's server starts from: :attr:`initial`, or with ``lean`` the
+        model's, read now and kept by nobody here (the server adopts them, or sends them
+        to its shards: the driver then holds no copy of them for the set-up)."""
+        return read_weights(self.model) if self.model is not None else self.initial
 
 
 def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:

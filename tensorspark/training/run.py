@@ -138,6 +138,7 @@ class TrainingRun:
         *,
         listeners: Sequence[RunListener] = (),
         total_samples: int | None = None,
+        adopt: bool = False,
     ) -> TrainResult:
         """Start the server, broadcast ``job``'s payload, run the job, collect the result.
 
@@ -154,6 +155,8 @@ class TrainingRun:
                 order on this thread; the facade makes the progress display and
                 TensorBoard ones (:func:`tensorspark.training.watch.run_listeners`).
             total_samples: epochs x rows, when known without a pass over the data.
+            adopt: a new server holds ``initial``'s arrays themselves, not copies (the
+                caller reads them no more: a ``fit``'s driver holds its tables once).
 
         Raises:
             ConfigurationError: sync mode that cannot be scheduled, a reusable server with
@@ -165,8 +168,9 @@ class TrainingRun:
         check_partitions(self.sc, self.settings.server, num_partitions, self.conf)
         started = time.time()
         watchers = ListenerList(listeners)  # checks them before a server starts
-        lease = self.host.lease(initial, num_partitions)
+        lease = self.host.lease(initial, num_partitions, adopt=adopt)
         server = lease.server
+        del initial  # the server holds it now (adopted, or sent to its shards)
         data = dict(job.data.data_record or {})
         self.host.record_data(data)  # the checkpoints name the table version trained on
         # After a stop request the workers have ps_timeout to leave by themselves.
@@ -207,7 +211,8 @@ class TrainingRun:
         else:
             epochs = watch.heard_rows()
         result = TrainResult(
-            params=server.params(),
+            # A stopped server's arrays themselves: the driver holds the tables once.
+            params=server.params(copy=False),
             version=server.version,
             partitions=partitions,
             status=server.status(),

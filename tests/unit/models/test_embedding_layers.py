@@ -234,9 +234,9 @@ def test_the_driver_counts_what_a_run_holds_of_the_tables() -> None:
     assert held_bytes(table, ROWS, 1, checkpoints=True) == 4 * table + 8 * ROWS
     assert held_bytes(table, ROWS, 2, checkpoints=True) == 5 * table + 8 * ROWS
     dynsgd = get_combiner("dynsgd")
-    # A Keras model's fit holds its set-up's copies on top (measured: bench/embeddings.py).
+    # A Keras model's fit holds more on top (measured: bench/driver_memory.py --fit).
     fit = held_bytes(table, ROWS, 1, checkpoints=False, keras=True)
-    assert fit == int(6.3 * table) + 8 * ROWS
+    assert fit == int(3.2 * table) + 8 * ROWS
     check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=fit)
     with pytest.raises(ConfigurationError, match="the Keras set-up's copies"):
         check_setup(model, dynsgd, "async", 1, "sparse", checkpoints=False, available=plain)
@@ -256,3 +256,16 @@ def test_a_chunk_s_nan_ids_are_refused_like_ids_outside_the_table() -> None:
     with pytest.raises(ConfigurationError, match=r"Received: id nan in partition 3"):
         check_chunk_ids([("emb", 10)], batches, 3)
     check_chunk_ids([("emb", 10)], batches[:1], 3)
+
+
+def test_a_sharded_keras_fit_counts_the_final_cut_gathered_on_the_driver() -> None:
+    """Sharded, the driver gathers the final weights from the shards besides their copies
+    (measured: bench/driver_memory.py --fit), and the refusal says so."""
+    from tensorspark.models.embeddings import held_bytes
+
+    table = ROWS * 4 * 4
+    sharded = held_bytes(table, ROWS, 2, checkpoints=False, keras=True)
+    assert sharded == int(4.2 * table) + 8 * ROWS
+    assert sharded > held_bytes(table, ROWS, 1, checkpoints=False, keras=True)
+    with pytest.raises(ConfigurationError, match=r"handed back, gathered from the shards\)"):
+        check_setup(_model(), get_combiner("dynsgd"), "async", 2, "sparse", False, sharded - 1)
