@@ -16,6 +16,7 @@ import pytest
 
 import tensorspark as sps
 from tensorspark.datasets.mnist import load_mnist, one_hot
+from tests.netns.training import expected_pushes, partition_rows
 
 from .mnist_graph import softmax_regression
 
@@ -28,11 +29,6 @@ def fashion(fashion_mnist_dir):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def rows(fashion):  # type: ignore[no-untyped-def]
     return list(zip(fashion.train_images, one_hot(fashion.train_labels)))
-
-
-def _syncs(rows: int, batch_size: int, sync_interval: int) -> int:
-    batches = -(-rows // batch_size)
-    return -(-batches // sync_interval)
 
 
 def _train(sc, data, *, num_epoch=1, on_start=None, **kw):  # type: ignore[no-untyped-def]
@@ -57,7 +53,10 @@ def test_with_nothing_lost_elastic_gives_the_barrier_path_s_weights(sc, rows) ->
     data = sc.parallelize(rows[:6000], 2)
     _, barrier = _train(sc, data, sync_interval=3, seed=7)
     _, elastic = _train(sc, data, sync_interval=3, seed=7, elastic=True, lost_after=30.0)
-    rounds = max(_syncs(p["rows"], 100, 3) for p in barrier.partitions)
+    rounds = max(
+        expected_pushes([n], epochs=1, batch_size=100, sync_interval=3)
+        for n in partition_rows(barrier)
+    )
     assert barrier.version == elastic.version == rounds
     for name, value in barrier.params.items():
         assert np.array_equal(value, elastic.params[name]), name
@@ -71,7 +70,9 @@ def test_fewer_slots_than_partitions_train_every_partition(sc, rows) -> None:
     data = sc.parallelize(rows[:6000], 3)
     _, result = _train(sc, data, sync_interval=4, elastic=True, lost_after=2.0)
     status = result.status
-    assert status["applied_pushes"] == sum(_syncs(p["rows"], 100, 4) for p in result.partitions)
+    assert status["applied_pushes"] == expected_pushes(
+        partition_rows(result), epochs=1, batch_size=100, sync_interval=4
+    )
     assert status["samples"] == 6000 and [e["samples"] for e in result.epochs] == [6000]
     assert status["short_rounds"] > 0 and status["partitions_lost"] == 0
 
@@ -149,7 +150,7 @@ def test_a_killed_python_worker_s_partition_rejoins_and_the_run_completes(
     assert by_partition[1]["counts"]["skipped_batches"] > 0, "the rerun resumes after its pushes"
     status = result.status
     # Every sync of the data applied exactly once, every sample counted once.
-    expected = sum(2 * _syncs(p["rows"], 100, 1) for p in result.partitions)
+    expected = expected_pushes(partition_rows(result), epochs=2, batch_size=100, sync_interval=1)
     assert status["applied_pushes"] == expected
     assert status["samples"] == 2 * 12000
     for p in result.partitions:  # the rerun trained what its lost attempt had not pushed
