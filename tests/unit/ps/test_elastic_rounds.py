@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tensorspark import wire
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.elastic import ElasticSettings, heartbeat_interval
 from tensorspark.ps.store import Store
 from tensorspark.ps.validation import RequestError
+
+from .test_ps_store import Answers as StoreAnswers
 
 
 class Clock:
@@ -53,20 +54,12 @@ class Timers:
         self.clock.now = end
 
 
-class Answers:
-    """A fake ``respond`` keeping (code, status or error, version)."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[int, Any, Any]] = []
+class Answers(StoreAnswers):
+    """test_ps_store's fake ``respond``, whose answers are sent at once (what they lend
+    comes back)."""
 
     def __call__(self, code: int, parts: list[Any], content_type: str, on_sent: Any = None) -> None:
-        if content_type == wire.CONTENT_TYPE:
-            _, meta = wire.decode(
-                bytearray(b"".join(bytes(memoryview(p).cast("B")) for p in parts))
-            )
-            self.got.append((code, meta["status"], meta["version"]))
-        else:
-            self.got.append((code, b"".join(parts).decode(), None))
+        super().__call__(code, parts, content_type)
         if on_sent is not None:
             on_sent()
 
