@@ -42,7 +42,8 @@ CONFIGS = {
 }
 
 
-def _status(pid: int | str, field: str) -> int:
+def proc_status(pid: int | str, field: str) -> int:
+    """A ``/proc/<pid>/status`` field in bytes (``VmRSS``, ``VmHWM``)."""
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -50,9 +51,10 @@ def _status(pid: int | str, field: str) -> int:
     raise RuntimeError(f"no {field} for process {pid}")
 
 
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")  # VmHWM back to VmRSS
+def reset_peak(pid: int | str = "self") -> None:
+    """Set the process's ``VmHWM`` back to its ``VmRSS``."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")
 
 
 class Stages:
@@ -60,23 +62,23 @@ class Stages:
 
     def __init__(self) -> None:
         gc.collect()
-        self.base = _status("self", "VmRSS")
+        self.base = proc_status("self", "VmRSS")
         self.rss: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.shards: dict[str, list[int]] = {}
         self.pids: list[int] = []
 
     def mark(self, stage: str) -> None:
-        self.rss[stage] = _status("self", "VmRSS") - self.base
+        self.rss[stage] = proc_status("self", "VmRSS") - self.base
         alive = [p for p in self.pids if Path(f"/proc/{p}/status").exists()]
         if alive:  # (the shard processes end with the run)
-            self.shards[stage] = [_status(p, "VmRSS") for p in alive]
+            self.shards[stage] = [proc_status(p, "VmRSS") for p in alive]
 
     def start_peak(self) -> None:
-        _reset_peak()
+        reset_peak()
 
     def end_peak(self, stage: str) -> None:
-        self.peak[stage] = _status("self", "VmHWM") - self.base
+        self.peak[stage] = proc_status("self", "VmHWM") - self.base
 
 
 def child(name: str, rows: int, width: int, examples: int) -> dict[str, Any]:

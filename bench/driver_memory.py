@@ -63,20 +63,6 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _status(pid: int | str, field: str) -> int:
-    """A ``/proc/<pid>/status`` field in bytes (``VmRSS``, ``VmHWM``)."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} for process {pid}")
-
-
-def _reset_peak(pid: int | str) -> None:
-    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")  # VmHWM back to VmRSS
-
-
 class Processes:
     """This process and a server's shard processes: resident and peak memory."""
 
@@ -85,16 +71,16 @@ class Processes:
         self.pids: list[int | str] = ["self", *pids]
 
     def rss(self) -> list[int]:
-        return [_status(p, "VmRSS") for p in self.pids]
+        return [driver_fit.proc_status(p, "VmRSS") for p in self.pids]
 
     def peak_during(self, step: Any) -> tuple[Any, list[int]]:
         """Run ``step()``; its result and each process's peak above its memory before."""
         gc.collect()
         before = self.rss()
         for pid in self.pids:
-            _reset_peak(pid)
+            driver_fit.reset_peak(pid)
         out = step()
-        peaks = [_status(p, "VmHWM") for p in self.pids]
+        peaks = [driver_fit.proc_status(p, "VmHWM") for p in self.pids]
         return out, [p - b for p, b in zip(peaks, before, strict=True)]
 
 
@@ -156,7 +142,7 @@ def measure_server(rows: int, width: int, shards: int, changed: int) -> dict[str
     with make(1 << 12) as tiny:
         empty = Processes(tiny).rss()
     gc.collect()
-    before = _status("self", "VmRSS")
+    before = driver_fit.proc_status("self", "VmRSS")
     server = make(rows)
     folder = Path(tempfile.mkdtemp(prefix="bench-driver-memory-"))
     try:
@@ -202,13 +188,13 @@ def measure_keras(rows: int, width: int) -> dict[str, Any]:
 
     table_bytes = rows * width * 4
     gc.collect()
-    before = _status("self", "VmRSS")
+    before = driver_fit.proc_status("self", "VmRSS")
     model = ctr_model(rows=rows, fields=8, dim=width, hidden=16, optimizer="adagrad")
     gc.collect()
-    built = _status("self", "VmRSS")
+    built = driver_fit.proc_status("self", "VmRSS")
     payload = keras_io.serialize_model(model)
     gc.collect()
-    serialized = _status("self", "VmRSS")
+    serialized = driver_fit.proc_status("self", "VmRSS")
     out = {
         "keras_model": (built - before) / table_bytes,
         "payload": (serialized - built) / table_bytes,
