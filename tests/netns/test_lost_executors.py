@@ -147,17 +147,18 @@ def _kill_host(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]
     return kill
 
 
-@pytest.mark.parametrize(
-    ("what", "staleness"), [("executor", None), ("executor", 1), ("host", None)]
-)
-def test_async_run_survives(
+def _run_survives(
     what: str,
-    staleness: int | None,
     lost_sc: SparkContext,
     mnist: tuple[Any, Any],
     netns_cluster: NetnsCluster,
-    both_executors: None,
-) -> None:
+    name: str,
+    **options: Any,
+) -> dict[str, Any]:
+    """Train while host 0's executor (or the whole host) is killed mid-run; check the run
+    completed with exactly the pushes and samples the data implies, the lost partition
+    resumed after its last applied push, the usual accuracy and nothing of the run left;
+    return its ``/status``."""
     victim = netns_cluster.net.hosts[0]
     record: dict[str, Any] = {}
     killer = (_kill_executor if what == "executor" else _kill_host)(netns_cluster, victim, record)
@@ -166,12 +167,7 @@ def test_async_run_survives(
         action = watch.when(_victim_training(victim), killer)
         try:
             run = train_tf1(
-                lost_sc,
-                *mnist,
-                name=f"lost_{what}_{staleness}",
-                epochs=EPOCHS,
-                sync_interval=SYNC_INTERVAL,
-                max_staleness=staleness,
+                lost_sc, *mnist, name=name, epochs=EPOCHS, sync_interval=SYNC_INTERVAL, **options
             )
             run.session.close()
         finally:
@@ -191,6 +187,23 @@ def test_async_run_survives(
     assert any(int(p["counts"]["skipped_batches"]) > 0 for p in run.result.partitions)
     assert run.accuracy >= 0.80
     _assert_nothing_of_the_run_left(watch)
+    return status  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("what", "staleness"), [("executor", None), ("executor", 1), ("host", None)]
+)
+def test_async_run_survives(
+    what: str,
+    staleness: int | None,
+    lost_sc: SparkContext,
+    mnist: tuple[Any, Any],
+    netns_cluster: NetnsCluster,
+    both_executors: None,
+) -> None:
+    _run_survives(
+        what, lost_sc, mnist, netns_cluster, f"lost_{what}_{staleness}", max_staleness=staleness
+    )
 
 
 @pytest.mark.parametrize("what", ["executor", "host"])
@@ -271,39 +284,18 @@ def test_elastic_sync_run_survives(
     netns_cluster: NetnsCluster,
     both_executors: None,
 ) -> None:
-    victim = netns_cluster.net.hosts[0]
-    record: dict[str, Any] = {}
-    killer = (_kill_executor if what == "executor" else _kill_host)(netns_cluster, victim, record)
-    watch = RunWatch()
-    with watch.installed():
-        action = watch.when(_victim_training(victim), killer)
-        try:
-            run = train_tf1(
-                lost_sc,
-                *mnist,
-                name=f"lost_elastic_{what}",
-                epochs=EPOCHS,
-                sync_interval=SYNC_INTERVAL,
-                mode="sync",
-                elastic=True,
-                lost_after=5.0,
-            )
-            run.session.close()
-        finally:
-            action.result()
-    assert record["pids"], "nothing was killed"
-    status = run.result.status
-    rows = partition_rows(run.result)
-    assert sum(rows) == 60000
-    assert status["applied_pushes"] == expected_pushes(
-        rows, epochs=EPOCHS, batch_size=100, sync_interval=SYNC_INTERVAL
+    status = _run_survives(
+        what,
+        lost_sc,
+        mnist,
+        netns_cluster,
+        f"lost_elastic_{what}",
+        mode="sync",
+        elastic=True,
+        lost_after=5.0,
     )
-    assert status["samples"] == EPOCHS * 60000
-    assert any(int(p["counts"]["skipped_batches"]) > 0 for p in run.result.partitions)
     assert status["short_rounds"] > 0
     assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
-    assert run.accuracy >= 0.80
-    _assert_nothing_of_the_run_left(watch)
 
 
 def test_elastic_sync_run_survives_its_partition_s_executor_killed_twice(
