@@ -65,7 +65,6 @@ class SavedModelTemplate:
 
     def __init__(self, model: Any, graph_bytes: bytes, saver: Any, archive: Any) -> None:
         self.model = model
-        self.key = structure_key(model)
         self.graph_bytes = graph_bytes
         self.saver = saver
         self.archive = archive  # keeps the traced functions and tracked objects alive
