@@ -79,7 +79,10 @@ def test_epoch_ends_reach_a_listener_while_the_job_trains(
 ) -> None:
     session = _session(sc, sessions, checkpoint_dir=str(tmp_path / "ckpt"))
     recorder = _Recorder(session)
-    epochs = 20
+    # Long enough that warm workers (TensorFlow imported, the model built: about 40 ms an
+    # epoch here) still train for several of the driver's half-second polls: with 20 epochs
+    # a warm job could end within the first poll, and no epoch end was heard while it ran.
+    epochs = 100
     history = session.fit(_rdd(sc), epochs=epochs, progress=False, listeners=[recorder])
     returned_at = time.monotonic()
 
