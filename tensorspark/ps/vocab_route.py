@@ -31,7 +31,7 @@ check is exact in sync mode, and costs no second request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -128,7 +128,7 @@ class VocabTables:
         params: dict[str, np.ndarray],
         tensors: Mapping[str, wire.Tensor],
         meta: Mapping[str, Any],
-        mark: Any,
+        mark: Callable[[str, np.ndarray], None],
     ) -> list[Any]:
         """The wire parts of the answer to ``POST /vocab`` (see the module). ``mark(name,
         rows)``: the store marks reset rows changed. Checks everything before changing
