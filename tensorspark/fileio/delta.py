@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tensorspark.arguments import positive_int
@@ -55,18 +55,17 @@ _READABLE = frozenset(
 
 @dataclass(frozen=True)
 class DeltaSource:
-    """A Delta table to train on or predict from; made by :func:`delta` (see there)."""
+    """A Delta table to train on or predict from; made by :func:`delta` (see there).
+
+    ``reading`` says which columns hold the features and the label and how they are read:
+    a Parquet :class:`~tensorspark.fileio.source.FileSource` without paths yet, which a
+    snapshot's files fill in (:meth:`DeltaSnapshot.as_files`).
+    """
 
     table: str
-    features: str
-    label: str | None = None
+    reading: FileSource
     version: int | None = None
     timestamp: str | None = None
-    feature_dtype: str | None = None
-    scale: float | None = None
-    one_hot: int | None = None
-    shuffle_buffer: int = 0
-    num_partitions: int | None = None
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -98,17 +97,7 @@ class DeltaSnapshot:
 
     def as_files(self) -> FileSource:
         """The snapshot's files as Parquet input, with the table's columns and reading."""
-        return FileSource(
-            paths=self.files,
-            format="parquet",
-            features=self.source.features,
-            label=self.source.label,
-            feature_dtype=self.source.feature_dtype,
-            scale=self.source.scale,
-            one_hot=self.source.one_hot,
-            shuffle_buffer=self.source.shuffle_buffer,
-            num_partitions=self.source.num_partitions,
-        )
+        return replace(self.source.reading, paths=self.files)
 
 
 def delta(
@@ -178,19 +167,18 @@ def delta(
         positive_int("one_hot", one_hot, minimum=2)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
         raise ConfigurationError(f"Argument `scale` must be a number. Received: scale={scale!r}")
-    return DeltaSource(
-        table=table,
+    reading = FileSource(
+        paths=(),
+        format="parquet",
         features=features,
         label=label,
-        version=version,
-        timestamp=stamp,
         feature_dtype=None if feature_dtype is None else binary_dtype(feature_dtype).str,
         scale=None if scale is None else float(scale),
         one_hot=one_hot,
         shuffle_buffer=shuffle_buffer,
         num_partitions=num_partitions,
-        storage_options=dict(storage_options or {}),
     )
+    return DeltaSource(table, reading, version, stamp, storage_options=dict(storage_options or {}))
 
 
 def _timestamp(value: str | dt.datetime) -> dt.datetime:
@@ -388,7 +376,7 @@ def _check_readable(table: Any, source: DeltaSource, version: int, what: str) ->
             f"(spark.read.format('delta')) and pass the DataFrame. Received: {what}"
         )
     partitions = set(metadata.partition_columns or ())
-    for name, column in (("features", source.features), ("label", source.label)):
+    for name, column in (("features", source.reading.features), ("label", source.reading.label)):
         if column is not None and column in partitions:
             raise ConfigurationError(
                 f"Argument `{name}` names {column!r}, a partition column of Delta table "
