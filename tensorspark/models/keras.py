@@ -437,14 +437,7 @@ class KerasTrainerLoader:
 
     def load(self, payload: object, threads: int) -> KerasTrainer:
         """The adapter over the broadcast ``.keras`` bytes (``threads``: Keras reads the
-        worker's TF settings itself)."""
+        worker's TF settings itself); this loader's fields are its keyword options, one
+        for one."""
         assert isinstance(payload, (bytes, bytearray)), type(payload)
-        return KerasTrainer(
-            bytes(payload),
-            key=self.key,
-            custom_objects=self.custom_objects,
-            sync_interval=self.sync_interval,
-            mixed_precision=self.mixed_precision,
-            fresh_optimizer=self.fresh_optimizer,
-            row_cache=self.row_cache,
-        )
+        return KerasTrainer(bytes(payload), **vars(self))
