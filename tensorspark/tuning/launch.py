@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -167,6 +167,7 @@ class BroadcastTrials:
         self._data.destroy()
 
 
+@dataclass(frozen=True, eq=False)
 class ArrowTrials:
     """One ``mapInArrow`` job of one task per trial: DataFrame data, or Spark Connect.
 
@@ -177,31 +178,20 @@ class ArrowTrials:
     #: The Python worker pool the trials run in.
     pool: ClassVar[str] = dataframe.POOL
 
-    def __init__(
-        self,
-        spark: Any,
-        build: Callable[[dict[str, Any]], Any],
-        config: TrialConfig,
-        group: str,
-        *,
-        source: Any,
-        reader: ArrowReader | None = None,
-        arrays: Any = None,
-    ) -> None:
-        self._spark = spark
-        self._group = group
-        self._source = source
-        self._reader = reader
-        self._arrays = arrays
-        self._build = build
-        self._config = config
+    spark: Any
+    build: Callable[[dict[str, Any]], Any]
+    config: TrialConfig
+    group: str
+    source: Any = field(kw_only=True)
+    reader: ArrowReader | None = field(default=None, kw_only=True)
+    arrays: Any = field(default=None, kw_only=True)
 
     def run(self, trial: Trial) -> dict[str, Any]:
         fn = functools.partial(
-            arrow_trial_task, self._build, self._reader, self._arrays, self._config, trial
+            arrow_trial_task, self.build, self.reader, self.arrays, self.config, trial
         )
-        with jobs.job_group(self._spark, self._group, f"tensorspark tune trial {trial.index}"):
-            (row,) = self._source.mapInArrow(fn, "result binary").collect()
+        with jobs.job_group(self.spark, self.group, f"tensorspark tune trial {trial.index}"):
+            (row,) = self.source.mapInArrow(fn, "result binary").collect()
         tensors, meta = wire.decode(bytes(row.result))
         result = dict(meta)
         result["params"] = dict(trial.params)  # the driver's own values, not a decoded copy
@@ -210,11 +200,11 @@ class ArrowTrials:
         return result
 
     def cancel(self) -> None:
-        jobs.cancel_group(self._spark, self._group)
+        jobs.cancel_group(self.spark, self.group)
 
     def close(self) -> None:
-        if self._arrays is not None:
-            self._arrays.destroy()
+        if self.arrays is not None:
+            self.arrays.destroy()
 
 
 def _in_arrow(sc: Any, *, dataframes: bool) -> bool:
