@@ -1,6 +1,6 @@
 """RDD input: elements that are tuples aligned with the model's feeds.
 
-Driver side, :func:`plan_rdd` checks the first element against the model (one small job,
+Driver side, :func:`plan` checks the first element against the model (one small job,
 :func:`~tensorspark.blocks.rows.first_element`, which keeps the Python worker alive); executor
 side, :class:`RddReader` groups the partition's elements into numpy blocks
 (:func:`~tensorspark.blocks.rows.rows_to_blocks`), batched and spilled for later passes by
@@ -59,20 +59,23 @@ class RddReader:
         return passes.over(blocks, partition)
 
 
-def plan_rdd(rdd: Any, feed: ModelFeed, *, argument: str) -> Input:
-    """``rdd`` with its first element checked against ``feed`` (driver; one small job).
+def plan(
+    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
+) -> Input:
+    """The RDD ``data`` with its first element checked against ``feed`` (driver; one small
+    job). An RDD has no columns to name (``columns``), nor storage to reach (``conf``).
 
     Raises:
         ConfigurationError: the RDD is empty, or ``feed`` refuses its first element.
     """
-    first = first_element(rdd)
+    first = first_element(data)
     if not first:
         raise ConfigurationError(
             f"Argument `{argument}` is empty: there is nothing to use. "
             f"Received: {argument} is empty"
         )
     dtypes = feed.check_row(first[0], argument=argument, what=f"{argument}=RDD")
-    return Input(rdd, RddReader(tuple(feed.names), tuple(dtypes)))
+    return Input(data, RddReader(tuple(feed.names), tuple(dtypes)))
 
 
 # ---------------------------------------------------------------------- inference
@@ -141,21 +144,24 @@ class RddPredict(PredictInput):
         )
 
 
-def plan_rdd_predict(rdd: Any, args: PredictArgs) -> RddPredict:
-    """``rdd`` as inference's input (driver; no job: rows are checked in the job).
+def plan_predict(
+    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
+) -> RddPredict:
+    """The RDD ``data`` as inference's input (driver; no job: rows are checked in the job,
+    against ``input_shape`` as :func:`predict_elements` scores them).
 
     Raises:
         ConfigurationError: ``feature_dtype`` or ``output`` given (RDD rows carry their own
             dtype; predictions of an RDD are an RDD).
     """
-    refuse_output(args, rdd)
+    refuse_output(args, data)
     if args.feature_dtype is not None:
         raise ConfigurationError(
             "Argument `feature_dtype` says how the bytes of a binary DataFrame column are "
             "read; RDD rows carry their own dtype. Received: feature_dtype="
             f"{args.feature_dtype!r} with an RDD"
         )
-    return RddPredict(rdd)
+    return RddPredict(data)
 
 
 # ---------------------------------------------------------------------- the kind's entry points
@@ -170,17 +176,3 @@ def accepts(data: Any) -> bool:
     from pyspark import RDD
 
     return isinstance(data, RDD)
-
-
-def plan(
-    sc: Any, data: Any, feed: ModelFeed, *, conf: Mapping[str, str], argument: str, columns: Columns
-) -> Input:
-    """:func:`plan_rdd` (an RDD has no columns to name, nor storage to reach)."""
-    return plan_rdd(data, feed, argument=argument)
-
-
-def plan_predict(
-    sc: Any, data: Any, input_shape: tuple[int, ...], args: PredictArgs, *, conf: Mapping[str, str]
-) -> RddPredict:
-    """:func:`plan_rdd_predict`."""
-    return plan_rdd_predict(data, args)
