@@ -136,6 +136,7 @@ def checkpoint_metrics(status: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+@dataclass(eq=False, repr=False)  # repr: the object's, as before (no params in logs)
 class FitTracker(RunListener):
     """Logs one ``fit``'s params and per-epoch metrics to an MLflow run (driver listener).
 
@@ -150,19 +151,12 @@ class FitTracker(RunListener):
         tags: tags set at the run's start.
     """
 
-    def __init__(
-        self,
-        guard: MlflowGuard,
-        run: TrackedRun,
-        params: Mapping[str, Any],
-        tags: Mapping[str, Any],
-    ) -> None:
-        self.guard = guard
-        self.run = run
-        self.params = dict(params)
-        self.tags = dict(tags)
-        self._pending: list[tuple[int, Mapping[str, float]]] = []
-        self._last_end = time.monotonic()
+    guard: MlflowGuard
+    run: TrackedRun
+    params: Mapping[str, Any]
+    tags: Mapping[str, Any]
+    _pending: list[tuple[int, Mapping[str, float]]] = field(default_factory=list, init=False)
+    _last_end: float = field(default_factory=time.monotonic, init=False)
 
     def on_run_start(self, info: RunInfo) -> None:
         self._last_end = time.monotonic()
