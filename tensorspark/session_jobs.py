@@ -131,37 +131,25 @@ def predict(
     sess: SessionLike,
     host: ServerHost,
     *,
-    data: Any,
-    features_col: str,
-    output_col: str,
     batch_size: int | None,
     fetches: Any,
     feed_name_list: Sequence[str] | None,
-    top_k: int | None,
-    labels: Sequence[str] | None,
-    feature_dtype: Any,
-    mixed_precision: str | None,
-    output: str | None,
+    **call: Any,
 ) -> Any:
-    """``SparkSession.predict``: the inference job over ``data``."""
+    """``SparkSession.predict``: the inference job over its ``data``.
+
+    The session resolves the model (``fetches``, ``feed_name_list``) and the batch size;
+    ``call``, the rest of ``SparkSession.predict``'s arguments (``data``, the columns,
+    ``top_k``, ``labels``, ``feature_dtype``, ``mixed_precision``, ``output``), goes to
+    :func:`tensorspark.inference.predict` as it came: those two typed signatures own it.
+    """
     from tensorspark.inference import predict as inference_job
 
     size = _batch_size(sess, batch_size)
     model = model_to_predict(sess.session, sess.is_keras, fetches, feed_name_list)
+    conf = tsconf.ConfSnapshot.take(sess.sc)
     return inference_job(
-        sess.sc,
-        model,
-        data,
-        features_col=features_col,
-        output_col=output_col,
-        batch_size=size,
-        custom_objects=sess.custom_objects,
-        top_k=top_k,
-        labels=labels,
-        feature_dtype=feature_dtype,
-        mixed_precision=mixed_precision,
-        output=output,
-        conf=tsconf.ConfSnapshot.take(sess.sc),
+        sess.sc, model, batch_size=size, custom_objects=sess.custom_objects, conf=conf, **call
     )
 
 
