@@ -39,6 +39,19 @@ def _param(name: str, kind: type[T], doc: str) -> Param[T]:
     return Param(Params._dummy(), name, doc, typeConverter=_CONVERTERS[kind])
 
 
+def _getter(param: Param[T]) -> Callable[[Params], T]:
+    """The ``get<Name>`` method of ``param``, as Spark ML's shared params write it: the
+    value set, else the default (declared once per param, beside it)."""
+
+    def get(self: Params) -> T:
+        return self.getOrDefault(param.name)  # type: ignore[no-any-return]
+
+    name = "get" + param.name[0].upper() + param.name[1:]
+    get.__name__ = get.__qualname__ = name
+    get.__doc__ = f"The value of param ``{param.name}``, or its default."
+    return get
+
+
 class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol):
     """Params of a Keras model trained and applied on Spark (mixed into both classes)."""
 
@@ -91,30 +104,17 @@ class KerasParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityC
             topKCol="topK",
         )
 
-    def getEpochs(self) -> int:
-        return self.getOrDefault(self.epochs)
-
-    def getBatchSize(self) -> int:
-        return self.getOrDefault(self.batchSize)
-
-    def getSyncInterval(self) -> int:
-        return self.getOrDefault(self.syncInterval)
-
-    def getMode(self) -> str:
-        return self.getOrDefault(self.mode)
+    getEpochs = _getter(epochs)
+    getBatchSize = _getter(batchSize)
+    getSyncInterval = _getter(syncInterval)
+    getMode = _getter(mode)
+    getSeed = _getter(seed)
+    getTopK = _getter(topK)
+    getTopKCol = _getter(topKCol)
 
     def getLearningRate(self) -> float | None:
         """The learning rate set, or ``None``: the compiled optimizer's own."""
         return self.getOrDefault(self.learningRate) if self.isDefined(self.learningRate) else None
-
-    def getSeed(self) -> int:
-        return self.getOrDefault(self.seed)
-
-    def getTopK(self) -> int:
-        return self.getOrDefault(self.topK)
-
-    def getTopKCol(self) -> str:
-        return self.getOrDefault(self.topKCol)
 
 
 def _name(owner: Params) -> str:
