@@ -13,7 +13,6 @@ is thread-safe.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from tensorspark.arguments import positive_int
 from tensorspark.errors import ConfigurationError
-from tensorspark.fileio.idx_format import GZIP_MAGIC
+from tensorspark.fileio.idx_format import gunzipped
 
 #: The files of an MNIST-format data set, without the ``.gz`` suffix (which is optional).
 TRAIN_IMAGES = "train-images-idx3-ubyte"
@@ -130,12 +129,11 @@ def identify(test_labels_file: bytes) -> str:
         ``"MNIST"``, ``"Fashion-MNIST"`` or :data:`UNKNOWN_NAME` (see
         :data:`KNOWN_TEST_LABELS`).
     """
-    digests = {hashlib.sha256(test_labels_file).hexdigest()}
-    if test_labels_file[:2] == GZIP_MAGIC:
-        try:
-            digests.add(hashlib.sha256(gzip.decompress(test_labels_file)).hexdigest())
-        except (OSError, EOFError):
-            return UNKNOWN_NAME
+    try:
+        raw = gunzipped(test_labels_file)
+    except ConfigurationError:  # a corrupt gzip stream
+        return UNKNOWN_NAME
+    digests = {hashlib.sha256(data).hexdigest() for data in (test_labels_file, raw)}
     for digest in digests:
         if digest in KNOWN_TEST_LABELS:
             return KNOWN_TEST_LABELS[digest]

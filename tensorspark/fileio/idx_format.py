@@ -44,14 +44,7 @@ def parse_idx(data: bytes) -> np.ndarray:
         ConfigurationError: the bytes are not a valid idx file (bad gzip, bad magic, unknown
             type code, or a length that does not match the declared dimensions).
     """
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as err:
-            raise ConfigurationError(
-                f"Invalid idx data: the gzip stream is corrupt ({err}). "
-                f"Received: {len(data)} bytes."
-            ) from err
+    data = gunzipped(data)
     dtype, shape, header = idx_header(data)
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(data) != expected:
@@ -61,6 +54,23 @@ def parse_idx(data: bytes) -> np.ndarray:
         )
     array = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
     return array.astype(dtype.newbyteorder("="), copy=True)
+
+
+def gunzipped(data: bytes) -> bytes:
+    """An idx file's bytes as stored (gzipped or raw), uncompressed: gzip is detected by its
+    magic number. Pure function.
+
+    Raises:
+        ConfigurationError: gzipped bytes whose stream is corrupt.
+    """
+    if data[:2] != GZIP_MAGIC:
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as err:
+        raise ConfigurationError(
+            f"Invalid idx data: the gzip stream is corrupt ({err}). Received: {len(data)} bytes."
+        ) from err
 
 
 def idx_header(data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
