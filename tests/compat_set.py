@@ -50,7 +50,7 @@ TESTS = (
     # a driver-side failure cancels the job group.
     "spark/test_core.py::test_worker_exception_reaches_the_driver_and_the_server_stops",
     # Structured Streaming: training from a stream in each mode, scoring it (the UDF path),
-    # bad records named (the driver-crash test, 100 s, stays in the default run).
+    # bad records named (the driver-crash test, about 50 s, stays in the default run).
     "spark/test_streaming.py::test_files_landing_are_trained_once_each_and_served",
     "spark/test_streaming.py::test_every_training_mode_trains_a_stream",
     "spark/test_streaming.py::test_bad_records_stop_the_query_naming_column_and_batch",

@@ -6,10 +6,12 @@ Writes Parquet files of Fashion-MNIST rows to ``s3a://<bucket>/<prefix>/in/`` an
 back; then runs a Structured Streaming query over that folder with its ``checkpointLocation``
 on s3a (``trigger(availableNow=True)``) twice, adding files between the runs, and writes
 to ``--out`` as JSON what each run wrote and which checkpoint objects the store holds.
-With ``--ml`` it does only this instead: a Spark ML pipeline with tensorspark's
-``KerasEstimator`` fitted, saved to s3a (Spark's metadata through hadoop-aws, the ``.keras``
-file through tensorspark's object-store backend), saved again over itself, loaded back and
-used, and the unfitted pipeline saved and loaded.
+With ``--fit-stream`` it then trains ``fit_stream`` over that folder (key ``fit_stream``).
+With ``--ml`` it then also does this (key ``ml``, under ``<base>/ml``): a Spark ML pipeline
+with tensorspark's ``KerasEstimator`` fitted, saved to s3a (Spark's metadata through
+hadoop-aws, the ``.keras`` file through tensorspark's object-store backend), saved again
+over itself, loaded back and used, and the unfitted pipeline saved and loaded. One driver
+(one JVM with the s3a jars, TensorFlow imported once) serves all three tests.
 """
 
 from __future__ import annotations
@@ -139,11 +141,6 @@ def main() -> None:
     conf = json.loads(os.environ["TENSORSPARK_TEST_S3A_CONF"])  # not argv: it holds the secret
     spark = local_spark({"spark.jars": args.jars, **conf})
     base = args.base.rstrip("/")
-    if args.ml:
-        with open(args.out, "w") as f:
-            json.dump({"ml": _ml(spark, base)}, f)
-        spark.stop()
-        return
     _frame(spark, 0, 300).coalesce(2).write.mode("overwrite").parquet(f"{base}/in/")
     read_back = spark.read.parquet(f"{base}/in/")
     result: dict[str, Any] = {
@@ -179,6 +176,8 @@ def main() -> None:
     result["checkpoint"] = _objects(spark, f"{base}/stream-checkpoint")
     if args.fit_stream:
         result["fit_stream"] = _fit_stream(spark, base, schema)
+    if args.ml:
+        result["ml"] = _ml(spark, base)
     with open(args.out, "w") as f:
         json.dump(result, f)
     spark.stop()

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,21 +43,30 @@ def s3a_jars() -> str:
     return ",".join(j for j in jars if Path(j).name.startswith(S3A_JARS))
 
 
-def test_spark_reads_writes_and_checkpoints_a_stream_through_s3a(
-    s3_server: S3Server, tmp_path: Path
-) -> None:
-    out = tmp_path / "out.json"
+@pytest.fixture(scope="module")
+def s3a_run(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run of tests/s3/spark_s3a_driver.py with ``--fit-stream --ml``: its JVM with the
+    s3a jars starts, and TensorFlow is imported, once for the three tests (each reads its own
+    part of the result; the parts use their own prefixes under ``base``): what the driver
+    wrote to ``--out``, and its stdout and stderr under ``"output"``."""
+    out = tmp_path_factory.mktemp("spark-s3a") / "out.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
     base = f"s3a://{s3_server.bucket}/spark-s3a"
     done = subprocess.run(
         [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
-         "--base", base, "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+         "--base", base, "--out", str(out), "--fit-stream", "--ml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    assert s3_server.secret_key not in done.stdout + done.stderr
-    result = json.loads(out.read_text())
+    return {**json.loads(out.read_text()), "output": done.stdout + done.stderr}
+
+
+def test_spark_reads_writes_and_checkpoints_a_stream_through_s3a(
+    s3_server: S3Server, s3a_run: dict[str, Any]
+) -> None:
+    result = s3a_run
+    assert s3_server.secret_key not in result["output"]
     labels = load_mnist(FASHION_MNIST_DIR, download=False).train_labels[:300]
     assert result["read_rows"] == 300
     assert result["read_labels"] == sorted(int(v) for v in labels)
@@ -70,22 +80,12 @@ def test_spark_reads_writes_and_checkpoints_a_stream_through_s3a(
 
 
 def test_fit_stream_checkpoints_on_s3a_and_trains_each_row_once(
-    s3_server: S3Server, tmp_path: Path
+    s3_server: S3Server, s3a_run: dict[str, Any]
 ) -> None:
     # Spark's half of checkpoint_location (the query's offsets and commits) goes through
     # hadoop-aws; tensorspark's half (the model checkpoints) through its object-store backend.
-    out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
-    base = f"s3a://{s3_server.bucket}/fit-stream-s3a"
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
-         "--base", base, "--out", str(out), "--fit-stream"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert s3_server.secret_key not in done.stdout + done.stderr
-    fit = json.loads(out.read_text())["fit_stream"]
+    assert s3_server.secret_key not in s3a_run["output"]
+    fit = s3a_run["fit_stream"]
     # 500 rows in 3 files, one micro-batch each; the second run finds them all committed.
     assert fit["stream"]["samples"] == fit["stream"]["server_samples"] == 500
     assert fit["stream"]["batches"] == 3 and fit["stream"]["batch_id"] == 2
@@ -98,22 +98,12 @@ def test_fit_stream_checkpoints_on_s3a_and_trains_each_row_once(
 
 
 def test_spark_ml_saves_and_loads_the_estimator_and_model_on_s3a(
-    s3_server: S3Server, tmp_path: Path
+    s3_server: S3Server, s3a_run: dict[str, Any]
 ) -> None:
     # Spark ML's metadata goes through hadoop-aws, the .keras file through tensorspark's
     # object-store backend, both from the s3a keys in the Spark conf.
-    out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
-    base = f"s3a://{s3_server.bucket}/ml-s3a"
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.s3.spark_s3a_driver", "--jars", s3a_jars(),
-         "--base", base, "--out", str(out), "--ml"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert s3_server.secret_key not in done.stdout + done.stderr
-    ml = json.loads(out.read_text())["ml"]
+    assert s3_server.secret_key not in s3a_run["output"]
+    ml = s3a_run["ml"]
     assert ml["loaded"] == ["KerasModel", ml["uid"], "KerasEstimator"]
     assert ml["accuracy"] > 0.5
     assert ml["same_probability"] and ml["same_prediction"]  # bit-identical after the load

@@ -4,8 +4,10 @@ tests/spark/test_stream_replay.py.
 Trains a small Fashion-MNIST MLP in sync mode with fixed seeds from the Parquet files of
 ``--data`` (one file per micro-batch: ``maxFilesPerTrigger=1``, ``trigger="available_now"``)
 with checkpoints in ``--ckpt``, and writes the final weights to ``--out`` (``.npz``, in the
-model's weight order), and each micro-batch's partitions (their row counts, from the run's
-result) to ``--out`` + ``.partitions.json``. ``--kill-after-batch N`` SIGKILLs the driver's
+model's weight order), its initial weights (the seed's) to ``--out`` + ``.initial.npz``, and
+each micro-batch's partitions (their row counts, from the run's result) to ``--out`` +
+``.partitions.json``. Every micro-batch's checkpoint is kept, for the test to compare runs
+batch by batch. ``--kill-after-batch N`` SIGKILLs the driver's
 process group right after micro-batch N is trained and checkpointed, before Spark commits
 it. The stream is replayable (``fit_stream(seed=..., shuffle=True)``).
 """
@@ -80,9 +82,10 @@ def main() -> None:
         .parquet(args.data)
     )
     model = mnist_model(args.seed)
+    np.savez(args.out + ".initial.npz", *model.get_weights())
     ks = SparkSession(
         spark.sparkContext, model, name="replay-test", mode="sync", batch_size=25,
-        sync_interval=2, seed=args.seed, warm_up=False,
+        sync_interval=2, seed=args.seed, warm_up=False, keep_checkpoints=100,
     )  # fmt: skip
 
     def on_batch(record: dict[str, Any]) -> None:

@@ -2,16 +2,20 @@
 ``fit(..., export=)``), on real Spark local mode.
 
 The stream reads real Parquet files from a watched folder; every published version is
-loaded in a fresh Python process with plain ``tf.saved_model.load`` and its
-``serving_default`` signature compared to the training model's predictions.
+loaded in a Python process of its own with plain ``tf.saved_model.load`` (one process for
+the module, which imports TensorFlow and nothing of tensorspark or Keras, so TensorFlow's
+import is paid once rather than once a version) and its ``serving_default`` signature
+compared to the training model's predictions.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +32,22 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Reads one JSON line per request, [SavedModel folder, input .npy, output .npy], and answers
+# each with a line once the outputs are saved.
 SERVE = """
 import json, sys
 import numpy as np
 import tensorflow as tf
-path, x_file, out_file = sys.argv[1:4]
-served = tf.saved_model.load(path).signatures["serving_default"]
-(name,) = served.structured_input_signature[1]
-outputs = served(**{name: tf.constant(np.load(x_file))})
-np.save(out_file, next(iter(outputs.values())).numpy())
+for line in sys.stdin:
+    path, x_file, out_file = json.loads(line)
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    (name,) = served.structured_input_signature[1]
+    outputs = served(**{name: tf.constant(np.load(x_file))})
+    np.save(out_file, next(iter(outputs.values())).numpy())
+    print(json.dumps(out_file), flush=True)
 """
+SERVE_TIMEOUT_S = 300.0
+_server: list[subprocess.Popen[str]] = []  # the module's serving process, once started
 
 
 def examples(index: int, rows: int, poison: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -83,18 +93,52 @@ def session(sc: Any, m: Any) -> Any:
     return SparkSession(sc, m, name="export-test", batch_size=10, sync_interval=1, warm_up=False)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _serving_process() -> Iterator[None]:
+    """Stops the module's serving process (started by the first :func:`served`) at its end."""
+    yield
+    while _server:
+        process = _server.pop()
+        process.kill()
+        process.wait(timeout=30)
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
 def served(version: Path, x: np.ndarray, tmp_path: Path) -> np.ndarray:
-    """The version's ``serving_default`` outputs for ``x``, computed in a fresh process."""
+    """The version's ``serving_default`` outputs for ``x``, computed by plain TensorFlow in
+    the module's serving process (a process of its own, never the test's)."""
     x_file, out_file = tmp_path / "x.npy", tmp_path / "out.npy"
     np.save(x_file, x)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    subprocess.run(
-        [sys.executable, "-c", SERVE, str(version), str(x_file), str(out_file)],
-        check=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
+    if not _server:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+        # Its stderr goes to a file: a pipe nobody reads could fill and stall it.
+        with (tmp_path / "serve.err").open("w") as err:
+            command = [sys.executable, "-c", SERVE]
+            _server.append(
+                subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    env=env,
+                    cwd=tmp_path,
+                )
+            )
+    process = _server[0]
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps([str(version), str(x_file), str(out_file)]) + "\n")
+    process.stdin.flush()
+    ready, _, _ = select.select([process.stdout], [], [], SERVE_TIMEOUT_S)
+    answer = process.stdout.readline() if ready else ""
+    if answer.strip() != json.dumps(str(out_file)):
+        _server.clear()
+        process.kill()
+        process.wait(timeout=30)
+        errors = "".join(p.read_text() for p in tmp_path.parent.glob("*/serve.err"))
+        raise AssertionError(f"serving {version} failed ({answer!r}):\n{errors[-4000:]}")
     return np.load(out_file)
 
 
