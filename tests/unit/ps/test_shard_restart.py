@@ -1,0 +1,205 @@
+"""A dead shard comes back: real shard processes SIGKILLed while real clients push, restarted
+by the driver from the last consistent cut and their journals (ps/revive.py, ps/journal.py).
+
+Each run with a kill is compared with the same run without one: the same weights, version
+and progress (exactly once, the same order), and the books count every push once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorspark import wire
+from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps import ParameterClient
+from tensorspark.ps.fanout import ShardedClient
+from tensorspark.ps.journal import Journal, drop_before, records, segment_path, segments
+from tensorspark.ps.shards import ShardedServer
+from tests.processes import process_gone
+
+PUSHES = 30
+
+
+def _model() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {
+        "dense/kernel": rng.standard_normal((200, 64)).astype(np.float32),
+        "dense/bias": np.zeros(64, np.float32),
+        "out/kernel": rng.standard_normal((64, 10)).astype(np.float32),
+    }
+
+
+def _delta(seq: int, partition: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1000 * partition + seq)
+    return {
+        k: (0.01 * rng.standard_normal(v.shape)).astype(np.float32) for k, v in _model().items()
+    }
+
+
+def _meta(seq: int, partition: int = 0) -> dict:
+    return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 8}
+
+
+def _kill_and_wait(server: ShardedServer, index: int) -> None:
+    """SIGKILL shard ``index`` and wait until the driver has it back."""
+    victim = server.pids[index]
+    os.kill(victim or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.pids[index] != victim and server._shards[index].alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"shard {index} was not restarted within 60 s")
+
+
+def _run(
+    mode: str, kills: dict[int, Callable[[ShardedServer], None]]
+) -> tuple[dict[str, np.ndarray], dict, dict]:
+    """Push PUSHES syncs per partition (2 partitions in sync mode, 1 in async); before the
+    push of seq s, run ``kills[s]`` (a kill, a cut). Returns the final params, progress and
+    status."""
+    partitions = 2 if mode == "sync" else 1
+    server = ShardedServer(
+        _model(), "delta", shards=2, mode=mode, num_workers=partitions if mode == "sync" else None
+    )
+    with server:
+        errors: list[BaseException] = []
+        gates = [threading.Barrier(partitions) for _ in range(PUSHES)]
+
+        def worker(partition: int) -> None:
+            try:
+                client = ShardedClient(server.urls, server.layout, **server.client_options())
+                client.join(partition, 0)
+                client.pull(partition)
+                for seq in range(PUSHES):
+                    gates[seq].wait(60)
+                    if partition == 0 and seq in kills:
+                        kills[seq](server)
+                    if mode == "sync":
+                        gates[seq].wait(60)
+                    result = client.push(_delta(seq, partition), _meta(seq, partition))
+                    assert result.status == "applied", (seq, result.status)
+                client.leave(partition, 0, "done")
+                client.close()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=worker, args=(p,)) for p in range(partitions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(240)
+        assert not errors, errors
+        server.check()
+        snap = server.snapshot()
+        status = server.status()
+        pids = server.pids
+    assert all(process_gone(pid) for pid in pids)
+    return snap.params, {"progress": snap.progress, "version": snap.version}, status
+
+
+def _kill(index: int) -> Callable[[ShardedServer], None]:
+    return lambda server: _kill_and_wait(server, index)
+
+
+def _cut(server: ShardedServer) -> None:
+    server.snapshot()  # a full consistent cut: the shards' new base
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_sigkilled_shard_comes_back_where_it_was(mode: str) -> None:
+    clean, clean_state, _ = _run(mode, {})
+    # Shard 1 killed (replayed from the start), a cut, shard 1 killed again (its replayed
+    # segment replayed again), shard 0 (which sends the push events) killed after another cut.
+    kills = {7: _kill(1), 12: _cut, 16: _kill(1), 20: _cut, 24: _kill(0)}
+    params, state, status = _run(mode, kills)
+    _same(params, clean)
+    assert state == clean_state
+    partitions = 2 if mode == "sync" else 1
+    assert state["version"] == PUSHES
+    assert state["progress"] == {p: {"epoch": 0, "seq": PUSHES - 1} for p in range(partitions)}
+    assert status["applied_pushes"] == PUSHES * partitions  # every push counted once
+    assert status["samples"] == 8 * PUSHES * partitions
+    assert [w["pushes"] for w in status["workers"]] == [PUSHES] * partitions
+    assert status["shard_restarts"] == [1, 2]
+
+
+def test_a_push_half_applied_across_shards_ends_applied_once_on_each() -> None:
+    params = _model()
+    with ShardedServer(params, "delta", shards=2) as server:
+        client = ShardedClient(server.urls, server.layout, **server.client_options())
+        client.join(0, 0)
+        client.pull(0)
+        assert client.push(_delta(0, 0), _meta(0)).status == "applied"
+        # The worker reached shard 0 with seq 1 and died before shard 1; then shard 1 dies.
+        with ParameterClient(server.urls[0], **server.client_options()) as direct:
+            part0 = server.layout.split(_delta(1, 0))[0]
+            assert direct.push(part0, dict(_meta(1), base_version=1)).status == "applied"
+        _kill_and_wait(server, 1)
+        retry = client.push(_delta(1, 0), _meta(1))  # duplicate on shard 0, applied on 1
+        assert retry.status == "applied"
+        snap = server.snapshot()
+        expected = {k: v + _delta(0, 0)[k] + _delta(1, 0)[k] for k, v in params.items()}
+        for k, v in expected.items():
+            np.testing.assert_allclose(snap.params[k], v, rtol=0, atol=1e-6)
+        assert snap.progress == {0: {"epoch": 0, "seq": 1}} and snap.version == 2
+        status = server.status()
+        assert status["applied_pushes"] == 2 and status["duplicate_pushes"] == 1
+        client.close()
+
+
+def test_a_shard_that_keeps_dying_fails_the_run_naming_it() -> None:
+    server = ShardedServer(_model(), shards=2, shard_restarts=1)
+    server.start()
+    try:
+        _kill_and_wait(server, 1)  # restart 1 of 1
+        server.check()
+        os.kill(server.pids[1] or 0, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        with pytest.raises(
+            ParameterServerError,
+            match=r"shard 1 \(pid \d+\) exited while serving .* after 1 restarts "
+            r"\(ps_shard_restarts=1\)",
+        ):
+            while time.monotonic() < deadline:
+                server.check()
+                time.sleep(0.05)
+    finally:
+        pids = server.pids
+        server.stop()
+    assert all(process_gone(pid) for pid in pids)
+    with pytest.raises(ConfigurationError, match="Received: shard_restarts=-1"):
+        ShardedServer(_model(), shards=2, shard_restarts=-1)
+
+
+def test_a_journal_keeps_its_records_in_order_and_leaves_a_torn_one_out(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, 0)
+    for seq in range(3):
+        journal.write(_delta(seq, 0), _meta(seq))
+    assert journal.rotate() == 1
+    journal.write(_delta(3, 0), _meta(3))
+    journal.close()
+    with open(segment_path(tmp_path, 1), "ab") as f:  # a SIGKILL in the middle of a write
+        f.write(b"\x00\x10\x00\x00\x00\x00\x00\x00partial")
+    seen = list(records(tmp_path, 0))
+    assert [m["seq"] for _, m in seen] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(seen[3][0]["dense/bias"], _delta(3, 0)["dense/bias"])
+    assert [m["seq"] for _, m in records(tmp_path, 1)] == [3]
+    assert [m["seq"] for _, m in records(tmp_path, 0, 0)] == [0, 1, 2]
+    drop_before(tmp_path, 1)
+    assert segments(tmp_path) == [1]
+    assert wire.VERSION == 2
