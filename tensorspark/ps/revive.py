@@ -156,13 +156,26 @@ class Keeper:
             self._thread.join(START_TIMEOUT + 30)
             self._thread = None
 
+    @property
+    def watching(self) -> bool:
+        """Whether it watches the shards (started, not stopped)."""
+        return self._thread is not None and not self._stop.is_set()
+
     def close(self) -> None:
         """Delete the journals (once the shards have stopped)."""
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def wait_ready(self, timeout: float) -> bool:
-        """Wait until no restart is under way; False if one failed for good or timed out."""
-        return self._ready.wait(timeout) and self.failure is None
+        """Wait until every shard runs (a dead one restarted); False when one cannot be
+        (restarts spent, the keeper stopped) or after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.failure is not None or self._stop.is_set():
+                return False
+            if self._ready.is_set() and all(s.alive for s in self.shards):
+                return True
+            time.sleep(0.05)
+        return False
 
     # ------------------------------------------------------------------ new bases
 

@@ -270,7 +270,7 @@ class ShardedServer(auth.SignedServer):
         ``timeout`` seconds) is kept: :meth:`snapshot`, :meth:`params`, :meth:`status`,
         :meth:`progress` and :attr:`version` go on answering from it.
         """
-        keeper, self._keeper = self._keeper, None
+        keeper = self._keeper
         if keeper is not None:  # no restart while the shards stop
             keeper.stop()
         if self._final is None and self._started and all(s.alive for s in self._shards):
@@ -387,7 +387,7 @@ class ShardedServer(auth.SignedServer):
         since = None if rows_since is None else self._cut_versions.since(rows_since)
         args = None if since is None else [{"rows_since": v} for v in since]
         keeper = self._keeper
-        if args is None and keeper is not None:  # a full cut: the shards' next base
+        if args is None and keeper is not None and keeper.watching:  # the next base
             args = [{"cut": True}] * self.shards
         with self._cut_lock:
             generation = 0 if keeper is None else keeper.generation
