@@ -229,8 +229,11 @@ class Keeper:
                 self._health[index] = None
                 try:
                     health = wait_answer(future, 0, shard, "health")[0]
-                except ParameterServerError:
-                    return  # it died: the next look restarts it
+                except ParameterServerError as err:
+                    if shard.alive:  # its loop did not answer in time (else: it died)
+                        logger.error("parameter-server shard %d is unwell: %s", index, err)
+                        shard.kill(f"killed: its loop did not answer ({err})")
+                    return  # the next look restarts it
                 if int(health.get("journal_bytes", 0)) > self._bound:
                     self._cut()
             elif now - sent > HANG_TIMEOUT:
@@ -298,6 +301,7 @@ class Keeper:
             )
             old.stop(timeout=1.0)
             new = ShardProcess(index, old.on_event)
+            began = time.monotonic()
             try:
                 new.spawn()
                 answer = wait_answer(
@@ -313,6 +317,10 @@ class Keeper:
             self.shards[index] = new
             base.segment = segment  # it holds everything since the cut (replayed), and on
             drop_before(folder, segment)
-            logger.info(
-                "parameter-server shard %d is back (pid %s, port %s)", index, new.pid, new.port
+            logger.warning(
+                "parameter-server shard %d is back after %.1fs (pid %s, port %s)",
+                index,
+                time.monotonic() - began,
+                new.pid,
+                new.port,
             )
