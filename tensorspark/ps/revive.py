@@ -53,7 +53,7 @@ from typing import Any
 
 from tensorspark import wire
 from tensorspark.errors import ParameterServerError
-from tensorspark.ps.journal import drop_before, segments
+from tensorspark.ps.journal import drop_before, segment_path, segments
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Keeper:
     Args:
         shards: the server's shard handles; a restart replaces one in place.
         restarts: how many restarts each shard may have over the run (>= 1).
+        inits: the shards' init messages: each gets its ``journal`` argument here.
         num_workers: the server's current ``num_workers`` (read at a restart).
         take_cut: takes a full consistent cut (called when a journal grows too long).
     """
@@ -110,6 +111,7 @@ class Keeper:
         shards: list[ShardProcess],
         restarts: int,
         *,
+        inits: list[dict[str, Any]],
         num_workers: Callable[[], int | None],
         take_cut: Callable[[], Any],
     ) -> None:
@@ -133,6 +135,8 @@ class Keeper:
         self._health: list[tuple[float, Future[tuple[Any, bytearray]]] | None] = []
         self._cutting: threading.Thread | None = None
         self._asked: list[float] = []
+        for index, init in enumerate(inits):
+            init["journal"] = self.journal_args(index)
 
     def journal_args(self, index: int, segment: int = 0) -> dict[str, Any]:
         """The ``journal`` argument of a shard's init: its folder and segment."""
@@ -178,6 +182,27 @@ class Keeper:
         return False
 
     # ------------------------------------------------------------------ new bases
+
+    def cut_generation(self) -> int:
+        """The generation a consistent cut starts in (see :meth:`rebase`).
+
+        Raises:
+            ParameterServerError: a restart is under way (a cut now would ask the new
+                process for a slice it never held back for).
+        """
+        with self.lock:
+            if not self._ready.is_set():
+                raise ParameterServerError("a parameter-server shard is restarting")
+            return self.generation
+
+    def check_cut(self, generation: int) -> None:
+        """Raise when a restart began since ``generation``: the cut is not consistent.
+
+        Raises:
+            ParameterServerError: naming it (the snapshot is taken again once it is back).
+        """
+        if self.generation != generation:
+            raise ParameterServerError("a parameter-server shard restarted during the cut")
 
     def rebase(self, answers: list[tuple[Any, bytearray]], generation: int) -> None:
         """A full consistent cut's answers (``cut`` asked): the shards' new bases, unless a
@@ -310,6 +335,8 @@ class Keeper:
             except ParameterServerError as err:
                 logger.error("parameter-server shard %d did not restart: %s", index, err)
                 new.stop(timeout=1.0)
+                # Its segment holds part of the replay: the next try replays from the base.
+                segment_path(folder, segment).unlink(missing_ok=True)
                 new.exit_reason = f"its restart failed: {err}"
                 self.shards[index] = new  # dead: the next look counts another restart
                 return

@@ -162,11 +162,10 @@ class ShardedServer(auth.SignedServer):
             self._keeper = Keeper(
                 self._shards,
                 s.shard_restarts,
+                inits=[init for init, _ in self._init],  # each shard's journal told
                 num_workers=lambda: self._num_workers,
                 take_cut=self.snapshot,
             )
-            for i, (init, _) in enumerate(self._init):
-                init["journal"] = self._keeper.journal_args(i)
         self._front = StatusFront(
             s.host,
             s.port,
@@ -390,12 +389,14 @@ class ShardedServer(auth.SignedServer):
         if args is None and keeper is not None and keeper.watching:  # the next base
             args = [{"cut": True}] * self.shards
         with self._cut_lock:
-            generation = 0 if keeper is None else keeper.generation
+            generation = 0 if keeper is None else keeper.cut_generation()
             target, snaps = line_up(
                 self._all, self._progress_each(), self.shards, self.cut_timeout, args
             )
-            if keeper is not None and since is None:
-                keeper.rebase(snaps, generation)
+            if keeper is not None:  # a shard restarted meanwhile: _recovering cuts again
+                keeper.check_cut(generation)
+                if since is None:
+                    keeper.rebase(snaps, generation)
         parts, rows_each, states, applied, versions = decode_answers(snaps)
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
@@ -422,7 +423,7 @@ class ShardedServer(auth.SignedServer):
         """The ``/status`` JSON of the whole server, aggregated over the shards.
 
         Raises:
-            ParameterServerError: a shard is not running (the run cannot go on without it).
+            ParameterServerError: a shard is not running (and did not come back).
         """
         if self._final is not None:
             return {**self._final[1], **self._notes}
@@ -436,9 +437,8 @@ class ShardedServer(auth.SignedServer):
         status = aggregate_status(
             each, self.urls, counters, tls=self._front.tls, started_at=time.time()
         )
-        if self._keeper is not None:
-            status["shard_restarts"] = list(self._keeper.restarts)
-        return {**status, **self._notes}
+        restarts = {} if self._keeper is None else {"shard_restarts": list(self._keeper.restarts)}
+        return {**status, **restarts, **self._notes}
 
     def _recovering(self, read: Callable[[], T]) -> T:
         """``read()``, once more after a shard's restart when it failed during one."""

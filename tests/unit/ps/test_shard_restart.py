@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -203,3 +204,37 @@ def test_a_journal_keeps_its_records_in_order_and_leaves_a_torn_one_out(tmp_path
     drop_before(tmp_path, 1)
     assert segments(tmp_path) == [1]
     assert wire.VERSION == 2
+
+
+def test_a_shard_that_cannot_come_back_fails_the_run_after_its_restarts() -> None:
+    """The dead shard's port taken by another process: every restart fails (as a shard that
+    crashes on start would), and after ``shard_restarts`` of them the run fails, named."""
+    server = ShardedServer(_model(), shards=2, shard_restarts=2)
+    server.start()
+    squatter = socket.socket()
+    try:
+        port = server.ports[1]
+        os.kill(server.pids[1] or 0, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while True:  # bind its port as soon as the kernel has freed it
+            try:
+                squatter.bind(("127.0.0.1", port))
+                squatter.listen()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the killed shard's port was never freed"
+                time.sleep(0.005)
+        deadline = time.monotonic() + 120
+        with pytest.raises(
+            ParameterServerError,
+            match=r"shard 1 .*its restart failed: .*already in use.* after 2 restarts",
+        ):
+            while time.monotonic() < deadline:
+                server.check()
+                time.sleep(0.05)
+        assert server._keeper is not None and server._keeper.restarts == [0, 2]
+    finally:
+        squatter.close()
+        pids = server.pids
+        server.stop()
+    assert all(process_gone(pid) for pid in pids)
