@@ -66,10 +66,15 @@ _POLL = 0.25
 _HEALTH_EVERY = 2.0
 
 
+#: The least a shard's journal may grow to before the keeper takes a cut (bytes).
+MIN_JOURNAL_BYTES = 64 << 20
+
+
 def journal_bound(slice_bytes: int) -> int:
     """Bytes a shard's journal may grow to before the keeper takes a consistent cut (a new
-    base; the older segments are deleted): four slices' worth, at least 64 MiB."""
-    return max(64 << 20, 4 * int(slice_bytes))
+    base; the older segments are deleted): four slices' worth, at least
+    :data:`MIN_JOURNAL_BYTES`."""
+    return max(MIN_JOURNAL_BYTES, 4 * int(slice_bytes))
 
 
 @dataclass

@@ -20,7 +20,7 @@ import pytest
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
-from tensorspark.ps import ParameterClient
+from tensorspark.ps import ParameterClient, revive
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.journal import Journal, drop_before, records, segment_path, segments
 from tensorspark.ps.shards import ShardedServer
@@ -238,3 +238,24 @@ def test_a_shard_that_cannot_come_back_fails_the_run_after_its_restarts() -> Non
         pids = server.pids
         server.stop()
     assert all(process_gone(pid) for pid in pids)
+
+
+def test_a_long_journal_makes_the_keeper_take_a_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the journal bound at four slices, the keeper takes cuts of its own as the
+    pushes come (the older segments deleted); a kill after them replays the short rest."""
+    monkeypatch.setattr(revive, "MIN_JOURNAL_BYTES", 0)
+    clean, clean_state, _ = _run("async", {})
+
+    def cut_taken(server: ShardedServer) -> None:
+        deadline = time.monotonic() + 30
+        keeper = server._keeper
+        assert keeper is not None
+        while min(b.segment for b in keeper.bases) == 0:  # the health checks come each 2 s
+            assert time.monotonic() < deadline, "the keeper took no cut"
+            time.sleep(0.1)
+        for index, base in enumerate(keeper.bases):
+            assert segments(keeper.journal_args(index)["dir"])[0] == base.segment
+
+    params, state, status = _run("async", {20: cut_taken, 24: _kill(1)})
+    _same(params, clean)
+    assert state == clean_state and status["applied_pushes"] == PUSHES
