@@ -1,7 +1,7 @@
 """A shard's push journal: the pushes it applied since the driver's last base cut, on disk.
 
 A :class:`~tensorspark.ps.shards.ShardedServer` restarts a shard process that died from
-that shard's part of the last consistent cut, which the driver keeps in memory
+that shard's part of the last consistent cut, which the driver keeps (on its disk)
 (:mod:`tensorspark.ps.revive`). The pushes the shard applied after that cut would be lost
 with the process; the other shards still hold them, and the workers were answered. So each
 shard writes every push it applies to its journal *before* applying it (a sync round's

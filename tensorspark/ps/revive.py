@@ -7,14 +7,17 @@ process exited (crashed, SIGKILLed, OOM-killed), or whose loop has not answered 
 workers' pushes and pulls, which retry an unreachable server with backoff for
 ``ps_timeout`` seconds (:mod:`tensorspark.ps.client`), reach the new process.
 
-**What it starts from.** Its part of the last consistent cut, which the driver keeps *in
-memory* (:class:`Base`): the slice, combiner state, version, progress and books each shard
-sent at the cut. In memory, not read back from the last checkpoint: a run without
-checkpoints is covered too; no storage (HDFS, S3) is read while the workers wait; an
-incremental checkpoint does not hold a whole slice; and the cost is bounded, one copy of
-the model on the driver. The first base is the slices the shards started from; each full
-consistent cut (:meth:`ShardedServer.snapshot <tensorspark.ps.shards.ShardedServer.snapshot>`
-without ``rows_since``: a full checkpoint, or one this keeper takes when a journal grows past
+**What it starts from.** Its part of the last consistent cut, which the driver keeps
+(:class:`Base`): the version, progress, combiner meta and books each shard sent at the cut
+in memory, and its slice and combiner state in a file on the driver's local disk, beside
+its journal (:func:`write_base`). Not read back from the last checkpoint: a run without
+checkpoints is covered too, no storage (HDFS, S3) is read while the workers wait, and an
+incremental checkpoint does not hold a whole slice. Not in memory: that would keep one more
+copy of the whole model (its embedding tables too) on the driver for the whole run; on disk
+it costs one write of the model per full cut, and a restart reads one slice. The first base
+is the slices the shards started from; each full consistent cut
+(:meth:`ShardedServer.snapshot <tensorspark.ps.shards.ShardedServer.snapshot>` without
+``rows_since``: a full checkpoint, or one this keeper takes when a journal grows past
 :func:`journal_bound`) replaces it.
 
 **Exactly once: replay.** The pushes a shard applied after the cut are in its journal on the
@@ -40,6 +43,7 @@ Runs on the driver: one watcher thread; a restart runs on it, under :attr:`Keepe
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -51,7 +55,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tensorspark import wire
 from tensorspark.errors import ParameterServerError
 from tensorspark.ps.journal import drop_before, segment_path, segments
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
@@ -82,22 +85,28 @@ class Base:
     """One shard's part of the last consistent cut: what a restart starts from."""
 
     init: dict[str, Any]  # the init message (its settings with the shard's port)
-    data: bytes | list[Any]  # its slice and combiner state, wire parts
+    path: Path  # its slice and combiner state (a wire message), in the journal's folder
     segment: int  # the first journal segment after the cut
     ledger: dict[str, Any] | None = None  # its counters and worker rows at the cut
 
 
-def start_bases(inits: list[tuple[dict[str, Any], list[Any]]], ports: list[int]) -> list[Base]:
-    """The first bases: each shard's init message (its settings with the port it bound,
-    which a restart binds again) and the slice it started from."""
-    return [
-        Base(dict(init, settings=dict(init["settings"], port=port)), data, 0)
-        for (init, data), port in zip(inits, ports, strict=True)
-    ]
+def write_base(folder: str | Path, segment: int, data: bytes | bytearray | list[Any]) -> Path:
+    """Write a shard's slice at a cut (``data``: a wire message, or its parts) to
+    ``base-<segment>.bin`` in its journal folder, atomically; returns the path."""
+    path = Path(folder) / f"base-{segment:08d}.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        for part in data if isinstance(data, list) else [data]:
+            f.write(part)
+    os.replace(tmp, path)
+    return path
 
 
-def _size(data: bytes | list[Any]) -> int:
-    return wire.encoded_size(data if isinstance(data, list) else [data])
+def _drop_bases_before(folder: str | Path, segment: int) -> None:
+    for path in Path(folder).glob("base-*.bin"):
+        if int(path.stem.partition("-")[2]) < segment:
+            path.unlink(missing_ok=True)
 
 
 class Keeper:
@@ -147,10 +156,15 @@ class Keeper:
         """The ``journal`` argument of a shard's init: its folder and segment."""
         return {"dir": str(self.directory / f"shard-{index}"), "segment": segment}
 
-    def start(self, bases: list[Base]) -> None:
-        """Keep ``bases`` (the shards as started) and watch the shards."""
-        self.bases = bases
-        self._bound = journal_bound(max(_size(b.data) for b in bases))
+    def start(self, inits: list[tuple[dict[str, Any], list[Any]]], ports: list[int]) -> None:
+        """The first bases: each shard's init message (its settings with the port it bound,
+        which a restart binds again) and the slice it started from, written to its folder;
+        then watch the shards."""
+        for index, ((init, data), port) in enumerate(zip(inits, ports, strict=True)):
+            path = write_base(self.journal_args(index)["dir"], 0, data)
+            settings = dict(init["settings"], port=port)
+            self.bases.append(Base(dict(init, settings=settings), path, 0))
+        self._bound = journal_bound(max(b.path.stat().st_size for b in self.bases))
         self._health = [None] * len(self.shards)
         self._asked = [0.0] * len(self.shards)
         self._thread = threading.Thread(
@@ -218,7 +232,15 @@ class Keeper:
         with self.lock:
             if generation != self.generation or len(answers) != len(self.bases):
                 return
-            for index, (meta, data) in enumerate(answers):
+            try:  # every slice on disk first: a failed write leaves the old bases whole
+                paths = [
+                    write_base(self.journal_args(i)["dir"], int(meta["segment"]), data)
+                    for i, (meta, data) in enumerate(answers)
+                ]
+            except OSError as err:
+                logger.warning("the shards' new base cut could not be written: %s", err)
+                return
+            for index, (meta, _) in enumerate(answers):
                 base = self.bases[index]
                 init = dict(
                     base.init,
@@ -228,8 +250,10 @@ class Keeper:
                 )
                 ledger = meta.get("ledger") or {}
                 books = {k: v for k, v in ledger.items() if k != "history"}
-                self.bases[index] = Base(init, bytes(data), int(meta["segment"]), books)
-                drop_before(self.journal_args(index)["dir"], int(meta["segment"]))
+                segment = int(meta["segment"])
+                self.bases[index] = Base(init, paths[index], segment, books)
+                drop_before(self.journal_args(index)["dir"], segment)
+                _drop_bases_before(self.journal_args(index)["dir"], segment)
 
     # ------------------------------------------------------------------ watching
 
@@ -335,7 +359,7 @@ class Keeper:
             try:
                 new.spawn()
                 answer = wait_answer(
-                    new.begin("init", init, base.data), START_TIMEOUT, new, "restart"
+                    new.begin("init", init, base.path.read_bytes()), START_TIMEOUT, new, "restart"
                 )[0]
             except ParameterServerError as err:
                 logger.error("parameter-server shard %d did not restart: %s", index, err)

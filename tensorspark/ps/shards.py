@@ -48,7 +48,7 @@ from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
-from tensorspark.ps.revive import Keeper, start_bases
+from tensorspark.ps.revive import Keeper
 from tensorspark.ps.settings import (
     ServerSettings,
     check_settings,
@@ -243,7 +243,7 @@ class ShardedServer(auth.SignedServer):
             for shard, future in zip(self._shards, pending, strict=True):
                 shard.port = int(wait_answer(future, timeout, shard, "start")[0]["port"])
             if self._keeper is not None:  # the first bases: the slices as they started
-                self._keeper.start(start_bases(self._init, self.ports))
+                self._keeper.start(self._init, self.ports)
             self._init = []  # the slices now live in the shards (and the keeper's bases)
             self._front.start()
         except BaseException:

@@ -254,7 +254,9 @@ def test_a_long_journal_makes_the_keeper_take_a_cut(monkeypatch: pytest.MonkeyPa
             assert time.monotonic() < deadline, "the keeper took no cut"
             time.sleep(0.1)
         for index, base in enumerate(keeper.bases):
-            assert segments(keeper.journal_args(index)["dir"])[0] == base.segment
+            folder = Path(keeper.journal_args(index)["dir"])
+            assert segments(folder)[0] == base.segment
+            assert sorted(folder.glob("base-*.bin")) == [base.path]  # the older ones deleted
 
     params, state, status = _run("async", {20: cut_taken, 24: _kill(1)})
     _same(params, clean)
