@@ -261,3 +261,31 @@ def test_a_long_journal_makes_the_keeper_take_a_cut(monkeypatch: pytest.MonkeyPa
     params, state, status = _run("async", {20: cut_taken, 24: _kill(1)})
     _same(params, clean)
     assert state == clean_state and status["applied_pushes"] == PUSHES
+
+
+def test_a_hung_shard_is_killed_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard SIGSTOPped (alive, answering nothing) is killed after HANG_TIMEOUT without a
+    health answer and restarted; the push that waited on it is then applied once."""
+    monkeypatch.setattr(revive, "HANG_TIMEOUT", 3.0)
+    params = _model()
+    with ShardedServer(params, "delta", shards=2) as server:
+        client = ShardedClient(server.urls, server.layout, **server.client_options())
+        client.join(0, 0)
+        client.pull(0)
+        assert client.push(_delta(0, 0), _meta(0)).status == "applied"
+        victim = server.pids[1]
+        os.kill(victim or 0, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            answer = client.push(_delta(1, 0), _meta(1))  # waits on shard 1 till it is back
+            assert answer.status == "applied"
+            assert server.pids[1] != victim and time.monotonic() - started < 60
+        finally:
+            if not process_gone(victim):
+                os.kill(victim or 0, signal.SIGCONT)
+        snap = server.snapshot()
+        expected = {k: v + _delta(0, 0)[k] + _delta(1, 0)[k] for k, v in params.items()}
+        for k, v in expected.items():
+            np.testing.assert_allclose(snap.params[k], v, rtol=0, atol=1e-6)
+        assert snap.version == 2 and server.status()["shard_restarts"] == [0, 1]
+        client.close()
