@@ -3,7 +3,7 @@
 A shard is a :class:`~tensorspark.ps.server.ParameterServer` over its slice of the model
 (:mod:`tensorspark.ps.layout`), run by ``python -m tensorspark.ps.shard`` (not by
 ``multiprocessing``, which would import the driver's ``__main__`` script again). The
-driver talks to it over the child's stdin and stdout with frames::
+driver talks to it over the child's stdin and stdout with frames (:mod:`~tensorspark.ps.frames`)::
 
     u32 header length | u32 0 | u64 data length | header JSON | data (a wire message)
 
@@ -15,7 +15,8 @@ No pickle: JSON and the wire format only. The run's secret travels in the first 
 never on a command line or in the environment.
 
 A shard ends when told to stop, or when its stdin closes: when the driver exits, however
-it exits, no shard outlives it.
+it exits, no shard outlives it. With a ``journal`` in its init, it writes each push it
+applies there and, restarted, replays the journal first (:mod:`tensorspark.ps.revive`).
 
 :class:`ShardProcess` (driver side) is thread-safe: calls from several threads are
 matched to their answers by id. The child's side runs in its own process.
