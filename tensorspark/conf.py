@@ -25,6 +25,7 @@ spark.tensorspark.ssl.keyfile           ssl_keyfile              none
 spark.tensorspark.ssl.cafile            ssl_cafile               none
 spark.tensorspark.compression           compression              none (float32); bf16, fp16, int8
 spark.tensorspark.ps.shards             ps_shards                1 (one server thread)
+spark.tensorspark.ps.shardRestarts      ps_shard_restarts        3 (restarts per shard; 0: none)
 spark.tensorspark.rowCache              row_cache                auto; rows per table, a size, off
 spark.tensorspark.elastic               elastic                  false (sync: one barrier stage)
 spark.tensorspark.elastic.lostAfter     lost_after               60 (seconds)

@@ -62,13 +62,12 @@ class SparkSession:
         secret: the parameter server's shared secret (bytes or str, >= 16 bytes); default
             the contents of ``spark.tensorspark.secret.file``, else a fresh random secret
             per run. Every request to the server is signed with it; never logged.
-        ssl_certfile: PEM certificate for the server to serve HTTPS with (with
-            ``ssl_keyfile``); default ``spark.tensorspark.ssl.certfile``.
+        ssl_certfile: PEM certificate to serve HTTPS with (with ``ssl_keyfile``); default
+            ``spark.tensorspark.ssl.certfile``.
         ssl_keyfile: the certificate's private key; default ``spark.tensorspark.ssl.keyfile``.
         ssl_cafile: CA bundle executors verify the server's certificate with; default
             ``spark.tensorspark.ssl.cafile``, else the system's CAs.
-        public_status: serve the server's ``/status`` (and dashboard) without the secret or
-            the read-only status token.
+        public_status: serve ``/status`` (and dashboard) without the secret or status token.
         max_body_bytes: largest request the server takes (default: 2 x the model + 4 MiB).
         checkpoint_dir: where the server checkpoints the global model: a local path,
             ``file://``, ``webhdfs://host:port/path`` or ``hdfs://`` (WebHDFS address from
@@ -102,6 +101,7 @@ class SparkSession:
         elastic: sync rounds go on without a lost partition; Spark reruns its task, which rejoins.
         lost_after: elastic: seconds without a push or heartbeat before a partition is lost.
         min_workers: elastic: fewest contributions a short round completes with (default 1).
+        ps_shard_restarts: restarts of each dead shard over a run (default 3); 0: none.
     """
 
     def __init__(
@@ -149,6 +149,7 @@ class SparkSession:
         elastic: bool | None = None,
         lost_after: float | None = None,
         min_workers: int | None = None,
+        ps_shard_restarts: int | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "sc", "session")}
         self.sc = sc = connect.spark_handle(sc)
@@ -177,8 +178,7 @@ class SparkSession:
         return self._host.server
 
     def close(self) -> None:
-        """Stop a reusable parameter server (writing its last checkpoint) and the warm-up's
-        keep-alive."""
+        """Stop a reusable server (writing its last checkpoint) and the warm-up's keep-alive."""
         self.warmup.close()
         self._host.close()
 

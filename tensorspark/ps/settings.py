@@ -73,6 +73,8 @@ class ServerSettings:
         shards: server processes (1: one server, a thread of the driver; see
             :mod:`tensorspark.ps.shards`).
         cut_timeout: with shards, seconds a consistent snapshot waits for them to line up.
+        shard_restarts: with shards, how many times each shard process that dies is
+            restarted over a run (:mod:`tensorspark.ps.revive`); 0: a dead shard ends it.
         embeddings: ``"sparse"``: embedding tables travel row-sparse where the combiner
             allows (:mod:`tensorspark.ps.sparse`); ``"dense"``: whole, like every tensor.
         elastic: sync mode: rounds wait only for active partitions and go on without a
@@ -100,6 +102,7 @@ class ServerSettings:
     max_inflight_bytes: int | None = None
     shards: int = 1
     cut_timeout: float = 30.0
+    shard_restarts: int = 3
     embeddings: str = "sparse"
     #: Dynamic tables (:mod:`tensorspark.ps.vocab_route`): weight name -> spec; the driver
     #: sets it from the model (``DynamicEmbedding`` layers), with a checkpoint's maps.
@@ -140,6 +143,16 @@ class ServerSettings:
             self,
             "shards",
             whole_setting("shards", self.shards, "shards must be a positive integer."),
+        )
+        resolve(
+            self,
+            "shard_restarts",
+            whole_setting(
+                "shard_restarts",
+                self.shard_restarts,
+                "shard_restarts must be a whole number from 0.",
+                minimum=0,
+            ),
         )
         self._check_elastic()
         if self.shards > 1 and builtin_name(self.combiner) is None:

@@ -3,7 +3,7 @@
 A shard is a :class:`~tensorspark.ps.server.ParameterServer` over its slice of the model
 (:mod:`tensorspark.ps.layout`), run by ``python -m tensorspark.ps.shard`` (not by
 ``multiprocessing``, which would import the driver's ``__main__`` script again). The
-driver talks to it over the child's stdin and stdout with frames::
+driver talks to it over the child's stdin and stdout with frames (:mod:`~tensorspark.ps.frames`)::
 
     u32 header length | u32 0 | u64 data length | header JSON | data (a wire message)
 
@@ -15,7 +15,8 @@ No pickle: JSON and the wire format only. The run's secret travels in the first 
 never on a command line or in the environment.
 
 A shard ends when told to stop, or when its stdin closes: when the driver exits, however
-it exits, no shard outlives it.
+it exits, no shard outlives it. With a ``journal`` in its init, it writes each push it
+applies there and, restarted, replays the journal first (:mod:`tensorspark.ps.revive`).
 
 :class:`ShardProcess` (driver side) is thread-safe: calls from several threads are
 matched to their answers by id. The child's side runs in its own process.
@@ -23,10 +24,8 @@ matched to their answers by id. The child's side runs in its own process.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -39,47 +38,16 @@ import numpy as np
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps.frames import read_frame, write_frame
+from tensorspark.ps.journal import Journal, replay
+from tensorspark.ps.ledger import COUNTERS
 
 logger = logging.getLogger(__name__)
 
-_FRAME = struct.Struct("<IIQ")
-_MAX_HEADER = 64 * 1024 * 1024
 #: Seconds a shard may take to start (import, bind, answer) before the driver gives up.
 START_TIMEOUT = 60.0
 #: Seconds the driver waits for a command's answer (a consistent-cut wait adds its own).
 CALL_TIMEOUT = 60.0
-
-
-def write_frame(out: IO[bytes], header: Mapping[str, Any], data: list[Any] | bytes = b"") -> None:
-    """Write one frame (not thread-safe: hold the writer's lock)."""
-    parts = [data] if isinstance(data, (bytes, bytearray)) else data
-    text = json.dumps(header).encode("utf-8")
-    out.write(_FRAME.pack(len(text), 0, wire.encoded_size(parts)) + text)
-    for part in parts:
-        out.write(part)
-    out.flush()
-
-
-def read_frame(inp: IO[bytes]) -> tuple[dict[str, Any], bytearray]:
-    """Read one frame; EOFError when the other side closed the pipe."""
-    head = _read_exactly(inp, _FRAME.size)
-    hlen, _, dlen = _FRAME.unpack(head)
-    if hlen > _MAX_HEADER:
-        raise EOFError(f"bad frame header length {hlen}")
-    header = json.loads(bytes(_read_exactly(inp, hlen)).decode("utf-8"))
-    return header, _read_exactly(inp, dlen)
-
-
-def _read_exactly(inp: IO[bytes], n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        chunk = inp.readinto(view[got:])  # type: ignore[attr-defined]
-        if not chunk:
-            raise EOFError("the pipe closed")
-        got += chunk
-    return buf
 
 
 # ---------------------------------------------------------------------- driver side
@@ -117,6 +85,21 @@ class ShardProcess:
     @property
     def returncode(self) -> int | None:
         return None if self._proc is None else self._proc.poll()
+
+    @property
+    def on_event(self) -> Callable[[dict[str, Any]], None] | None:
+        return self._on_event
+
+    def ended(self) -> str:
+        """How the process ended, in words (its exit code, or why it was stopped)."""
+        code = self.returncode
+        return self.exit_reason or (f"exit code {code}" if code is not None else "its pipe closed")
+
+    def kill(self, why: str = "killed: it stopped answering") -> None:
+        """SIGKILL the process (a hung shard; its handle then reads as dead)."""
+        if self._proc is not None and self.alive:
+            self.exit_reason = why
+            self._proc.kill()
 
     def spawn(self) -> None:
         """Start the process (it waits for its ``init`` command)."""
@@ -196,12 +179,8 @@ class ShardProcess:
             future.set_exception(self._dead("its command"))
 
     def _dead(self, what: str) -> ParameterServerError:
-        code = None if self._proc is None else self._proc.poll()
-        reason = self.exit_reason or (
-            f"exit code {code}" if code is not None else "its pipe closed"
-        )
         return ParameterServerError(
-            f"parameter-server shard {self.index} is not running ({reason}); {what} failed"
+            f"parameter-server shard {self.index} is not running ({self.ended()}); {what} failed"
         )
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -267,6 +246,11 @@ class _Shard:
         self.lock = threading.Lock()
         self.server: Any = None
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="tensorspark-shard-cmd")
+        self.journal: Journal | None = None
+        self.replaying = False  # no push events for replayed pushes (the driver had them)
+
+    def journal_bytes(self) -> int:
+        return 0 if self.journal is None else self.journal.bytes
 
     def send(self, header: Mapping[str, Any], data: list[Any] | bytes = b"") -> None:
         with self.lock:
@@ -302,9 +286,20 @@ class _Shard:
             return server.version, b""
         if cmd == "progress":
             return {str(p): [v["epoch"], v["seq"]] for p, v in server.progress().items()}, b""
+        if cmd == "health":  # through the loop: a hung loop does not answer
+            return {"version": server.version, "journal_bytes": self.journal_bytes()}, b""
         if cmd == "snapshot":
             since = args.get("rows_since")
-            snap = server.snapshot(rows_since=None if since is None else int(since))
+            cut, journal = None, self.journal
+            if args.get("cut") and journal is not None and since is None:
+                # The driver's next base: the copy and the journal's next segment at once,
+                # on the loop (no push is journaled between them), with the books.
+                store = server._served()
+                snap, cut = server._on_loop(
+                    lambda: (store.snapshot(None), (journal.rotate(), store.status())), "cut"
+                )
+            else:
+                snap = server.snapshot(rows_since=None if since is None else int(since))
             arrays = {f"p/{k}": v for k, v in snap.params.items()}
             arrays.update({f"s/{k}": v for k, v in snap.state.items()})
             for key, (ids, values) in snap.rows.items():  # an increment's: changed rows only
@@ -316,6 +311,8 @@ class _Shard:
                 "state_meta": snap.state_meta,
                 "progress": {str(p): [v["epoch"], v["seq"]] for p, v in snap.progress.items()},
             }
+            if cut is not None:
+                meta["segment"], meta["ledger"] = cut
             return meta, wire.encode(arrays)
         if cmd == "hold":
             now = server.hold(_progress_arg(args["target"]))
@@ -361,15 +358,42 @@ class _Shard:
                 int(p): {"epoch": v[0], "seq": v[1]} for p, v in args.get("progress", {}).items()
             },
             on_push=(
-                lambda meta, status: self.send({"event": "push", "meta": meta, "status": status})
+                lambda meta, status: (
+                    None
+                    if self.replaying
+                    else self.send({"event": "push", "meta": meta, "status": status})
+                )
             )
             if events
             else None,
             combiner_state=(state, args["state_meta"]) if args.get("state_meta") else None,
         )
+        if args.get("journal"):
+            self._restore(server._served(), args["journal"], args.get("ledger"))
         server.start()
         self.server = server
         return {"port": server.port}
+
+    def _restore(self, store: Any, journal: Mapping[str, Any], ledger: Any) -> None:
+        """A restarted shard (:mod:`tensorspark.ps.revive`): the books of the base cut, the
+        pushes journaled since replayed, then a journal of its own (before its loop runs)."""
+        from tensorspark.ps.ledger import WorkerState
+
+        if ledger:
+            store.ledger.counters.update({k: int(ledger.get(k, 0)) for k in COUNTERS})
+            for row in ledger.get("workers", ()):
+                store.ledger.workers[int(row["partition"])] = WorkerState(**row)
+        store.control = dict(journal.get("control") or {})
+        self.journal = Journal(journal["dir"], int(journal["segment"]))
+        store.journal = self.journal
+        first = journal.get("replay_from")
+        if first is not None:
+            self.replaying = True
+            try:
+                count = replay(store, journal["dir"], int(first), int(journal["segment"]) - 1)
+            finally:
+                self.replaying = False
+            logger.info("replayed %d journaled pushes (version %d)", count, store.version)
 
 
 def main() -> None:

@@ -34,12 +34,10 @@ Runs on the driver. Thread-safe like :class:`~tensorspark.ps.server.ParameterSer
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,6 +48,7 @@ from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
+from tensorspark.ps.revive import Keeper
 from tensorspark.ps.settings import (
     ServerSettings,
     check_settings,
@@ -58,6 +57,7 @@ from tensorspark.ps.settings import (
     whole_setting,
 )
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
+from tensorspark.ps.shard_calls import PushEvents, call_all, check_shards, progress_each
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
 from tensorspark.ps.slices import assemble_state, shard_inits
 from tensorspark.ps.snapshot import Snapshot
@@ -65,6 +65,7 @@ from tensorspark.ps.snapshot import Snapshot
 logger = logging.getLogger(__name__)
 
 _STATUS_TIMEOUT = 10.0
+T = TypeVar("T")
 
 
 class ShardedServer(auth.SignedServer):
@@ -141,7 +142,6 @@ class ShardedServer(auth.SignedServer):
         self.cut_timeout = float(s.cut_timeout)
         self._num_workers = num_workers
         self._sign_requests(s.authenticate, s.secret, s.auth_window)
-        self._on_push = on_push
         self._init = shard_inits(
             self.layout,
             arrays,
@@ -153,7 +153,19 @@ class ShardedServer(auth.SignedServer):
             combiner_state=combiner_state,
             events=on_push is not None,
         )
-        self._shards = [ShardProcess(i, self._event if i == 0 else None) for i in range(shards)]
+        self._events = PushEvents(on_push)
+        self._shards = [
+            ShardProcess(i, self._events.put if i == 0 else None) for i in range(shards)
+        ]
+        self._keeper: Keeper | None = None  # restarts a dead shard (ps/revive.py), unless 0
+        if s.shard_restarts:
+            self._keeper = Keeper(
+                self._shards,
+                s.shard_restarts,
+                inits=[init for init, _ in self._init],  # each shard's journal told
+                num_workers=lambda: self._num_workers,
+                take_cut=self.snapshot,
+            )
         self._front = StatusFront(
             s.host,
             s.port,
@@ -163,8 +175,6 @@ class ShardedServer(auth.SignedServer):
             ssl_certfile=s.ssl_certfile,
             ssl_keyfile=s.ssl_keyfile,
         )
-        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._dispatcher: threading.Thread | None = None
         self._cut_lock = threading.Lock()
         # The shards' versions at recent cuts: an increment follows one of them.
         self._cut_versions = CutVersions()
@@ -232,15 +242,14 @@ class ShardedServer(auth.SignedServer):
             ]
             for shard, future in zip(self._shards, pending, strict=True):
                 shard.port = int(wait_answer(future, timeout, shard, "start")[0]["port"])
-            self._init = []  # the slices now live in the shards
+            if self._keeper is not None:  # the first bases: the slices as they started
+                self._keeper.start(self._init, self.ports)
+            self._init = []  # the slices now live in the shards (and the keeper's bases)
             self._front.start()
         except BaseException:
             self.stop()
             raise
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name="tensorspark-shard-events", daemon=True
-        )
-        self._dispatcher.start()
+        self._events.start()
         logger.info(
             "parameter server of %d shards at %s "
             "(status page %s; mode=%s, combiner=%s, compression=%s)",
@@ -260,6 +269,9 @@ class ShardedServer(auth.SignedServer):
         ``timeout`` seconds) is kept: :meth:`snapshot`, :meth:`params`, :meth:`status`,
         :meth:`progress` and :attr:`version` go on answering from it.
         """
+        keeper = self._keeper
+        if keeper is not None:  # no restart while the shards stop
+            keeper.stop()
         if self._final is None and self._started and all(s.alive for s in self._shards):
             cut_timeout, self.cut_timeout = self.cut_timeout, min(self.cut_timeout, timeout)
             try:
@@ -278,10 +290,9 @@ class ShardedServer(auth.SignedServer):
             t.start()
         for t in threads:
             t.join(2 * timeout + 5)
-        if self._dispatcher is not None:
-            self._events.put(None)
-            self._dispatcher.join(timeout)
-            self._dispatcher = None
+        if keeper is not None:
+            keeper.close()
+        self._events.stop(timeout)
 
     def __enter__(self) -> ShardedServer:
         self.start()
@@ -291,64 +302,23 @@ class ShardedServer(auth.SignedServer):
         self.stop()
 
     def check(self) -> None:
-        """Raise when a shard process has died while serving (the driver polls this).
+        """Raise when a shard process has died for good (the driver polls this): one the
+        keeper gave up restarting, or with ``shard_restarts=0`` any that died.
 
         Raises:
             ParameterServerError: naming the shard and how it ended.
         """
-        if not self._started or self._final is not None:
-            return
-        for shard in self._shards:
-            if not shard.alive and shard.exit_reason != "stopped":
-                raise ParameterServerError(
-                    f"parameter-server shard {shard.index} (pid {shard.pid}) exited while serving "
-                    f"(exit code {shard.returncode}); "
-                    "the run cannot go on without its slice of the model"
-                )
-
-    def _event(self, event: dict[str, Any]) -> None:
-        """Shard 0's reader thread: queue a push event for the dispatcher."""
-        self._events.put(event)
-
-    def _dispatch(self) -> None:
-        """Call ``on_push`` for each event, off the readers' threads (it may call params())."""
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            if self._on_push is not None:
-                try:
-                    self._on_push(event.get("meta", {}), str(event.get("status")))
-                except Exception:
-                    logger.exception("on_push callback failed")
+        if self._started and self._final is None:
+            check_shards(self._shards, self._keeper)
 
     # ------------------------------------------------------------------ calls to all shards
 
-    def _all(
-        self,
-        command: str,
-        args: Mapping[str, Any] | None = None,
-        timeout: float = 60.0,
-        first: Mapping[str, Any] | None = None,
-        each: Sequence[Mapping[str, Any]] | None = None,
-    ) -> list[tuple[Any, bytearray]]:
-        """Run ``command`` on every shard at once (``first``: other arguments for shard 0;
-        ``each``: per shard, its own arguments)."""
-        futures: list[Future[tuple[Any, bytearray]]] = [
-            s.begin(
-                command,
-                each[i] if each is not None else first if first is not None and i == 0 else args,
-            )
-            for i, s in enumerate(self._shards)
-        ]
-        return [
-            wait_answer(f, timeout, s, command) for s, f in zip(self._shards, futures, strict=True)
-        ]
+    def _all(self, command: str, *args: Any, **kwargs: Any) -> list[tuple[Any, bytearray]]:
+        """Run ``command`` on every shard at once (see :func:`call_all`)."""
+        return call_all(self._shards, command, *args, **kwargs)
 
     def _progress_each(self) -> list[Progress]:
-        return [
-            {int(p): (v[0], v[1]) for p, v in result.items()} for result, _ in self._all("progress")
-        ]
+        return progress_each(self._shards)
 
     @property
     def version(self) -> int:
@@ -369,11 +339,17 @@ class ShardedServer(auth.SignedServer):
     def set_control(self, updates: Mapping[str, Any]) -> dict[str, Any]:
         """Change the run's control on every shard (see
         :meth:`ParameterServer.set_control`); returns shard 0's."""
-        return dict(self._all("control", {"value": dict(updates)})[0][0])
+        control = dict(self._all("control", {"value": dict(updates)})[0][0])
+        if self._keeper is not None:  # a restarted shard gets it too
+            self._keeper.control = control
+        return control
 
     def reset_progress(self) -> None:
-        """Start a new run on every shard (see :meth:`ParameterServer.reset_progress`)."""
+        """Start a new run on every shard (see :meth:`ParameterServer.reset_progress`);
+        a new base cut, so a restarted shard does not bring back the old progress."""
         self._all("reset_progress")
+        if self._keeper is not None:
+            self.snapshot()
 
     def progress(self) -> dict[int, dict[str, int]]:
         """Per partition, the last push every shard applied."""
@@ -404,12 +380,23 @@ class ShardedServer(auth.SignedServer):
         """
         if self._final is not None:
             return self._final[0]
+        return self._recovering(lambda: self._snapshot(rows_since))
+
+    def _snapshot(self, rows_since: int | None) -> Snapshot:
         since = None if rows_since is None else self._cut_versions.since(rows_since)
         args = None if since is None else [{"rows_since": v} for v in since]
+        keeper = self._keeper
+        if args is None and keeper is not None and keeper.watching:  # the next base
+            args = [{"cut": True}] * self.shards
         with self._cut_lock:
+            generation = 0 if keeper is None else keeper.cut_generation()
             target, snaps = line_up(
                 self._all, self._progress_each(), self.shards, self.cut_timeout, args
             )
+            if keeper is not None:  # a shard restarted meanwhile: _recovering cuts again
+                keeper.check_cut(generation)
+                if since is None:
+                    keeper.rebase(snaps, generation)
         parts, rows_each, states, applied, versions = decode_answers(snaps)
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
@@ -436,10 +423,13 @@ class ShardedServer(auth.SignedServer):
         """The ``/status`` JSON of the whole server, aggregated over the shards.
 
         Raises:
-            ParameterServerError: a shard is not running (the run cannot go on without it).
+            ParameterServerError: a shard is not running (and did not come back).
         """
         if self._final is not None:
             return {**self._final[1], **self._notes}
+        return self._recovering(self._status)
+
+    def _status(self) -> dict[str, Any]:
         each = [
             r for r, _ in self._all("status", {"history": False}, timeout=_STATUS_TIMEOUT, first={})
         ]
@@ -447,4 +437,14 @@ class ShardedServer(auth.SignedServer):
         status = aggregate_status(
             each, self.urls, counters, tls=self._front.tls, started_at=time.time()
         )
-        return {**status, **self._notes}
+        restarts = {} if self._keeper is None else {"shard_restarts": list(self._keeper.restarts)}
+        return {**status, **restarts, **self._notes}
+
+    def _recovering(self, read: Callable[[], T]) -> T:
+        """``read()``, once more after a shard's restart when it failed during one."""
+        try:
+            return read()
+        except ParameterServerError:
+            if self._keeper is None or not self._keeper.wait_ready(START_TIMEOUT):
+                raise
+            return read()

@@ -127,6 +127,8 @@ class Store(ConsistentCuts):
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
         self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)  # (sparse.py)
         self.vocab = self._rows.vocab  # dynamic tables' maps (vocab_route.py), or None
+        # Each push's (tensors, meta) as it is applied (a round's as it completes): a shard's
+        self.journal: Callable[[Mapping, Mapping], None] = lambda *_: None  # (ps/journal.py)
 
     # ------------------------------------------------------------------ settings
 
@@ -341,6 +343,7 @@ class Store(ConsistentCuts):
             )
             self._maybe_complete_round()
             return True
+        self.journal(tensors, meta)
         info = PushInfo(
             partition=partition,
             samples=fields.samples,
@@ -422,6 +425,8 @@ class Store(ConsistentCuts):
                 self.ledger.workers[lost].state = "lost"
         if pending is None:
             return
+        for p in pending:
+            self.journal(p.delta, p.meta)
         _, total = round_weights(pending)
         info = PushInfo(
             partition=-1,

@@ -1,19 +1,17 @@
 """Every :class:`~tensorspark.SparkSession` setting, declared once (driver; pure).
 
-One :class:`Setting` per keyword of the session's constructor, in the constructor's order:
-its name, default, one-line doc, the Spark conf key that supplies it when the keyword is not
-given (with the conf text's parser and the value when neither gives one), the check of an
-explicit value, and where the session's read-only view reads it back. From :data:`SETTINGS`
-are derived the Spark conf table (:data:`CONF_SETTINGS`, which :func:`tensorspark.conf.resolve`
-reads), the resolution (:func:`tensorspark.session_settings.resolve_settings`: explicit
-keyword > Spark conf key > default) and the view (:data:`tensorspark.session_settings.VIEWS`).
-The constructor keeps its keywords explicit (for IDEs and the API reference); a unit test
-checks them, and the constructor's docstring, against this declaration.
+One :class:`Setting` per keyword of the session's constructor, in its order: name, default,
+one-line doc, the Spark conf key that supplies it when the keyword is not given (with the
+conf text's parser and the value when neither gives one), the check of an explicit value, and
+where the session's read-only view reads it back. From :data:`SETTINGS` come the Spark conf
+table (:data:`CONF_SETTINGS`, read by :func:`tensorspark.conf.resolve`), the resolution
+(:func:`tensorspark.session_settings.resolve_settings`: explicit keyword > Spark conf key >
+default) and the view (:data:`tensorspark.session_settings.VIEWS`). The constructor keeps its
+keywords explicit (IDEs, API reference); a unit test checks them and its docstring here.
 
-A check here needs only the ground layer (numbers, choices). A setting whose check needs a
-part of the package (a combiner, a codec, storage's authentication, the model) is checked
-where the session's run settings are built (:func:`~tensorspark.session_settings.resolve_settings`),
-and its declaration says so in ``doc``.
+A check here needs only the ground layer (numbers, choices); one that needs a part of the
+package (a combiner, a codec, storage's authentication, the model) is made where the run
+settings are built (:func:`~tensorspark.session_settings.resolve_settings`), as ``doc`` says.
 """
 
 from __future__ import annotations
@@ -83,15 +81,8 @@ def _whole(key: str, text: str) -> int:
 
 def _count(key: str, text: str) -> int:
     """A whole number from 0 (checkpoint_full_every's range is checked by the manager)."""
-    try:
-        value = int(text.strip())
-        if value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        raise ConfigurationError(
-            f"{key} must be a whole number (0 or more). Received: {text!r}"
-        ) from None
+    check = functools.partial(positive_int, minimum=0)
+    return _positive(key, text, int, check, "a whole number (0 or more)")
 
 
 def _flag(key: str, text: str) -> bool:
@@ -391,6 +382,14 @@ SETTINGS: tuple[Setting, ...] = (
         parse=_whole,
         fallback=1,
     ),
+    Setting(
+        "ps_shard_restarts",
+        None,
+        "restarts of a dead server shard over a run; 0: one ends the run (checked: ps.settings)",
+        conf="ps.shardRestarts",
+        parse=_count,
+        fallback=3,
+    ),
 )
 
 #: The order the explicit values are checked in, so that of several bad arguments the same
@@ -439,6 +438,7 @@ CONF_ORDER: tuple[str, ...] = (
     "elastic",
     "elastic.lostAfter",
     "elastic.minWorkers",
+    "ps.shardRestarts",
 )
 
 _BY_CONF = {s.conf: s for s in SETTINGS if s.conf}

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark.checkpoint import CheckpointManager
-from tensorspark.errors import ConfigurationError
+from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.checkpointer import Checkpointer, resume_state
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.protocol import RunServer
@@ -234,7 +234,12 @@ class ServerHost:
         if self._checkpointer is not None:
             self._checkpointer.check()
         if self.server is not None:
-            self.server.check()
+            try:
+                self.server.check()
+            except ParameterServerError as err:  # a shard died for good: where to resume from
+                saved = self.checkpoint_paths()
+                last = saved[-1] if saved else "none written by this run"
+                raise ParameterServerError(f"{err}. The last checkpoint: {last}") from err
 
     def release(self, server: RunServer, *, failed: bool) -> None:
         """End a run on ``server``: stop it unless it is reusable and the run succeeded,

@@ -246,7 +246,7 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
 
 
 def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped() -> None:
-    server = ShardedServer(_model(), shards=2)
+    server = ShardedServer(_model(), shards=2, shard_restarts=0)  # fail fast: not restarted
     server.start()
     try:
         server.check()  # all alive

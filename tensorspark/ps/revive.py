@@ -1,0 +1,382 @@
+"""A dead shard comes back: the driver restarts a shard process that died, where it was.
+
+With ``ps_shards > 1`` each shard process holds a slice of the model
+(:mod:`tensorspark.ps.shards`). A :class:`Keeper` on the driver watches them: a shard whose
+process exited (crashed, SIGKILLed, OOM-killed), or whose loop has not answered for
+:data:`HANG_TIMEOUT` seconds (it is killed then), is started again on the same port, so the
+workers' pushes and pulls, which retry an unreachable server with backoff for
+``ps_timeout`` seconds (:mod:`tensorspark.ps.client`), reach the new process.
+
+**What it starts from.** Its part of the last consistent cut, which the driver keeps
+(:class:`Base`): the version, progress, combiner meta and books each shard sent at the cut
+in memory, and its slice and combiner state in a file on the driver's local disk, beside
+its journal (:func:`write_base`). Not read back from the last checkpoint: a run without
+checkpoints is covered too, no storage (HDFS, S3) is read while the workers wait, and an
+incremental checkpoint does not hold a whole slice. Not in memory: that would keep one more
+copy of the whole model (its embedding tables too) on the driver for the whole run; on disk
+it costs one write of the model per full cut, and a restart reads one slice. The first base
+is the slices the shards started from; each full consistent cut
+(:meth:`ShardedServer.snapshot <tensorspark.ps.shards.ShardedServer.snapshot>` without
+``rows_since``: a full checkpoint, or one this keeper takes when a journal grows past
+:func:`journal_bound`) replaces it.
+
+**Exactly once: replay.** The pushes a shard applied after the cut are in its journal on the
+driver's disk (:mod:`tensorspark.ps.journal`), written before each is applied; the
+restarted shard replays them in order before it serves, so it is exactly where the dead
+one was: no answered push is lost, none is applied twice (a worker's retry of a replayed
+push is a duplicate, as any retry), and in async mode the weights are those it would have
+had. A push the shard had not journaled (it died in between) was neither applied there
+nor answered: the worker's retry of it is applied by the new process, while the shards
+that applied it count the retry as a duplicate. So a push half applied across shards ends
+applied on every shard, once. Worst case: nothing applied is lost; a sync round in
+progress re-forms from the workers' retries; the time to notice the death and restart
+(about a second plus the replay) is lost, and workers must not give up in between
+(``ps_timeout`` must outlast it; the default, 60 s, does).
+
+**A bound.** A shard that dies again and again (``restarts`` times over the run) fails the
+run: :meth:`Keeper.failure` names the shard and how it ended, and the driver adds the last
+checkpoint. ``restarts=0`` keeps the fail-fast behaviour (``ps_shard_restarts=0``).
+
+Runs on the driver: one watcher thread; a restart runs on it, under :attr:`Keeper.lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tensorspark.errors import ParameterServerError
+from tensorspark.ps.journal import drop_before, segment_path, segments
+from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a shard's loop may leave a health check unanswered before it is killed and
+#: restarted (a loop busy applying one push answers within far less).
+HANG_TIMEOUT = 30.0
+#: Seconds between the watcher's looks at the processes, and between health checks.
+_POLL = 0.25
+_HEALTH_EVERY = 2.0
+
+
+#: The least a shard's journal may grow to before the keeper takes a cut (bytes).
+MIN_JOURNAL_BYTES = 64 << 20
+
+
+def journal_bound(slice_bytes: int) -> int:
+    """Bytes a shard's journal may grow to before the keeper takes a consistent cut (a new
+    base; the older segments are deleted): four slices' worth, at least
+    :data:`MIN_JOURNAL_BYTES`."""
+    return max(MIN_JOURNAL_BYTES, 4 * int(slice_bytes))
+
+
+@dataclass
+class Base:
+    """One shard's part of the last consistent cut: what a restart starts from."""
+
+    init: dict[str, Any]  # the init message (its settings with the shard's port)
+    path: Path  # its slice and combiner state (a wire message), in the journal's folder
+    segment: int  # the first journal segment after the cut
+    ledger: dict[str, Any] | None = None  # its counters and worker rows at the cut
+
+
+def write_base(folder: str | Path, segment: int, data: bytes | bytearray | list[Any]) -> Path:
+    """Write a shard's slice at a cut (``data``: a wire message, or its parts) to
+    ``base-<segment>.bin`` in its journal folder, atomically; returns the path."""
+    path = Path(folder) / f"base-{segment:08d}.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        for part in data if isinstance(data, list) else [data]:
+            f.write(part)
+    os.replace(tmp, path)
+    return path
+
+
+def _drop_bases_before(folder: str | Path, segment: int) -> None:
+    for path in Path(folder).glob("base-*.bin"):
+        if int(path.stem.partition("-")[2]) < segment:
+            path.unlink(missing_ok=True)
+
+
+class Keeper:
+    """Restarts the dead shards of one sharded server (see the module docstring).
+
+    Args:
+        shards: the server's shard handles; a restart replaces one in place.
+        restarts: how many restarts each shard may have over the run (>= 1).
+        inits: the shards' init messages: each gets its ``journal`` argument here.
+        num_workers: the server's current ``num_workers`` (read at a restart).
+        take_cut: takes a full consistent cut (called when a journal grows too long).
+    """
+
+    def __init__(
+        self,
+        shards: list[ShardProcess],
+        restarts: int,
+        *,
+        inits: list[dict[str, Any]],
+        num_workers: Callable[[], int | None],
+        take_cut: Callable[[], Any],
+    ) -> None:
+        self.shards = shards
+        self.limit = int(restarts)
+        self.directory = Path(tempfile.mkdtemp(prefix="tensorspark-journal-"))
+        weakref.finalize(self, shutil.rmtree, self.directory, True)  # a server never stopped
+        self.bases: list[Base] = []
+        self.restarts = [0] * len(shards)
+        self.control: dict[str, Any] = {}  # the run's control, as the shards last had it
+        self.lock = threading.Lock()  # restarts and new bases, one at a time
+        self.generation = 0  # restarts begun: a cut taken across one is no base
+        self.failure: ParameterServerError | None = None
+        self._num_workers = num_workers
+        self._take_cut = take_cut
+        self._bound = 0
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._ready.set()
+        self._thread: threading.Thread | None = None
+        self._health: list[tuple[float, Future[tuple[Any, bytearray]]] | None] = []
+        self._cutting: threading.Thread | None = None
+        self._asked: list[float] = []
+        for index, init in enumerate(inits):
+            init["journal"] = self.journal_args(index)
+
+    def journal_args(self, index: int, segment: int = 0) -> dict[str, Any]:
+        """The ``journal`` argument of a shard's init: its folder and segment."""
+        return {"dir": str(self.directory / f"shard-{index}"), "segment": segment}
+
+    def start(self, inits: list[tuple[dict[str, Any], list[Any]]], ports: list[int]) -> None:
+        """The first bases: each shard's init message (its settings with the port it bound,
+        which a restart binds again) and the slice it started from, written to its folder;
+        then watch the shards."""
+        for index, ((init, data), port) in enumerate(zip(inits, ports, strict=True)):
+            path = write_base(self.journal_args(index)["dir"], 0, data)
+            settings = dict(init["settings"], port=port)
+            self.bases.append(Base(dict(init, settings=settings), path, 0))
+        self._bound = journal_bound(max(b.path.stat().st_size for b in self.bases))
+        self._health = [None] * len(self.shards)
+        self._asked = [0.0] * len(self.shards)
+        self._thread = threading.Thread(
+            target=self._watch, name="tensorspark-shard-keeper", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (before the shards are stopped)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT + 30)
+            self._thread = None
+
+    @property
+    def watching(self) -> bool:
+        """Whether it watches the shards (started, not stopped)."""
+        return self._thread is not None and not self._stop.is_set()
+
+    def close(self) -> None:
+        """Delete the journals (once the shards have stopped)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until every shard runs (a dead one restarted); False when one cannot be
+        (restarts spent, the keeper stopped) or after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.failure is not None or self._stop.is_set():
+                return False
+            if self._ready.is_set() and all(s.alive for s in self.shards):
+                return True
+            time.sleep(0.05)
+        return False
+
+    # ------------------------------------------------------------------ new bases
+
+    def cut_generation(self) -> int:
+        """The generation a consistent cut starts in (see :meth:`rebase`).
+
+        Raises:
+            ParameterServerError: a restart is under way (a cut now would ask the new
+                process for a slice it never held back for).
+        """
+        with self.lock:
+            if not self._ready.is_set():
+                raise ParameterServerError("a parameter-server shard is restarting")
+            return self.generation
+
+    def check_cut(self, generation: int) -> None:
+        """Raise when a restart began since ``generation``: the cut is not consistent.
+
+        Raises:
+            ParameterServerError: naming it (the snapshot is taken again once it is back).
+        """
+        if self.generation != generation:
+            raise ParameterServerError("a parameter-server shard restarted during the cut")
+
+    def rebase(self, answers: list[tuple[Any, bytearray]], generation: int) -> None:
+        """A full consistent cut's answers (``cut`` asked): the shards' new bases, unless a
+        restart began since ``generation`` (then the old bases, replayed, still hold)."""
+        metas = [meta for meta, _ in answers]
+        if any(not isinstance(m, Mapping) or "segment" not in m for m in metas):
+            return
+        with self.lock:
+            if generation != self.generation or len(answers) != len(self.bases):
+                return
+            try:  # every slice on disk first: a failed write leaves the old bases whole
+                paths = [
+                    write_base(self.journal_args(i)["dir"], int(meta["segment"]), data)
+                    for i, (meta, data) in enumerate(answers)
+                ]
+            except OSError as err:
+                logger.warning("the shards' new base cut could not be written: %s", err)
+                return
+            for index, (meta, _) in enumerate(answers):
+                base = self.bases[index]
+                init = dict(
+                    base.init,
+                    version=int(meta["version"]),
+                    progress=dict(meta["progress"]),
+                    state_meta=meta.get("state_meta") or None,
+                )
+                ledger = meta.get("ledger") or {}
+                books = {k: v for k, v in ledger.items() if k != "history"}
+                segment = int(meta["segment"])
+                self.bases[index] = Base(init, paths[index], segment, books)
+                drop_before(self.journal_args(index)["dir"], segment)
+                _drop_bases_before(self.journal_args(index)["dir"], segment)
+
+    # ------------------------------------------------------------------ watching
+
+    def _watch(self) -> None:
+        while not self._stop.wait(_POLL):
+            for index in range(len(self.shards)):
+                if self._stop.is_set() or self.failure is not None:
+                    return
+                shard = self.shards[index]
+                if not shard.alive and shard.exit_reason != "stopped":
+                    self._ready.clear()
+                    try:
+                        self._restart(index)
+                    finally:
+                        self._ready.set()
+                else:
+                    self._check_health(index, shard)
+
+    def _check_health(self, index: int, shard: ShardProcess) -> None:
+        """Ask the shard's loop for its health now and then; kill a hung one (it is then
+        restarted); take a cut when its journal is long."""
+        pending = self._health[index]
+        now = time.monotonic()
+        if pending is not None:
+            sent, future = pending
+            if future.done():
+                self._health[index] = None
+                try:
+                    health = wait_answer(future, 0, shard, "health")[0]
+                except ParameterServerError as err:
+                    if shard.alive:  # its loop did not answer in time (else: it died)
+                        logger.error("parameter-server shard %d is unwell: %s", index, err)
+                        shard.kill(f"killed: its loop did not answer ({err})")
+                    return  # the next look restarts it
+                if int(health.get("journal_bytes", 0)) > self._bound:
+                    self._cut()
+            elif now - sent > HANG_TIMEOUT:
+                logger.error(
+                    "parameter-server shard %d has not answered for %.0fs; killing it to "
+                    "restart it",
+                    index,
+                    now - sent,
+                )
+                self._health[index] = None
+                shard.kill()
+        elif now - self._asked[index] > _HEALTH_EVERY:
+            self._asked[index] = now
+            self._health[index] = (now, shard.begin("health"))
+
+    def _cut(self) -> None:
+        """A full consistent cut on a thread of its own (the watcher keeps watching)."""
+        if self._cutting is not None and self._cutting.is_alive():
+            return
+
+        def cut() -> None:
+            try:
+                self._take_cut()
+            except ParameterServerError as err:
+                logger.warning("a consistent cut to shorten the shards' journals failed: %s", err)
+
+        self._cutting = threading.Thread(target=cut, name="tensorspark-shard-cut", daemon=True)
+        self._cutting.start()
+
+    def _restart(self, index: int) -> None:
+        """Start shard ``index`` again from its base and its journal; after ``limit``
+        restarts, record the failure instead (the driver's poll raises it)."""
+        old = self.shards[index]
+        how = old.ended()
+        with self.lock:
+            self.generation += 1
+            self._health[index] = None
+            if self.restarts[index] >= self.limit:
+                self.failure = ParameterServerError(
+                    f"parameter-server shard {index} (pid {old.pid}) exited while serving "
+                    f"({how}) after {self.restarts[index]} restarts "
+                    f"(ps_shard_restarts={self.limit}); the run cannot go on without its "
+                    "slice of the model"
+                )
+                logger.error("%s", self.failure)
+                return
+            self.restarts[index] += 1
+            base = self.bases[index]
+            folder = self.journal_args(index)["dir"]
+            segment = max(segments(folder), default=base.segment) + 1
+            journal = dict(
+                self.journal_args(index, segment), replay_from=base.segment, control=self.control
+            )
+            init = dict(base.init, journal=journal, ledger=base.ledger)
+            init["num_workers"] = self._num_workers()
+            logger.warning(
+                "parameter-server shard %d (pid %s) exited while serving (%s); restarting it "
+                "from the last consistent cut (version %s) and its journal (restart %d of %d)",
+                index,
+                old.pid,
+                how,
+                base.init.get("version"),
+                self.restarts[index],
+                self.limit,
+            )
+            old.stop(timeout=1.0)
+            new = ShardProcess(index, old.on_event)
+            began = time.monotonic()
+            try:
+                new.spawn()
+                answer = wait_answer(
+                    new.begin("init", init, base.path.read_bytes()), START_TIMEOUT, new, "restart"
+                )[0]
+            except ParameterServerError as err:
+                logger.error("parameter-server shard %d did not restart: %s", index, err)
+                new.stop(timeout=1.0)
+                # Its segment holds part of the replay: the next try replays from the base.
+                segment_path(folder, segment).unlink(missing_ok=True)
+                new.exit_reason = f"its restart failed: {err}"
+                self.shards[index] = new  # dead: the next look counts another restart
+                return
+            new.port = int(answer["port"])
+            self.shards[index] = new
+            base.segment = segment  # it holds everything since the cut (replayed), and on
+            drop_before(folder, segment)
+            logger.warning(
+                "parameter-server shard %d is back after %.1fs (pid %s, port %s)",
+                index,
+                time.monotonic() - began,
+                new.pid,
+                new.port,
+            )
