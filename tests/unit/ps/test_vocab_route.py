@@ -197,3 +197,29 @@ def test_increments_carry_the_maps_and_a_resume_restores_the_newest(tmp_path: An
         np.testing.assert_array_equal(rows, expected[1])
         np.testing.assert_array_equal(checkpoint.params[TABLE], table)
         assert again.status()["vocab_rows_in_use"] == CAP
+
+
+def test_rows_reset_before_the_first_row_sparse_push_are_marked_changed() -> None:
+    """Partition 0's ``/vocab`` draws fresh rows while the table is not yet tracked (no
+    row-sparse push so far); partition 1's first push then starts tracking it. The drawn
+    rows must still count as changed after version 0: for the next answer to a push based
+    on version 0 and for an increment since version 0."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        got0, _ = c.vocab(_ids(1, 2), {TABLE: -1}, (0, 0, 0))
+        drawn = np.sort(got0[TABLE + ROWS_OF]).astype(np.int64)
+        got1, meta1 = c.vocab(_ids(3), {TABLE: -1}, (1, 0, 0))
+        row1 = got1[TABLE + ROWS_OF].astype(np.int64)
+        update = {TABLE + IDS: row1, TABLE + ROWS: np.ones((1, DIM), np.float32)}
+        meta_push = {
+            "partition": 1, "epoch": 0, "seq": 0, "attempt": 0, "samples": 1,
+            "base_version": 0, "rows": [TABLE], "vocab": {TABLE: meta1["versions"][TABLE]},
+        }  # fmt: skip
+        result = c.push({**update, "dense/kernel": np.zeros((DIM, 1), np.float32)}, meta_push)
+        assert result.status == "applied"
+        answered = result.params[TABLE + IDS].tolist()
+        assert set(drawn.tolist()) <= set(answered), answered  # the next pull has them
+        table = server.params()[TABLE]
+        snap = server.snapshot(rows_since=0)
+        ids, values = snap.rows[TABLE]
+        assert set(drawn.tolist()) <= set(ids.tolist())  # and the increment
+        np.testing.assert_array_equal(values[np.isin(ids, drawn)], table[drawn])
