@@ -158,16 +158,25 @@ class VocabSync:
         client: the task's parameter-server client.
         partition: the task's partition.
         rows: the loop's row-sparse sync (its ``base`` takes the new rows' values).
+        attempt: the task's attempt, as its join and pushes name it (the server refuses
+            a superseded attempt's requests).
     """
 
     def __init__(
-        self, model: Any, names: Sequence[str], client: Any, partition: int, rows: Any
+        self,
+        model: Any,
+        names: Sequence[str],
+        client: Any,
+        partition: int,
+        rows: Any,
+        attempt: int = 0,
     ) -> None:
         from tensorspark.models.embeddings import _input_of
         from tensorspark.models.row_cache import optimizer_rows
 
         self.client = client
         self.partition = partition
+        self.attempt = attempt
         self.rows = rows
         self.tables = dynamic_tables(model, names)
         inputs = list(model.inputs)
@@ -212,7 +221,8 @@ class VocabSync:
         from tensorspark.models.row_cache import optimizer_rows, reset_rows
 
         asked = {name: self.chunk_ids(chunk, name) for name, _ in self.tables}
-        answer, meta = self.client.vocab(asked, self.versions, (self.partition, epoch, seq))
+        key = (self.partition, epoch, seq)
+        answer, meta = self.client.vocab(asked, self.versions, key, self.attempt)
         self.counts["vocab_requests"] += 1
         whole = set(meta.get("whole", []))
         for name, layer in self.tables:
@@ -245,9 +255,11 @@ class VocabSync:
         meta["vocab"] = dict(self.versions)
 
 
-def make_vocab_sync(model: Any, client: Any, partition: int, rows: Any) -> VocabSync | None:
-    """The task's :class:`VocabSync`, or None when ``model`` (a trainer) has no dynamic
-    tables.
+def make_vocab_sync(
+    model: Any, client: Any, partition: int, rows: Any, attempt: int
+) -> VocabSync | None:
+    """The task's :class:`VocabSync` (``attempt``: the task's), or None when ``model`` (a
+    trainer) has no dynamic tables.
 
     Raises:
         ConfigurationError: dynamic tables without row-sparse sync (``rows`` None).
@@ -266,4 +278,4 @@ def make_vocab_sync(model: Any, client: Any, partition: int, rows: Any) -> Vocab
             "one parameter server, the 'delta' or 'dynsgd' combiner). Received: a run "
             "that syncs them whole"
         )
-    return VocabSync(keras_model, names, client, partition, rows)
+    return VocabSync(keras_model, names, client, partition, rows, attempt)

@@ -15,10 +15,15 @@ reset on the server to a draw of the table's initializer before the answer is wr
 and marked changed for the row-sparse answers and incremental checkpoints.
 
 Exactly once: ``(partition, epoch, seq)`` is counted once (:meth:`IdMap.map`); a retry
-gets its ids' rows as the map holds them now (a row reclaimed in between is not handed
-out again under the old id). A key older than the partition's last starts its keys again
-(a new run on a reusable server; a late copy of a dead attempt's request then only counts
-its ids again, it cannot make two ids share a row).
+(the same attempt's, or a new attempt's of the same chunk) gets its ids' rows as the map
+holds them now (a row reclaimed in between is not handed out again under the old id).
+Requests also name the task's ``attempt`` (the number its join and pushes carry). A new
+attempt may start again from an earlier chunk: its older key starts the partition's keys
+again. A request of an attempt older than the partition's latest (a superseded task's,
+arriving late), or a late copy of an earlier request of the latest attempt, is refused
+with 409 and counts nothing, so it cannot disturb the live attempt's key (whose retry
+must still get its first answer). A new run on a reusable server
+(:meth:`VocabTables.new_run`) starts every partition's keys and attempts again.
 
 A push names the map version each dynamic table was trained with (``meta["vocab"]``);
 when it is applied (async: on arrival; sync: when its round completes, since a round
@@ -37,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.ps.validation import RequestError
+from tensorspark.ps.validation import RequestError, int_field
 from tensorspark.ps.vocab import IdMap
 
 KEYS, ROWS_OF, ADD, AT, VALUES, FREED = "@keys", "@rows", "@add", "@at", "@values", "@freed"
@@ -120,6 +125,15 @@ class VocabTables:
             self.load(*state)
         self._rng = np.random.default_rng()
         self.dropped = 0
+        #: Per partition, the latest ``(attempt, key)`` of a ``/vocab`` request counted.
+        self._last: dict[int, tuple[int, int]] = {}
+
+    def new_run(self) -> None:
+        """A new run on this server: every partition's keys and attempts start again."""
+        for partition in self._last:
+            for idmap in self.maps.values():
+                idmap.forget(partition)
+        self._last.clear()
 
     # ------------------------------------------------------------------ /vocab
 
@@ -136,12 +150,15 @@ class VocabTables:
 
         Raises:
             RequestError: 400: an unknown table, ids that are not int64 ``[k]`` distinct,
-                or a partition, epoch, seq or version that is not a whole number.
+                or a partition, epoch, seq, attempt or version that is not a whole
+                number. 409: a superseded attempt's request, or a late copy of an
+                earlier request (see the module); nothing counted.
         """
         versions = meta.get("versions")
         key = tuple(meta.get(k) for k in ("partition", "epoch", "seq"))
         if not all(type(v) is int and 0 <= v < 2**31 for v in key):
             raise RequestError(400, "/vocab needs partition, epoch and seq, whole numbers >= 0")
+        attempt = int_field(meta, "attempt")
         if not isinstance(versions, dict) or not versions:
             raise RequestError(400, "/vocab needs versions: {table: the worker's map version}")
         asked = {}
@@ -164,17 +181,14 @@ class VocabTables:
                 raise RequestError(400, f"table {name[:80]!r}: the ids must be distinct")
             asked[name] = (np.array(ids, copy=True), version)
         partition, epoch, seq = (int(v) for v in key)  # type: ignore[arg-type]
+        key2 = (partition, (epoch << 31) | seq)
+        self._take(partition, attempt, key2[1])
         out: dict[str, wire.Tensor] = {}
         whole = []
         now = {}
         for name, (ids, version) in asked.items():
             idmap = self.maps[name]
-            key2 = (partition, (epoch << 31) | seq)
-            try:
-                mapped = idmap.map(ids, key=key2)
-            except ValueError:  # older than the partition's last: a new run on this server
-                idmap.forget(partition)
-                mapped = idmap.map(ids, key=key2)
+            mapped = idmap.map(ids, key=key2)
             if mapped.fresh.size:
                 table = params[name]
                 shape = (int(mapped.fresh.size), *table.shape[1:])
@@ -194,6 +208,31 @@ class VocabTables:
             out[name + FREED] = freed
             now[name] = idmap.version
         return wire.encode(out, {"versions": now, "whole": whole})
+
+    def _take(self, partition: int, attempt: int, key: int) -> None:
+        """Accept a request's ``(attempt, key)`` for ``partition`` (see the module).
+
+        Raises:
+            RequestError: 409: an older attempt than the latest, or a key older than the
+                latest attempt's last (a late copy); nothing changed.
+        """
+        last = self._last.get(partition)
+        if last is not None and attempt < last[0]:
+            raise RequestError(
+                409,
+                f"partition {partition}'s attempt {attempt} was superseded by attempt "
+                f"{last[0]}; its /vocab request is refused (nothing counted)",
+            )
+        if last is not None and attempt == last[0] and key < last[1]:
+            raise RequestError(
+                409,
+                f"a late copy of an earlier /vocab request of partition {partition}'s attempt "
+                f"{attempt}; refused (nothing counted)",
+            )
+        if last is not None and key < last[1]:  # a new attempt from an earlier chunk
+            for idmap in self.maps.values():
+                idmap.forget(partition)
+        self._last[partition] = (attempt, key)
 
     # ------------------------------------------------------------------ pushes
 

@@ -109,6 +109,8 @@ def test_a_push_keeps_only_rows_still_owned_by_the_ids_it_trained() -> None:
         ({TABLE + "@keys": np.array([1], np.int64)}, {"versions": {TABLE: 0.5}}, "version"),
         ({TABLE + "@keys": np.array([1], np.int64)}, {"seq": -1}, "whole numbers"),
         ({TABLE + "@keys": np.array([1], np.int64)}, {"versions": []}, "versions"),
+        ({TABLE + "@keys": np.array([1], np.int64)}, {"attempt": -1}, "attempt"),
+        ({TABLE + "@keys": np.array([1], np.int64)}, {"attempt": "1"}, "attempt"),
     ],
 )
 def test_bad_vocab_bodies_get_400_and_change_nothing(
@@ -117,7 +119,8 @@ def test_bad_vocab_bodies_get_400_and_change_nothing(
     from tensorspark import wire
 
     with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
-        body = {"partition": 0, "epoch": 0, "seq": 0, "versions": {TABLE: -1}, **meta}
+        body = {"partition": 0, "epoch": 0, "seq": 0, "attempt": 0, "versions": {TABLE: -1}}
+        body.update(meta)
         with pytest.raises(ParameterServerError, match=match) as err:
             c._request("POST", "/vocab", wire.encode(tensors, body), wire.CONTENT_TYPE)
         assert "400" in str(err.value)
@@ -223,3 +226,37 @@ def test_rows_reset_before_the_first_row_sparse_push_are_marked_changed() -> Non
         ids, values = snap.rows[TABLE]
         assert set(drawn.tolist()) <= set(ids.tolist())  # and the increment
         np.testing.assert_array_equal(values[np.isin(ids, drawn)], table[drawn])
+
+
+def test_a_late_request_of_a_superseded_attempt_leaves_the_live_attempt_s_key() -> None:
+    """Attempt 1 of partition 0 has counted its chunk (0, 0, 1); a late request of attempt
+    0 (an earlier chunk) is refused with 409 and counts nothing, so attempt 1's retry of
+    its chunk still gets its first answer: its id counted once, not admitted at
+    ``min_count=2`` by a second count. A late copy of an earlier request of the live
+    attempt itself is refused the same way. A new run on the server starts the keys and
+    attempts again."""
+    params = {TABLE: np.zeros((CAP + 1, DIM), np.float32)}
+    spec = {TABLE: {**SPEC, "min_count": 2, "init": {"kind": "zeros"}}}
+    with ParameterServer(params, "delta", embeddings="sparse", vocab=spec) as server:
+        with ParameterClient(server.url, **server.client_options()) as c:
+            c.vocab(_ids(5), {TABLE: -1}, (0, 0, 0), attempt=0)
+            c.vocab(_ids(7), {TABLE: -1}, (0, 0, 1), attempt=1)
+            assert server.status()["vocab_waiting"] == 2
+            with pytest.raises(ParameterServerError, match="409.*attempt 0.*superseded"):
+                c.vocab(_ids(8), {TABLE: -1}, (0, 0, 0), attempt=0)
+            with pytest.raises(ParameterServerError, match="409.*late"):
+                c.vocab(_ids(8), {TABLE: -1}, (0, 0, 0), attempt=1)
+            got, _ = c.vocab(_ids(7), {TABLE: -1}, (0, 0, 1), attempt=1)  # a retry
+            assert got[TABLE + ROWS_OF].tolist() == [-1]
+            status = server.status()
+            assert status["vocab_waiting"] == 2 and status["vocab_rows_in_use"] == 0
+            # The next chunk counts 7 a second time: admitted.
+            got, _ = c.vocab(_ids(7), {TABLE: -1}, (0, 0, 2), attempt=1)
+            assert got[TABLE + ROWS_OF].tolist() == [0]
+            # A new run: attempt 0 again, its first chunk under the last run's last key
+            # counted (not the last run's answer given back), and not refused.
+            server.reset_progress()
+            got, _ = c.vocab(_ids(9), {TABLE: -1}, (0, 0, 2), attempt=0)
+            assert got[TABLE + ROWS_OF].tolist() == [-1]
+            got, _ = c.vocab(_ids(9), {TABLE: -1}, (0, 0, 3), attempt=0)
+            assert got[TABLE + ROWS_OF].tolist() == [1]
