@@ -14,8 +14,10 @@ Executors (:class:`VocabSync`): before a chunk trains, its distinct ids go to ``
 ids admitted: inserted), the rows newly mapped take the server's values in the model and
 in the row-sparse ``base`` (:class:`~tensorspark.ps.rowsync.RowSync`), their optimizer
 state (RowAdam's moments, RowAdagrad's accumulator) and rounding residual are reset, and
-the chunk then trains on raw ids. Its push names the map version it trained with, so the
-server drops what it trained on rows reclaimed since.
+the chunk then trains on raw ids. The rows its ids map to are the candidates of its sync
+(:meth:`~tensorspark.models.embeddings.RowAccess.saw_rows`): only they are compared with
+``base``, a cost that follows the chunk, not the table's capacity. Its push names the map
+version it trained with, so the server drops what it trained on rows reclaimed since.
 """
 
 from __future__ import annotations
@@ -249,6 +251,8 @@ class VocabSync:
             reset_rows(self._state[name], at)
             self.versions[name] = int(meta["versions"][name])
             self.counts["vocab_rows_set"] += int(at.size)
+            # The rows this chunk reads: its sync compares only them (not every row).
+            self.rows.model.saw_rows(name, layer.lookup_rows(asked[name]).numpy())
 
     def mark(self, meta: dict[str, Any]) -> None:
         """Name, in a push's ``meta``, the map versions its chunk trained with."""
