@@ -11,10 +11,12 @@ Driver (:func:`vocab_specs`, :func:`check_dynamic`, :func:`install_maps`):
 
 Executors (:class:`VocabSync`): before a chunk trains, its distinct ids go to ``POST
 /vocab``; the answer's map changes go into the layer's map (rows freed: their ids removed;
-ids admitted: inserted), the rows newly mapped take the server's values in the model and
-in the row-sparse ``base`` (:class:`~tensorspark.ps.rowsync.RowSync`), their optimizer
-state (RowAdam's moments, RowAdagrad's accumulator) and rounding residual are reset, and
-the chunk then trains on raw ids. The rows its ids map to are the candidates of its sync
+ids admitted: inserted), the rows newly mapped to the chunk's ids take the server's
+values in the model and in the row-sparse ``base`` (:class:`~tensorspark.ps.rowsync.RowSync`;
+rows newly mapped to other ids, which the chunk does not read, get theirs with the next
+push's answer), the optimizer state of every row newly mapped (RowAdam's moments,
+RowAdagrad's accumulator) and its rounding residual are reset, and the chunk then trains
+on raw ids. The rows its ids map to are the candidates of its sync
 (:meth:`~tensorspark.models.embeddings.RowAccess.saw_rows`): only they are compared with
 ``base``, a cost that follows the chunk, not the table's capacity. Its push names the map
 version it trained with, so the server drops what it trained on rows reclaimed since.
@@ -224,7 +226,7 @@ class VocabSync:
 
         asked = {name: self.chunk_ids(chunk, name) for name, _ in self.tables}
         key = (self.partition, epoch, seq)
-        answer, meta = self.client.vocab(asked, self.versions, key, self.attempt)
+        answer, meta = self.client.vocab(asked, self.versions, key, self.attempt, rows=False)
         self.counts["vocab_requests"] += 1
         whole = set(meta.get("whole", []))
         for name, layer in self.tables:
@@ -242,7 +244,11 @@ class VocabSync:
                 held[freed] = False
                 layer.map_insert(add, at)
             held_ids[at], held[at] = add, True
-            self.rows.put_rows(name, at, values.reshape((at.size, *layer.embeddings.shape[1:])))
+            # Values come for the rows this chunk reads (the first ``valued``); the others'
+            # reset values come with the next push's answer (see ps/vocab_route.py).
+            valued = at[: int(meta["valued"][name])]
+            shape = (valued.size, *layer.embeddings.shape[1:])
+            self.rows.put_rows(name, valued, values.reshape(shape))
             residual = self.rows.residual(name)
             if residual is not None:
                 residual[at] = 0.0

@@ -4,15 +4,24 @@ its worker trained with (driver; the store's loop thread, like
 :class:`~tensorspark.ps.sparse.RowTables`).
 
 ``POST /vocab`` (signed like every route): ``wire({T@keys: int64 [k]}, {partition, epoch,
-seq, versions: {T: the worker's map version, -1: none}})``, for each dynamic table ``T``
-named in ``versions``, the distinct raw ids of the chunk the worker is about to train.
-The answer: ``wire({T@rows: int64 [k] (each id's row, -1: not admitted), T@add: int64
-[n] ids, T@at: int64 [n] their rows, T@values: float32 [n, ...] those rows' values,
-T@freed: int64 [m] rows freed}, {versions: {T: v}, whole: [T...]})``: what the worker's
-map must take to be the server's at version ``v`` (``whole``: it clears its map first,
-being older than the kept change log). Fresh rows (given to a new id by this request) are
-reset on the server to a draw of the table's initializer before the answer is written,
-and marked changed for the row-sparse answers and incremental checkpoints.
+seq, attempt, versions: {T: the worker's map version, -1: none}, answer_rows: bool
+(default true)})``, for each dynamic table ``T`` named in ``versions``, the distinct raw
+ids of the chunk the worker is about to train. The answer: ``wire({T@rows: int64 [k]
+(each id's row, -1: not admitted; only with answer_rows), T@add: int64 [n] ids, T@at:
+int64 [n] their rows, T@values: float32 [v, ...] the values of the first ``v`` of those
+rows, T@freed: int64 [m] rows freed}, {versions: {T: version}, whole: [T...], valued: {T:
+v}})``: what the worker's map must take to be the server's at that version (``whole``:
+it clears its map first, being older than the kept change log). Fresh rows (given to a
+new id by this request) are reset on the server to a draw of the table's initializer
+before the answer is written, and marked changed for the row-sparse answers and
+incremental checkpoints.
+
+Bytes: the changes list first the ids this request asked, and only their rows carry
+values (``valued``): those are the rows the chunk will read. A row given to another
+worker's id is not read by this chunk, and its reset values reach this worker with its
+next push's answer like any row changed since (it is marked changed), so sending them
+here too would send them twice. The worker keeps its map from the changes, so it asks
+for no ``T@rows`` (``answer_rows: false``; 8 bytes per id it sent).
 
 Exactly once: ``(partition, epoch, seq)`` is counted once (:meth:`IdMap.map`); a retry
 (the same attempt's, or a new attempt's of the same chunk) gets its ids' rows as the map
@@ -159,6 +168,9 @@ class VocabTables:
         if not all(type(v) is int and 0 <= v < 2**31 for v in key):
             raise RequestError(400, "/vocab needs partition, epoch and seq, whole numbers >= 0")
         attempt = int_field(meta, "attempt")
+        answer_rows = meta.get("answer_rows", True)
+        if type(answer_rows) is not bool:
+            raise RequestError(400, "/vocab's answer_rows must be true or false")
         if not isinstance(versions, dict) or not versions:
             raise RequestError(400, "/vocab needs versions: {table: the worker's map version}")
         asked = {}
@@ -186,6 +198,7 @@ class VocabTables:
         out: dict[str, wire.Tensor] = {}
         whole = []
         now = {}
+        valued = {}
         for name, (ids, version) in asked.items():
             idmap = self.maps[name]
             mapped = idmap.map(ids, key=key2)
@@ -201,13 +214,17 @@ class VocabTables:
                 whole.append(name)
             else:
                 add, at, freed = changes.ids, changes.rows, changes.freed
-            out[name + ROWS_OF] = idmap.lookup(ids)  # now (a retry's rows may have moved)
+            if answer_rows:
+                out[name + ROWS_OF] = idmap.lookup(ids)  # now (a retry's rows may have moved)
+            asked_first = np.argsort(~np.isin(add, ids), kind="stable")
+            add, at = add[asked_first], at[asked_first]
+            valued[name] = int(np.count_nonzero(np.isin(add, ids)))
             out[name + ADD] = add
             out[name + AT] = at
-            out[name + VALUES] = np.ascontiguousarray(params[name][at])
+            out[name + VALUES] = np.ascontiguousarray(params[name][at[: valued[name]]])
             out[name + FREED] = freed
             now[name] = idmap.version
-        return wire.encode(out, {"versions": now, "whole": whole})
+        return wire.encode(out, {"versions": now, "whole": whole, "valued": valued})
 
     def _take(self, partition: int, attempt: int, key: int) -> None:
         """Accept a request's ``(attempt, key)`` for ``partition`` (see the module).

@@ -196,3 +196,48 @@ def test_a_sync_compares_only_the_rows_the_chunk_s_ids_map_to() -> None:
         np.testing.assert_array_equal(final[name], old_final[name])
     for name in weights:
         np.testing.assert_array_equal(weights[name], old_weights[name])
+
+
+def _worker(model: Any, client: Any, partition: int) -> tuple[Any, RowSync, VocabSync]:
+    core = CompiledModel(model)
+    client.join(partition, 0)
+    rows = RowSync(RowAccess(model, core.names), None, {})
+    rows.start(client.pull(partition)[1])
+    return core, rows, VocabSync(model, core.names, client, partition, rows, attempt=0)
+
+
+def test_rows_another_worker_took_get_their_values_with_the_next_answer() -> None:
+    """Worker B's ids take rows (reset on the server); worker A's next ``/vocab`` maps
+    them without their values (its chunk does not read them), and A's push answer brings
+    them: A's base and model then hold the server's values of those rows."""
+    model_a, model_b = _model(False), _model(False)
+    params = read_weights(model_a)
+    specs = vocab_specs(model_a)
+    name = "ids/embeddings"
+    with ParameterServer(params, "delta", embeddings="sparse", vocab=specs) as server:
+        with ParameterClient(server.url, **server.client_options()) as client:
+            core_a, rows_a, sync_a = _worker(model_a, client, 0)
+            _, _, sync_b = _worker(model_b, client, 1)
+            y = np.ones((1, 1), np.float32)
+            sync_a.before([(np.array([[10, 11]], np.int64), y)], 0, 0)
+            sync_b.before([(np.array([[20, 21]], np.int64), y)], 0, 0)
+            chunk = [(np.array([[10, 11]], np.int64), y)]
+            sync_a.before(chunk, 0, 1)
+            held = dict(zip(*model_a.get_layer("ids").map_items(), strict=True))
+            taken = np.array([held[20], held[21]], np.int64)
+            core_a.run_steps(True, chunk, 1)
+            meta: dict[str, Any] = {
+                "partition": 0, "epoch": 0, "seq": 1, "attempt": 0, "samples": 1,
+                "base_version": 0,
+            }  # fmt: skip
+            sync_a.mark(meta)
+            delta, tensors = rows_a.update(meta)
+            result = client.push({**delta, **tensors}, meta)
+            assert result.status == "applied"
+            rows_a.absorb(result.params)
+            rows_a.install()
+            table = server.params()[name]
+            np.testing.assert_array_equal(rows_a.base[name][taken], table[taken])
+            np.testing.assert_array_equal(
+                model_a.get_layer("ids").embeddings.numpy()[taken], table[taken]
+            )

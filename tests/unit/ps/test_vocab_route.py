@@ -260,3 +260,21 @@ def test_a_late_request_of_a_superseded_attempt_leaves_the_live_attempt_s_key() 
             assert got[TABLE + ROWS_OF].tolist() == [-1]
             got, _ = c.vocab(_ids(9), {TABLE: -1}, (0, 0, 3), attempt=0)
             assert got[TABLE + ROWS_OF].tolist() == [1]
+
+
+def test_values_come_only_for_the_rows_the_request_s_ids_map_to() -> None:
+    """The map's changes list the asked ids first and only their rows carry values (the
+    rows the chunk reads); another worker's admissions come as map changes without values
+    (they reach the worker with its next push's answer). ``rows=False``: no ``T@rows``."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        got, meta = c.vocab(_ids(1, 2), {TABLE: -1}, (0, 0, 0))
+        v0 = meta["versions"][TABLE]
+        assert meta["valued"] == {TABLE: 2} and got[TABLE + VALUES].shape == (2, DIM)
+        got, meta = c.vocab(_ids(3), {TABLE: -1}, (1, 0, 0))
+        params = server.params()[TABLE]
+        assert got[TABLE + ADD].tolist()[0] == 3 and sorted(got[TABLE + ADD].tolist()) == [1, 2, 3]
+        assert meta["valued"] == {TABLE: 1}
+        np.testing.assert_array_equal(got[TABLE + VALUES], params[got[TABLE + AT][:1]])
+        got, meta = c.vocab(_ids(1), {TABLE: v0}, (0, 0, 1), rows=False)
+        assert got[TABLE + ADD].tolist() == [3] and meta["valued"] == {TABLE: 0}
+        assert got[TABLE + VALUES].shape == (0, DIM) and TABLE + ROWS_OF not in got
