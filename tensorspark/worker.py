@@ -170,7 +170,7 @@ def train_partition(
                 # Version 0 is the model the driver broadcast: no need to pull 2 copies of
                 # it, unless this process's model is an earlier task's (a retry's: trained).
                 loop.fresh = joined.get("version") == 0 and getattr(model, "untouched", False)
-            loop.vocab = make_vocab_sync(model, client, partition, loop.rows)  # dynamic tables
+            loop.vocab = make_vocab_sync(model, client, partition, loop.rows, attempt)
             if getattr(model, "row_cache", None) is not None and loop.rows is None:
                 raise ConfigurationError(  # its tables are slots: they cannot sync whole
                     "row_cache needs the tables' rows pushed row-sparse (embeddings='sparse', "

@@ -267,6 +267,37 @@ def dynamic_layers(model: Any) -> list[DynamicEmbedding]:
     return [layer for layer in _walk(model) if isinstance(layer, DynamicEmbedding)]
 
 
+def check_id_features(model: Any, features: Any, what: str) -> None:
+    """Driver: refuse a first example whose ids for ``model``'s dynamic tables are not
+    integers (a float column: float32 holds ids exactly only up to 2**24, float64 up to
+    2**53, so larger ids would be rounded silently into other ids).
+
+    Raises:
+        ConfigurationError: naming the data (``what``: the columns), and what to do.
+    """
+    from tensorspark.errors import ConfigurationError
+    from tensorspark.models.embeddings import _input_of
+
+    layers = dynamic_layers(model)
+    inputs = list(getattr(model, "inputs", None) or [])
+    for layer in layers:
+        index = next((i for i, t in enumerate(inputs) if t is _input_of(layer)), 0)
+        part = features
+        if len(inputs) > 1 and isinstance(features, (list, tuple)):
+            part = features[index]
+        try:
+            dtype = np.asarray(part).dtype
+        except (TypeError, ValueError):
+            continue  # check_example names what is wrong with it
+        if dtype.kind not in "iu":
+            raise ConfigurationError(
+                f"DynamicEmbedding {layer.name!r} takes int64 ids, and a float feature column "
+                "would round ids above 2**24 into other ids. Cast the column to integers "
+                "(a DataFrame: df.withColumn(c, F.col(c).cast('array<bigint>')); an RDD: "
+                f"int64 arrays). Received: {what}, first example's ids of dtype {dtype}"
+            )
+
+
 def initializer_spec(layer: DynamicEmbedding) -> dict[str, Any]:
     """The layer's ``embeddings_initializer`` as the server draws it: ``{"kind":
     "uniform", "low", "high"}``, ``{"kind": "normal", "mean", "stddev", "truncated"}`` or
@@ -296,4 +327,11 @@ def initializer_spec(layer: DynamicEmbedding) -> dict[str, Any]:
     )
 
 
-__all__ = ["POLICIES", "DynamicEmbedding", "dynamic_layers", "hash_ids", "initializer_spec"]
+__all__ = [
+    "POLICIES",
+    "DynamicEmbedding",
+    "check_id_features",
+    "dynamic_layers",
+    "hash_ids",
+    "initializer_spec",
+]

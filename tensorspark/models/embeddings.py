@@ -355,14 +355,38 @@ class RowAccess:
         self._ids: np.ndarray | None = None
         rows = [int(self._vars[n].shape[0]) for n in self._by_input]
         self._marks = RowMarks(max(rows, default=0))
+        # Dynamic tables (raw ids through a map): their changed rows are among the rows
+        # the chunk's ids map to, which the worker names before it trains (saw_rows).
+        self._by_rows = (
+            {
+                n
+                for n in self.tables
+                for layer in embedding_layers(model)
+                if getattr(layer, "raw_ids", False)
+                and layer.embeddings is self._vars[n]
+                and getattr(layer, "embeddings_regularizer", None) is None
+                and getattr(layer, "embeddings_constraint", None) is None
+            }
+            if row_sparse_optimizer(model)
+            else set()
+        )
+        self._rows: dict[str, np.ndarray] = {}
 
     def saw(self, features: Sequence[np.ndarray]) -> None:
         """Note the ids of a chunk's features (called before it trains)."""
         if self._by_input:
             self._ids = self._marks.unique(*features)
 
+    def saw_rows(self, name: str, rows: np.ndarray) -> None:
+        """Note the rows dynamic table ``name``'s lookups of the next chunk read (its ids
+        mapped to rows, -1 for ids not mapped: they read the default row, untrained)."""
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        self._rows[name] = np.unique(rows[rows >= 0])
+
     def candidates(self, name: str) -> np.ndarray | None:
         """The rows of table ``name`` the last chunk may have changed; None: any row."""
+        if name in self._by_rows:
+            return self._rows.pop(name, None)  # none noted: compare every row
         return self._ids if name in self._by_input else None
 
     def read(self, names: Sequence[str]) -> dict[str, np.ndarray]:

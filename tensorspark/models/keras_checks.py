@@ -291,6 +291,9 @@ class KerasFeed:
                 "pyspark.ml vectors; call vector.toArray() in a map, or pass a DataFrame. "
                 f"Received: {type(x).__name__}"
             )
+        from tensorspark.models.dynamic_embedding import check_id_features
+
+        check_id_features(self.model, x, what)  # DynamicEmbedding tables: int ids only
         in_dtype, label_dtype = check_example(self.model, x, y, what=what, rows_of=self.rows_of)
         if self.seen is not None and not self.seen:
             self.seen.append(x)

@@ -11,11 +11,15 @@ Driver (:func:`vocab_specs`, :func:`check_dynamic`, :func:`install_maps`):
 
 Executors (:class:`VocabSync`): before a chunk trains, its distinct ids go to ``POST
 /vocab``; the answer's map changes go into the layer's map (rows freed: their ids removed;
-ids admitted: inserted), the rows newly mapped take the server's values in the model and
-in the row-sparse ``base`` (:class:`~tensorspark.ps.rowsync.RowSync`), their optimizer
-state (RowAdam's moments, RowAdagrad's accumulator) and rounding residual are reset, and
-the chunk then trains on raw ids. Its push names the map version it trained with, so the
-server drops what it trained on rows reclaimed since.
+ids admitted: inserted), the rows newly mapped to the chunk's ids take the server's
+values in the model and in the row-sparse ``base`` (:class:`~tensorspark.ps.rowsync.RowSync`;
+rows newly mapped to other ids, which the chunk does not read, get theirs with the next
+push's answer), the optimizer state of every row newly mapped (RowAdam's moments,
+RowAdagrad's accumulator) and its rounding residual are reset, and the chunk then trains
+on raw ids. The rows its ids map to are the candidates of its sync
+(:meth:`~tensorspark.models.embeddings.RowAccess.saw_rows`): only they are compared with
+``base``, a cost that follows the chunk, not the table's capacity. Its push names the map
+version it trained with, so the server drops what it trained on rows reclaimed since.
 """
 
 from __future__ import annotations
@@ -158,16 +162,25 @@ class VocabSync:
         client: the task's parameter-server client.
         partition: the task's partition.
         rows: the loop's row-sparse sync (its ``base`` takes the new rows' values).
+        attempt: the task's attempt, as its join and pushes name it (the server refuses
+            a superseded attempt's requests).
     """
 
     def __init__(
-        self, model: Any, names: Sequence[str], client: Any, partition: int, rows: Any
+        self,
+        model: Any,
+        names: Sequence[str],
+        client: Any,
+        partition: int,
+        rows: Any,
+        attempt: int = 0,
     ) -> None:
         from tensorspark.models.embeddings import _input_of
         from tensorspark.models.row_cache import optimizer_rows
 
         self.client = client
         self.partition = partition
+        self.attempt = attempt
         self.rows = rows
         self.tables = dynamic_tables(model, names)
         inputs = list(model.inputs)
@@ -212,7 +225,8 @@ class VocabSync:
         from tensorspark.models.row_cache import optimizer_rows, reset_rows
 
         asked = {name: self.chunk_ids(chunk, name) for name, _ in self.tables}
-        answer, meta = self.client.vocab(asked, self.versions, (self.partition, epoch, seq))
+        key = (self.partition, epoch, seq)
+        answer, meta = self.client.vocab(asked, self.versions, key, self.attempt, rows=False)
         self.counts["vocab_requests"] += 1
         whole = set(meta.get("whole", []))
         for name, layer in self.tables:
@@ -230,7 +244,11 @@ class VocabSync:
                 held[freed] = False
                 layer.map_insert(add, at)
             held_ids[at], held[at] = add, True
-            self.rows.put_rows(name, at, values.reshape((at.size, *layer.embeddings.shape[1:])))
+            # Values come for the rows this chunk reads (the first ``valued``); the others'
+            # reset values come with the next push's answer (see ps/vocab_route.py).
+            valued = at[: int(meta["valued"][name])]
+            shape = (valued.size, *layer.embeddings.shape[1:])
+            self.rows.put_rows(name, valued, values.reshape(shape))
             residual = self.rows.residual(name)
             if residual is not None:
                 residual[at] = 0.0
@@ -239,15 +257,19 @@ class VocabSync:
             reset_rows(self._state[name], at)
             self.versions[name] = int(meta["versions"][name])
             self.counts["vocab_rows_set"] += int(at.size)
+            # The rows this chunk reads: its sync compares only them (not every row).
+            self.rows.model.saw_rows(name, layer.lookup_rows(asked[name]).numpy())
 
     def mark(self, meta: dict[str, Any]) -> None:
         """Name, in a push's ``meta``, the map versions its chunk trained with."""
         meta["vocab"] = dict(self.versions)
 
 
-def make_vocab_sync(model: Any, client: Any, partition: int, rows: Any) -> VocabSync | None:
-    """The task's :class:`VocabSync`, or None when ``model`` (a trainer) has no dynamic
-    tables.
+def make_vocab_sync(
+    model: Any, client: Any, partition: int, rows: Any, attempt: int
+) -> VocabSync | None:
+    """The task's :class:`VocabSync` (``attempt``: the task's), or None when ``model`` (a
+    trainer) has no dynamic tables.
 
     Raises:
         ConfigurationError: dynamic tables without row-sparse sync (``rows`` None).
@@ -266,4 +288,4 @@ def make_vocab_sync(model: Any, client: Any, partition: int, rows: Any) -> Vocab
             "one parameter server, the 'delta' or 'dynsgd' combiner). Received: a run "
             "that syncs them whole"
         )
-    return VocabSync(keras_model, names, client, partition, rows)
+    return VocabSync(keras_model, names, client, partition, rows, attempt)

@@ -120,6 +120,8 @@ class RowSync:
             local = self.model.read([name])[name]
             ids = np.flatnonzero((local != base).reshape(len(base), -1).any(axis=1))
             return ids, local[ids] - base[ids]
+        if not ids.size:  # the chunk read no row of it (a dynamic table's ids unmapped)
+            return ids, np.zeros((0, *base.shape[1:]), base.dtype)
         values = self.model.read_rows(name, ids) - base[ids]
         moved = values.reshape(len(ids), -1).any(axis=1)
         return ids[moved], values[moved]

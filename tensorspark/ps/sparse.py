@@ -130,10 +130,14 @@ class RowTables:
             self.vocab.check_push(meta)
         check_tensors({k: v for k, v in params.items() if k not in rows}, dense)
         for name in rows:
-            if name not in self.versions:
-                self.versions[name] = np.full(params[name].shape[0], version, np.int64)
-                self._logs[name] = ChangeLog(params[name].shape[0], version)
+            self._track(name, params, version)
         return dense, rows
+
+    def _track(self, name: str, params: Mapping[str, np.ndarray], version: int) -> None:
+        """Start tracking table ``name``'s rows (each at ``version``), if not yet."""
+        if name not in self.versions:
+            self.versions[name] = np.full(params[name].shape[0], version, np.int64)
+            self._logs[name] = ChangeLog(params[name].shape[0], version)
 
     def changed_since(
         self, params: Mapping[str, np.ndarray], version: int
@@ -271,7 +275,9 @@ class RowTables:
         version: int,
     ) -> list[Any]:
         """The answer to ``POST /vocab`` (:meth:`VocabTables.answer`); rows reset for new
-        ids are marked changed at ``version + 1``, when their table is tracked.
+        ids are marked changed at ``version + 1``, their table tracked from here on if no
+        row-sparse push has tracked it yet (else a reset drawn before the first push would
+        be missed by the next answers and by incremental checkpoints).
 
         Raises:
             RequestError: 400: no dynamic tables here, or a bad request.
@@ -280,7 +286,8 @@ class RowTables:
             raise RequestError(400, "this parameter server holds no dynamic tables")
 
         def mark(name: str, ids: np.ndarray) -> None:
-            if name in self.versions:
+            if self.enabled:
+                self._track(name, params, version)
                 self.versions[name][ids] = version + 1
                 self._logs[name].record(version + 1, ids)
 

@@ -202,6 +202,8 @@ class Store(ConsistentCuts):
         and the version; a sync round left waiting is answered with 503."""
         self._progress.clear()
         self.ledger.forget_workers()
+        if self.vocab is not None:  # dynamic tables: /vocab's keys and attempts too
+            self.vocab.new_run()
         self.control = {}
         self.fail_round("a new run started on this parameter server")
         self._round.reset()

@@ -4,21 +4,35 @@ its worker trained with (driver; the store's loop thread, like
 :class:`~tensorspark.ps.sparse.RowTables`).
 
 ``POST /vocab`` (signed like every route): ``wire({T@keys: int64 [k]}, {partition, epoch,
-seq, versions: {T: the worker's map version, -1: none}})``, for each dynamic table ``T``
-named in ``versions``, the distinct raw ids of the chunk the worker is about to train.
-The answer: ``wire({T@rows: int64 [k] (each id's row, -1: not admitted), T@add: int64
-[n] ids, T@at: int64 [n] their rows, T@values: float32 [n, ...] those rows' values,
-T@freed: int64 [m] rows freed}, {versions: {T: v}, whole: [T...]})``: what the worker's
-map must take to be the server's at version ``v`` (``whole``: it clears its map first,
-being older than the kept change log). Fresh rows (given to a new id by this request) are
-reset on the server to a draw of the table's initializer before the answer is written,
-and marked changed for the row-sparse answers and incremental checkpoints.
+seq, attempt, versions: {T: the worker's map version, -1: none}, answer_rows: bool
+(default true)})``, for each dynamic table ``T`` named in ``versions``, the distinct raw
+ids of the chunk the worker is about to train. The answer: ``wire({T@rows: int64 [k]
+(each id's row, -1: not admitted; only with answer_rows), T@add: int64 [n] ids, T@at:
+int64 [n] their rows, T@values: float32 [v, ...] the values of the first ``v`` of those
+rows, T@freed: int64 [m] rows freed}, {versions: {T: version}, whole: [T...], valued: {T:
+v}})``: what the worker's map must take to be the server's at that version (``whole``:
+it clears its map first, being older than the kept change log). Fresh rows (given to a
+new id by this request) are reset on the server to a draw of the table's initializer
+before the answer is written, and marked changed for the row-sparse answers and
+incremental checkpoints.
+
+Bytes: the changes list first the ids this request asked, and only their rows carry
+values (``valued``): those are the rows the chunk will read. A row given to another
+worker's id is not read by this chunk, and its reset values reach this worker with its
+next push's answer like any row changed since (it is marked changed), so sending them
+here too would send them twice. The worker keeps its map from the changes, so it asks
+for no ``T@rows`` (``answer_rows: false``; 8 bytes per id it sent).
 
 Exactly once: ``(partition, epoch, seq)`` is counted once (:meth:`IdMap.map`); a retry
-gets its ids' rows as the map holds them now (a row reclaimed in between is not handed
-out again under the old id). A key older than the partition's last starts its keys again
-(a new run on a reusable server; a late copy of a dead attempt's request then only counts
-its ids again, it cannot make two ids share a row).
+(the same attempt's, or a new attempt's of the same chunk) gets its ids' rows as the map
+holds them now (a row reclaimed in between is not handed out again under the old id).
+Requests also name the task's ``attempt`` (the number its join and pushes carry). A new
+attempt may start again from an earlier chunk: its older key starts the partition's keys
+again. A request of an attempt older than the partition's latest (a superseded task's,
+arriving late), or a late copy of an earlier request of the latest attempt, is refused
+with 409 and counts nothing, so it cannot disturb the live attempt's key (whose retry
+must still get its first answer). A new run on a reusable server
+(:meth:`VocabTables.new_run`) starts every partition's keys and attempts again.
 
 A push names the map version each dynamic table was trained with (``meta["vocab"]``);
 when it is applied (async: on arrival; sync: when its round completes, since a round
@@ -37,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
-from tensorspark.ps.validation import RequestError
+from tensorspark.ps.validation import RequestError, int_field
 from tensorspark.ps.vocab import IdMap
 
 KEYS, ROWS_OF, ADD, AT, VALUES, FREED = "@keys", "@rows", "@add", "@at", "@values", "@freed"
@@ -120,6 +134,15 @@ class VocabTables:
             self.load(*state)
         self._rng = np.random.default_rng()
         self.dropped = 0
+        #: Per partition, the latest ``(attempt, key)`` of a ``/vocab`` request counted.
+        self._last: dict[int, tuple[int, int]] = {}
+
+    def new_run(self) -> None:
+        """A new run on this server: every partition's keys and attempts start again."""
+        for partition in self._last:
+            for idmap in self.maps.values():
+                idmap.forget(partition)
+        self._last.clear()
 
     # ------------------------------------------------------------------ /vocab
 
@@ -136,12 +159,18 @@ class VocabTables:
 
         Raises:
             RequestError: 400: an unknown table, ids that are not int64 ``[k]`` distinct,
-                or a partition, epoch, seq or version that is not a whole number.
+                or a partition, epoch, seq, attempt or version that is not a whole
+                number. 409: a superseded attempt's request, or a late copy of an
+                earlier request (see the module); nothing counted.
         """
         versions = meta.get("versions")
         key = tuple(meta.get(k) for k in ("partition", "epoch", "seq"))
         if not all(type(v) is int and 0 <= v < 2**31 for v in key):
             raise RequestError(400, "/vocab needs partition, epoch and seq, whole numbers >= 0")
+        attempt = int_field(meta, "attempt")
+        answer_rows = meta.get("answer_rows", True)
+        if type(answer_rows) is not bool:
+            raise RequestError(400, "/vocab's answer_rows must be true or false")
         if not isinstance(versions, dict) or not versions:
             raise RequestError(400, "/vocab needs versions: {table: the worker's map version}")
         asked = {}
@@ -164,17 +193,15 @@ class VocabTables:
                 raise RequestError(400, f"table {name[:80]!r}: the ids must be distinct")
             asked[name] = (np.array(ids, copy=True), version)
         partition, epoch, seq = (int(v) for v in key)  # type: ignore[arg-type]
+        key2 = (partition, (epoch << 31) | seq)
+        self._take(partition, attempt, key2[1])
         out: dict[str, wire.Tensor] = {}
         whole = []
         now = {}
+        valued = {}
         for name, (ids, version) in asked.items():
             idmap = self.maps[name]
-            key2 = (partition, (epoch << 31) | seq)
-            try:
-                mapped = idmap.map(ids, key=key2)
-            except ValueError:  # older than the partition's last: a new run on this server
-                idmap.forget(partition)
-                mapped = idmap.map(ids, key=key2)
+            mapped = idmap.map(ids, key=key2)
             if mapped.fresh.size:
                 table = params[name]
                 shape = (int(mapped.fresh.size), *table.shape[1:])
@@ -187,13 +214,42 @@ class VocabTables:
                 whole.append(name)
             else:
                 add, at, freed = changes.ids, changes.rows, changes.freed
-            out[name + ROWS_OF] = idmap.lookup(ids)  # now (a retry's rows may have moved)
+            if answer_rows:
+                out[name + ROWS_OF] = idmap.lookup(ids)  # now (a retry's rows may have moved)
+            asked_first = np.argsort(~np.isin(add, ids), kind="stable")
+            add, at = add[asked_first], at[asked_first]
+            valued[name] = int(np.count_nonzero(np.isin(add, ids)))
             out[name + ADD] = add
             out[name + AT] = at
-            out[name + VALUES] = np.ascontiguousarray(params[name][at])
+            out[name + VALUES] = np.ascontiguousarray(params[name][at[: valued[name]]])
             out[name + FREED] = freed
             now[name] = idmap.version
-        return wire.encode(out, {"versions": now, "whole": whole})
+        return wire.encode(out, {"versions": now, "whole": whole, "valued": valued})
+
+    def _take(self, partition: int, attempt: int, key: int) -> None:
+        """Accept a request's ``(attempt, key)`` for ``partition`` (see the module).
+
+        Raises:
+            RequestError: 409: an older attempt than the latest, or a key older than the
+                latest attempt's last (a late copy); nothing changed.
+        """
+        last = self._last.get(partition)
+        if last is not None and attempt < last[0]:
+            raise RequestError(
+                409,
+                f"partition {partition}'s attempt {attempt} was superseded by attempt "
+                f"{last[0]}; its /vocab request is refused (nothing counted)",
+            )
+        if last is not None and attempt == last[0] and key < last[1]:
+            raise RequestError(
+                409,
+                f"a late copy of an earlier /vocab request of partition {partition}'s attempt "
+                f"{attempt}; refused (nothing counted)",
+            )
+        if last is not None and key < last[1]:  # a new attempt from an earlier chunk
+            for idmap in self.maps.values():
+                idmap.forget(partition)
+        self._last[partition] = (attempt, key)
 
     # ------------------------------------------------------------------ pushes
 

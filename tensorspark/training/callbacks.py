@@ -22,7 +22,8 @@ epoch ends across all partitions, while the Spark job still runs:
   ``ModelCheckpoint`` thus saves, and ``EarlyStopping`` remembers, that epoch's weights.
 * After the run, once the driver's model holds the server's final weights:
   ``on_train_end``, where ``EarlyStopping(restore_best_weights=True)`` puts back the best
-  epoch's weights. ``model.history`` is Keras's ``History`` of the run.
+  epoch's weights (and, for ``DynamicEmbedding`` tables, that epoch's id -> row map, which
+  the weights' rows belong to). ``model.history`` is Keras's ``History`` of the run.
 
 What a callback does to the model reaches the workers: ``model.stop_training = True``
 (``EarlyStopping``, ``TerminateOnNaN``) stops the run cleanly (each worker leaves after
@@ -309,3 +310,21 @@ class KerasCallbacks(RunListener):
         """``on_train_end``, once the driver's model holds the server's final weights
         (called by the Keras fit flow after the run, not at ``on_run_end``)."""
         self._guarded("on_train_end", lambda: self.list.on_train_end(self.last_logs))
+        self._guarded("on_train_end", self._restore_best_maps)
+
+    def _restore_best_maps(self) -> None:
+        """``EarlyStopping(restore_best_weights=True)`` put back its best epoch's weights:
+        a ``DynamicEmbedding`` table's rows there belong to the ids of that epoch's map,
+        which the model takes back too (with the final map they would answer for the ids
+        holding those rows at the end)."""
+        from keras import callbacks as k
+
+        for callback in self.list.callbacks:
+            if (
+                isinstance(callback, k.EarlyStopping)
+                and callback.restore_best_weights
+                and callback.best_weights is not None
+            ):
+                maps = self._maps_at(int(callback.best_epoch))
+                if maps is not None:
+                    install_maps(self.model, maps)

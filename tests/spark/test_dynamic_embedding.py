@@ -225,3 +225,18 @@ def test_a_dataframe_of_long_ids_trains_and_predicts_the_exact_ids(spark: Any) -
     np.testing.assert_allclose(
         got.reshape(-1), model.predict(probe, verbose=0).reshape(-1), atol=1e-5
     )
+
+
+def test_a_dataframe_of_float_ids_is_refused_on_the_driver(spark: Any) -> None:
+    """An ``array<double>`` id column would reach the table as float32, ids above 2**24
+    rounded into other ids: refused on the driver, naming the column and the cast."""
+    import keras
+
+    ids, labels = _clicks()
+    rows = [([float(v) for v in r], int(y)) for r, y in zip(ids[:50], labels[:50], strict=True)]
+    df = spark.createDataFrame(rows, "features array<double>, label long")
+    model = _model(keras.optimizers.Adagrad(0.2))
+    ks = sps.SparkSession(spark.sparkContext, model, mode="async", sync_interval=4, batch_size=50)
+    with pytest.raises(ConfigurationError, match=r"array<bigint>.*features_col='features'"):
+        ks.fit(df, epochs=1)
+    assert model.get_layer("ids").map_items()[0].size == 0  # nothing trained

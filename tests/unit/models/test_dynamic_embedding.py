@@ -146,3 +146,25 @@ def test_float_ids_are_refused_and_initializers_the_server_can_draw() -> None:
     assert initializer_spec(normal)["truncated"] is True
     with pytest.raises(ValueError, match="knows"):
         initializer_spec(DynamicEmbedding(4, 2, embeddings_initializer="orthogonal"))
+
+
+def test_float_ids_are_refused_on_the_driver_naming_the_column() -> None:
+    """A float feature column would round ids above 2**24 (float32) into other ids: the
+    first example's check refuses it, naming the column and the cast to make; integer ids
+    (an ``array<bigint>`` column, int64 arrays) pass."""
+    from tensorspark.errors import ConfigurationError
+    from tensorspark.models.keras_checks import KerasFeed
+
+    inp = keras.Input((2,), dtype="int64")
+    x = DynamicEmbedding(CAP, DIM, name="ids")(inp)
+    model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.Flatten()(x)))
+    model.compile("sgd", "mse")
+    feed = KerasFeed(model)
+    what = "features_col='ids', label_col='label'"
+    big = 2**24 + 1
+    with pytest.raises(ConfigurationError, match=r"features_col='ids'.*dtype float64") as err:
+        feed.check_row(([float(big), 3.0], 1.0), argument="data", what=what)
+    assert "array<bigint>" in str(err.value) and "2**24" in str(err.value)
+    with pytest.raises(ConfigurationError, match="dtype float32"):
+        feed.check_row((np.array([big, 3], np.float32), 1.0), argument="data", what=what)
+    assert feed.check_row(([big, 3], 1.0), argument="data", what=what)[0] == "int64"

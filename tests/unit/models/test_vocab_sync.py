@@ -25,6 +25,7 @@ from tensorspark.ps import ParameterClient, ParameterServer  # noqa: E402
 from tensorspark.ps.rowsync import RowSync  # noqa: E402
 
 CAP, DIM, K = 4, 3, 2
+CAP_WIDE = 64  # the table of the sync-candidates test
 
 
 def _model(scaled: bool) -> Any:
@@ -95,3 +96,148 @@ def test_float_ids_in_a_chunk_are_refused_before_anything_is_sent() -> None:
     sync = VocabSync(model, core.names, client=None, partition=3, rows=None)
     with pytest.raises(ConfigurationError, match="integer ids.*partition 3"):
         sync.before([(np.array([[1.5, 2.0]]), np.ones((1, 1)))], 0, 0)
+
+
+class _Recorded(RowAccess):
+    """RowAccess noting each sync's candidates (what the sync compares with ``base``)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.asked: list[np.ndarray | None] = []
+
+    def candidates(self, name: str) -> np.ndarray | None:
+        got = super().candidates(name)
+        self.asked.append(got)
+        return got
+
+
+class _WholeTable(_Recorded):
+    """The path before the chunk's rows were passed: every row of the table compared."""
+
+    def candidates(self, name: str) -> np.ndarray | None:
+        self.asked.append(None)
+        return None
+
+
+def _train_sync(access_type: type, cap: int = CAP_WIDE) -> tuple[Any, ...]:
+    """Train 12 chunks of drifting raw ids (``min_count=2``; a window of 40 ids sliding
+    over 95: some evictions) through VocabSync and RowSync against a real sync-mode
+    server, as the worker's loop does; returns the server's weights, the model's, the
+    rows each chunk's ids mapped to, the candidates each sync compared, and the rows
+    pushed."""
+    keras.utils.set_random_seed(11)
+    inp = keras.Input((K,), dtype="int64")
+    x = DynamicEmbedding(cap, DIM, min_count=2, embeddings_initializer="zeros", name="ids")(inp)
+    model = keras.Model(inp, keras.layers.Dense(1, name="out")(keras.layers.Flatten()(x)))
+    model.compile(optimizer=RowAdam(0.05), loss="mse")
+    core = CompiledModel(model)
+    rng = np.random.default_rng(5)
+    params = read_weights(model)
+    looked_up, counts = [], {}
+    specs = vocab_specs(model)
+    with ParameterServer(
+        params, "delta", embeddings="sparse", mode="sync", num_workers=1, vocab=specs
+    ) as server:
+        with ParameterClient(server.url, **server.client_options()) as client:
+            client.join(0, 0)
+            access = access_type(model, core.names)
+            rows = RowSync(access, None, counts)
+            version, pulled = client.pull(0)
+            rows.start(pulled)
+            sync = VocabSync(model, core.names, client, 0, rows, attempt=0)
+            layer = model.get_layer("ids")
+            for seq in range(12):
+                chunk = [
+                    (
+                        (rng.integers(0, 40, (8, K)) + 5 * seq).astype(np.int64) * 7919,
+                        rng.random((8, 1)).astype(np.float32),
+                    )
+                    for _ in range(3)
+                ]
+                sync.before(chunk, 0, seq)
+                mapped = layer.lookup_rows(np.concatenate([b[0] for b in chunk])).numpy()
+                looked_up.append(np.unique(mapped[mapped >= 0]))
+                access.saw([b[0] for b in chunk])
+                core.run_steps(True, chunk, len(chunk))
+                meta: dict[str, Any] = {
+                    "partition": 0, "epoch": 0, "seq": seq, "attempt": 0, "samples": 24,
+                    "base_version": version,
+                }  # fmt: skip
+                sync.mark(meta)
+                delta, tensors = rows.update(meta)
+                result = client.push({**delta, **tensors}, meta)
+                assert result.status == "applied"
+                version = result.version
+                rows.absorb(result.params)
+                rows.install()
+            assert server.status()["vocab_evicted"] > 0
+            final = server.params()
+    return final, read_weights(model), looked_up, access.asked, counts["rows_pushed"]
+
+
+def test_a_sync_compares_only_the_rows_the_chunk_s_ids_map_to() -> None:
+    """The candidates of each sync are the rows the chunk's ids map to (a few dozen of the
+    64; none for a chunk of ids not admitted yet), not every row; and the weights trained
+    (server and worker, RowAdam, sync mode, fixed seeds) and the rows pushed equal those
+    of the whole-table comparison."""
+    final, weights, looked_up, asked, pushed = _train_sync(_Recorded)
+    assert len(asked) == len(looked_up) == 12
+    assert asked[0] is not None and asked[0].size == 0  # min_count=2: nothing admitted yet
+    for candidates, rows in zip(asked, looked_up, strict=True):
+        assert candidates is not None
+        np.testing.assert_array_equal(candidates, rows)
+        assert candidates.size < CAP_WIDE
+    assert max(c.size for c in asked if c is not None) > 0
+    old_final, old_weights, _, old_asked, old_pushed = _train_sync(_WholeTable)
+    assert all(a is None for a in old_asked)
+    assert pushed == old_pushed
+    assert final.keys() == old_final.keys()
+    for name in final:
+        np.testing.assert_array_equal(final[name], old_final[name])
+    for name in weights:
+        np.testing.assert_array_equal(weights[name], old_weights[name])
+
+
+def _worker(model: Any, client: Any, partition: int) -> tuple[Any, RowSync, VocabSync]:
+    core = CompiledModel(model)
+    client.join(partition, 0)
+    rows = RowSync(RowAccess(model, core.names), None, {})
+    rows.start(client.pull(partition)[1])
+    return core, rows, VocabSync(model, core.names, client, partition, rows, attempt=0)
+
+
+def test_rows_another_worker_took_get_their_values_with_the_next_answer() -> None:
+    """Worker B's ids take rows (reset on the server); worker A's next ``/vocab`` maps
+    them without their values (its chunk does not read them), and A's push answer brings
+    them: A's base and model then hold the server's values of those rows."""
+    model_a, model_b = _model(False), _model(False)
+    params = read_weights(model_a)
+    specs = vocab_specs(model_a)
+    name = "ids/embeddings"
+    with ParameterServer(params, "delta", embeddings="sparse", vocab=specs) as server:
+        with ParameterClient(server.url, **server.client_options()) as client:
+            core_a, rows_a, sync_a = _worker(model_a, client, 0)
+            _, _, sync_b = _worker(model_b, client, 1)
+            y = np.ones((1, 1), np.float32)
+            sync_a.before([(np.array([[10, 11]], np.int64), y)], 0, 0)
+            sync_b.before([(np.array([[20, 21]], np.int64), y)], 0, 0)
+            chunk = [(np.array([[10, 11]], np.int64), y)]
+            sync_a.before(chunk, 0, 1)
+            held = dict(zip(*model_a.get_layer("ids").map_items(), strict=True))
+            taken = np.array([held[20], held[21]], np.int64)
+            core_a.run_steps(True, chunk, 1)
+            meta: dict[str, Any] = {
+                "partition": 0, "epoch": 0, "seq": 1, "attempt": 0, "samples": 1,
+                "base_version": 0,
+            }  # fmt: skip
+            sync_a.mark(meta)
+            delta, tensors = rows_a.update(meta)
+            result = client.push({**delta, **tensors}, meta)
+            assert result.status == "applied"
+            rows_a.absorb(result.params)
+            rows_a.install()
+            table = server.params()[name]
+            np.testing.assert_array_equal(rows_a.base[name][taken], table[taken])
+            np.testing.assert_array_equal(
+                model_a.get_layer("ids").embeddings.numpy()[taken], table[taken]
+            )

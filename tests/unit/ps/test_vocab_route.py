@@ -109,6 +109,8 @@ def test_a_push_keeps_only_rows_still_owned_by_the_ids_it_trained() -> None:
         ({TABLE + "@keys": np.array([1], np.int64)}, {"versions": {TABLE: 0.5}}, "version"),
         ({TABLE + "@keys": np.array([1], np.int64)}, {"seq": -1}, "whole numbers"),
         ({TABLE + "@keys": np.array([1], np.int64)}, {"versions": []}, "versions"),
+        ({TABLE + "@keys": np.array([1], np.int64)}, {"attempt": -1}, "attempt"),
+        ({TABLE + "@keys": np.array([1], np.int64)}, {"attempt": "1"}, "attempt"),
     ],
 )
 def test_bad_vocab_bodies_get_400_and_change_nothing(
@@ -117,7 +119,8 @@ def test_bad_vocab_bodies_get_400_and_change_nothing(
     from tensorspark import wire
 
     with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
-        body = {"partition": 0, "epoch": 0, "seq": 0, "versions": {TABLE: -1}, **meta}
+        body = {"partition": 0, "epoch": 0, "seq": 0, "attempt": 0, "versions": {TABLE: -1}}
+        body.update(meta)
         with pytest.raises(ParameterServerError, match=match) as err:
             c._request("POST", "/vocab", wire.encode(tensors, body), wire.CONTENT_TYPE)
         assert "400" in str(err.value)
@@ -197,3 +200,81 @@ def test_increments_carry_the_maps_and_a_resume_restores_the_newest(tmp_path: An
         np.testing.assert_array_equal(rows, expected[1])
         np.testing.assert_array_equal(checkpoint.params[TABLE], table)
         assert again.status()["vocab_rows_in_use"] == CAP
+
+
+def test_rows_reset_before_the_first_row_sparse_push_are_marked_changed() -> None:
+    """Partition 0's ``/vocab`` draws fresh rows while the table is not yet tracked (no
+    row-sparse push so far); partition 1's first push then starts tracking it. The drawn
+    rows must still count as changed after version 0: for the next answer to a push based
+    on version 0 and for an increment since version 0."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        got0, _ = c.vocab(_ids(1, 2), {TABLE: -1}, (0, 0, 0))
+        drawn = np.sort(got0[TABLE + ROWS_OF]).astype(np.int64)
+        got1, meta1 = c.vocab(_ids(3), {TABLE: -1}, (1, 0, 0))
+        row1 = got1[TABLE + ROWS_OF].astype(np.int64)
+        update = {TABLE + IDS: row1, TABLE + ROWS: np.ones((1, DIM), np.float32)}
+        meta_push = {
+            "partition": 1, "epoch": 0, "seq": 0, "attempt": 0, "samples": 1,
+            "base_version": 0, "rows": [TABLE], "vocab": {TABLE: meta1["versions"][TABLE]},
+        }  # fmt: skip
+        result = c.push({**update, "dense/kernel": np.zeros((DIM, 1), np.float32)}, meta_push)
+        assert result.status == "applied"
+        answered = result.params[TABLE + IDS].tolist()
+        assert set(drawn.tolist()) <= set(answered), answered  # the next pull has them
+        table = server.params()[TABLE]
+        snap = server.snapshot(rows_since=0)
+        ids, values = snap.rows[TABLE]
+        assert set(drawn.tolist()) <= set(ids.tolist())  # and the increment
+        np.testing.assert_array_equal(values[np.isin(ids, drawn)], table[drawn])
+
+
+def test_a_late_request_of_a_superseded_attempt_leaves_the_live_attempt_s_key() -> None:
+    """Attempt 1 of partition 0 has counted its chunk (0, 0, 1); a late request of attempt
+    0 (an earlier chunk) is refused with 409 and counts nothing, so attempt 1's retry of
+    its chunk still gets its first answer: its id counted once, not admitted at
+    ``min_count=2`` by a second count. A late copy of an earlier request of the live
+    attempt itself is refused the same way. A new run on the server starts the keys and
+    attempts again."""
+    params = {TABLE: np.zeros((CAP + 1, DIM), np.float32)}
+    spec = {TABLE: {**SPEC, "min_count": 2, "init": {"kind": "zeros"}}}
+    with ParameterServer(params, "delta", embeddings="sparse", vocab=spec) as server:
+        with ParameterClient(server.url, **server.client_options()) as c:
+            c.vocab(_ids(5), {TABLE: -1}, (0, 0, 0), attempt=0)
+            c.vocab(_ids(7), {TABLE: -1}, (0, 0, 1), attempt=1)
+            assert server.status()["vocab_waiting"] == 2
+            with pytest.raises(ParameterServerError, match="409.*attempt 0.*superseded"):
+                c.vocab(_ids(8), {TABLE: -1}, (0, 0, 0), attempt=0)
+            with pytest.raises(ParameterServerError, match="409.*late"):
+                c.vocab(_ids(8), {TABLE: -1}, (0, 0, 0), attempt=1)
+            got, _ = c.vocab(_ids(7), {TABLE: -1}, (0, 0, 1), attempt=1)  # a retry
+            assert got[TABLE + ROWS_OF].tolist() == [-1]
+            status = server.status()
+            assert status["vocab_waiting"] == 2 and status["vocab_rows_in_use"] == 0
+            # The next chunk counts 7 a second time: admitted.
+            got, _ = c.vocab(_ids(7), {TABLE: -1}, (0, 0, 2), attempt=1)
+            assert got[TABLE + ROWS_OF].tolist() == [0]
+            # A new run: attempt 0 again, its first chunk under the last run's last key
+            # counted (not the last run's answer given back), and not refused.
+            server.reset_progress()
+            got, _ = c.vocab(_ids(9), {TABLE: -1}, (0, 0, 2), attempt=0)
+            assert got[TABLE + ROWS_OF].tolist() == [-1]
+            got, _ = c.vocab(_ids(9), {TABLE: -1}, (0, 0, 3), attempt=0)
+            assert got[TABLE + ROWS_OF].tolist() == [1]
+
+
+def test_values_come_only_for_the_rows_the_request_s_ids_map_to() -> None:
+    """The map's changes list the asked ids first and only their rows carry values (the
+    rows the chunk reads); another worker's admissions come as map changes without values
+    (they reach the worker with its next push's answer). ``rows=False``: no ``T@rows``."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        got, meta = c.vocab(_ids(1, 2), {TABLE: -1}, (0, 0, 0))
+        v0 = meta["versions"][TABLE]
+        assert meta["valued"] == {TABLE: 2} and got[TABLE + VALUES].shape == (2, DIM)
+        got, meta = c.vocab(_ids(3), {TABLE: -1}, (1, 0, 0))
+        params = server.params()[TABLE]
+        assert got[TABLE + ADD].tolist()[0] == 3 and sorted(got[TABLE + ADD].tolist()) == [1, 2, 3]
+        assert meta["valued"] == {TABLE: 1}
+        np.testing.assert_array_equal(got[TABLE + VALUES], params[got[TABLE + AT][:1]])
+        got, meta = c.vocab(_ids(1), {TABLE: v0}, (0, 0, 1), rows=False)
+        assert got[TABLE + ADD].tolist() == [3] and meta["valued"] == {TABLE: 0}
+        assert got[TABLE + VALUES].shape == (0, DIM) and TABLE + ROWS_OF not in got
