@@ -186,11 +186,17 @@ def _listener(sc: Any, expected: int, kill_at: float | None, executors: int) -> 
             applied = int(status.get("applied_pushes", 0)) - int(
                 self.first.get("applied_pushes", 0)
             )
+            # Only while every partition trains: with one task per executor, whichever
+            # executor is killed then loses a partition (never one whose task finished).
+            rows = status.get("workers", ())
+            training = len(rows) == executors and all(w["state"] == "active" for w in rows)
             if kill_at is not None and not self.killed and applied >= kill_at * expected:
+                if not training:
+                    return
                 jvms = executor_jvms(sc.applicationId)
                 if not jvms:  # none found (not on this machine?): the run goes on uninterrupted
                     return
-                executor = sorted(jvms)[0]
+                executor = sorted(jvms, key=int)[0]
                 self.before = executor_addresses(sc)
                 os.kill(jvms[executor], signal.SIGKILL)
                 self.killed = {
