@@ -236,15 +236,40 @@ def job_description(sc: Any, description: str) -> Iterator[None]:
         sc.setJobDescription(None)
 
 
+#: A task attempt's identity is ``taskAttemptId * ATTEMPT_NUMBERS + attemptNumber``.
+#: The attempt number alone can name two attempts of a partition (a stage retry starts it
+#: at 0 again, and a Python task cannot read its stage attempt number), while Spark's task
+#: attempt id is unique in the SparkContext and grows as tasks launch: folded in, a later
+#: attempt of a partition always has the larger identity.
+ATTEMPT_NUMBERS = 1 << 16
+
+
+def attempt_id(task_attempt_id: int, attempt_number: int) -> int:
+    """The identity of a task attempt (ordered: a later attempt's is larger)."""
+    return task_attempt_id * ATTEMPT_NUMBERS + min(attempt_number, ATTEMPT_NUMBERS - 1)
+
+
+def attempt_number(attempt: int) -> int:
+    """The attempt number (``TaskContext.attemptNumber()``) in an attempt identity."""
+    return attempt % ATTEMPT_NUMBERS
+
+
+def attempt_label(attempt: int) -> str:
+    """An attempt identity as people read it: ``"1"``, or ``"1 (Spark task 4173)"``."""
+    task, number = divmod(attempt, ATTEMPT_NUMBERS)
+    return f"{number} (Spark task {task})" if task else str(number)
+
+
 def task_context() -> tuple[int | None, int]:
-    """``(partition id, attempt number)`` of the Spark task running this code (executor);
-    ``(None, 0)`` outside a task."""
+    """``(partition id, attempt identity)`` of the Spark task running this code
+    (executor; :func:`attempt_id` of its task attempt id and attempt number); ``(None, 0)``
+    outside a task."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:
         return None, 0
-    return ctx.partitionId(), ctx.attemptNumber()
+    return ctx.partitionId(), attempt_id(ctx.taskAttemptId(), ctx.attemptNumber())
 
 
 def aggregate_epochs(partitions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -53,7 +53,15 @@ from tensorspark.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 #: Elastic sync's counters in ``/status`` (all start at 0; ``seconds_lost`` a float).
-COUNTERS = ("short_rounds", "partitions_lost", "partitions_rejoined", "seconds_lost")
+#: ``superseded_pushes``: pushes of an attempt a newer one of its partition replaced,
+#: refused (409) or taken out of the round unapplied (:mod:`tensorspark.ps.rounds`).
+COUNTERS = (
+    "short_rounds",
+    "partitions_lost",
+    "partitions_rejoined",
+    "seconds_lost",
+    "superseded_pushes",
+)
 
 #: Defaults: seconds without a sign of life before a partition is lost, and the least
 #: heartbeat interval a worker uses.

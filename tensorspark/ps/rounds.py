@@ -7,6 +7,12 @@ than its timeout for a partition is failed: every contribution waiting in it is 
 with 503, and the workers retry. In elastic sync mode a :class:`~tensorspark.ps.elastic.Membership`
 says which partitions take part, and a round completes short without a lost one.
 
+A contribution taken out of the round before it completes is answered then, never left
+to its request's timeout: 409 when a newer attempt of its partition took over (that
+attempt stops; its pushes and joins are refused with 409 from then on, counted as
+``superseded_pushes``), 503 otherwise (its task left, or a retry of the same push
+replaced it).
+
 Thread ownership: owned by the store's thread (the server's loop thread), like the store;
 no locks.
 """
@@ -23,7 +29,9 @@ import numpy as np
 
 import tensorspark.ps.compression as compress
 from tensorspark import wire
+from tensorspark.jobs import attempt_label
 from tensorspark.ps.elastic import COUNTERS, ElasticSettings, Membership
+from tensorspark.ps.validation import RequestError
 
 #: ``respond(code, parts, content_type, on_sent=None)``: answers one request once, from
 #: ``parts`` (buffers written without copying); ``on_sent`` runs once they were sent.
@@ -52,6 +60,15 @@ class Contribution:
 def error_body(message: str) -> bytes:
     """The JSON body of an error answer."""
     return json.dumps({"error": message}).encode("utf-8")
+
+
+def superseded(partition: int, attempt: int, latest: int) -> str:
+    """The answer to a join or push of ``attempt`` after ``latest`` took ``partition`` over."""
+    return (
+        f"partition {partition}: attempt {attempt_label(attempt)} was superseded by attempt "
+        f"{attempt_label(latest)} (Spark reran the task, taking this attempt for lost); "
+        "nothing of this attempt is applied any more, and it stops"
+    )
 
 
 def round_weights(contributions: list[Contribution]) -> tuple[list[float], int]:
@@ -108,9 +125,24 @@ class SyncRound:
 
     # members (elastic sync) -------------------------------------------------------
 
+    def check_attempt(self, partition: int, attempt: int, push: bool) -> None:
+        """Elastic: refuse a join or push (``push``: counted) of an attempt older than
+        ``partition``'s latest, before it changes anything.
+
+        Raises:
+            RequestError: 409, naming both attempts (the worker's task fails with it).
+        """
+        latest = None if self.members is None else self.members.attempts.get(partition)
+        if latest is None or attempt >= latest:
+            return
+        assert self.members is not None
+        self.members.counters["superseded_pushes"] += push
+        raise RequestError(409, superseded(partition, attempt, latest))
+
     def joined(self, partition: int, attempt: int) -> None:
-        """A task of ``partition`` joined: it replaces what an earlier attempt left waiting."""
-        self.pending.pop(partition, None)
+        """A task of ``partition`` joined: what an earlier attempt left waiting is answered
+        (409: superseded)."""
+        self._drop(partition, attempt, "a new attempt of its task joined")
         if self.members is not None:
             self.members.joined(partition, attempt, self.number)
 
@@ -123,11 +155,31 @@ class SyncRound:
         """Take ``contribution`` into the round (replacing its partition's earlier one)."""
         if self.members is not None:
             self.members.contributed(first_in_round=not self.pending)
+        attempt = int(contribution.meta.get("attempt", 0))
+        self._drop(contribution.partition, attempt, "a retry of the same push replaced it")
         self.pending[contribution.partition] = contribution
 
+    def _drop(self, partition: int, attempt: int | None, why: str) -> None:
+        """Answer ``partition``'s waiting contribution, if any, and take it out of the round:
+        409 when ``attempt`` is newer than the contribution's (it was superseded), else 503
+        (the worker, if still there, pushes again or leaves)."""
+        dropped = self.pending.pop(partition, None)
+        if dropped is None:
+            return
+        old = int(dropped.meta.get("attempt", 0))
+        if attempt is not None and old < attempt:
+            if self.members is not None:
+                self.members.counters["superseded_pushes"] += 1
+            code, message = 409, superseded(partition, old, attempt)
+        else:
+            code = 503
+            message = f"sync round {self.number}: partition {partition}'s push was taken out: {why}"
+        dropped.respond(code, [error_body(message)], "application/json")
+
     def left(self, partition: int, state: str) -> None:
-        """``partition``'s task left (``"done"`` or ``"failed"``): nothing of it waits."""
-        self.pending.pop(partition, None)
+        """``partition``'s task left (``"done"`` or ``"failed"``): nothing of it waits (a
+        push of it still waiting is answered 503)."""
+        self._drop(partition, None, f"its task left ({state})")
         if self.members is not None and state == "failed":
             self.members.failed(partition)
 

@@ -230,10 +230,12 @@ class Store(ConsistentCuts):
 
         Raises:
             RequestError: 400: another wire version (the driver and executors run different
-                tensorspark versions), or a partition beyond the ledger's ``MAX_WORKERS``.
+                tensorspark versions), or a partition beyond the ledger's ``MAX_WORKERS``;
+                409: elastic sync, a newer attempt of the partition joined (ps/rounds.py).
         """
         if wire_version != wire.VERSION:
             raise RequestError(400, wire.version_mismatch(wire_version))
+        self._round.check_attempt(partition, attempt, push=False)  # elastic: 409, superseded
         worker = self.ledger.worker(partition)
         worker.attempt = attempt
         worker.host = host
@@ -311,8 +313,8 @@ class Store(ConsistentCuts):
         Raises:
             RequestError: 400: ``meta`` does not pass
                 :func:`~tensorspark.ps.push_checks.read_push`, the worker table is full, or
-                the tensors do not match the model's names, shapes and dtypes. Nothing has
-                changed then.
+                the tensors do not match the model's names, shapes and dtypes; 409: elastic
+                sync, a newer attempt of the partition took over. Nothing has changed then.
         """
         fields = read_push(meta, self.mode, self.num_workers)
         partition, epoch, seq, attempt = fields.partition, fields.epoch, fields.seq, fields.attempt
@@ -321,6 +323,7 @@ class Store(ConsistentCuts):
             held = {k: compress.copy_tensor(v) for k, v in tensors.items()}
             self._hold.held.append(HeldPush(held, dict(meta), respond))
             return False
+        self._round.check_attempt(partition, attempt, push=True)  # elastic: 409, superseded
         worker = self.ledger.worker(partition, attempt=attempt)
         worker.last_seen, worker.attempt, worker.state = time.time(), attempt, "active"
         self._round.alive(partition, attempt)  # elastic sync: a sign of life

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tensorspark.jobs import attempt_number
 from tensorspark.models.base import TrainerLoader
 from tensorspark.partition import EpochSource
 from tensorspark.worker import WorkerConfig, train_partition
@@ -55,6 +56,8 @@ class TrainWork:
         stats = train_partition(
             index, attempt, source, self.config, lambda: self.loader.load(self.bcast.value, threads)
         )
+        # The attempt number Spark's UI shows; the identity the server knew it by besides.
+        stats["attempt"], stats["attempt_id"] = attempt_number(attempt), attempt
         stats["placement"] = {
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             **placement(),

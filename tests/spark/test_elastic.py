@@ -179,3 +179,27 @@ def test_a_partition_that_fails_every_attempt_fails_the_run_with_its_own_error(
     data = sc_retry.parallelize(rows[:4000], 2).mapPartitionsWithIndex(_always_fails)
     with pytest.raises(sps.WorkerError, match="partition 1 has a bad row"):
         _train(sc_retry, data, sync_interval=2, elastic=True, lost_after=3.0)
+
+
+def _attempts(_: Any) -> Any:
+    """A task that fails on its first attempt; its retry returns both identities."""
+    from pyspark import TaskContext
+
+    from tensorspark.jobs import task_context
+
+    ctx = TaskContext.get()
+    if ctx.attemptNumber() == 0:
+        raise RuntimeError(f"the first attempt fails; identity {task_context()[1]}")
+    yield task_context()[1], ctx.taskAttemptId(), ctx.attemptNumber()
+
+
+def test_a_tasks_attempt_identity_grows_with_each_attempt(sc_retry) -> None:  # type: ignore[no-untyped-def]
+    """The identity a worker joins with folds Spark's task attempt id in
+    (tensorspark.jobs.attempt_id): unique, and larger for a later attempt even when a stage
+    retry starts the attempt number at 0 again."""
+    from tensorspark.jobs import attempt_id, attempt_label, attempt_number
+
+    [(identity, task, number)] = sc_retry.parallelize([0], 1).mapPartitions(_attempts).collect()
+    assert number == 1 and identity == attempt_id(task, number) and attempt_number(identity) == 1
+    assert identity > attempt_id(task - 1, 5)  # any attempt launched before it, the failed 0
+    assert attempt_label(identity) == f"1 (Spark task {task})"
