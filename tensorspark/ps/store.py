@@ -35,13 +35,7 @@ from tensorspark.ps.elastic import ElasticSettings
 from tensorspark.ps.holds import ConsistentCuts, HeldPush, PushHold
 from tensorspark.ps.ledger import Ledger, WorkerState
 from tensorspark.ps.push_checks import classify, read_push
-from tensorspark.ps.rounds import (
-    Contribution,
-    Respond,
-    SyncRound,
-    Timers,
-    round_weights,
-)
+from tensorspark.ps.rounds import Contribution, Respond, SyncRound, Timers, round_weights
 from tensorspark.ps.settings import check_settings, sync_workers
 from tensorspark.ps.snapshot import Snapshot
 from tensorspark.ps.sparse import RowTables
