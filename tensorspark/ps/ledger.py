@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tensorspark.jobs import attempt_number
 from tensorspark.ps.rows import CACHE_COUNTERS, PEAK_RSS
 from tensorspark.ps.validation import RequestError, finite_float
 from tensorspark.ps.vocab_route import VOCAB_COUNTERS
@@ -67,7 +68,9 @@ class WorkerState:
     bytes_sent: int = 0
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        """The status row: ``attempt`` as Spark numbers it (0, 1, ...), the whole attempt
+        identity (:func:`tensorspark.jobs.attempt_id`) as ``attempt_id``."""
+        return {**asdict(self), "attempt": attempt_number(self.attempt), "attempt_id": self.attempt}
 
 
 class Ledger:

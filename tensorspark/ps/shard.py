@@ -381,8 +381,10 @@ class _Shard:
 
         if ledger:
             store.ledger.counters.update({k: int(ledger.get(k, 0)) for k in COUNTERS})
-            for row in ledger.get("workers", ()):
-                store.ledger.workers[int(row["partition"])] = WorkerState(**row)
+            for row in ledger.get("workers", ()):  # status rows: the identity as attempt_id
+                books = {**row, "attempt": row.get("attempt_id", row["attempt"])}
+                books.pop("attempt_id", None)
+                store.ledger.workers[int(row["partition"])] = WorkerState(**books)
         store.control = dict(journal.get("control") or {})
         self.journal = Journal(journal["dir"], int(journal["segment"]))
         store.journal = self.journal
