@@ -166,12 +166,10 @@ class ShardedServer(auth.SignedServer):
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._dispatcher: threading.Thread | None = None
         self._cut_lock = threading.Lock()
-        # The shards' versions at recent cuts: an increment follows one of them.
-        self._cut_versions = CutVersions()
+        self._cut_versions = CutVersions()  # the shards' at recent cuts (increments')
         self._notes: dict[str, dict[str, Any]] = {}  # served in /status (annotate)
         self._started = False
-        # What stop() kept, so the run's result and last checkpoint can still be read.
-        self._final: tuple[Snapshot, dict[str, Any]] | None = None
+        self._final: tuple[Snapshot, dict[str, Any]] | None = None  # stop()'s: still read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -322,8 +320,6 @@ class ShardedServer(auth.SignedServer):
                 except Exception:
                     logger.exception("on_push callback failed")
 
-    # ------------------------------------------------------------------ calls to all shards
-
     def _all(
         self,
         command: str,
@@ -346,9 +342,7 @@ class ShardedServer(auth.SignedServer):
         ]
 
     def _progress_each(self) -> list[Progress]:
-        return [
-            {int(p): (v[0], v[1]) for p, v in result.items()} for result, _ in self._all("progress")
-        ]
+        return [{int(p): (v[0], v[1]) for p, v in r.items()} for r, _ in self._all("progress")]
 
     @property
     def version(self) -> int:
@@ -391,6 +385,11 @@ class ShardedServer(auth.SignedServer):
         if not copy and self._final is not None:
             return dict(self._final[0].params)
         return {k: v.copy() for k, v in self.snapshot().params.items()}
+
+    def hand_over(self, weights: Mapping[str, np.ndarray]) -> None:
+        """The last cut's arrays let go (see :meth:`ParameterServer.hand_over`)."""
+        if self._final is not None:
+            self._final[0].params = weights  # type: ignore[assignment]
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut

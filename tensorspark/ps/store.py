@@ -134,6 +134,12 @@ class Store(ConsistentCuts):
     def model_bytes(self) -> int:
         return int(sum(a.nbytes for a in self._sets.current.values()))
 
+    def let_go(self) -> None:
+        """Drop the arrays (held elsewhere now: ``hand_over``), keeping zero-byte views."""
+        sets = self._sets = ParamSets(self._sets.current)  # the row tables' dict: in place
+        for k, v in list(sets.current.items()):
+            sets.current[k] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
+
     def set_num_workers(self, num_workers: int | None) -> None:
         """How many partitions take part in each sync round (for the next rounds)."""
         self.num_workers = sync_workers(self.mode, num_workers)
@@ -157,12 +163,12 @@ class Store(ConsistentCuts):
         """Per-partition last applied ``{"epoch", "seq"}``."""
         return {p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()}
 
-    def snapshot(self, rows_since: int | None = None) -> Snapshot:
+    def snapshot(self, rows_since: int | None = None, held: Any = None) -> Snapshot:
         """A copy of the parameters, with version, progress and the combiner's state;
         ``rows_since``: of each row-sparse table only the rows changed after that version
         (:attr:`Snapshot.rows`, an increment's; the table is left out of ``params``)."""
         state, state_meta = self._rows.with_vocab(*self.combiner.state())
-        current = self._sets.current
+        current = self._sets.current if held is None else held  # held: where they are now
         rows = {} if rows_since is None else self._rows.changed_since(current, rows_since)
         return Snapshot(
             params={k: v.copy() for k, v in current.items() if k not in rows},
