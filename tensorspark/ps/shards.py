@@ -46,7 +46,7 @@ import numpy as np
 import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_rows
+from tensorspark.ps.cut_rows import CutVersions, ask_each, read_cut
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
@@ -59,7 +59,7 @@ from tensorspark.ps.settings import (
 )
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
-from tensorspark.ps.slices import assemble_state, shard_inits
+from tensorspark.ps.slices import shard_inits
 from tensorspark.ps.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -404,26 +404,26 @@ class ShardedServer(auth.SignedServer):
         if self._final is not None:
             return self._final[0]
         since = None if rows_since is None else self._cut_versions.since(rows_since)
-        args = None if since is None else [{"rows_since": v} for v in since]
+        args = [None] * self.shards if since is None else [{"rows_since": v} for v in since]
+        asks = ask_each(self._shards, "snapshot", args)  # one shard at a time
         with self._cut_lock:
-            target, snaps = line_up(
-                self._all, self._progress_each(), self.shards, self.cut_timeout, args
-            )
-        parts, rows_each, states, applied, versions = decode_answers(snaps)
+            target, (params, rows, state, applied, versions, meta) = line_up(
+                self._all, self._progress_each(), self.shards, self.cut_timeout,
+                lambda: read_cut(self.layout, asks, self._tables, since is not None),
+            )  # fmt: skip
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
-        parts, rows = gather_rows(self.layout, parts, rows_each)
         self._cut_versions.record(max(versions), versions)
         return Snapshot(
-            params=detach(self.layout.assemble(parts), self._tables),
+            params=params,
             rows=rows,
             rows_since=rows_since if rows else None,
             version=max(versions),
             progress={p: {"epoch": e, "seq": s} for p, (e, s) in sorted(target.items())},
             mode=self.mode,
             applied_pushes=min(applied),
-            state=detach(assemble_state(self.layout, states), ()),
-            state_meta=dict(snaps[0][0].get("state_meta") or {}),
+            state=state,
+            state_meta=meta,
         )
 
     def annotate(self, key: str, value: Mapping[str, Any]) -> None:
