@@ -142,6 +142,16 @@ class ModelWeights(Mapping[str, np.ndarray]):
         return len(self._index)
 
 
+def weight_shapes(model: Any) -> dict[str, np.ndarray]:
+    """The model's weights by name as zero-byte arrays of their shapes and dtypes: what a
+    reused server and a checkpoint's signature check a run's weights by, without a copy
+    of the tables (driver)."""
+    return {
+        n: np.broadcast_to(np.zeros((), np.dtype(str(v.dtype))), tuple(v.shape))
+        for n, v in zip(weight_names(model), model.weights, strict=True)
+    }
+
+
 def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:
     """The worker row cache of a run of ``model`` under the session's ``settings``
     (:class:`~tensorspark.training.RunSettings`), or None (driver; before any job).

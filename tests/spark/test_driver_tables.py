@@ -5,7 +5,10 @@ numpy domain: the server's arrays, the initial weights, the final weights)."""
 from __future__ import annotations
 
 import gc
+import time
 import tracemalloc
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,3 +65,58 @@ def test_after_an_uncached_fit_the_driver_holds_the_table_in_the_model_only(
         np.testing.assert_array_equal(mine[name], value)
         np.testing.assert_array_equal(ks.server.params()[name], value)  # type: ignore[union-attr]
     assert not np.array_equal(mine["emb/embeddings"], before["emb/embeddings"])
+
+
+def test_a_stream_holds_the_table_in_its_server_only(spark: Any, tmp_path: Path) -> None:
+    """``fit_stream`` sets the model up as ``fit`` does: no initial weights kept for the
+    query, the server adopts the ones it starts from, and a micro-batch checks the reused
+    server by shapes (no snapshot): the driver's numpy memory is the server's table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(2):
+        log = click_log(200, rows=ROWS, fields=FIELDS, seed=index)
+        pq.write_table(
+            pa.table(
+                {
+                    "features": pa.array(
+                        [list(map(int, r)) for r in log.ids], pa.list_(pa.int64())
+                    ),
+                    "label": pa.array(log.labels.astype(np.float32), pa.float32()),
+                }
+            ),
+            folder / f"part-{index:04d}.parquet",
+        )
+    model = ctr_model(rows=ROWS, fields=FIELDS, dim=DIM, hidden=4, optimizer="adagrad")
+    ks = sps.SparkSession(
+        spark.sparkContext, model, name="stream-tables", batch_size=20, sync_interval=2,
+        warm_up=False, embeddings="sparse", row_cache="off",
+    )  # fmt: skip
+    stream = (
+        spark.readStream.schema("features array<bigint>, label float")
+        .option("maxFilesPerTrigger", 1).parquet(str(folder))
+    )  # fmt: skip
+    tracemalloc.start()
+    try:
+        start = _numpy_bytes()
+        training = ks.fit_stream(
+            stream, checkpoint_location=str(tmp_path / "ckpt"), trigger="1 second"
+        )
+        try:
+            deadline = time.time() + 240
+            while training.status["batches"] < 2 and time.time() < deadline:
+                assert training.status["state"] != "failed", training.status
+                time.sleep(0.5)
+            assert training.status["batches"] == 2
+            held = _numpy_bytes() - start
+            weights = training.server.params()
+        finally:
+            training.stop()
+            assert training.await_termination(timeout=120)
+    finally:
+        tracemalloc.stop()
+    # The server's table (and its row versions, 8 bytes a row); nothing else of its size.
+    assert TABLE < held < 1.5 * TABLE, f"{held / TABLE:.2f} tables of numpy memory held"
+    assert not np.array_equal(weights["emb/embeddings"], read_weights(model)["emb/embeddings"])
