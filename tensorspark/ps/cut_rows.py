@@ -10,7 +10,9 @@ own version, and :func:`gather_rows` turns them into the table's rows (ids count
 the block's first row), beside the other tensors assembled as for a full checkpoint.
 :func:`decode_answers` reads the shards' answers without copying them, and :func:`detach`
 copies what would keep an answer alive while the checkpoint is written (a full checkpoint's
-peak on the driver: the assembled model and the file).
+peak on the driver: the assembled model and the file). :func:`read_cut` takes the answers
+one shard at a time: a full cut's slices go straight into the assembled tensors and each
+answer is let go before the next is asked (the driver's peak: the model and one answer).
 
 Runs on the driver; pure but for :class:`CutVersions`, which is thread-safe.
 """
@@ -19,13 +21,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorspark import wire
 from tensorspark.ps.layout import Layout
+from tensorspark.ps.shard import ShardProcess, wait_answer
+from tensorspark.ps.slices import assemble_state
 
 #: An increment's rows: table name -> (ids, values).
 TableRows = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -150,3 +154,62 @@ def detach(params: Mapping[str, np.ndarray], tables: Collection[str]) -> dict[st
     tensor's view would keep a whole answer, a block of a table with it, alive while the
     checkpoint is written."""
     return {k: v if k in tables or v.base is None else np.array(v) for k, v in params.items()}
+
+
+def ask_each(
+    shards: Sequence[ShardProcess], command: str, args: Sequence[Mapping[str, Any] | None]
+) -> Iterator[tuple[Any, bytearray]]:
+    """Each shard's answer to ``command`` (with its ``args``), in shard order, the next
+    shard asked only when the previous answer has been taken (and this holds none)."""
+    for shard, arg in zip(shards, args, strict=True):
+        yield wait_answer(shard.begin(command, arg), 60.0, shard, command)
+
+
+#: What :func:`read_cut` returns: the params, the tables' changed rows, the combiner
+#: state, per shard the applied pushes and the version, and shard 0's state meta.
+Cut = tuple[
+    dict[str, np.ndarray], TableRows, dict[str, np.ndarray], list[int], list[int], dict[str, Any]
+]
+
+
+def read_cut(
+    layout: Layout,
+    answers: Iterable[tuple[Any, bytearray]],
+    tables: Collection[str],
+    incremental: bool,
+) -> Cut:
+    """The shards' answers to ``"snapshot"`` (``answers``: in shard order, each asked when
+    the previous one has been read) as the model's tensors.
+
+    A full cut copies each shard's slices of a split tensor into the assembled one as its
+    answer comes, and lets the answer go before the next shard is asked: the driver holds
+    the model once plus one shard's answer, not the shards' answers and the model (a
+    sharded run's final weights, a full checkpoint). An increment's answers (the rows
+    changed) are gathered together (:func:`gather_rows`). A table whole on one shard
+    stays a view of its answer (most of it); other tensors are copied (:func:`detach`).
+    """
+    params: dict[str, np.ndarray] = {}
+    spare: dict[str, np.ndarray] = {}  # the split tensors, filled shard by shard
+    parts, rows_each, states, applied, versions, meta = [], [], [], [], [], {}
+    i = -1  # (not enumerate: its reused tuple would keep an answer while the next comes)
+    for answer in answers:
+        i += 1
+        (part,), (rows,), (state,), done, version = decode_answers([answer])
+        if i == 0:
+            meta = dict(answer[0].get("state_meta") or {})
+        states.append(detach(state, ()))
+        applied += done
+        versions += version
+        if incremental:
+            parts.append(part)
+            rows_each.append(rows)
+        else:
+            alone = [part if j == i else {} for j in range(len(layout.shards))]
+            params.update(detach(layout.assemble(alone, into=spare), tables))
+            del alone
+        del answer, part, rows, state  # (a full cut: the answer goes before the next)
+    table_rows: TableRows = {}
+    if incremental:
+        parts, table_rows = gather_rows(layout, parts, rows_each)
+        params = detach(layout.assemble(parts), tables)
+    return params, table_rows, detach(assemble_state(layout, states), ()), applied, versions, meta

@@ -12,11 +12,12 @@ a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from tensorspark.errors import ParameterServerError
 
+T = TypeVar("T")
 #: Per partition, the last applied ``(epoch, seq)``.
 Progress = dict[int, tuple[int, int]]
 #: Runs a command on every shard at once: ``(command, args, timeout=..., each=...)`` -> the
@@ -29,9 +30,9 @@ def line_up(
     each: list[Progress],
     shards: int,
     cut_timeout: float,
-    snapshot_args: Sequence[Mapping[str, Any]] | None = None,
-) -> tuple[Progress, list[tuple[Any, bytearray]]]:
-    """Line the shards up at one progress and copy their slices there.
+    fetch: Callable[[], T],
+) -> tuple[Progress, T]:
+    """Line the shards up at one progress and copy their slices there (``fetch``).
 
     Args:
         call: runs a command on every shard at once, with its arguments and a
@@ -39,11 +40,11 @@ def line_up(
         each: every shard's progress as the cut starts.
         shards: how many shards there are (for the message).
         cut_timeout: seconds the shards have to reach the target.
-        snapshot_args: per shard, the arguments of its ``"snapshot"`` (an incremental
-            one's ``rows_since``: that shard's version at the previous checkpoint's cut).
+        fetch: asks the shards for their slices while they hold there (their answers to
+            ``"snapshot"``, one at a time: :func:`tensorspark.ps.cut_rows.read_cut`).
 
     Returns:
-        The progress of the cut and every shard's answer to ``"snapshot"``.
+        The progress of the cut and what ``fetch`` returned.
 
     Raises:
         ParameterServerError: the shards did not line up within ``cut_timeout`` seconds;
@@ -75,10 +76,10 @@ def line_up(
                 f"no consistent snapshot of the {shards} shards within {cut_timeout:g}s: "
                 "some shard still misses pushes others applied"
             )
-        snaps = call("snapshot", None, each=snapshot_args)
+        taken = fetch()
     finally:
         call("release")
-    return target, snaps
+    return target, taken
 
 
 def furthest(a: Progress, b: Mapping[int, tuple[int, int]]) -> Progress:

@@ -81,6 +81,11 @@ class RunServer(Protocol):
         stopped, the arrays it holds themselves, for a caller that only reads them)."""
         ...
 
+    def hand_over(self, weights: Mapping[str, np.ndarray]) -> None:
+        """A stopped server lets go of its arrays, whose values ``weights`` holds now;
+        :meth:`params` and :meth:`snapshot` read them there from then on."""
+        ...
+
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """A consistent copy of the weights, version, progress and combiner state;
         ``rows_since``: the tables' rows changed after that version only, where the server

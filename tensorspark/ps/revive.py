@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,24 +223,38 @@ class Keeper:
         if self.generation != generation:
             raise ParameterServerError("a parameter-server shard restarted during the cut")
 
-    def rebase(self, answers: list[tuple[Any, bytearray]], generation: int) -> None:
-        """A full consistent cut's answers (``cut`` asked): the shards' new bases, unless a
-        restart began since ``generation`` (then the old bases, replayed, still hold)."""
-        metas = [meta for meta, _ in answers]
-        if any(not isinstance(m, Mapping) or "segment" not in m for m in metas):
-            return
+    def staging(
+        self, answers: Iterable[tuple[Any, bytearray]], staged: list[tuple[Any, Path | None]]
+    ) -> Iterator[tuple[Any, bytearray]]:
+        """Pass a full consistent cut's answers (``cut`` asked) through, each shard's slice
+        written to disk as it passes, so the driver never holds every answer at once;
+        ``staged`` gets each answer's meta and path (None: not written, see the log)."""
+        index = -1  # (not enumerate: its reused tuple would keep an answer while the next comes)
+        for answer in answers:
+            index += 1
+            meta, path = answer[0], None
+            if isinstance(meta, Mapping) and "segment" in meta:
+                try:
+                    path = write_base(
+                        self.journal_args(index)["dir"], int(meta["segment"]), answer[1]
+                    )
+                except OSError as err:
+                    logger.warning("shard %d's new base cut could not be written: %s", index, err)
+            staged.append((meta, path))
+            yield answer
+            del answer
+
+    def rebase(self, staged: list[tuple[Any, Path | None]], generation: int) -> None:
+        """A full consistent cut's slices, written by :meth:`staging`: the shards' new
+        bases, unless one was not written or a restart began since ``generation`` (then
+        the old bases, replayed, still hold)."""
         with self.lock:
-            if generation != self.generation or len(answers) != len(self.bases):
+            if generation != self.generation or len(staged) != len(self.bases):
                 return
-            try:  # every slice on disk first: a failed write leaves the old bases whole
-                paths = [
-                    write_base(self.journal_args(i)["dir"], int(meta["segment"]), data)
-                    for i, (meta, data) in enumerate(answers)
-                ]
-            except OSError as err:
-                logger.warning("the shards' new base cut could not be written: %s", err)
+            if any(path is None for _, path in staged):
                 return
-            for index, (meta, _) in enumerate(answers):
+            for index, (meta, path) in enumerate(staged):
+                assert path is not None
                 base = self.bases[index]
                 init = dict(
                     base.init,
@@ -251,7 +265,7 @@ class Keeper:
                 ledger = meta.get("ledger") or {}
                 books = {k: v for k, v in ledger.items() if k != "history"}
                 segment = int(meta["segment"])
-                self.bases[index] = Base(init, paths[index], segment, books)
+                self.bases[index] = Base(init, path, segment, books)
                 drop_before(self.journal_args(index)["dir"], segment)
                 _drop_bases_before(self.journal_args(index)["dir"], segment)
 

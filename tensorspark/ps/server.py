@@ -144,6 +144,7 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         self._sign_requests(s.authenticate, s.secret, s.auth_window)
         self.public_status = s.public_status
         self._notes: dict[str, Any] = {}  # annotate(): the loop thread's, like the store
+        self._elsewhere: Mapping[str, np.ndarray] | None = None  # hand_over()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -206,13 +207,26 @@ class ParameterServer(auth.SignedServer, RoutedServer):
         """A copy of the current global parameters; ``copy=False`` once the server has
         stopped: the arrays it holds (nothing changes them then; a run's final weights
         without a second copy of its tables). Any thread (runs on the loop)."""
+        if self._elsewhere is not None:  # handed over: read where they are now
+            return {k: np.array(v) for k, v in self._elsewhere.items()}
         held = not copy and not self.running
         return self._on_loop(lambda: self._store.params(copy=not held), "params()")
+
+    def hand_over(self, weights: Mapping[str, np.ndarray]) -> None:
+        """A stopped server lets go of its arrays, whose values ``weights`` holds now (a
+        ``fit``'s Keras model, assigned the run's final weights: the driver then holds its
+        tables once); :meth:`params` and :meth:`snapshot` read ``weights`` from then on."""
+        if self.running:
+            raise ConfigurationError("hand_over() needs a stopped server; call stop() first")
+        self._elsewhere = weights
+        self._store.let_go()
 
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """A copy of the current parameters, with version and progress, consistent;
         ``rows_since``: of the row-sparse tables, the rows changed after that version only
         (:attr:`Snapshot.rows`). Any thread (runs on the loop)."""
+        if self._elsewhere is not None:  # a stopped server's: its rows changed no more
+            return self._store.snapshot(held=self._elsewhere)
         return self._on_loop(lambda: self._store.snapshot(rows_since), "snapshot()")
 
     def vocab_maps(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -44,7 +44,7 @@ import numpy as np
 import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.combiners import WeightCombiner
-from tensorspark.ps.cut_rows import CutVersions, decode_answers, detach, gather_rows
+from tensorspark.ps.cut_rows import CutVersions, ask_each, read_cut
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
@@ -59,7 +59,7 @@ from tensorspark.ps.settings import (
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 from tensorspark.ps.shard_calls import PushEvents, call_all, check_shards, progress_each
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
-from tensorspark.ps.slices import assemble_state, shard_inits
+from tensorspark.ps.slices import shard_inits
 from tensorspark.ps.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -117,22 +117,18 @@ class ShardedServer(auth.SignedServer):
         arrays = check_settings(params, s.mode, s.max_staleness, s.combiner, s.compression, adopt)
         num_workers = sync_workers(s.mode, num_workers)
         align = max(ALIGN, self.compression.block if self.compression is not None else 0)
-        # Row-sparse tables are held by rows (whole, or in blocks of rows) where their rows
-        # are routed to.
+        # Row-sparse tables are held by rows (whole, or in row blocks) where rows are routed.
         keep = self._tables = tuple(tables) if s.embeddings == "sparse" else ()
         try:
             self.layout = Layout.plan(arrays, shards, align, keep)
         except ConfigurationError:
             if not keep:
                 raise
-            # Held by rows, the tables leave a shard nothing (a model too small for the
-            # shards): cut them into flat pieces (they then sync whole).
+            # Held by rows, the tables leave a shard empty: flat pieces (they sync whole).
             logger.warning(
                 "embedding tables %s sync whole: held by rows on %d shards they would leave "
-                "a shard empty; use fewer ps_shards for row-sparse sync",
-                list(keep),
-                shards,
-            )
+                "a shard empty; use fewer ps_shards for row-sparse sync", list(keep), shards,
+            )  # fmt: skip
             self.layout = Layout.plan(arrays, shards, align)
         self.mode = s.mode
         self.host = s.host
@@ -176,12 +172,10 @@ class ShardedServer(auth.SignedServer):
             ssl_keyfile=s.ssl_keyfile,
         )
         self._cut_lock = threading.Lock()
-        # The shards' versions at recent cuts: an increment follows one of them.
-        self._cut_versions = CutVersions()
+        self._cut_versions = CutVersions()  # the shards' at recent cuts (increments')
         self._notes: dict[str, dict[str, Any]] = {}  # served in /status (annotate)
         self._started = False
-        # What stop() kept, so the run's result and last checkpoint can still be read.
-        self._final: tuple[Snapshot, dict[str, Any]] | None = None
+        self._final: tuple[Snapshot, dict[str, Any]] | None = None  # stop()'s: still read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,18 +184,15 @@ class ShardedServer(auth.SignedServer):
         return len(self._shards)
 
     @property
-    def port(self) -> int | None:
-        """The status page's port."""
+    def port(self) -> int | None:  # the status page's
         return self._front.port
 
     @property
-    def url(self) -> str:
-        """The status page's (and dashboard's) URL."""
+    def url(self) -> str:  # the status page's (and dashboard's)
         return self._front.url
 
     @property
-    def ports(self) -> list[int]:
-        """The shards' ports, in shard order."""
+    def ports(self) -> list[int]:  # the shards', in shard order
         return [int(s.port or 0) for s in self._shards]
 
     @property
@@ -311,8 +302,6 @@ class ShardedServer(auth.SignedServer):
         if self._started and self._final is None:
             check_shards(self._shards, self._keeper)
 
-    # ------------------------------------------------------------------ calls to all shards
-
     def _all(self, command: str, *args: Any, **kwargs: Any) -> list[tuple[Any, bytearray]]:
         """Run ``command`` on every shard at once (see :func:`call_all`)."""
         return call_all(self._shards, command, *args, **kwargs)
@@ -368,6 +357,11 @@ class ShardedServer(auth.SignedServer):
             return dict(self._final[0].params)
         return {k: v.copy() for k, v in self.snapshot().params.items()}
 
+    def hand_over(self, weights: Mapping[str, np.ndarray]) -> None:
+        """The last cut's arrays let go (see :meth:`ParameterServer.hand_over`)."""
+        if self._final is not None:
+            self._final[0].params = weights  # type: ignore[assignment]
+
     def snapshot(self, rows_since: int | None = None) -> Snapshot:
         """The whole model, version, progress and combiner state at a consistent cut
         (see the module docstring); ``rows_since``: an earlier cut's version: the tables'
@@ -384,34 +378,38 @@ class ShardedServer(auth.SignedServer):
 
     def _snapshot(self, rows_since: int | None) -> Snapshot:
         since = None if rows_since is None else self._cut_versions.since(rows_since)
-        args = None if since is None else [{"rows_since": v} for v in since]
         keeper = self._keeper
-        if args is None and keeper is not None and keeper.watching:  # the next base
-            args = [{"cut": True}] * self.shards
+        rebasing = since is None and keeper is not None and keeper.watching  # the next base
+        args: list[dict[str, Any] | None] = [{"cut": True} if rebasing else None] * self.shards
+        if since is not None:
+            args = [{"rows_since": v} for v in since]
+        staged: list[tuple[Any, Any]] = []  # per shard (meta, path): Keeper.staging
         with self._cut_lock:
             generation = 0 if keeper is None else keeper.cut_generation()
-            target, snaps = line_up(
-                self._all, self._progress_each(), self.shards, self.cut_timeout, args
-            )
+            asks = ask_each(self._shards, "snapshot", args)  # one shard at a time
+            if rebasing and keeper is not None:  # each slice on disk as it passes
+                asks = keeper.staging(asks, staged)
+            target, (params, rows, state, applied, versions, meta) = line_up(
+                self._all, self._progress_each(), self.shards, self.cut_timeout,
+                lambda: read_cut(self.layout, asks, self._tables, since is not None),
+            )  # fmt: skip
             if keeper is not None:  # a shard restarted meanwhile: _recovering cuts again
                 keeper.check_cut(generation)
-                if since is None:
-                    keeper.rebase(snaps, generation)
-        parts, rows_each, states, applied, versions = decode_answers(snaps)
+                if rebasing:
+                    keeper.rebase(staged, generation)
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
-        parts, rows = gather_rows(self.layout, parts, rows_each)
         self._cut_versions.record(max(versions), versions)
         return Snapshot(
-            params=detach(self.layout.assemble(parts), self._tables),
+            params=params,
             rows=rows,
             rows_since=rows_since if rows else None,
             version=max(versions),
             progress={p: {"epoch": e, "seq": s} for p, (e, s) in sorted(target.items())},
             mode=self.mode,
             applied_pushes=min(applied),
-            state=detach(assemble_state(self.layout, states), ()),
-            state_meta=dict(snaps[0][0].get("state_meta") or {}),
+            state=state,
+            state_meta=meta,
         )
 
     def annotate(self, key: str, value: Mapping[str, Any]) -> None:

@@ -130,13 +130,17 @@ class Store(ConsistentCuts):
     def model_bytes(self) -> int:
         return int(sum(a.nbytes for a in self._sets.current.values()))
 
-    def set_num_workers(self, num_workers: int | None) -> None:
-        """How many partitions take part in each sync round (for the next rounds)."""
+    def let_go(self) -> None:
+        """Drop the arrays (held elsewhere now: ``hand_over``), keeping zero-byte views."""
+        sets = self._sets = ParamSets(self._sets.current)  # the row tables' dict: in place
+        for k, v in list(sets.current.items()):
+            sets.current[k] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
+
+    def set_num_workers(self, num_workers: int | None) -> None:  # per round, from the next
         self.num_workers = sync_workers(self.mode, num_workers)
 
     @property
-    def round_timeout(self) -> float:
-        """Sync mode: how long a round waits for missing workers."""
+    def round_timeout(self) -> float:  # sync mode: how long a round waits for the missing
         return self._round.timeout
 
     def set_timers(self, timers: Timers | None) -> None:
@@ -149,16 +153,15 @@ class Store(ConsistentCuts):
         """A copy of the current global parameters (``copy=False``: the arrays held)."""
         return {k: v.copy() if copy else v for k, v in self._sets.current.items()}
 
-    def progress(self) -> dict[int, dict[str, int]]:
-        """Per-partition last applied ``{"epoch", "seq"}``."""
+    def progress(self) -> dict[int, dict[str, int]]:  # per partition, the last applied
         return {p: {"epoch": e, "seq": s} for p, (e, s) in self._progress.items()}
 
-    def snapshot(self, rows_since: int | None = None) -> Snapshot:
+    def snapshot(self, rows_since: int | None = None, held: Any = None) -> Snapshot:
         """A copy of the parameters, with version, progress and the combiner's state;
         ``rows_since``: of each row-sparse table only the rows changed after that version
         (:attr:`Snapshot.rows`, an increment's; the table is left out of ``params``)."""
         state, state_meta = self._rows.with_vocab(*self.combiner.state())
-        current = self._sets.current
+        current = self._sets.current if held is None else held  # held: where they are now
         rows = {} if rows_since is None else self._rows.changed_since(current, rows_since)
         return Snapshot(
             params={k: v.copy() for k, v in current.items() if k not in rows},
@@ -172,8 +175,7 @@ class Store(ConsistentCuts):
             state_meta=state_meta,
         )
 
-    def status(self) -> dict[str, Any]:
-        """The store's part of ``/status`` (the server adds its own fields)."""
+    def status(self) -> dict[str, Any]:  # the store's part of /status (the server adds its own)
         status = {
             "version": self.version,
             "mode": self.mode,

@@ -41,6 +41,7 @@ from tensorspark.export.publisher import Exporter
 from tensorspark.inputs import Input
 from tensorspark.inputs.dataframe import ArrowReader, arrow_input, plan_selected
 from tensorspark.listeners import RunListener
+from tensorspark.models.keras import rebuild_compiled
 from tensorspark.preflight import preflight
 from tensorspark.ps.protocol import RunServer
 from tensorspark.streaming.exports import export_batch, flush_exports
@@ -48,7 +49,7 @@ from tensorspark.streaming.replay import StreamReplay
 from tensorspark.streaming.state import StreamCheckpoints
 from tensorspark.streaming.status import BatchRecord, StreamStatus
 from tensorspark.training.host import RunSettings, ServerHost
-from tensorspark.training.keras_setup import KerasTraining, cache_for
+from tensorspark.training.keras_setup import KerasTraining, cache_for, weight_shapes
 from tensorspark.training.run import RunJob, TrainingRun
 
 logger = logging.getLogger(__name__)
@@ -122,35 +123,39 @@ class MicroBatchTrainer:
         self.on_batch = on_batch
         self.checkpoints = checkpoints
         preflight(sc, f"tensorspark {settings.name}", conf)
-        self.keras = KerasTraining.of(
+        self.keras = KerasTraining.of(  # fit's set-up: no copy of the tables held for it
             model,
             custom_objects,
             sync_interval=settings.sync_interval,
             mixed_precision=mixed_precision,
             row_cache=cache_for(model, settings, conf),
+            lean=True,
         )
         self.feed = self.keras.feed
         checked = self.keras.checked
         dims = checked.input_shape[1:] if isinstance(checked.input_shape, tuple) else ()
         self.num_features = math.prod(int(d) for d in dims) if dims and None not in dims else None
-        self.initial = self.keras.initial
-        self.payload = self.keras.payload  # for serving; a replay's tasks reset the optimizer
+        self.shapes = weight_shapes(model)  # what a micro-batch's run checks the server by
+        # a replay's tasks reset the optimizer
         self.loader = replace(self.keras.loader, fresh_optimizer=self.replay.fresh_optimizer)
         self.exporter = None if export is None else Exporter(
-            sc, export, payload=self.payload, model=self.keras.checked, conf=conf,
+            sc, export, payload=self.payload, model=self._whole(custom_objects), conf=conf,
             custom_objects=custom_objects, batch_size=settings.batch_size,
             features_col=columns.features, label_col=columns.label, listeners=self.listeners,
             mixed_precision=mixed_precision, name=settings.name, call="fit_stream",
         )  # fmt: skip
         self.host = ServerHost(replace(settings, reusable=True, resume=False), None)
         self.host.tables = tuple(tables)  # held by rows: they sync row-sparse through shards
-        resumed = checkpoints.resume(self.initial, settings.mode)  # raises before training
+        resumed = checkpoints.resume(self.shapes, settings.mode)  # raises before training
         self.before = checkpoints.before()
         self.status = StreamStatus(self.before["batches"], self.before["samples"])
         # Each micro-batch's run sets its own partition count on this (reused) server; a
         # sync server must be made with one, so it starts with 1 until the first batch.
         workers = 1 if settings.mode == "sync" else None
-        self.server: RunServer = self.host.acquire(self.initial, workers, checkpoint=resumed)
+        # The model's weights are read here, unless resumed, and the server adopts them.
+        initial = self.shapes if resumed is not None else self.keras.take_initial()
+        self.server: RunServer = self.host.acquire(initial, workers, checkpoint=resumed, adopt=True)
+        del initial, resumed
         if self.exporter is not None:  # DynamicEmbedding tables: exported with their maps
             self.exporter.maps = getattr(self.server, "vocab_maps", None)
         self.status.version = self.server.version
@@ -161,6 +166,17 @@ class MicroBatchTrainer:
         self._closed = False
         self._last_params: dict[str, Any] | None = None
         self._publish()
+
+    @property
+    def payload(self) -> bytes:
+        """The model's ``.keras`` bytes (serving's, exports'; with a row cache made when
+        first read: the workers train a model of slots)."""
+        return self.keras.payload
+
+    def _whole(self, custom_objects: dict[str, Any] | None) -> Any:
+        """A compiled copy of the whole model, rebuilt from :attr:`payload` (the exports'
+        structure; the set-up's checked copy is a model of slots)."""
+        return rebuild_compiled(self.payload, "the exported model", custom_objects)
 
     # ------------------------------------------------------------------ foreachBatch
 
@@ -236,7 +252,9 @@ class MicroBatchTrainer:
                     self.replay.shuffle,
                     seed=self.replay.seed_of(batch_id),
                 ),
-                self.initial,
+                # The running server is reused (checked by shapes); one that stopped
+                # after a failed batch starts again from the model, as it started.
+                self.shapes if self.server.running else self.keras.take_initial(),
                 num_partitions,
                 listeners=self.listeners,
             )

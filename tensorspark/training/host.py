@@ -107,6 +107,7 @@ class ServerHost:
         self.tables: tuple[str, ...] = ()
         self._checkpointer: Checkpointer | None = None
         self._listener: PushListener | None = None
+        self._signature: dict[str, Any] = {}  # the server's weights' shapes and dtypes
 
     def url_for(self, server: RunServer, port: int | None = None) -> str:
         """The URL executors are told for ``server`` (or its shard at ``port``): the
@@ -154,8 +155,8 @@ class ServerHost:
         s = self.settings
         server = self.server
         if server is not None and server.running and s.reusable:
-            expected = {k: (v.shape, v.dtype) for k, v in server.snapshot().params.items()}
-            if expected != {k: (v.shape, v.dtype) for k, v in params.items()}:
+            # What it started with (a snapshot would copy the tables at every run).
+            if self._signature != {k: (v.shape, v.dtype) for k, v in params.items()}:
                 raise ConfigurationError(
                     "server_reusable=True but this run's parameters differ from the running "
                     "server's; call close() first to start a fresh server"
@@ -191,6 +192,7 @@ class ServerHost:
             **more,
         )
         self.server = server
+        self._signature = {k: (v.shape, v.dtype) for k, v in params.items()}
         server.start()
         if self.checkpoints is not None:
             self._checkpointer = Checkpointer(

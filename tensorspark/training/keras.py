@@ -34,7 +34,7 @@ from tensorspark.preflight import preflight
 from tensorspark.training.callbacks import KerasCallbacks, check_callbacks, validation_arrays
 from tensorspark.training.collect import collect_arrays
 from tensorspark.training.host import ServerHost
-from tensorspark.training.keras_setup import KerasTraining, cache_for
+from tensorspark.training.keras_setup import KerasTraining, ModelWeights, cache_for
 from tensorspark.training.result import EpochSnapshots, History, build_history
 from tensorspark.training.run import RunJob, TrainingRun
 from tensorspark.training.session_view import SessionLike
@@ -234,6 +234,12 @@ def _train(
     }
     if train.data_record:  # the table version trained on (a Delta table)
         params["data"] = dict(train.data_record)
+    if driven is None and host.server is not None and not host.server.running:
+        # The final weights are the model's now: the result and the stopped server read
+        # them there, and the driver holds the tables once (in the model). With Keras
+        # callbacks the model may take an epoch's weights instead: the result keeps them.
+        result.params = ModelWeights(model)  # type: ignore[assignment]
+        host.server.hand_over(result.params)
     history = build_history(result.epochs, validation, snapshots, params, result, model)
     logger.info("%s: fit done: %s", settings.name, {k: v[-1] for k, v in history.history.items()})
     return history, result

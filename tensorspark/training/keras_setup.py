@@ -12,7 +12,7 @@ with the input planned with its feed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from tensorspark.models.keras import (
     model_payload,
     read_weights,
     rebuild_compiled,
+    weight_names,
 )
 from tensorspark.models.keras_checks import KerasFeed
 from tensorspark.models.row_cache import CachePlan, check_plan, plan, slot_payload, worker_memory
@@ -119,6 +120,36 @@ class KerasTraining:
         model's, read now and kept by nobody here (the server adopts them, or sends them
         to its shards: the driver then holds no copy of them for the set-up)."""
         return read_weights(self.model) if self.model is not None else self.initial
+
+
+class ModelWeights(Mapping[str, np.ndarray]):
+    """A Keras model's weights by name (:func:`~tensorspark.models.keras.weight_names`),
+    each read when it is read (a copy): a ``fit``'s final weights once they are assigned
+    to the user's model, which then holds them once (the run's result and its stopped
+    server read them there; driver)."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._index = {n: i for i, n in enumerate(weight_names(model))}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.asarray(self._model.weights[self._index[name]].numpy())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def weight_shapes(model: Any) -> dict[str, np.ndarray]:
+    """The model's weights by name as zero-byte arrays of their shapes and dtypes: what a
+    reused server and a checkpoint's signature check a run's weights by, without a copy
+    of the tables (driver)."""
+    return {
+        n: np.broadcast_to(np.zeros((), np.dtype(str(v.dtype))), tuple(v.shape))
+        for n, v in zip(weight_names(model), model.weights, strict=True)
+    }
 
 
 def cache_for(model: Any, settings: Any, conf: Mapping[str, str]) -> CachePlan | None:

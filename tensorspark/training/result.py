@@ -20,7 +20,12 @@ from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
 @dataclass
 class TrainResult:
-    """What a finished run leaves on the driver."""
+    """What a finished run leaves on the driver.
+
+    ``params`` are the run's final weights; after a Keras ``fit`` without Keras callbacks
+    they are read in the session's model when read (a copy each time), which holds them
+    once (its stopped server reads them there too, :meth:`ParameterServer.hand_over`).
+    """
 
     params: dict[str, np.ndarray]
     version: int

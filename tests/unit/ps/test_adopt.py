@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tensorspark.errors import ConfigurationError
 from tensorspark.ps import ParameterServer
 from tensorspark.ps.combiners import get_combiner
 from tensorspark.ps.settings import check_settings
@@ -58,3 +59,25 @@ def test_a_stopped_server_hands_its_arrays_over_and_a_running_one_copies() -> No
     final = server.params(copy=False)
     assert final["emb"] is params["emb"] and final["b"] is params["b"]
     assert server.params()["emb"] is not params["emb"]  # a copy unless asked
+
+
+def test_a_stopped_server_hands_its_arrays_over_to_where_the_weights_are_held() -> None:
+    """After ``hand_over`` a stopped server holds no array: ``params()`` and
+    ``snapshot()`` read the weights where they are now; ``/status`` keeps the sizes."""
+    params = _params()
+    elsewhere = {k: v + 1 for k, v in params.items()}
+    server = ParameterServer(params, "delta", adopt=True)
+    with server:
+        with pytest.raises(ConfigurationError, match="stopped server"):
+            server.hand_over(elsewhere)
+    sizes = {k: server.status()[k] for k in ("num_params", "model_bytes")}
+    server.hand_over(elsewhere)
+    held = server._store._sets.current  # noqa: SLF001
+    assert all(v.nbytes == 0 or v.strides == (0,) * v.ndim for v in held.values())
+    assert not any(np.shares_memory(v, params[k]) for k, v in held.items())
+    for got in (server.params(), server.params(copy=False), server.snapshot().params):
+        assert got.keys() == elsewhere.keys()
+        for k, v in got.items():
+            np.testing.assert_array_equal(v, elsewhere[k])
+            assert not np.shares_memory(v, elsewhere[k])
+    assert {k: server.status()[k] for k in sizes} == sizes
