@@ -54,6 +54,9 @@ KERAS_APP = Path(__file__).resolve().parent / "keras_app.py"
 DASHBOARD = re.compile(r"dashboard at (http://\S+)")
 REQUESTED = re.compile(r"Will request (\d+) executor container")
 LOST = re.compile(r"elastic sync: partition (\d+) lost \(no push or heartbeat")
+LOST_TASK = re.compile(
+    r"Lost task (\d+)\.\d+ in stage \S+ \(TID \d+\) \(\S+ executor (\d+)\): ExecutorLostFailure"
+)
 EPOCHS = 1
 BATCH_SIZE = 64  # keras_app.py's
 SYNC_INTERVAL = 20  # 24 pushes per partition: time to kill mid-run
@@ -154,9 +157,10 @@ def test_elastic_sync_survives_a_killed_executor_container(
     assert report["finalStatus"] == "SUCCEEDED", report
     # YARN reported the container's exit to the driver, and the ApplicationMaster asked for
     # a replacement: 2 executor containers at the start, then 1 more.
-    assert re.search(
-        rf"Lost executor \d+ on \S+: .*{killed['container']}.* Exit status: 137", run.output
-    ), run.tail()
+    exit_line = re.search(
+        rf"Lost executor (\d+) on \S+: .*{killed['container']}.* Exit status: 137", run.output
+    )
+    assert exit_line is not None, run.tail()
     am_log = yarn_cluster.am_logs(killed["app_id"])["stderr"]
     requested = [int(n) for n in REQUESTED.findall(am_log)]
     assert requested[:2] == [2, 1], [line for line in am_log.splitlines() if "request" in line]
@@ -184,12 +188,15 @@ def test_elastic_sync_survives_a_killed_executor_container(
         k: status[k]
         for k in ("short_rounds", "partitions_lost", "partitions_rejoined", "seconds_lost")
     }
-    # The driver's log names the partition; its rerun resumed after its last applied push
-    # (whole chunks skipped), the survivor skipped nothing.
+    # The driver's log names the partition lost: the one whose task ran on the killed
+    # executor. Its rerun resumed after its last applied push (whole chunks skipped, at
+    # least those applied before the kill), the survivor skipped nothing.
     [lost] = {int(n) for n in LOST.findall(run.output)}
     assert f"elastic sync: partition {lost} rejoined" in run.output, run.tail()
+    assert LOST_TASK.findall(run.output) == [(str(lost), exit_line[1])], run.tail()
     skipped = {p["partition"]: p["skipped_batches"] for p in partitions}
-    assert skipped[lost] > 0 and skipped[lost] % SYNC_INTERVAL == 0, partitions
+    assert skipped[lost] >= killed["pushes"][lost] * SYNC_INTERVAL, (partitions, killed)
+    assert skipped[lost] % SYNC_INTERVAL == 0, partitions
     assert skipped[1 - lost] == 0, partitions
     assert result["accuracy"] >= 0.80
     assert yarn_cluster.wait_no_containers() == []
