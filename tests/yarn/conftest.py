@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +45,7 @@ import pyspark
 import pytest
 
 from tests.hdfs.conftest import MINICLUSTER, java_executable, resolve_classpath
+from tests.yarn.submission import STOP_TIMEOUT_S, SUBMIT_TIMEOUT_S, RunningSubmission, Submission
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = MINICLUSTER / "YarnMiniCluster.java"
 NODE_MANAGERS = 2
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_YARN_START_TIMEOUT", "240"))
-STOP_TIMEOUT_S = 60.0
-SUBMIT_TIMEOUT_S = 600.0
 FINAL_TIMEOUT_S = 90.0
-APP_ID = re.compile(r"\b(application_\d+_\d+)\b")
 #: Where the tests keep Fashion-MNIST on the cluster's HDFS.
 DATA_DIR = "/data/fashion-mnist"
 
@@ -98,19 +95,6 @@ def _compiled_launcher(classpath: str) -> Path:
 def _java_home() -> str:
     """JAVA_HOME for the cluster: containers are started with it (``$JAVA_HOME/bin/java``)."""
     return str(Path(java_executable()).resolve().parent.parent)
-
-
-@dataclass
-class Submission:
-    """A finished ``spark-submit``: its exit status, output, the application and time."""
-
-    returncode: int
-    output: str
-    app_id: str | None
-    seconds: float
-
-    def tail(self, chars: int = 6000) -> str:
-        return self.output[-chars:]
 
 
 @dataclass
@@ -288,7 +272,7 @@ class YarnCluster:
             conf["spark.yarn.appMasterEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
         return conf
 
-    def submit(
+    def start(
         self,
         app: Path,
         args: list[str],
@@ -297,12 +281,12 @@ class YarnCluster:
         name: str,
         conf: dict[str, str] | None = None,
         cwd: Path,
-        timeout: float = SUBMIT_TIMEOUT_S,
-    ) -> Submission:
-        """Run ``spark-submit --master yarn --deploy-mode MODE APP ARGS`` to its end.
+    ) -> RunningSubmission:
+        """Start ``spark-submit --master yarn --deploy-mode MODE APP ARGS`` and return at once.
 
-        The submitter runs in its own process group, killed as a whole if it outlives
-        ``timeout`` (the test then fails: a run must never hang).
+        The submitter runs in its own process group; its output goes to ``cwd/NAME.log``,
+        which a test reads while the application runs (e.g. for the driver's server address
+        in client mode).
         """
         spark_submit = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
         command = [
@@ -317,29 +301,37 @@ class YarnCluster:
         for key, value in {**self.submit_conf(), **(conf or {})}.items():
             command += ["--conf", f"{key}={value}"]
         command += [str(app), *args]
-        started = time.monotonic()
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=self.submit_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            out, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            out, _ = process.communicate()
-            text = out.decode(errors="replace")
-            pytest.fail(f"spark-submit {name} did not end within {timeout:.0f} s:\n{text[-6000:]}")
-        text = out.decode(errors="replace")
-        ids = APP_ID.findall(text)
-        return Submission(
-            process.returncode, text, ids[0] if ids else None, time.monotonic() - started
-        )
+        log = cwd / f"{name}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=self.submit_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return RunningSubmission(process, log, name, time.monotonic())
+
+    def submit(
+        self,
+        app: Path,
+        args: list[str],
+        *,
+        deploy_mode: str,
+        name: str,
+        conf: dict[str, str] | None = None,
+        cwd: Path,
+        timeout: float = SUBMIT_TIMEOUT_S,
+    ) -> Submission:
+        """Run ``spark-submit --master yarn --deploy-mode MODE APP ARGS`` to its end.
+
+        The submitter is killed as a whole if it outlives ``timeout`` (the test then fails:
+        a run must never hang).
+        """
+        running = self.start(app, args, deploy_mode=deploy_mode, name=name, conf=conf, cwd=cwd)
+        return running.wait(timeout)
 
     # ------------------------------------------------------------------ life cycle
 
