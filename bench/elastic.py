@@ -367,7 +367,8 @@ def main() -> None:
         cluster = new_cluster(Path(tmp), worker_hosts=hosts)
         try:
             start_cluster(cluster)
-            quiet = {"spark.ui.showConsoleProgress": "false"}
+            # The driver JVM holds the 60,000 rows it parallelizes (its default heap did not).
+            quiet = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g"}
             sc = cluster.context("bench-elastic", executors=args.executors, **quiet)
             try:
                 train = sc.parallelize(list(zip(x, y, strict=True)), args.executors).cache()

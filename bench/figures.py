@@ -41,6 +41,7 @@ DOCUMENTS = (
     "docs/guide/embeddings.md",
     "docs/guide/cold-starts.md",
     "docs/guide/streaming.md",
+    "docs/guide/training-modes.md",
     "docs/guide/inference.md",
     "docs/guide/communication.md",
     "docs/guide/optuna.md",

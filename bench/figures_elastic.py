@@ -1,0 +1,108 @@
+"""The training-modes guide's table of elastic sync runs, written from the newest stored run
+of ``bench/elastic.py``.
+
+Part of ``bench/figures.py`` (through ``figures_tables.BLOCKS``): the Keras MLP on
+Fashion-MNIST in sync mode on a standalone cluster, uninterrupted and losing one executor
+at 30 % and at 60 % of its pushes, beside today's fail-fast barrier stage that is resumed
+by hand, and the issue's bars checked on each loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import figures_runs as fr
+
+#: How the guide names each run.
+RUN_LABELS = {
+    "uninterrupted": "uninterrupted (elastic)",
+    "lost_at_30": "**executor lost at 30 %** (elastic)",
+    "lost_at_60": "**executor lost at 60 %** (elastic)",
+    "barrier_resume": "executor lost at 30 %, barrier stage: fails, then `resume=True`",
+    "uninterrupted_again": "uninterrupted again (elastic)",
+}
+NO_RUN = (
+    "No stored run of `bench/elastic.py` yet: `python bench/elastic.py --out "
+    "bench/results/elastic.json` writes one (about 8 minutes on 2 cores), and "
+    "`python bench/figures.py` writes its table here."
+)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _row(label: str, run: dict[str, Any]) -> str:
+    ratios = run.get("ratios") or {}
+    vs = f"{ratios['wall_over_uninterrupted']:.2f}x" if ratios else "1x (baseline)"
+    if ratios:
+        vs += f", {ratios['overhead_s']:+.1f} s ({ratios['overhead_in_rounds']:+.1f} rounds)"
+    replaced = run.get("replacement_registered_s")
+    if "waited_for_executor_s" in run:
+        replaced = run["waited_for_executor_s"]
+    short = run.get("short_rounds", "-")
+    rejoined = run.get("partitions_rejoined", "-")
+    lost = run.get("seconds_lost")
+    return (
+        f"| {label} | {run['wall_s']:.1f} s | {vs} | {_seconds(replaced)} | {short} | "
+        f"{rejoined} | {_seconds(lost)} | {run['pushes_applied']}/{run['pushes_expected']} | "
+        f"{run['test_accuracy']:.4f} |"
+    )
+
+
+def bars(data: dict[str, Any]) -> dict[str, bool]:
+    """The issue's bars on each elastic loss: it completed on its own with exactly the
+    pushes and samples the data implies; test accuracy within 0.005 of the uninterrupted
+    runs; overhead at most the executor's replacement time plus 2 rounds."""
+    out: dict[str, bool] = {}
+    runs = data["runs"]
+    base = runs["uninterrupted"]
+    round_s = base["wall_s"] / max(1, base["rounds"])
+    for name, run in runs.items():
+        if not name.startswith("lost_at_"):
+            continue
+        at = name.removeprefix("lost_at_")
+        out[f"{at} %: completed, pushes and samples exact"] = (
+            run["pushes_applied"] == run["pushes_expected"]
+            and run["samples_applied"] == run["samples_expected"]
+        )
+        out[f"{at} %: accuracy within 0.005"] = (
+            abs(run["ratios"]["accuracy_minus_uninterrupted"]) <= 0.005
+        )
+        replaced = run.get("replacement_registered_s")
+        allowed = (replaced if replaced is not None else data["lost_after"]) + 2 * round_s
+        out[f"{at} %: overhead ≤ replacement + 2 rounds"] = run["ratios"]["overhead_s"] <= allowed
+    return out
+
+
+def elastic_table() -> str:
+    """Each run of the newest stored ``bench/elastic.py`` run, and its bars."""
+    try:
+        run = fr.runs("elastic")[0]
+    except FileNotFoundError:
+        return NO_RUN
+    data = run.data
+    lines = [
+        f"Newest stored run {run.cite}, load {run.load}: {data['rows']:,} rows, "
+        f"{data['epochs']} epochs, batch {data['batch_size']}, `sync_interval="
+        f"{data['sync_interval']}`, `lost_after={data['lost_after']}`, on a {data['cluster']}:",
+        "",
+        "| run | wall | vs uninterrupted | executor replaced after | short rounds | "
+        "partitions rejoined | seconds lost | pushes applied/expected | test accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, label in RUN_LABELS.items():
+        if name in data["runs"]:
+            lines.append(_row(label, data["runs"][name]))
+    checks = bars(data)
+    lines += ["", f"Bars: {fr.verdict(checks)}."]
+    barrier = data["runs"].get("barrier_resume")
+    if barrier is not None:
+        lines.append(
+            "The barrier stage's run failed after "
+            f"{barrier['failed_after_s']:.1f} s, waited {barrier['waited_for_executor_s']:.1f} s "
+            "for the replacement executor, and redid at least "
+            f"{barrier['rounds_redone_at_least']} rounds from its last checkpoint when resumed "
+            "(a user's step, counted here as if immediate)."
+        )
+    return "\n".join(lines)
