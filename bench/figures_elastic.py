@@ -85,7 +85,7 @@ def elastic_table() -> str:
     lines = [
         f"Newest stored run {run.cite}, load {run.load}: {data['rows']:,} rows, "
         f"{data['epochs']} epochs, batch {data['batch_size']}, `sync_interval="
-        f"{data['sync_interval']}`, `lost_after={data['lost_after']}`, on a {data['cluster']}:",
+        f"{data['sync_interval']}`, `lost_after={data['lost_after']}`; cluster {data['cluster']}:",
         "",
         "| run | wall | vs uninterrupted | executor replaced after | short rounds | "
         "partitions rejoined | seconds lost | pushes applied/expected | test accuracy |",
@@ -93,6 +93,9 @@ def elastic_table() -> str:
     ]
     for name, label in RUN_LABELS.items():
         if name in data["runs"]:
+            killed = data["runs"][name].get("killed") or {}
+            if "fraction" in killed:  # when the kill landed (the driver polls twice a second)
+                label += f", killed at {killed['fraction']:.0%} of the pushes"
             lines.append(_row(label, data["runs"][name]))
     checks = bars(data)
     lines += ["", f"Bars: {fr.verdict(checks)}."]
