@@ -145,30 +145,12 @@ def wait_replaced(sc: Any, before: set[str], count: int) -> None:
         time.sleep(0.25)
 
 
-def executor_jvms(app_id: str) -> dict[str, int]:
-    """The executor JVMs of application ``app_id`` on this machine: executor id -> pid."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
-            and app_id.encode() in args
-            and b"--executor-id" in args
-        ):
-            found[args[args.index(b"--executor-id") + 1].decode()] = int(entry.name)
-    return found
-
-
 def _listener(sc: Any, expected: int, kill_at: float | None, executors: int) -> Any:
     """A RunListener that SIGKILLs one executor JVM once ``kill_at`` of the ``expected``
     pushes are applied, and times its replacement (:meth:`replaced` after the run when it
     registered later); it keeps the last status polled."""
     import tensorspark as sps
+    from tests.cluster.conftest import executor_jvms
 
     class Killer(sps.RunListener):
         def __init__(self) -> None:

@@ -22,7 +22,7 @@ import pytest
 from pyspark import SparkContext
 
 import tensorspark as sps
-from tests.cluster.conftest import WORKER_CORES, WORKERS, StandaloneCluster
+from tests.cluster.conftest import WORKER_CORES, WORKERS, StandaloneCluster, executor_jvms
 from tests.netns.training import data, expected_pushes, keras_model, partition_rows
 
 logger = logging.getLogger(__name__)
@@ -42,25 +42,6 @@ def kill_sc(spark_cluster: StandaloneCluster) -> Iterator[SparkContext]:
         yield sc
     finally:
         sc.stop()
-
-
-def executor_jvms(app_id: str) -> dict[str, int]:
-    """The executor JVMs of application ``app_id`` on this machine: executor id -> pid."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
-            and app_id.encode() in args
-            and b"--executor-id" in args
-        ):
-            found[args[args.index(b"--executor-id") + 1].decode()] = int(entry.name)
-    return found
 
 
 class Preemption(sps.RunListener):
