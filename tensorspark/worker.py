@@ -10,13 +10,11 @@ Runs on executors, inside a Spark task. For its partition the loop
 4. follows the run's control, which every answer of the server carries
    (:mod:`tensorspark.ps.control`): a new learning rate from the next chunk on; a stop
    ends the loop after the current sync (pushed and answered once, as any other),
-5. leaves the server (``done`` or ``failed``) and returns its statistics. ``done`` is
-   sent only once every epoch has run: the driver takes it as the partition's end of every
-   epoch (:mod:`tensorspark.training.watch`), which is how a partition without rows, which
-   never pushes, ends its epochs for the run's listeners.
+5. leaves the server (``done`` or ``failed``) and returns its statistics. ``done``, sent
+   once every epoch has run, ends every epoch of the partition for the driver
+   (:mod:`tensorspark.training.watch`): how a partition without rows ends its epochs.
 
-Adapters (``tensorspark.models``) differ in how they train a chunk of batches and move
-weights; this loop does not change with the model type.
+Adapters (``tensorspark.models``) differ in how they train a chunk and move weights.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError, DivergenceError, ParameterServerError
 from tensorspark.inputs.base import Passes
+from tensorspark.jobs import attempt_number
 from tensorspark.models.base import TrainableModel
 from tensorspark.models.vocab_sync import VocabSync, make_vocab_sync
 from tensorspark.partition import EpochSource
@@ -384,7 +383,8 @@ class _Loop:
             self.rows.reset_residual()
         if response.status == "diverged" and self.config.on_divergence == "fail":
             raise DivergenceError(
-                f"worker for partition {self.partition} (attempt {self.attempt}) produced "
+                f"worker for partition {self.partition} (attempt "
+                f"{attempt_number(self.attempt)}) produced "
                 f"non-finite parameters (NaN/Inf) in epoch {epoch}, mini-batches "
                 f"{batches[0]}-{batches[1]}; the server rejected the update. Lower the learning "
                 "rate, check the input data for NaN/Inf, or pass on_divergence='skip' to drop such "
