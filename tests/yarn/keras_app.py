@@ -32,6 +32,7 @@ STATUS_KEYS = (
     "partitions_lost",
     "partitions_rejoined",
     "seconds_lost",
+    "superseded_pushes",
 )
 
 
