@@ -40,15 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cluster_env  # bench/cluster_env.py: set before pyspark is imported
 import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `tests.cluster.conftest` (the cluster launcher)
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+ROOT = cluster_env.use_checkout()  # the executors' environment, this checkout first
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 

@@ -121,8 +121,7 @@ def headline() -> str:
     _, scoring_checks = fr.inference(scoring)
     comm = _newest("comm")
     _, comm_checks = fr.comm(comm)
-    best = comm.data["configs"]["int8_nesterov_1000"]["bytes_per_sample_to_target"]
-    fewer = comm.data["configs"]["default"]["bytes_per_sample_to_target"] / best
+    _, fewer = fr.comm_bytes(comm)
     cap = _newest("ps_capacity")
     low, high = fr.ps_capacity_range(cap, 1_000_000)
     emb = _newest("embeddings", _full_size_embeddings)

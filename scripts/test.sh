@@ -75,8 +75,11 @@ if [ "$full" = 1 ]; then
 fi
 
 phase "main pytest run"
-.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 "$@" || rc=$?
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 \
+  --junitxml="$logs/main-junit.xml" "$@" || rc=$?
 phase_end "$([ "$rc" = 0 ] || echo "failed (exit $rc)")"
+# Where its minutes went: per test set and the slowest modules (from the JUnit XML).
+[ ! -f "$logs/main-junit.xml" ] || .venv/bin/python scripts/durations.py "$logs/main-junit.xml" || true
 
 if [ "$full" = 1 ]; then
   # pyspark 4.0/4.1/4.2 install and import (pip and one small local job each), beside the

@@ -32,7 +32,6 @@ import numpy as np
 from tensorspark.blocks import Block
 from tensorspark.errors import ConfigurationError, DivergenceError, ParameterServerError
 from tensorspark.inputs.base import Passes
-from tensorspark.jobs import attempt_number
 from tensorspark.models.base import TrainableModel
 from tensorspark.models.vocab_sync import VocabSync, make_vocab_sync
 from tensorspark.partition import EpochSource
@@ -292,7 +291,7 @@ class _Loop:
                     if cached:
                         chunk = self._admit(chunk, following)
                     if self.vocab is not None:  # the chunk's ids mapped to rows first
-                        self.vocab.before(chunk, epoch, seq)
+                        chunk = self.vocab.before(chunk, epoch, seq)
                     result = self.model.train_chunk(chunk)
                     stats.add(result)
                     self._sync(epoch, seq, result, span, epoch_end=is_last)
@@ -382,9 +381,7 @@ class _Loop:
         if response.status == "diverged" and self.rows is not None:
             self.rows.reset_residual()
         if response.status == "diverged" and self.config.on_divergence == "fail":
-            raise DivergenceError(
-                f"worker for partition {self.partition} (attempt "
-                f"{attempt_number(self.attempt)}) produced "
+            raise DivergenceError(  # TrainWork names the worker: partition, attempt number
                 f"non-finite parameters (NaN/Inf) in epoch {epoch}, mini-batches "
                 f"{batches[0]}-{batches[1]}; the server rejected the update. Lower the learning "
                 "rate, check the input data for NaN/Inf, or pass on_divergence='skip' to drop such "

@@ -4,7 +4,9 @@ A TF1 session has no compiled metrics and no input layer, so the user names what
 server feeds and fetches (``Export(inputs={"x": "x:0"}, outputs={"y": "Softmax:0"})``):
 the SavedModel is written with ``tf.compat.v1.saved_model.Builder`` under the serving
 tag, its ``serving_default`` signature mapping those names to the tensors, and the
-session's variables as they are after the run (the server's final values). Numbering,
+session's variables as they are after the run (the server's final values); an input
+that a dynamic table looks up takes raw ids, mapped inside the SavedModel
+(:mod:`tensorspark.export.graph_vocab`). Numbering,
 the hidden folder and its rename, and retention are the Keras exports'
 (:mod:`tensorspark.export.layout`, :mod:`tensorspark.export.saved`). The quality gate
 scores compiled Keras metrics and is refused here.
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
+from tensorspark.export.graph_vocab import mapped_inputs, write_mapped
 from tensorspark.export.layout import check_writable, next_version, retire, sweep_partial
 from tensorspark.export.publisher import RECORD_FILE
 from tensorspark.export.saved import publish
@@ -80,13 +83,19 @@ class GraphExport:
         self.outputs = graph_tensors(
             session, tensor_names("outputs", spec.outputs) or {}, "outputs"
         )
+        #: The inputs a dynamic table looks up: exported taking raw ids (graph_vocab.py).
+        self.mapped = mapped_inputs(session, self.inputs)
         self.storage, self.base = open_storage(spec.base_path, user=spec.user, conf=conf)
         check_writable(self.storage, self.base, spec.base_path)
         sweep_partial(self.storage, self.base)
         self.listeners = ListenerList([x for x in listeners if isinstance(x, RunListener)])
 
     def write(self, folder: str) -> None:
-        """The SavedModel of the session's graph and current variables into ``folder``."""
+        """The SavedModel of the session's graph and current variables into ``folder``
+        (with dynamic tables: their inputs take raw ids, :func:`write_mapped`)."""
+        if self.mapped:
+            write_mapped(self.session, self.inputs, self.outputs, self.mapped, folder)
+            return
         import tensorflow as tf
 
         tf1 = tf.compat.v1

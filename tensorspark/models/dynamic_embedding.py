@@ -32,6 +32,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from tensorspark.models.id_rows import IdRowMap, new_table
 from tensorspark.ps.vocab import POLICIES, check_capacity
 
 
@@ -53,7 +54,7 @@ def hash_ids(strings: Any) -> Any:
 
 
 @keras.saving.register_keras_serializable(package="tensorspark")
-class DynamicEmbedding(keras.layers.Embedding):
+class DynamicEmbedding(IdRowMap, keras.layers.Embedding):
     """An embedding table for an unbounded vocabulary (see the module docstring).
 
     Args:
@@ -65,7 +66,9 @@ class DynamicEmbedding(keras.layers.Embedding):
         ttl: seconds, for ``policy="ttl"``.
         embeddings_initializer: the values a row takes when an id is admitted to it
             (``"uniform"``, ``"zeros"``, ``"normal"``, ``"truncated_normal"`` or such a
-            ``keras.initializers`` object: the server draws them for each fresh row).
+            ``keras.initializers`` object, its ``seed`` kept: the server and the workers
+            draw a fresh row's values alike from the table's seed, the id and the row,
+            so they need not travel; see :mod:`tensorspark.ps.vocab_draw`).
 
     Inputs are int32/int64 raw ids of any shape; outputs add a last axis of
     ``output_dim``. ``mask_zero`` and ``sparse`` are not supported (0 is an id like any).
@@ -82,10 +85,12 @@ class DynamicEmbedding(keras.layers.Embedding):
 
     In ``fit`` the layer must look up a model input directly (int32/int64), with a
     row-sparse optimizer (``SGD`` without momentum, ``Adagrad``/``RowAdagrad``,
-    ``RowAdam``). Refused on the driver for now: ``ps_shards > 1``, ``embeddings='dense'``,
-    ``row_cache``, ``max_staleness``, ``compression``, combiners other than ``delta`` and
-    ``dynsgd``, and an export ``gate``. A new server starts with an empty map (a model's
-    earlier map is kept by ``server_reusable=True`` or ``resume=True`` from a checkpoint).
+    ``RowAdam``); ``compression`` (int8 included), ``max_staleness`` and ``ps_shards > 1``
+    (each shard owns the map of its block of rows: :mod:`tensorspark.ps.vocab_shards`) are
+    supported. Refused on the driver for now: ``embeddings='dense'``, ``row_cache``,
+    combiners other than ``delta`` and ``dynsgd``, and an export ``gate``.
+    A new server starts with an empty map (a model's earlier map is kept by
+    ``server_reusable=True`` or ``resume=True`` from a checkpoint).
     Sizing: rows in use never exceed ``capacity``; give it the ids you want to keep warm
     at once (the popular ones of a window), ``min_count`` > 1 to keep one-off ids out.
     """
@@ -120,60 +125,7 @@ class DynamicEmbedding(keras.layers.Embedding):
         self.min_count = int(min_count)
         self.policy = policy
         self.ttl = None if ttl is None else float(ttl)
-        self._map = _new_table()
-
-    # ------------------------------------------------------------------ the map
-
-    @property
-    def id_map(self) -> Any:
-        """The layer's id -> row table (``MutableHashTable``)."""
-        return self._map
-
-    def map_items(self) -> tuple[np.ndarray, np.ndarray]:
-        """The map's ``(ids, rows)``, int64, sorted by row."""
-        ids, rows = self._map.export()
-        ids, rows = np.asarray(ids, np.int64), np.asarray(rows, np.int64)
-        order = np.argsort(rows, kind="stable")
-        return ids[order], rows[order]
-
-    def set_map(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Replace the whole map with ``ids -> rows``."""
-        self._map.remove(self._map.export()[0])
-        self.map_insert(ids, rows)
-
-    def map_insert(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Map ``ids`` to ``rows`` (replacing what those ids mapped to)."""
-        import tensorflow as tf
-
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if ids.size:
-            self._map.insert(tf.constant(ids), tf.constant(np.asarray(rows, np.int64)))
-
-    def map_remove(self, ids: np.ndarray) -> None:
-        """Remove ``ids`` from the map (those not in it: nothing)."""
-        import tensorflow as tf
-
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if ids.size:
-            self._map.remove(tf.constant(ids))
-
-    def map_remove_rows(self, rows: np.ndarray) -> None:
-        """Remove the ids mapped to any of ``rows`` (freed by the server)."""
-        import tensorflow as tf
-
-        rows = np.asarray(rows, np.int64).reshape(-1)
-        if not rows.size:
-            return
-        ids, held = self._map.export()
-        gone = np.asarray(ids)[np.isin(np.asarray(held), rows)]
-        if gone.size:
-            self._map.remove(tf.constant(gone.astype(np.int64)))
-
-    def lookup_rows(self, ids: Any) -> Any:
-        """Rows of raw ``ids`` (-1: not in the map), a ``tf.Tensor``."""
-        import tensorflow as tf
-
-        return self._map.lookup(tf.cast(ids, tf.int64))
+        self._map = new_table()
 
     # ------------------------------------------------------------------ Keras
 
@@ -252,14 +204,6 @@ def _check_memory(capacity: int, output_dim: Any) -> None:
         )
 
 
-def _new_table() -> Any:
-    import tensorflow as tf
-
-    return tf.lookup.experimental.MutableHashTable(
-        key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1
-    )
-
-
 def dynamic_layers(model: Any) -> list[DynamicEmbedding]:
     """The :class:`DynamicEmbedding` layers of ``model``, nested models included."""
     from tensorspark.models.embeddings import _walk
@@ -299,9 +243,10 @@ def check_id_features(model: Any, features: Any, what: str) -> None:
 
 
 def initializer_spec(layer: DynamicEmbedding) -> dict[str, Any]:
-    """The layer's ``embeddings_initializer`` as the server draws it: ``{"kind":
-    "uniform", "low", "high"}``, ``{"kind": "normal", "mean", "stddev", "truncated"}`` or
-    ``{"kind": "zeros"}``.
+    """The layer's ``embeddings_initializer`` as the server and workers draw fresh rows
+    from it (:mod:`tensorspark.ps.vocab_draw`): ``{"kind": "uniform", "low", "high"}``,
+    ``{"kind": "normal", "mean", "stddev", "truncated"}`` or ``{"kind": "zeros"}``, with
+    ``"seed"`` when the initializer names one.
 
     Raises:
         ValueError: another initializer (the server could not draw a fresh row from it).
@@ -309,14 +254,20 @@ def initializer_spec(layer: DynamicEmbedding) -> dict[str, Any]:
     init = keras.initializers.get(layer.embeddings_initializer)
     name = type(init).__name__
     conf = init.get_config()
+    seed = conf.get("seed")
+    # The initializer's own seed, when it names one, seeds the fresh rows' draws (else
+    # the server picks one: tensorspark.ps.vocab_draw).
+    seeded = {"seed": seed} if type(seed) is int and seed >= 0 else {}
     if name == "RandomUniform":
-        return {"kind": "uniform", "low": float(conf["minval"]), "high": float(conf["maxval"])}
+        low, high = float(conf["minval"]), float(conf["maxval"])
+        return {"kind": "uniform", "low": low, "high": high, **seeded}
     if name in ("RandomNormal", "TruncatedNormal"):
         return {
             "kind": "normal",
             "mean": float(conf["mean"]),
             "stddev": float(conf["stddev"]),
             "truncated": name == "TruncatedNormal",
+            **seeded,
         }
     if name == "Zeros":
         return {"kind": "zeros"}

@@ -58,16 +58,25 @@ ASSIGN_BLOCK_BYTES = 16 * 2**20
 
 
 def assign_rows(variable: Any, value: np.ndarray) -> None:
-    """Assign ``value`` to a Keras ``variable`` of its shape, a large one in blocks of rows
-    written in place (driver: a run's final weights into the user's model). TensorFlow
-    copies a value it is given before it assigns it: a whole table's assignment held the
-    table twice more for a moment (and once more after, measured at 2^21 x 32); a block's
-    holds the block. The blocks are scatter updates: a slice assignment (``v[a:b].assign``)
+    """Assign ``value`` to a Keras ``variable`` of its shape, written in place in blocks of
+    rows (one block for a small value; driver: a run's final weights into the user's
+    model), so the variable keeps its own buffer.
+
+    TensorFlow copies a value it is given before it assigns it: a whole table's assignment
+    held the table twice more for a moment (and once more after, measured at 2^21 x 32); a
+    block's holds the block. And a whole assignment may swap the variable's buffer for that
+    copy: the copy is numpy's, and TensorFlow adopts a numpy buffer whose address happens
+    to be 64-byte aligned (else it copies it into its own), then the assignment takes the
+    unshared input as the variable's. Which of the two depends on where malloc placed the
+    copy, so after other work in the process the model's table was, now and then, numpy's
+    memory (issue 41: one table of numpy memory "held" after ``fit``, which was the
+    model's own). A scatter update writes into the variable's buffer whatever the
+    alignment. The blocks are scatter updates: a slice assignment (``v[a:b].assign``)
     copies the whole variable at its first use, which TensorFlow's CPU allocator (oneDNN's
     pool) keeps after, one table more for good on a fresh model (measured at 2^20 x 32)."""
     value = np.asarray(value)
     held: Any = getattr(variable, "value", None)  # the backend's variable (TensorFlow's)
-    if value.ndim == 0 or value.nbytes <= ASSIGN_BLOCK_BYTES or not hasattr(held, "scatter_update"):
+    if value.ndim == 0 or value.size == 0 or not hasattr(held, "scatter_update"):
         variable.assign(value)
         return
     import tensorflow as tf

@@ -23,6 +23,7 @@ from tensorspark.errors import ConfigurationError
 from tensorspark.fileio.spec import Feed
 from tensorspark.models.base import ModelLoader, ModelSource
 from tensorspark.models.tf1_rows import TF1RowAccess, check_fed_ids, graph_tables, id_checker
+from tensorspark.models.tf1_vocab import worker_tables
 from tensorspark.tfthreads import import_tensorflow_quietly
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class TF1GraphSpec:
     fetch_names: tuple[str, ...]
     loss_name: str | None = None
     run_options: bytes | None = None
+    dynamic: tuple[tuple[str, int], ...] = ()  # (table, capacity): models/tf1_vocab.py
 
 
 def _tf1() -> Any:
@@ -292,9 +294,11 @@ class TF1Model:
         fetch = [self.graph.as_graph_element(n) for n in spec.fetch_names]
         synced = {n: variables[n] for n in spec.param_names if n in variables}
         tables = graph_tables(self.graph, synced)
-        self.check_ids = id_checker(self.graph, spec.feed_names)  # the worker's, per chunk
-        # Row access adds its gather and scatter ops now, before the graph is finalized.
-        self._rows = (
+        self.check_ids = id_checker(self.graph, spec.feed_names, dict(spec.dynamic))  # per chunk
+        self.dynamic_tables = worker_tables(self.session, variables, spec, fetch)
+        # Row access to the tables (row-sparse sync), or None: it adds its gather and
+        # scatter ops now, before the graph is finalized.
+        self.rows: TF1RowAccess | None = (
             TF1RowAccess(self.session, self.loader, synced, tables, spec.feed_names, fetch)
             if tables
             else None
@@ -310,11 +314,6 @@ class TF1Model:
             config_pb2.RunOptions.FromString(spec.run_options) if spec.run_options else None
         )
 
-    @property
-    def rows(self) -> TF1RowAccess | None:
-        """Row access to the graph's embedding tables (row-sparse sync), or None."""
-        return self._rows
-
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.loader.read(self.session, self.spec.param_names)
 
@@ -324,8 +323,8 @@ class TF1Model:
     def train_chunk(self, batches: list[Block]) -> dict[str, float]:
         samples = 0
         loss = 0.0
-        if self._rows is not None:
-            self._rows.saw(batches)
+        if self.rows is not None:
+            self.rows.saw(batches)
         for batch in batches:
             n = len(batch[0])
             out = self.session.run(

@@ -28,7 +28,7 @@ placeholders the run feeds. Then only the fed ids' rows are compared.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ _HARMLESS = (
     )
 )
 #: Updates that change only the rows named by their ``indices`` input.
-_SPARSE_WRITERS = frozenset(
+SPARSE_WRITERS = frozenset(
     {
         "ScatterSub",
         "ScatterAdd",
@@ -168,23 +168,46 @@ def _ancestors(fetches: Sequence[Any]) -> set[str]:
     return seen
 
 
-def _written_by_ids(var_op: Any, runs: set[str]) -> set[str] | None:
-    """The placeholders whose ids are all the rows that the ops in ``runs`` write in the
-    variable ``var_op``, or None when that is not provable."""
-    feeds: set[str] = set()
+def _writers(var_op: Any, runs: set[str]) -> list[Any]:
+    """The ops in ``runs`` that take the variable ``var_op`` (its handle or ref) and may
+    change it."""
+    found = []
     handles = [var_op.outputs[0]]
     while handles:
         for op in handles.pop().consumers():
             if op.type == "Identity" and _is_handle(op.outputs[0]):
                 handles.append(op.outputs[0])  # the variable itself, passed on
-                continue
-            if op.type in _HARMLESS or op.name not in runs:
-                continue
-            found = _written_ids(op)
-            if not found:
-                return None
-            feeds |= found
+            elif op.type not in _HARMLESS and op.name in runs:
+                found.append(op)
+    return found
+
+
+def _written_by_ids(var_op: Any, runs: set[str]) -> set[str] | None:
+    """The placeholders whose ids are all the rows that the ops in ``runs`` write in the
+    variable ``var_op``, or None when that is not provable."""
+    feeds: set[str] = set()
+    for op in _writers(var_op, runs):
+        found = _written_ids(op)
+        if not found:
+            return None
+        feeds |= found
     return feeds
+
+
+def row_writes(
+    graph: Any, name: str, fetches: Sequence[Any]
+) -> tuple[set[str] | None, set[str], list[str]]:
+    """For the variable ``name`` of ``graph``: the placeholders whose ids are all the rows
+    running ``fetches`` writes (None: not provable; see the module), the types of the ops
+    that write it, and the names of the other variables they take (its optimizer's state
+    per row: ``SparseApplyAdagrad``'s accumulator, none for ``ScatterSub``)."""
+    var_op = graph.get_operation_by_name(name.split(":")[0])
+    runs = _ancestors(fetches)
+    writers = _writers(var_op, runs)
+    state = {v.name for op in writers for t in op.inputs if (v := _variable_of(t)) is not None}
+    state.discard(var_op.name)
+    types = {op.type for op in writers}
+    return _written_by_ids(var_op, runs), types, sorted(state)
 
 
 def _is_handle(tensor: Any) -> bool:
@@ -195,7 +218,7 @@ def _is_handle(tensor: Any) -> bool:
 
 def _written_ids(op: Any) -> set[str] | None:
     """The placeholders whose ids are the rows the writer ``op`` changes, or None."""
-    if op.type not in _SPARSE_WRITERS:
+    if op.type not in SPARSE_WRITERS:
         return None
     names = [a.name for a in op.op_def.input_arg]
     if "indices" not in names:
@@ -203,9 +226,13 @@ def _written_ids(op: Any) -> set[str] | None:
     return _id_sources(op.inputs[names.index("indices")])
 
 
-def fed_lookups(graph: Any, feed_names: Sequence[str]) -> tuple[tuple[int, str, int], ...]:
+def fed_lookups(
+    graph: Any, feed_names: Sequence[str], dynamic: Collection[str] = ()
+) -> tuple[tuple[int, str, int], ...]:
     """``(feed position, table, rows)`` for each gather of rows of a float32 variable whose
-    indices are a fed placeholder itself (driver: the first example's ids are checked)."""
+    indices are a fed placeholder itself (driver: the first example's ids are checked);
+    ``rows`` is -1 for the ``dynamic`` tables (:mod:`~tensorspark.models.tf1_vocab`),
+    whose feeds take raw ids."""
     lookups = []
     for var_name, gathers in _gathered(graph).items():
         op = graph.get_operation_by_name(var_name)
@@ -218,7 +245,9 @@ def fed_lookups(graph: Any, feed_names: Sequence[str]) -> tuple[tuple[int, str, 
             while ids.op.type == "Identity":
                 ids = ids.op.inputs[0]
             if ids.name in feed_names:
-                lookups.append((list(feed_names).index(ids.name), f"{var_name}:0", int(rows)))
+                table = f"{var_name}:0"
+                size = -1 if table in dynamic else rows
+                lookups.append((list(feed_names).index(ids.name), table, int(size)))
     return tuple(sorted(set(lookups)))
 
 
@@ -233,7 +262,14 @@ def check_fed_ids(
     """
     for position, table, rows in lookups:
         ids = np.asarray(row[position]).reshape(-1)
-        if ids.size == 0 or ids.dtype.kind not in "iu":
+        if rows < 0 and ids.dtype.kind not in "iu":
+            raise ConfigurationError(
+                f"the dynamic table {table!r} maps raw int64 ids to rows, and ids of dtype "
+                f"{ids.dtype} would be rounded into other ids (float32 holds whole numbers "
+                "exactly only up to 2**24). Feed the ids as int64 arrays. Received: "
+                f"{argument}, first example's ids of dtype {ids.dtype} at feed {position}"
+            )
+        if rows < 0 or ids.size == 0 or ids.dtype.kind not in "iu":
             continue
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= rows:
@@ -247,19 +283,21 @@ def check_fed_ids(
 
 
 def id_checker(
-    graph: Any, feed_names: Sequence[str]
+    graph: Any, feed_names: Sequence[str], dynamic: Collection[str] = ()
 ) -> Callable[[Sequence[Sequence[Any]], int], None] | None:
     """Executor: ``check(batches, partition)``, refusing a chunk with an id outside a table
-    in any row of the feeds ``graph`` looks up straight (:func:`fed_lookups`), before it
-    trains, with :func:`~tensorspark.models.embeddings.check_chunk_ids`; None when no feed
-    is looked up straight.
+    in any row of the feeds ``graph`` looks up straight (:func:`fed_lookups`; not the
+    ``dynamic`` tables', raw ids), before it trains, with
+    :func:`~tensorspark.models.embeddings.check_chunk_ids`; None when no feed is looked up
+    straight.
 
     Raises (the checker):
         ConfigurationError: naming the table, its rows, the id and the partition.
     """
     by_feed: dict[int, list[tuple[str, int]]] = {}
-    for position, table, rows in fed_lookups(graph, feed_names):
-        by_feed.setdefault(position, []).append((table, rows))
+    for position, table, rows in fed_lookups(graph, feed_names, dynamic):
+        if rows >= 0:
+            by_feed.setdefault(position, []).append((table, rows))
     if not by_feed:
         return None
 

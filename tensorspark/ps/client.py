@@ -199,18 +199,20 @@ class ParameterClient:
         key: tuple[int, int, int],
         attempt: int = 0,
         rows: bool = True,
+        draw: bool = False,
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """A chunk's distinct raw ids of dynamic tables mapped to rows, and the map changes
         since the worker's ``versions`` (``POST /vocab``, :mod:`tensorspark.ps.vocab_route`);
         ``key``: the chunk's ``(partition, epoch, seq)``; ``attempt``: the task's (as its
         join and pushes name it); ``rows``: whether the answer lists each id's row (a
-        worker keeping its map from the changes needs not). Returns the answer's tensors
-        (valid until the next request) and meta."""
+        worker keeping its map from the changes needs not); ``draw``: whether the worker
+        draws the rows still at their initial values itself (the answer then sends none of
+        them). Returns the answer's tensors (valid until the next request) and meta."""
         tensors = {name + "@keys": np.ascontiguousarray(v, np.int64) for name, v in ids.items()}
         partition, epoch, seq = (int(k) for k in key)
         meta = {
             "partition": partition, "epoch": epoch, "seq": seq, "attempt": int(attempt),
-            "versions": dict(versions), "answer_rows": bool(rows),
+            "versions": dict(versions), "answer_rows": bool(rows), "draw": bool(draw),
         }  # fmt: skip
         body = self._request("POST", "/vocab", wire.encode(tensors, meta), wire.CONTENT_TYPE)
         return self._weights(body)

@@ -39,7 +39,13 @@ Pushed = Mapping[str, "wire.Tensor"]
 
 @dataclass(frozen=True)
 class PushInfo:
-    """What the server knows about one push when it combines it."""
+    """What the server knows about one push when it combines it.
+
+    ``base_version`` is the version the worker's update was computed on: for a push re-sent
+    on a newer base after a ``max_staleness`` refusal, the version of its first attempt
+    (:class:`~tensorspark.ps.push_checks.Rebases`), so :attr:`staleness` is how stale the
+    update really is.
+    """
 
     partition: int
     samples: int
@@ -49,7 +55,7 @@ class PushInfo:
 
     @property
     def staleness(self) -> int:
-        """How many versions the global model moved since the worker's base."""
+        """How many versions the global model moved since the update's base."""
         return max(0, self.current_version - self.base_version)
 
 

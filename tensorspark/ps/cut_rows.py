@@ -30,6 +30,8 @@ from tensorspark import wire
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.shard import ShardProcess, wait_answer
 from tensorspark.ps.slices import assemble_state
+from tensorspark.ps.sparse import VOCAB_KEY, split_vocab
+from tensorspark.ps.vocab_shards import merge_states
 
 #: An increment's rows: table name -> (ids, values).
 TableRows = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -187,16 +189,17 @@ def read_cut(
     sharded run's final weights, a full checkpoint). An increment's answers (the rows
     changed) are gathered together (:func:`gather_rows`). A table whole on one shard
     stays a view of its answer (most of it); other tensors are copied (:func:`detach`).
+    The dynamic tables' maps, one part per shard, are put together as one server's
+    (:func:`~tensorspark.ps.vocab_shards.merge_states`).
     """
     params: dict[str, np.ndarray] = {}
     spare: dict[str, np.ndarray] = {}  # the split tensors, filled shard by shard
-    parts, rows_each, states, applied, versions, meta = [], [], [], [], [], {}
+    parts, rows_each, states, applied, versions, metas = [], [], [], [], [], []
     i = -1  # (not enumerate: its reused tuple would keep an answer while the next comes)
     for answer in answers:
         i += 1
         (part,), (rows,), (state,), done, version = decode_answers([answer])
-        if i == 0:
-            meta = dict(answer[0].get("state_meta") or {})
+        metas.append(dict(answer[0].get("state_meta") or {}))
         states.append(detach(state, ()))
         applied += done
         versions += version
@@ -212,4 +215,13 @@ def read_cut(
     if incremental:
         parts, table_rows = gather_rows(layout, parts, rows_each)
         params = detach(layout.assemble(parts), tables)
-    return params, table_rows, detach(assemble_state(layout, states), ()), applied, versions, meta
+    state, meta = (
+        assemble_state(layout, states),
+        {k: v for k, v in metas[0].items() if k != "vocab"},
+    )
+    if any("vocab" in m for m in metas):  # dynamic tables' maps: each shard's part, as one
+        splits = [split_vocab(s, m) for s, m in zip(states, metas, strict=True)]
+        maps, info = merge_states(layout, *zip(*[v or ({}, {}) for _, v in splits], strict=True))
+        state.update({VOCAB_KEY + k: v for k, v in maps.items()})
+        meta["vocab"] = info
+    return params, table_rows, detach(state, ()), applied, versions, meta

@@ -21,6 +21,9 @@ others applying the push), each id and its row go to the shard holding that row,
 counted from the block's first row; the answers' rows come back with the ids turned back
 into the table's, beside the assembled whole tensors.
 
+Dynamic tables' ``/vocab`` requests go to the shards owning the ids, and a push's map
+versions are each shard's (:mod:`~tensorspark.ps.vocab_fanout`).
+
 Runs on executors. Not thread-safe (one per training loop), like ParameterClient.
 """
 
@@ -39,6 +42,7 @@ from tensorspark.ps.compression import is_finite
 from tensorspark.ps.layout import Layout, take_rows
 from tensorspark.ps.rows import IDS, ROWS, check_ids
 from tensorspark.ps.validation import RequestError
+from tensorspark.ps.vocab_fanout import VocabFanout
 
 T = TypeVar("T")
 _ORDER = ("diverged", "stale", "applied", "duplicate")
@@ -75,6 +79,7 @@ class ShardedClient:
         self._recycle = recycle_responses
         self._sets: list[dict[str, np.ndarray]] = [{}, {}]
         self._turn = 0
+        self._vocab = VocabFanout(layout)  # dynamic tables' requests and map versions
 
     def _each(self, fn: Callable[[int, ParameterClient], T]) -> list[T]:
         futures = [self._pool.submit(fn, i, c) for i, c in enumerate(self._clients)]
@@ -138,6 +143,22 @@ class ShardedClient:
         out.update(self._answered_rows([a for _, a in answers]))
         return min(v for v, _ in answers), out
 
+    def vocab(
+        self, ids: Mapping[str, np.ndarray], versions: Mapping[str, int], *rest: Any, **options: Any
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """``POST /vocab`` (as :meth:`ParameterClient.vocab
+        <tensorspark.ps.client.ParameterClient.vocab>`) on the shards holding the dynamic
+        tables' blocks, each with the ids it owns; the answers put together as one
+        server's (:mod:`~tensorspark.ps.vocab_fanout`). ``rest`` and ``options`` (the chunk's
+        key, the attempt, ``rows``, ``draw``) go to each shard unchanged."""
+        parts, plan = self._vocab.split(ids, versions)
+
+        def ask(i: int, client: ParameterClient) -> Any:
+            part = parts[i]
+            return None if part is None else client.vocab(*part, *rest, **options)
+
+        return self._vocab.merge(ids, plan, self._each(ask))
+
     def push(self, update: Mapping[str, wire.Tensor], meta: Mapping[str, Any]) -> PushResult:
         """Push each shard its slice; the combined answer (see the module docstring).
 
@@ -147,6 +168,8 @@ class ShardedClient:
         answers row-sparse for its own.
         """
         finite = all(is_finite(v) for v in update.values())
+        if "vocab" in meta:  # dynamic tables (ps/vocab_fanout.py)
+            update = self._vocab.without_default(update, meta)
         parts = self.layout.split(update)
         tables: list[list[str]] = [[] for _ in parts]
         for name in meta.get("rows", ()):
@@ -173,6 +196,8 @@ class ShardedClient:
             shard_meta = dict(meta, base_version=self._versions[i])
             if "rows" in meta:
                 shard_meta["rows"] = tables[i]
+            if "vocab" in meta:  # the map versions of its blocks behind the table's
+                shard_meta["vocab"] = self._vocab.push_versions(meta["vocab"], i)
             if not finite:
                 shard_meta["finite"] = False
             return client.push(parts[i], shard_meta)

@@ -1,4 +1,5 @@
-"""A shard's push journal: the pushes it applied since the driver's last base cut, on disk.
+"""A shard's push journal: the pushes it applied since the driver's last base cut, on disk
+(and its ``/vocab`` requests).
 
 A :class:`~tensorspark.ps.shards.ShardedServer` restarts a shard process that died from
 that shard's part of the last consistent cut, which the driver keeps (on its disk)
@@ -17,6 +18,18 @@ nor answered, so the worker's retry brings it again, and :func:`records` stops b
 Written with ``os.write`` and no ``fsync``: a killed process's writes stay in the page
 cache; a host that loses its page cache has lost the driver too.
 
+A dynamic table's map (:mod:`~tensorspark.ps.vocab_route`) changes with each ``/vocab``
+request: the shard journals the request, with the clock reading it was mapped at, before
+its answer is sent, in the same order as the pushes, and the replay asks it again at that
+reading (its ids counted, the rows it gave reset to the same draws; ``ttl`` expiries and
+least-recently-seen choices alike, :class:`~tensorspark.ps.map_clock.MapClock`), so the
+restarted shard holds the same map, at the same map versions. A request replayed twice (a
+second restart) is a repeat of its partition's last key, or older: it counts nothing.
+Not in a cut: each partition's last ``/vocab`` key, and a push's refused base
+(:class:`~tensorspark.ps.push_checks.Rebases`): a request answered by the dead shard after
+its cut and not journaled is counted again when the worker retries it, and a push refused
+as stale just before the restart is weighed as fresh when sent again.
+
 At a full consistent cut the shard starts the next segment (:meth:`Journal.rotate`); once
 the driver keeps that cut as its base, it deletes the older segments (:func:`drop_before`).
 
@@ -30,14 +43,19 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from tensorspark import wire
+from tensorspark.ps.map_clock import CLOCK
+from tensorspark.ps.validation import RequestError
 
 logger = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct("<Q")
+#: The meta key that marks a record that is not a push (``"vocab"``: a ``/vocab`` request).
+KIND = "journal_kind"
 _SUFFIX = ".log"
 
 
@@ -83,9 +101,12 @@ class Journal:
         path = segment_path(self.directory, self.segment)
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def write(self, tensors: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        """Append one push (before it is applied)."""
-        parts = wire.encode(dict(tensors), dict(meta))
+    def write(self, tensors: Mapping[str, Any], meta: Mapping[str, Any], kind: str = "") -> None:
+        """Append one push (before it is applied), or with ``kind="vocab"`` one ``/vocab``
+        request (mapped, its answer not yet sent: a dynamic table's map changes, see the
+        module)."""
+        # Always written: a push's meta from the network could name a kind itself.
+        parts = wire.encode(dict(tensors), {**meta, KIND: kind})
         size = wire.encoded_size(parts)
         views = [memoryview(_LENGTH.pack(size))] + [memoryview(p).cast("B") for p in parts]
         while views:
@@ -148,9 +169,10 @@ def records(
 
 
 def replay(store: Any, directory: str | Path, first: int, last: int) -> int:
-    """Apply the pushes journaled in segments ``first``..``last`` to ``store`` (a restarted
-    shard's :class:`~tensorspark.ps.store.Store`, before its loop runs), in order, as they
-    were first applied; returns how many. Its answers go nowhere (the workers had them)."""
+    """Apply the pushes and ``/vocab`` requests journaled in segments ``first``..``last``
+    to ``store`` (a restarted shard's :class:`~tensorspark.ps.store.Store`, before its loop
+    runs), in order, as they were first applied; returns how many. Its answers go nowhere
+    (the workers had them)."""
 
     def respond(*answer: Any) -> None:
         release = answer[3] if len(answer) > 3 else None
@@ -159,6 +181,15 @@ def replay(store: Any, directory: str | Path, first: int, last: int) -> int:
 
     count = 0
     for tensors, meta in records(directory, first, last):
-        store.push(tensors, meta, respond)
+        if meta.pop(KIND, "") == "vocab":
+            clock = getattr(store.vocab, "clock", None)
+            at = meta.get(CLOCK) if isinstance(meta.get(CLOCK), float) else None
+            try:
+                with clock.fixed(at) if clock is not None else nullcontext():  # its reading
+                    store.pull(respond, (tensors, meta), vocab=True)
+            except RequestError:  # replayed already (a second restart): nothing counted
+                continue
+        else:
+            store.push(tensors, meta, respond)
         count += 1
     return count

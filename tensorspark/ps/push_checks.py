@@ -4,9 +4,12 @@ A push carries ``(partition, epoch, seq)`` with its attempt, sample count and ba
 in its meta (:func:`read_push`, which refuses it with 400 before anything changes), and is
 then ``"duplicate"`` (already applied: exactly once), ``"diverged"`` (NaN/Inf), ``"stale"``
 (its base too old for ``max_staleness``) or ``"applied"`` (:func:`classify`).
-:class:`~tensorspark.ps.store.Store` acts on the answer.
+:class:`~tensorspark.ps.store.Store` acts on the answer. A push refused as stale comes back
+on a newer base; :class:`Rebases` remembers the version it was computed on, so that a
+staleness-aware combiner weighs it as stale as it is.
 
-Pure; called on the server's loop thread.
+Pure (:class:`Rebases` holds a few integers per partition); called on the server's loop
+thread.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class PushFields:
     attempt: int
     samples: int
     base_version: int
+    #: The version the update was computed on: ``base_version``, or for a push re-sent on
+    #: a newer base after a stale refusal, the ``computed_on`` its meta names (set by
+    #: :class:`Rebases` before the push is journaled, so a replay weighs it the same).
+    computed_on: int
 
 
 def read_push(meta: Mapping[str, Any], mode: str, num_workers: int | None) -> PushFields:
@@ -46,7 +53,8 @@ def read_push(meta: Mapping[str, Any], mode: str, num_workers: int | None) -> Pu
         RequestError: 400: an integer field is missing or out of range (negative, beyond
             int64, ``samples`` beyond 2**53 - 1), ``metrics`` has more than
             :data:`MAX_METRICS` entries or a longer name than :data:`MAX_METRIC_NAME`, or a
-            sync push's partition is not below ``num_workers``.
+            sync push's partition is not below ``num_workers``; ``computed_on``, where
+            present, above ``base_version``.
     """
     fields = PushFields(
         partition=int_field(meta, "partition"),
@@ -54,7 +62,8 @@ def read_push(meta: Mapping[str, Any], mode: str, num_workers: int | None) -> Pu
         seq=int_field(meta, "seq"),
         attempt=int_field(meta, "attempt"),
         samples=int_field(meta, "samples", MAX_SAMPLES),
-        base_version=int_field(meta, "base_version"),
+        base_version=(base := int_field(meta, "base_version")),
+        computed_on=int_field(meta, "computed_on", base) if "computed_on" in meta else base,
     )
     metrics = meta.get("metrics")
     if isinstance(metrics, dict) and (
@@ -99,3 +108,40 @@ def classify(
     if max_staleness is not None and version - push.base_version > max_staleness:
         return "stale"
     return "applied"
+
+
+class Rebases:
+    """The version each partition's push refused as stale was computed on.
+
+    The worker answers a stale refusal by taking the current weights as its base and sending
+    the same update again (:class:`~tensorspark.worker._Loop`), which is then applied. Its
+    ``base_version`` names the newer base, but the update was computed on the old one: a
+    staleness-aware combiner (``dynsgd``) must damp it by ``1/(current - old + 1)``, as it
+    would have without ``max_staleness``, not count it as fresh. Counted as fresh, an update
+    computed several versions back landed at full weight on weights that had moved since,
+    and the model's accuracy at the end of a run depended on that timing.
+
+    One entry per partition at most (its pending push), dropped when the push is applied.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[int, tuple[tuple[int, int, int], int]] = {}
+
+    def refused(self, push: PushFields) -> None:
+        """Remember the version ``push`` (refused as stale) was computed on; a later refusal
+        of the same push keeps the earliest."""
+        key = (push.attempt, push.epoch, push.seq)
+        known = self._first.get(push.partition)
+        if known is None or known[0] != key:
+            self._first[push.partition] = (key, push.computed_on)
+
+    def applied(self, push: PushFields, meta: dict[str, Any]) -> int:
+        """The version ``push``, about to be applied, was computed on; sets ``meta``'s
+        ``computed_on`` when that is older than its base (the journal then keeps it)."""
+        known = self._first.pop(push.partition, None)
+        computed_on = push.computed_on
+        if known is not None and known[0] == (push.attempt, push.epoch, push.seq):
+            computed_on = min(computed_on, known[1])
+        if computed_on != push.base_version:
+            meta["computed_on"] = computed_on
+        return computed_on

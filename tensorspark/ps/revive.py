@@ -51,6 +51,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,10 +97,14 @@ def write_base(folder: str | Path, segment: int, data: bytes | bytearray | list[
     path = Path(folder) / f"base-{segment:08d}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        for part in data if isinstance(data, list) else [data]:
-            f.write(part)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            for part in data if isinstance(data, list) else [data]:
+                f.write(part)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written left behind
+        raise
     return path
 
 
@@ -223,6 +228,32 @@ class Keeper:
         if self.generation != generation:
             raise ParameterServerError("a parameter-server shard restarted during the cut")
 
+    @contextmanager
+    def cut(
+        self, answers: Iterable[tuple[Any, bytearray]], *, rebase: bool
+    ) -> Iterator[Iterable[tuple[Any, bytearray]]]:
+        """A consistent cut through the keeper: yields the shards' ``answers`` to
+        ``"snapshot"`` (with ``rebase``, each slice staged on disk as it passes, see
+        :meth:`staging`); when the block ends, the cut is checked (:meth:`check_cut`) and
+        the staged slices become the shards' new bases (:meth:`rebase`). A cut abandoned
+        (an error in the block, a restart begun during it) deletes what it staged: no
+        slice is left on disk that no base holds.
+
+        Raises:
+            ParameterServerError: a restart is under way, or began during the cut.
+        """
+        generation = self.cut_generation()
+        staged: list[tuple[Any, Path | None]] = []
+        try:
+            yield self.staging(answers, staged) if rebase else answers
+            self.check_cut(generation)
+        except BaseException:
+            with self.lock:
+                self._discard(staged)
+            raise
+        if rebase:
+            self.rebase(staged, generation)
+
     def staging(
         self, answers: Iterable[tuple[Any, bytearray]], staged: list[tuple[Any, Path | None]]
     ) -> Iterator[tuple[Any, bytearray]]:
@@ -247,11 +278,13 @@ class Keeper:
     def rebase(self, staged: list[tuple[Any, Path | None]], generation: int) -> None:
         """A full consistent cut's slices, written by :meth:`staging`: the shards' new
         bases, unless one was not written or a restart began since ``generation`` (then
-        the old bases, replayed, still hold)."""
+        the old bases, replayed, still hold, and the slices written are deleted)."""
         with self.lock:
             if generation != self.generation or len(staged) != len(self.bases):
+                self._discard(staged)
                 return
             if any(path is None for _, path in staged):
+                self._discard(staged)
                 return
             for index, (meta, path) in enumerate(staged):
                 assert path is not None
@@ -268,6 +301,13 @@ class Keeper:
                 self.bases[index] = Base(init, path, segment, books)
                 drop_before(self.journal_args(index)["dir"], segment)
                 _drop_bases_before(self.journal_args(index)["dir"], segment)
+
+    def _discard(self, staged: list[tuple[Any, Path | None]]) -> None:
+        """Delete the slices of a cut abandoned that no base holds (under :attr:`lock`)."""
+        held = {base.path for base in self.bases}
+        for _, path in staged:
+            if path is not None and path not in held:
+                path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ watching
 
@@ -394,3 +434,10 @@ class Keeper:
                 new.pid,
                 new.port,
             )
+
+
+def cut_through(
+    keeper: Keeper | None, answers: Iterable[tuple[Any, bytearray]], rebase: bool
+) -> AbstractContextManager[Iterable[tuple[Any, bytearray]]]:
+    """:meth:`Keeper.cut`, or the ``answers`` as they are for a server without a keeper."""
+    return nullcontext(answers) if keeper is None else keeper.cut(answers, rebase=rebase)

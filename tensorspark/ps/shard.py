@@ -314,6 +314,11 @@ class _Shard:
             if cut is not None:
                 meta["segment"], meta["ledger"] = cut
             return meta, wire.encode(arrays)
+        if cmd == "vocab_maps":  # the dynamic tables' maps now, by block key
+            maps = server.vocab_maps()
+            return list(maps), wire.encode(
+                {f"{k}//{a}": v for k, m in maps.items() for a, v in zip(("ids", "rows"), m)}
+            )
         if cmd == "hold":
             now = server.hold(_progress_arg(args["target"]))
             return {str(p): list(t) for p, t in now.items()}, b""
@@ -338,6 +343,7 @@ class _Shard:
     def init(self, args: Mapping[str, Any], data: bytearray) -> dict[str, Any]:
         from tensorspark.ps.server import ParameterServer
         from tensorspark.ps.settings import ServerSettings
+        from tensorspark.ps.sparse import split_vocab
 
         level = args.get("log_level")
         if isinstance(level, int):
@@ -348,10 +354,19 @@ class _Shard:
         tensors, _ = wire.decode(data)
         params = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("p/")}
         state = {k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("s/")}
+        state_meta = args.get("state_meta") or None
+        settings = ServerSettings.from_json(args["settings"])
+        if state_meta and "vocab" in state_meta:  # a restart from a cut: its maps in the state
+            (state, state_meta), maps = split_vocab(state, state_meta)
+        else:  # a start: the maps it was dealt (ps/vocab_shards.py), if any
+            maps = ({k[2:]: np.array(v) for k, v in tensors.items() if k.startswith("v/")},
+                    dict(args.get("vocab_meta") or {}))  # fmt: skip
+        if settings.vocab and maps is not None and maps[1]:
+            settings = settings.replace(vocab_state=maps)
         events = bool(args.get("events"))
         server = ParameterServer(
             params,
-            settings=ServerSettings.from_json(args["settings"]),
+            settings=settings,
             num_workers=args.get("num_workers"),
             version=int(args["version"]),
             progress={
@@ -366,7 +381,7 @@ class _Shard:
             )
             if events
             else None,
-            combiner_state=(state, args["state_meta"]) if args.get("state_meta") else None,
+            combiner_state=(state, state_meta) if state_meta else None,
         )
         if args.get("journal"):
             self._restore(server._served(), args["journal"], args.get("ledger"))
@@ -391,11 +406,17 @@ class _Shard:
         first = journal.get("replay_from")
         if first is not None:
             self.replaying = True
+            if store.vocab is not None:  # its maps' clock as the dead shard's read it
+                store.vocab.count_from_cut()
             try:
                 count = replay(store, journal["dir"], int(first), int(journal["segment"]) - 1)
             finally:
                 self.replaying = False
-            logger.info("replayed %d journaled pushes (version %d)", count, store.version)
+            logger.info(
+                "replayed %d journaled pushes and /vocab requests (version %d)",
+                count,
+                store.version,
+            )
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 A :class:`~tensorspark.ps.shards.ShardedServer` runs a small HTTP server on the driver
 (:class:`StatusFront`) that serves ``GET /status`` and the dashboard; the JSON it serves is
 the shards' own ``/status`` answers made into one (:func:`aggregate_status`): the counts of
-pushes every shard applied, the traffic and refusals of all of them, and a ``shards`` table.
+pushes every shard applied, the traffic and refusals of all of them, the dynamic tables'
+counters summed, and a ``shards`` table.
 
 Runs on the driver: :class:`StatusFront` on its own loop thread, :func:`aggregate_status`
 (pure) on whichever thread asks for the status.
@@ -19,6 +20,7 @@ from tensorspark.ps.admission import EVENTS, Admission, Limits
 from tensorspark.ps.http import RoutedServer
 from tensorspark.ps.ledger import CACHE_KEYS
 from tensorspark.ps.routes import StatusBooks
+from tensorspark.ps.vocab_route import VOCAB_COUNTERS
 
 
 class StatusFront(RoutedServer):
@@ -92,6 +94,7 @@ def aggregate_status(
         out[key] = sum(int(s.get(key, 0)) for s in each) + int(front.get(key, 0))
     out["updates_per_sec"] = min(float(s.get("updates_per_sec", 0.0)) for s in each)
     out.update(_rows(each))
+    out.update(_vocab(each))
     workers: dict[int, dict[str, Any]] = {}
     for shard in each:
         for row in shard.get("workers", ()):
@@ -142,3 +145,20 @@ def _rows(each: list[dict[str, Any]]) -> dict[str, Any]:
         "rows_pushed_per_sync": pushed / pushes if pushes else 0.0,
         "rows_pulled_per_sync": pulled / pushes if pushes else 0.0,
     }
+
+
+def _vocab(each: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dynamic tables' counters over the shards (none without such tables): each shard
+    holds its blocks' maps (:mod:`~tensorspark.ps.vocab_shards`), so every count sums, and
+    a table's own counts are its blocks' (``"<table>[rows lo:hi]"``) summed."""
+    if not any("vocab_capacity" in s for s in each):
+        return {}
+    out: dict[str, Any] = {k: sum(int(s.get(k, 0)) for s in each) for k in VOCAB_COUNTERS}
+    tables: dict[str, dict[str, Any]] = {}
+    for shard in each:
+        for key, counts in dict(shard.get("vocab_tables", {})).items():
+            into = tables.setdefault(str(key).split("[rows ")[0], {})
+            for k, v in counts.items():
+                into[k] = into.get(k, 0) + int(v)
+    out["vocab_tables"] = tables
+    return out

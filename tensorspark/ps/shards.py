@@ -48,7 +48,7 @@ from tensorspark.ps.cut_rows import CutVersions, ask_each, read_cut
 from tensorspark.ps.cuts import Progress, line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
-from tensorspark.ps.revive import Keeper
+from tensorspark.ps.revive import Keeper, cut_through
 from tensorspark.ps.settings import (
     ServerSettings,
     check_settings,
@@ -61,6 +61,7 @@ from tensorspark.ps.shard_calls import PushEvents, call_all, check_shards, progr
 from tensorspark.ps.shard_status import StatusFront, aggregate_status
 from tensorspark.ps.slices import shard_inits
 from tensorspark.ps.snapshot import Snapshot
+from tensorspark.ps.vocab_shards import cut_maps, merge_maps
 
 logger = logging.getLogger(__name__)
 
@@ -383,20 +384,14 @@ class ShardedServer(auth.SignedServer):
         args: list[dict[str, Any] | None] = [{"cut": True} if rebasing else None] * self.shards
         if since is not None:
             args = [{"rows_since": v} for v in since]
-        staged: list[tuple[Any, Any]] = []  # per shard (meta, path): Keeper.staging
-        with self._cut_lock:
-            generation = 0 if keeper is None else keeper.cut_generation()
-            asks = ask_each(self._shards, "snapshot", args)  # one shard at a time
-            if rebasing and keeper is not None:  # each slice on disk as it passes
-                asks = keeper.staging(asks, staged)
+        answers = ask_each(self._shards, "snapshot", args)  # one shard at a time, when read
+        # Through the keeper: checked for a restart meanwhile (_recovering cuts again), and
+        # with rebasing each slice on disk as it passes, the shards' next bases.
+        with self._cut_lock, cut_through(keeper, answers, rebasing) as asks:
             target, (params, rows, state, applied, versions, meta) = line_up(
                 self._all, self._progress_each(), self.shards, self.cut_timeout,
                 lambda: read_cut(self.layout, asks, self._tables, since is not None),
             )  # fmt: skip
-            if keeper is not None:  # a shard restarted meanwhile: _recovering cuts again
-                keeper.check_cut(generation)
-                if rebasing:
-                    keeper.rebase(staged, generation)
         if len(set(versions)) > 1:
             logger.debug("shards at a consistent cut report versions %s", versions)
         self._cut_versions.record(max(versions), versions)
@@ -411,6 +406,13 @@ class ShardedServer(auth.SignedServer):
             state=state,
             state_meta=meta,
         )
+
+    def vocab_maps(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each dynamic table's admitted ``(ids, rows)``: the shards' parts put together
+        (:mod:`~.vocab_shards`); stopped, the last cut's."""
+        if self._final is not None:
+            return cut_maps(self._final[0])
+        return merge_maps(self.layout, self._all("vocab_maps"))
 
     def annotate(self, key: str, value: Mapping[str, Any]) -> None:
         """Serve ``value`` (plain JSON values) under ``key`` in ``/status`` from now on,

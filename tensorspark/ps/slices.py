@@ -3,7 +3,8 @@
 :class:`~tensorspark.ps.shards.ShardedServer` deals the model out by its
 :class:`~tensorspark.ps.layout.Layout`: each shard process gets an init message
 (:func:`shard_inits`: its settings, port and body limit, the run's progress) with its slice
-of the parameters and of the combiner's state (:func:`split_state`);
+of the parameters, of the combiner's state (:func:`split_state`) and of the dynamic tables'
+maps (:func:`~tensorspark.ps.vocab_shards.shard_specs`);
 :func:`assemble_state` gathers the shards' combiner states back for a checkpoint.
 
 Runs on the driver; pure.
@@ -20,6 +21,7 @@ import numpy as np
 from tensorspark import wire
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.settings import ServerSettings
+from tensorspark.ps.vocab_shards import shard_specs
 
 #: Added to twice a shard's slice for its default ``max_body_bytes``.
 _HEADROOM = 4 * 1024 * 1024
@@ -41,15 +43,20 @@ def shard_inits(
     combiner's state (``s/<kind>/<name>``); shard 0 sends push ``events`` when asked."""
     state_arrays, state_meta = combiner_state if combiner_state is not None else ({}, {})
     states = split_state(layout, state_arrays)
+    arrays = dict(arrays)  # (a dynamic table's rows may move: shard_specs)
+    vocab = shard_specs(layout, settings.vocab, settings.vocab_state, arrays)
     inits: list[tuple[dict[str, Any], list[Any]]] = []
     for index, part in enumerate(layout.split(arrays)):
         state = states[index]
+        specs, maps, maps_meta = vocab[index]
         part_bytes = sum(np.asarray(v).nbytes for v in part.values())
         mine = settings.replace(
             port=_shard_port(settings.port, index),
             max_body_bytes=settings.max_body_bytes or 2 * part_bytes + _HEADROOM,
             secret=secret,
             shards=1,
+            vocab=specs or None,
+            vocab_state=None,  # (its arrays travel in the data, ``v/``)
         )
         init = {
             "index": index,
@@ -62,9 +69,11 @@ def shard_inits(
             "state_meta": dict(state_meta) if state_meta else None,
             "events": index == 0 and events,
             "log_level": logging.getLogger("tensorspark").getEffectiveLevel(),
+            "vocab_meta": maps_meta,
         }
         tensors = {f"p/{k}": v for k, v in part.items()}
         tensors.update({f"s/{k}": np.asarray(v) for k, v in state.items()})
+        tensors.update({f"v/{k}": np.asarray(v) for k, v in maps.items()})
         inits.append((init, wire.encode(tensors)))
     return inits
 

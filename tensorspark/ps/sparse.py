@@ -159,10 +159,17 @@ class RowTables:
     def changed_whole(self, names: Any, version: int) -> None:
         """Every row of the tracked tables among ``names`` changed at ``version``."""
         for name in names:
+            self._touched(name, None)
             rows = self.versions.get(name)
             if rows is not None:
                 rows.fill(version)
                 self._logs[name].reset(version)
+
+    def _touched(self, name: str, ids: np.ndarray | None) -> None:
+        """A push changed rows ``ids`` (None: all) of ``name``: a dynamic table's are no
+        longer their draw (:meth:`~tensorspark.ps.vocab_route.VocabTables.touched`)."""
+        if self.vocab is not None:
+            self.vocab.touched(name, ids)
 
     def apply(
         self,
@@ -185,6 +192,7 @@ class RowTables:
                 add_rows(params[name], part, scale)
             self.versions[name][part.ids] = info.current_version + 1
             self._logs[name].record(info.current_version + 1, part.ids)
+            self._touched(name, part.ids)
             self.counters["rows_pushed"] += int(part.ids.size)
         self.counters["row_pushes"] += 1
         return params
@@ -224,6 +232,7 @@ class RowTables:
                 table[ids] = (table[ids].astype(np.float64) + acc).astype(table.dtype)
             versions[ids] = info.current_version + 1
             self._logs[name].record(info.current_version + 1, ids)
+            self._touched(name, ids)
             self.counters["rows_pushed"] += sum(int(rows[name].ids.size) for _, rows in parts)
         self.counters["row_pushes"] += len(pending)
         return params

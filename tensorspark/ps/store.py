@@ -34,7 +34,7 @@ from tensorspark.ps.combiners import PushInfo, WeightCombiner, get_combiner
 from tensorspark.ps.elastic import ElasticSettings
 from tensorspark.ps.holds import ConsistentCuts, HeldPush, PushHold
 from tensorspark.ps.ledger import Ledger, WorkerState
-from tensorspark.ps.push_checks import classify, read_push
+from tensorspark.ps.push_checks import Rebases, classify, read_push
 from tensorspark.ps.rounds import Contribution, Respond, SyncRound, Timers, round_weights
 from tensorspark.ps.settings import check_settings, sync_workers
 from tensorspark.ps.snapshot import Snapshot
@@ -112,6 +112,7 @@ class Store(ConsistentCuts):
         self._progress: dict[int, tuple[int, int]] = {
             int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
         }
+        self._rebases = Rebases()  # what stale-refused pushes were computed on
         self.ledger = Ledger()
         self._round = SyncRound(round_timeout, elastic, clock)  # sync mode's round in progress
         self._round.on_check = self._maybe_complete_round  # elastic: a partition may be lost
@@ -121,8 +122,8 @@ class Store(ConsistentCuts):
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
         self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)  # (sparse.py)
         self.vocab = self._rows.vocab  # dynamic tables' maps (vocab_route.py), or None
-        # Each push's (tensors, meta) as it is applied (a round's as it completes): a shard's
-        self.journal: Callable[[Mapping, Mapping], None] = lambda *_: None  # (ps/journal.py)
+        # Each push's (tensors, meta) as it is applied (a round's as it completes), and each
+        self.journal: Callable[..., None] = lambda *_: None  # /vocab (its kind): a shard's
 
     # ------------------------------------------------------------------ settings
 
@@ -197,6 +198,7 @@ class Store(ConsistentCuts):
         """Start a new run: forget per-partition progress and workers, keep the parameters
         and the version; a sync round left waiting is answered with 503."""
         self._progress.clear()
+        self._rebases = Rebases()
         self.ledger.forget_workers()
         if self.vocab is not None:  # dynamic tables: /vocab's keys and attempts too
             self.vocab.new_run()
@@ -290,8 +292,9 @@ class Store(ConsistentCuts):
         (:meth:`RowTables.lookup`), or with ``vocab`` ``/vocab``'s (:mod:`~.vocab_route`)."""
         if asked is None:
             return self._respond_params(respond, "pulled")
-        elif vocab:  # (the answer holds copies)
+        elif vocab:  # (the answer holds copies; journaled like a push: ps/journal.py)
             parts = self._rows.vocab_answer(self._sets.current, *asked, self.version)
+            self.journal(*asked, "vocab")
             return respond(200, parts, wire.CONTENT_TYPE)
         parts = self._rows.lookup(self._sets.current, *asked, self.version, self.compression)
         respond(200, parts, wire.CONTENT_TYPE, self._sets.lend()[1])  # (lends current)
@@ -334,6 +337,8 @@ class Store(ConsistentCuts):
             self._respond_params(respond, status, meta)
             return False
         if status in ("stale", "diverged"):
+            if status == "stale":
+                self._rebases.refused(fields)
             self.ledger.counters[f"{status}_pushes"] += 1
             self._respond_params(respond, status, meta)
             self._notify(meta, status)
@@ -344,14 +349,10 @@ class Store(ConsistentCuts):
             )
             self._maybe_complete_round()
             return True
+        computed_on = self._rebases.applied(fields, meta)  # (before the journal keeps meta)
         self.journal(tensors, meta)
-        info = PushInfo(
-            partition=partition,
-            samples=fields.samples,
-            base_version=fields.base_version,
-            current_version=self.version,
-            active_workers=self.ledger.active_count(),
-        )
+        active = self.ledger.active_count()
+        info = PushInfo(partition, fields.samples, computed_on, self.version, active)
         pushed: Mapping[str, Any] = tensors
         if not self.combiner.accepts_encoded:
             pushed = {k: compress.as_array(v) for k, v in tensors.items()}
@@ -381,10 +382,8 @@ class Store(ConsistentCuts):
 
     def _respond_params(self, respond: Respond, status: str, push: dict | None = None) -> None:
         """Answer with the current parameters, written straight from their memory (or from
-        their compressed copy of this version; a row-sparse ``push``: :mod:`~.sparse`).
-
-        The arrays are lent (not recycled) until the response has left the socket.
-        """
+        their compressed copy of this version; a row-sparse ``push``: :mod:`~.sparse`). The
+        arrays are lent (not recycled) until the response has left the socket."""
         params, release = self._sets.lend()
         meta: dict[str, Any] = {"version": self.version, "status": status}
         if self.control:

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from tensorspark.ps.vocab_waiting import WaitingIds, find_sorted
+
 #: Policies for choosing the row to reclaim (see the module docstring).
 POLICIES = ("lfu", "ttl")
 #: Map versions whose changes are kept for :meth:`IdMap.changes_since`.
@@ -125,14 +127,15 @@ class IdMap:
         self.policy = policy
         self.ttl = None if ttl is None else float(ttl)
         self.waiting_limit = max(1, waiting_limit if waiting_limit is not None else 4 * capacity)
+        self._waiting = WaitingIds(self.waiting_limit)
         self._clock = clock
         self._row_of: dict[int, int] = {}
+        self._index: tuple[np.ndarray, np.ndarray] | None = None  # sorted ids, their rows
         self._id_of = np.full(capacity, -1, np.int64)
         self._used = np.zeros(capacity, bool)
         self._count = np.zeros(capacity, np.float64)
         self._seen = np.zeros(capacity, np.float64)
         self._free = list(range(capacity - 1, -1, -1))  # pop() gives the lowest row first
-        self._waiting: dict[int, list[float]] = {}  # id -> [count, last seen]
         self._sightings = 0
         self.version = 0
         self._log: list[Changes] = []
@@ -146,12 +149,20 @@ class IdMap:
         return len(self._row_of)
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """Rows of ``ids`` (-1 for ids not admitted), counting nothing (serving, predict)."""
+        """Rows of ``ids`` (-1 for ids not admitted), counting nothing (serving, predict).
+
+        A binary search in the admitted ids sorted (rebuilt after the map changed): the
+        server maps every push's ids, and a dict read per id cost more than the rest."""
         flat = _ids(ids)
-        get = self._row_of.get
-        return np.fromiter((get(i, -1) for i in flat.tolist()), np.int64, flat.size).reshape(
-            np.shape(ids)
-        )
+        if self._index is None:
+            held, rows = self.items()
+            order = np.argsort(held, kind="stable")
+            self._index = held[order], rows[order]
+        held, rows = self._index
+        at, there = find_sorted(held, flat)
+        out = np.full(flat.size, -1, np.int64)
+        out[there] = rows[at[there]]
+        return out.reshape(np.shape(ids))
 
     def owns(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per pair, whether row ``rows[i]`` still belongs to ``ids[i]`` (a push trained
@@ -231,10 +242,13 @@ class IdMap:
         evicted: list[tuple[int, int]] = []
         if self.policy == "ttl":
             evicted += self._expire(now, protect=rows[known])
-        due = self._wait(uniq[~known], seen[~known], now)
-        fresh, fresh_ids = self._admit(due, now, rows[known], evicted)
-        if fresh.size:
-            rows = self.lookup(uniq)
+        counts, due, forgotten = self._waiting.count(
+            uniq[~known], seen[~known], now, self.min_count
+        )
+        self.totals["forgotten"] += forgotten
+        fresh, fresh_ids = self._admit(counts, due, now, rows[known], evicted)
+        if fresh.size:  # (this push's known ids keep their rows: protected from both)
+            rows[np.searchsorted(uniq, fresh_ids)] = fresh
         self._decay(int(seen.sum()))
         if fresh.size or evicted:
             self.version += 1
@@ -258,72 +272,51 @@ class IdMap:
             self._last[key[0]] = (key[1], result)
         return result
 
-    def _wait(self, ids: np.ndarray, seen: np.ndarray, now: float) -> list[tuple[float, int]]:
-        """Count the unadmitted ids; return ``(count, id)`` of those now due, most seen
-        first (ties: smaller id, so the order never depends on the dict's)."""
-        due: list[tuple[float, int]] = []
-        waiting = self._waiting
-        for i, n in zip(ids.tolist(), seen.tolist(), strict=True):
-            entry = waiting.get(i)
-            if entry is None:
-                entry = waiting[i] = [0.0, now]
-            entry[0] += n
-            entry[1] = now
-            if entry[0] >= self.min_count:
-                due.append((entry[0], i))
-        due.sort(key=lambda t: (-t[0], t[1]))
-        if len(waiting) > self.waiting_limit:
-            self._forget()
-        return due
-
-    def _forget(self) -> None:
-        """Drop the least recently seen waiting ids down to 3/4 of the limit."""
-        keep = (3 * self.waiting_limit) // 4
-        order = sorted(self._waiting.items(), key=lambda kv: (kv[1][1], kv[1][0]), reverse=True)
-        self.totals["forgotten"] += len(order) - keep
-        self._waiting = dict(order[:keep])
-
     def _admit(
         self,
-        due: list[tuple[float, int]],
+        counts: np.ndarray,
+        ids: np.ndarray,
         now: float,
         touched: np.ndarray,
         evicted: list[tuple[int, int]],
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Give rows to the due ids: free rows first, then reclaimed ones (never a row
-        this push touched). Returns ``(rows, ids)`` given."""
-        if not due:
+        """Give rows to the due ``ids`` (with their ``counts``, most seen first): free rows first
+        (lowest first), then reclaimed ones (never a row this push touched; ``lfu``: only
+        from an id seen at most as often, and the first refusal ends it, as counts fall
+        along ``due`` and rise along the victims). Returns ``(rows, ids)`` given."""
+        if not ids.size:
             return _none(), _none()
-        shortfall = len(due) - len(self._free)
-        victims = self._victims(shortfall, touched) if shortfall > 0 else np.zeros(0, np.int64)
-        fresh: list[int] = []
-        fresh_ids: list[int] = []
-        v = 0
-        for count, i in due:
-            if self._free:
-                row = self._free.pop()
-            elif v < victims.size and (self.policy != "lfu" or count >= self._count[victims[v]]):
-                row = int(victims[v])
-                v += 1
-                evicted.append((int(self._id_of[row]), row))
-                self._release(row)
-                self._free.pop()
-                self.totals["evicted"] += 1
-            else:
-                break  # no row for it (or, lfu, only rows seen more often): it waits
-            count_i = self._waiting.pop(i)[0]
-            self._row_of[i] = row
-            self._id_of[row] = i
-            self._used[row] = True
-            self._count[row] = count_i
-            self._seen[row] = now
-            fresh.append(row)
-            fresh_ids.append(i)
-        self.totals["admitted"] += len(fresh)
-        return np.asarray(fresh, np.int64), np.asarray(fresh_ids, np.int64)
+        n_free = min(ids.size, len(self._free))
+        free = np.asarray(self._free[len(self._free) - n_free :][::-1], np.int64)
+        del self._free[len(self._free) - n_free :]
+        victims = self._victims(ids.size - n_free, touched)
+        if self.policy == "lfu" and victims.size:
+            worthy = counts[n_free : n_free + victims.size] >= self._count[victims]
+            victims = victims[: victims.size if worthy.all() else int(np.argmin(worthy))]
+        if victims.size:
+            old = self._id_of[victims]
+            for i in old.tolist():
+                del self._row_of[i]
+            evicted += zip(old.tolist(), victims.tolist(), strict=True)
+            self.totals["evicted"] += victims.size
+        rows = np.concatenate([free, victims])
+        ids, counts = ids[: rows.size], counts[: rows.size]
+        self._waiting.admitted(ids)
+        self._row_of.update(zip(ids.tolist(), rows.tolist(), strict=True))
+        self._id_of[rows], self._used[rows], self._count[rows], self._seen[rows] = (
+            ids,
+            True,
+            counts,
+            now,
+        )
+        self._index = None
+        self.totals["admitted"] += rows.size
+        return rows, ids.copy()
 
     def _victims(self, n: int, touched: np.ndarray) -> np.ndarray:
         """Up to ``n`` used rows not in ``touched``, least valuable first."""
+        if n <= 0:
+            return _none()
         mask = self._used.copy()
         mask[touched] = False
         candidates = np.flatnonzero(mask)
@@ -348,6 +341,7 @@ class IdMap:
         return out
 
     def _release(self, row: int) -> None:
+        self._index = None
         del self._row_of[int(self._id_of[row])]
         self._id_of[row] = -1
         self._used[row] = False
@@ -360,8 +354,7 @@ class IdMap:
         if self.policy == "lfu" and self._sightings >= _DECAY_AFTER * self.capacity:
             self._sightings = 0
             self._count *= 0.5
-            for entry in self._waiting.values():
-                entry[0] *= 0.5
+            self._waiting.halve()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -370,15 +363,12 @@ class IdMap:
         last seen, so a restore on another clock keeps them)."""
         now = self._clock()
         ids, rows = self.items()
-        waiting = np.asarray(list(self._waiting.values()), np.float64).reshape(-1, 2)
         arrays = {
             "ids": ids,
             "rows": rows,
             "counts": self._count[rows],
             "ages": now - self._seen[rows],
-            "waiting_ids": np.fromiter(self._waiting.keys(), np.int64, len(self._waiting)),
-            "waiting_counts": waiting[:, 0].copy(),
-            "waiting_ages": now - waiting[:, 1],
+            **self._waiting.state(now),
         }
         meta = {
             "capacity": self.capacity,
@@ -418,15 +408,7 @@ class IdMap:
         out._count[rows] = np.asarray(arrays["counts"], np.float64)
         out._seen[rows] = now - np.asarray(arrays["ages"], np.float64)
         out._free = [r for r in range(out.capacity - 1, -1, -1) if not out._used[r]]
-        out._waiting = {
-            int(i): [float(c), now - float(a)]
-            for i, c, a in zip(
-                np.asarray(arrays["waiting_ids"]).tolist(),
-                np.asarray(arrays["waiting_counts"]).tolist(),
-                np.asarray(arrays["waiting_ages"]).tolist(),
-                strict=True,
-            )
-        }
+        out._waiting.restore(arrays, now)
         out.version = int(meta["version"])
         out._sightings = int(meta.get("sightings", 0))
         out.totals.update({k: int(v) for k, v in dict(meta.get("totals", {})).items()})

@@ -5,23 +5,33 @@ its worker trained with (driver; the store's loop thread, like
 
 ``POST /vocab`` (signed like every route): ``wire({T@keys: int64 [k]}, {partition, epoch,
 seq, attempt, versions: {T: the worker's map version, -1: none}, answer_rows: bool
-(default true)})``, for each dynamic table ``T`` named in ``versions``, the distinct raw
-ids of the chunk the worker is about to train. The answer: ``wire({T@rows: int64 [k]
-(each id's row, -1: not admitted; only with answer_rows), T@add: int64 [n] ids, T@at:
-int64 [n] their rows, T@values: float32 [v, ...] the values of the first ``v`` of those
-rows, T@freed: int64 [m] rows freed}, {versions: {T: version}, whole: [T...], valued: {T:
-v}})``: what the worker's map must take to be the server's at that version (``whole``:
-it clears its map first, being older than the kept change log). Fresh rows (given to a
-new id by this request) are reset on the server to a draw of the table's initializer
+(default true), draw: bool (default false)})``, for each dynamic table ``T`` named in
+``versions``, the distinct raw ids of the chunk the worker is about to train. The answer:
+``wire({T@rows: int64 [k] (each id's row, -1: not admitted; only with answer_rows), T@add:
+int64 [n] ids, T@at: int32 [n] their rows, T@values: float32 [v, ...] the values of the
+first ``v`` of those rows, T@freed: int32 [m] rows freed}, {versions: {T: version}, whole:
+[T...], valued: {T: v}, and with draw: drawn: {T: d}, draws: {T: initializer spec with its
+seed} (tables with d > 0)})``: what the worker's map must take to be the server's at that
+version (``whole``: it clears its map first, being older than the kept change log). Fresh
+rows (given to a new id by this request, not by its repeat) are reset on the server to
+their draw (:mod:`~.vocab_draw`: a function of the table's seed, the id and the row)
 before the answer is written, and marked changed for the row-sparse answers and
 incremental checkpoints.
 
-Bytes: the changes list first the ids this request asked, and only their rows carry
-values (``valued``): those are the rows the chunk will read. A row given to another
-worker's id is not read by this chunk, and its reset values reach this worker with its
-next push's answer like any row changed since (it is marked changed), so sending them
-here too would send them twice. The worker keeps its map from the changes, so it asks
-for no ``T@rows`` (``answer_rows: false``; 8 bytes per id it sent).
+Bytes: the changes list first the ids this request asked whose rows some push has trained
+since their reset, and only those rows carry values (``valued``): they are rows the chunk
+will read. With ``draw``, the next ``d`` rows are those still at their draw (reset, no
+push applied to them since: :attr:`VocabTables.pristine`); the worker computes their values
+as the server did, so they travel as id and row only. The rest (rows given to another
+worker's id and trained since) are not read by this chunk, and their values reach the
+worker with its next push's answer like any row changed since (they are marked changed),
+so sending them here too would send them twice. The worker keeps its map from the changes,
+so it asks for no ``T@rows`` (``answer_rows: false``; 8 bytes per id it sent). Without
+``draw`` (a worker that cannot draw) every asked row that changed carries its values.
+
+The seed is the initializer spec's ``seed`` (the layer's initializer named one), else the
+server's own (:func:`~.vocab_draw.new_seed`); a checkpoint keeps it, and the rows still at
+their draw, with the maps (:meth:`VocabTables.state`), so a resumed server draws as before.
 
 Exactly once: ``(partition, epoch, seq)`` is counted once (:meth:`IdMap.map`); a retry
 (the same attempt's, or a new attempt's of the same chunk) gets its ids' rows as the map
@@ -51,8 +61,10 @@ from typing import Any
 import numpy as np
 
 from tensorspark import wire
+from tensorspark.ps.map_clock import CLOCK, MapClock
 from tensorspark.ps.validation import RequestError, int_field
 from tensorspark.ps.vocab import IdMap
+from tensorspark.ps.vocab_draw import draw_rows, new_seed, seed_of
 
 KEYS, ROWS_OF, ADD, AT, VALUES, FREED = "@keys", "@rows", "@add", "@at", "@values", "@freed"
 #: Most ids one ``/vocab`` request may name per table.
@@ -70,7 +82,18 @@ VOCAB_COUNTERS = (
 )
 
 
-def _seed(ids: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+def rows_dtype(capacity: int) -> type[np.signedinteger[Any]]:
+    """The dtype of the rows a ``/vocab`` answer lists: int32 (half the bytes of the ids'
+    int64; a worker's map is rebuilt from them at every chunk), int64 for a table (a
+    shard's block) of 2**31 rows or more."""
+    return np.int32 if capacity <= np.iinfo(np.int32).max else np.int64
+
+
+def _or_new(seed: int | None) -> int:
+    return new_seed() if seed is None else seed
+
+
+def seen_once(ids: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
     """:meth:`IdMap.state`'s arrays for a map of ``ids -> rows`` each seen once, now."""
     ids, rows = np.asarray(ids, np.int64), np.asarray(rows, np.int64)
     none = np.zeros(0)
@@ -80,21 +103,28 @@ def _seed(ids: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def draw(init: Mapping[str, Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Values for fresh rows from an initializer spec
-    (:func:`tensorspark.models.dynamic_embedding.initializer_spec`)."""
-    kind = init.get("kind", "zeros")
-    if kind == "uniform":
-        return rng.uniform(init["low"], init["high"], shape).astype(np.float32)
-    if kind == "normal":
-        out = rng.normal(init["mean"], init["stddev"], shape)
-        if init.get("truncated"):  # Keras's: redraw beyond two standard deviations
-            bad = np.abs(out - init["mean"]) > 2 * init["stddev"]
-            while bad.any():
-                out[bad] = rng.normal(init["mean"], init["stddev"], int(bad.sum()))
-                bad = np.abs(out - init["mean"]) > 2 * init["stddev"]
-        return out.astype(np.float32)
-    return np.zeros(shape, np.float32)
+def table_part(arrays: Mapping[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """Table ``name``'s arrays in a checkpoint's maps (:meth:`VocabTables.state` names
+    them ``"<table>//<array>"``), by array name."""
+    prefix = f"{name}//"
+    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+def saved_maps(
+    saved: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each table's admitted ``(ids, rows)`` in a checkpoint's maps (what
+    :meth:`VocabTables.state` wrote, as :func:`~tensorspark.ps.sparse.split_vocab` reads it
+    back); empty for None (a checkpoint without dynamic tables). A model built from a
+    checkpoint takes these into its layers (:func:`~tensorspark.models.vocab_sync.install_maps`)."""
+    if saved is None:
+        return {}
+    arrays, meta = saved
+    parts = {name: table_part(arrays, name) for name in meta}
+    return {
+        name: (np.asarray(part["ids"], np.int64), np.asarray(part["rows"], np.int64))
+        for name, part in parts.items()
+    }
 
 
 class VocabTables:
@@ -104,8 +134,11 @@ class VocabTables:
         specs: weight name -> ``{capacity, min_count, policy, ttl, init}`` (the driver's
             :func:`tensorspark.models.vocab_sync.vocab_specs`), and ``seed``: the model's
             own map ``(ids, rows)`` when it has one (a map without a checkpoint's starts
-            from it, each id seen once).
-        params: the store's parameters (each table must have ``capacity + 1`` rows).
+            from it, each id seen once). On a shard (:mod:`~.vocab_shards`) a spec names a
+            block of a table: ``capacity`` its rows, ``offset`` its first row in the table
+            (the draws are the table's rows').
+        params: the store's parameters (each table must have ``capacity + 1`` rows; a
+            shard's block, ``capacity`` when it does not hold the default row).
         state: a checkpoint's maps (:meth:`state`), or None.
     """
 
@@ -116,23 +149,38 @@ class VocabTables:
         state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
     ) -> None:
         self.specs = {str(k): dict(v) for k, v in specs.items()}
+        self.clock = MapClock()
+        #: The readings of a restore from saved maps: here, and the saved maps' own.
+        self._restored: tuple[float, Any] | None = None
         self.maps: dict[str, IdMap] = {}
         for name, spec in self.specs.items():
             table = params.get(name)
-            if table is None or table.ndim < 1 or table.shape[0] != int(spec["capacity"]) + 1:
+            cap = int(spec["capacity"])  # a shard's block may lack the default row
+            if table is None or table.ndim < 1 or table.shape[0] not in (cap, cap + 1):
                 raise ValueError(
-                    f"dynamic table {name!r} must be a weight of capacity + 1 rows. Received: "
+                    f"dynamic table {name!r} must be a weight of capacity + 1 rows (a shard's "
+                    f"block: capacity rows, or capacity + 1 with the default row). Received: "
                     f"{None if table is None else table.shape}"
                 )
             self.maps[name] = IdMap(
-                int(spec["capacity"]), int(spec["min_count"]), spec["policy"], spec.get("ttl")
-            )
+                int(spec["capacity"]), int(spec["min_count"]), spec["policy"], spec.get("ttl"),
+                clock=self.clock,
+            )  # fmt: skip
             seed = spec.get("seed")
             if seed is not None and state is None:  # the model's map (a trained model)
-                self.maps[name] = IdMap.restore(_seed(*seed), {**spec, "version": 0})
+                info = {**spec, "version": 0}
+                self.maps[name] = IdMap.restore(seen_once(*seed), info, self.clock)
+        #: Per table, the seed of its rows' initial values (:mod:`~.vocab_draw`): the
+        #: initializer's own seed, else the server's; a checkpoint's replaces it.
+        self.seeds = {
+            name: _or_new(seed_of(dict(spec.get("init") or {})))
+            for name, spec in self.specs.items()
+        }
+        #: Per table, the rows whose values are still their draw (reset, nothing added
+        #: since): a worker asking ``draw`` computes them instead of receiving them.
+        self.pristine = {name: np.zeros(m.capacity, bool) for name, m in self.maps.items()}
         if state is not None:
             self.load(*state)
-        self._rng = np.random.default_rng()
         self.dropped = 0
         #: Per partition, the latest ``(attempt, key)`` of a ``/vocab`` request counted.
         self._last: dict[int, tuple[int, int]] = {}
@@ -169,8 +217,9 @@ class VocabTables:
             raise RequestError(400, "/vocab needs partition, epoch and seq, whole numbers >= 0")
         attempt = int_field(meta, "attempt")
         answer_rows = meta.get("answer_rows", True)
-        if type(answer_rows) is not bool:
-            raise RequestError(400, "/vocab's answer_rows must be true or false")
+        draws = meta.get("draw", False)
+        if type(answer_rows) is not bool or type(draws) is not bool:
+            raise RequestError(400, "/vocab's answer_rows and draw must be true or false")
         if not isinstance(versions, dict) or not versions:
             raise RequestError(400, "/vocab needs versions: {table: the worker's map version}")
         asked = {}
@@ -195,17 +244,32 @@ class VocabTables:
         partition, epoch, seq = (int(v) for v in key)  # type: ignore[arg-type]
         key2 = (partition, (epoch << 31) | seq)
         self._take(partition, attempt, key2[1])
+        # One reading for the request (a replay's: the journaled one), journaled with it.
+        with self.clock.fixed() as reading:
+            meta[CLOCK] = reading  # type: ignore[index]
+            return self._answer(params, asked, key2, draws, answer_rows, mark)
+
+    def _answer(
+        self,
+        params: dict[str, np.ndarray],
+        asked: Mapping[str, tuple[np.ndarray, int]],
+        key2: tuple[int, int],
+        draws: bool,
+        answer_rows: bool,
+        mark: Callable[[str, np.ndarray], None],
+    ) -> list[Any]:
+        """:meth:`answer` once the request is checked and its key taken."""
         out: dict[str, wire.Tensor] = {}
         whole = []
         now = {}
         valued = {}
+        drawn = {}
         for name, (ids, version) in asked.items():
             idmap = self.maps[name]
+            before = idmap.version
             mapped = idmap.map(ids, key=key2)
-            if mapped.fresh.size:
-                table = params[name]
-                shape = (int(mapped.fresh.size), *table.shape[1:])
-                table[mapped.fresh] = draw(self.specs[name]["init"], shape, self._rng)
+            if mapped.fresh.size and idmap.version != before:  # (a repeat reset them once)
+                self._reset(params, name, mapped.fresh_ids, mapped.fresh)
                 mark(name, mapped.fresh)
             changes = idmap.changes_since(version) if version >= 0 else None
             if changes is None:
@@ -216,15 +280,44 @@ class VocabTables:
                 add, at, freed = changes.ids, changes.rows, changes.freed
             if answer_rows:
                 out[name + ROWS_OF] = idmap.lookup(ids)  # now (a retry's rows may have moved)
-            asked_first = np.argsort(~np.isin(add, ids), kind="stable")
-            add, at = add[asked_first], at[asked_first]
-            valued[name] = int(np.count_nonzero(np.isin(add, ids)))
+            mine = np.isin(add, ids)
+            pristine = self.pristine[name][at] if draws else np.zeros(at.shape, bool)
+            # First the asked rows that need values, then the rows the worker draws.
+            order = np.argsort(
+                np.where(mine & ~pristine, 0, np.where(pristine, 1, 2)), kind="stable"
+            )
+            add, at = add[order], at[order]
+            valued[name] = int(np.count_nonzero(mine & ~pristine))
+            drawn[name] = int(np.count_nonzero(pristine))
             out[name + ADD] = add
-            out[name + AT] = at
+            out[name + AT] = at.astype(rows_dtype(idmap.capacity))
             out[name + VALUES] = np.ascontiguousarray(params[name][at[: valued[name]]])
-            out[name + FREED] = freed
+            out[name + FREED] = freed.astype(rows_dtype(idmap.capacity))
             now[name] = idmap.version
-        return wire.encode(out, {"versions": now, "whole": whole, "valued": valued})
+        info: dict[str, Any] = {"versions": now, "whole": whole, "valued": valued}
+        if draws:
+            info["drawn"] = drawn
+            info["draws"] = {
+                n: {**self.specs[n]["init"], "seed": self.seeds[n]} for n, d in drawn.items() if d
+            }
+        return wire.encode(out, info)
+
+    def _reset(
+        self, params: dict[str, np.ndarray], name: str, ids: np.ndarray, rows: np.ndarray
+    ) -> None:
+        """Rows ``rows``, given to ``ids``, take their draw (:mod:`~.vocab_draw`)."""
+        table = params[name]
+        init, seed = self.specs[name]["init"], self.seeds[name]
+        offset = int(self.specs[name].get("offset", 0))  # a shard's block: the table's rows
+        table[rows] = draw_rows(init, seed, ids, rows + offset, tuple(table.shape[1:]))
+        self.pristine[name][rows] = True
+
+    def touched(self, name: str, rows: np.ndarray | None) -> None:
+        """Rows ``rows`` of table ``name`` (None: all) changed by a push: their values are
+        no longer their draw (a worker gets them sent)."""
+        pristine = self.pristine.get(name)
+        if pristine is not None:
+            pristine[slice(None) if rows is None else rows] = False
 
     def _take(self, partition: int, attempt: int, key: int) -> None:
         """Accept a request's ``(attempt, key)`` for ``partition`` (see the module).
@@ -308,14 +401,25 @@ class VocabTables:
         """Every map's arrays (``"<table>//<array>"``) and meta, for a checkpoint."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {}
-        for name, idmap in self.maps.items():
-            part, info = idmap.state()
-            arrays.update({f"{name}//{k}": v for k, v in part.items()})
-            meta[name] = info
+        with self.clock.fixed() as reading:  # the ages count from the reading saved
+            for name, idmap in self.maps.items():
+                part, info = idmap.state()
+                part["pristine"] = np.flatnonzero(self.pristine[name]).astype(np.int64)
+                arrays.update({f"{name}//{k}": v for k, v in part.items()})
+                meta[name] = {**info, "seed": self.seeds[name], CLOCK: reading}
         return arrays, meta
 
+    def count_from_cut(self) -> None:
+        """A restarted shard, before it replays its journal: read the clock as the dead
+        shard did. The restored ages count from the restore's reading; the journaled
+        requests' readings are this host's clock, which the cut's reading is on too."""
+        if self._restored is not None and isinstance(self._restored[1], (int, float)):
+            self.clock.offset = self._restored[0] - float(self._restored[1])
+
     def load(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
-        """Take the maps :meth:`state` saved (tables it does not name start empty).
+        """Take the maps :meth:`state` saved (tables it does not name start empty), with
+        each table's seed and the rows still at their draw (a checkpoint without them:
+        none, so every row's values are sent).
 
         Raises:
             ValueError: a saved map of another capacity, or arrays that disagree.
@@ -328,6 +432,14 @@ class VocabTables:
                     f"dynamic table {name!r}: the checkpoint's map has capacity "
                     f"{info['capacity']}, the model {self.maps[name].capacity}"
                 )
-            prefix = f"{name}//"
-            part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            self.maps[name] = IdMap.restore(part, info)
+            part = table_part(arrays, name)
+            with self.clock.fixed() as reading:  # the restore's ages count from it
+                self.maps[name] = IdMap.restore(part, info, self.clock)
+            self._restored = (reading, info.get(CLOCK))
+            pristine = np.zeros(self.maps[name].capacity, bool)
+            seed = info.get("seed")
+            if type(seed) is int and seed >= 0 and "pristine" in part:
+                self.seeds[name] = seed
+                rows = np.asarray(part["pristine"], np.int64)
+                pristine[rows[(rows >= 0) & (rows < pristine.size)]] = True
+            self.pristine[name] = pristine

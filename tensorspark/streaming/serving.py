@@ -78,10 +78,18 @@ class LiveModel:
         return keras_io.deserialize_model(self.payload.value, self.custom_objects, compile=False)
 
     def _build(self, where: str) -> Any:
+        """The model with the checkpoint's weights and, for ``DynamicEmbedding`` tables,
+        its id -> row maps (saved with the table: without them every id would read the
+        default row)."""
         from tensorspark.models.keras import assign_weights
+        from tensorspark.models.vocab_sync import install_maps
+        from tensorspark.ps.sparse import split_vocab
+        from tensorspark.ps.vocab_route import saved_maps
 
         model = self._build_initial()
-        assign_weights(model, load_checkpoint(where, user=self.user, conf=dict(self.conf)).params)
+        checkpoint = load_checkpoint(where, user=self.user, conf=dict(self.conf))
+        assign_weights(model, checkpoint.params)
+        install_maps(model, saved_maps(split_vocab(checkpoint.state, checkpoint.state_meta)[1]))
         return model
 
 

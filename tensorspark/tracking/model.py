@@ -55,7 +55,8 @@ def input_example(model: Any, data: Any, features_col: str) -> np.ndarray | None
 
 def example_of(model: Any, rows: list[Any]) -> np.ndarray | None:
     """``rows`` (features: arrays, lists or vectors) stacked as ``model`` takes them
-    (float32); ``None`` for no rows (driver, no job).
+    (float32, or int64 for integer inputs: a ``DynamicEmbedding``'s raw ids, which float32
+    would round); ``None`` for no rows (driver, no job).
 
     Raises:
         ValueError: a row does not reshape to the model's input.
@@ -63,7 +64,8 @@ def example_of(model: Any, rows: list[Any]) -> np.ndarray | None:
     if not rows:
         return None
     shape = tuple(-1 if d is None else int(d) for d in model.input_shape[1:])
-    arrays = [np.asarray(r.toArray() if hasattr(r, "toArray") else r, np.float32) for r in rows]
+    dtype = input_dtype(model)
+    arrays = [np.asarray(r.toArray() if hasattr(r, "toArray") else r, dtype) for r in rows]
     return np.stack([a.reshape(shape) for a in arrays])
 
 
@@ -77,11 +79,29 @@ def seen_example(model: Any, rows: list[Any]) -> np.ndarray | None:
         return None
 
 
-def signature(model: Any) -> Any:
-    """The model's MLflow signature: tensors of its input and output shapes."""
-    from mlflow.keras.utils import get_model_signature
+def input_dtype(model: Any) -> Any:
+    """The dtype ``model``'s (first) input tensor takes: int64 for integer inputs (ids),
+    else float32. ``model.input_dtype`` is the layers' compute dtype (float32 even for an
+    ``int64`` ``keras.Input``), which is why MLflow's own signature would say float32."""
+    inputs = list(getattr(model, "inputs", None) or [])
+    kind = np.dtype(str(getattr(inputs[0], "dtype", "float32"))).kind if inputs else "f"
+    return np.int64 if kind in "iu" else np.float32
 
-    return get_model_signature(model)
+
+def signature(model: Any) -> Any:
+    """The model's MLflow signature: tensors of its input and output shapes, integer
+    inputs (raw ids) as int64."""
+    from mlflow.keras.utils import get_model_signature
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    found = get_model_signature(model)
+    if input_dtype(model) is np.float32:
+        return found
+    inputs: list[ColSpec | TensorSpec] = [
+        TensorSpec(np.dtype(np.int64), spec.shape, spec.name) for spec in found.inputs.inputs
+    ]
+    return ModelSignature(inputs=Schema(inputs), outputs=found.outputs)
 
 
 def requirements() -> list[str]:
@@ -158,8 +178,16 @@ class KerasFlavor:
 
 def log_keras_model(run_id: str, model: Any, example: np.ndarray | None, step: int = 0) -> Any:
     """Log ``model`` to ``run_id`` as :data:`MODEL_NAME` (the run's metrics at ``step`` are
-    linked to it); MLflow's ``ModelInfo``."""
+    linked to it); MLflow's ``ModelInfo``.
+
+    A model with ``DynamicEmbedding`` tables is logged as its SavedModel (the flavour's
+    ``save_exported_model``): the id -> row maps are a TensorFlow lookup table inside it,
+    so ``mlflow.pyfunc.load_model`` answers raw ids in any process with plain TensorFlow,
+    as an export does; its ``.keras`` file would need tensorspark imported first to
+    rebuild the layer."""
     from mlflow.models import Model
+
+    from tensorspark.models.dynamic_embedding import dynamic_layers
 
     return Model.log(
         artifact_path=None,
@@ -172,4 +200,5 @@ def log_keras_model(run_id: str, model: Any, example: np.ndarray | None, step: i
         input_example=example,
         pip_requirements=requirements(),
         validate_serving_input=False,
+        save_exported_model=bool(dynamic_layers(model)),
     )

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tensorspark.errors import DivergenceError
 from tensorspark.jobs import attempt_number
 from tensorspark.models.base import TrainerLoader
 from tensorspark.partition import EpochSource
@@ -47,17 +48,32 @@ class TrainWork:
 
         The worker is prepared (GPUs placed) before the task joins the server, so a worker
         pinned to other GPUs fails the task before it did anything.
+
+        Raises:
+            DivergenceError: the server refused the worker's non-finite update
+                (``on_divergence='fail'``); the message names the partition and Spark's
+                attempt number.
         """
         from tensorspark.gpus import placement
         from tensorspark.tfthreads import prepare_worker
 
         started = time.time()
         threads = prepare_worker()
-        stats = train_partition(
-            index, attempt, source, self.config, lambda: self.loader.load(self.bcast.value, threads)
-        )
-        # The attempt number Spark's UI shows; the identity the server knew it by besides.
-        stats["attempt"], stats["attempt_id"] = attempt_number(attempt), attempt
+        number = attempt_number(attempt)  # the one Spark's UI shows, in the statistics too
+        try:
+            stats = train_partition(
+                index,
+                attempt,
+                source,
+                self.config,
+                lambda: self.loader.load(self.bcast.value, threads),
+            )
+        except DivergenceError as err:  # the worker named by partition and attempt number
+            raise DivergenceError(
+                f"worker for partition {index} (attempt {number}) produced {err}"
+            ) from err
+        # The attempt number; the identity the server knew it by besides.
+        stats["attempt"], stats["attempt_id"] = number, attempt
         stats["placement"] = {
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             **placement(),

@@ -10,6 +10,7 @@ variables hold the global values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from tensorspark.models.tf1 import (
     variable_map,
 )
 from tensorspark.models.tf1_rows import fed_lookups
+from tensorspark.models.tf1_vocab import declared, install_maps, plan_run, zero_default_rows
 from tensorspark.preflight import preflight
 from tensorspark.training.host import ServerHost
 from tensorspark.training.result import TrainResult
@@ -53,15 +55,19 @@ def train_graph(
     graph = session.graph
     feeds, dtypes = resolve_feeds(graph, feed_name_list)
     param_names = resolve_params(graph, param_list)
-    lookups = fed_lookups(graph, [t.name for t in feeds])
+    lookups = fed_lookups(graph, [t.name for t in feeds], set(declared(graph)))
+    # Dynamic tables (models/tf1_vocab.py): checked, and told the server.
+    host.settings, dynamic = plan_run(graph, host.settings, lookups, feeds, fetches, param_names)
     feed = TF1Feed(tuple(feeds), tuple(feed_name_list), dtypes, lookups=lookups)
     conf = snapshot(sc, conf)
     preflight(sc, f"tensorspark {host.settings.name}", conf)
     data = input_for(sc, feed_rdd, feed, conf=conf, argument="feed_rdd")
+    loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
+    zero_default_rows(session, loader, dynamic)
     spec = export_graph(
         session, fetches, feed_name_list, param_names, loss=loss, run_options=run_options
     )
-    loader = VariableLoader({n: v for n, v in variable_map(graph).items() if n in param_names})
+    spec = dataclasses.replace(spec, dynamic=dynamic)
     initial = loader.read(session, param_names)
     rows = data.known_rows
     result = TrainingRun(sc, host, conf).execute(
@@ -72,4 +78,5 @@ def train_graph(
         total_samples=None if rows is None else rows * num_epoch,
     )
     loader.load(session, result.params)
+    install_maps(host.server, graph)  # the dynamic tables: the server's id -> row maps
     return result

@@ -47,6 +47,7 @@ import pytest
 from pyspark import SparkContext
 
 from tensorspark.cli import CommandError, fetch_status
+from tensorspark.ps.store import Store
 from tests.cluster.conftest import (
     StandaloneCluster,
     WorkerHost,
@@ -483,6 +484,7 @@ class RunWatch(logging.Handler):
         super().__init__(logging.INFO)
         self.dashboard: str | None = None
         self.found = threading.Event()
+        self._triggers: list[PushTrigger] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -496,11 +498,47 @@ class RunWatch(logging.Handler):
         level = package.level
         package.setLevel(min(level or logging.INFO, logging.INFO))
         package.addHandler(self)
+        original = Store.push
+        triggers = self._triggers
+
+        def push(store: Store, *args: Any, **kwargs: Any) -> bool:
+            kept = original(store, *args, **kwargs)
+            waiting = [t for t in triggers if not t.settled.is_set()]
+            if waiting:
+                try:
+                    status = store.status()
+                except BaseException as err:  # kept for the test, never answered to the worker
+                    for trigger in waiting:
+                        trigger.fail(err)
+                else:
+                    for trigger in waiting:
+                        trigger.check(status)
+            return kept
+
+        Store.push = push  # type: ignore[method-assign,assignment]
         try:
             yield self
         finally:
+            Store.push = original  # type: ignore[method-assign]
             package.removeHandler(self)
             package.setLevel(level)
+
+    def at_push(
+        self,
+        condition: Callable[[dict[str, Any]], bool],
+        action: Callable[[dict[str, Any]], Any],
+    ) -> PushTrigger:
+        """Run ``action(status)`` once, on the parameter server's loop thread, right after
+        the first push that makes ``condition(status)`` hold (``status``: the store's part
+        of ``/status``, its worker rows and counters) and before the server answers it.
+
+        Exact where :meth:`when` polls: an elastic sync rerun that trains alone can finish
+        its pushes within one poll's interval. The action must be quick (a kill): the
+        server waits for it. Only while :meth:`installed`.
+        """
+        trigger = PushTrigger(condition, action)
+        self._triggers.append(trigger)
+        return trigger
 
     def status(self) -> dict[str, Any] | None:
         """The server's status now, or None when it does not answer (not yet, or no more)."""
@@ -529,6 +567,43 @@ class RunWatch(logging.Handler):
             raise TimeoutError(f"the condition did not hold within {timeout:.0f} s")
 
         return Background(body)
+
+
+class PushTrigger:
+    """A condition on the server's status checked after each push, and its action
+    (:meth:`RunWatch.at_push`); errors of either are kept for :meth:`result`, never
+    answered to the pushing worker."""
+
+    def __init__(
+        self,
+        condition: Callable[[dict[str, Any]], bool],
+        action: Callable[[dict[str, Any]], Any],
+    ) -> None:
+        self._condition, self._action = condition, action
+        self._outcome: dict[str, Any] = {}
+        self.settled = threading.Event()
+
+    def check(self, status: dict[str, Any]) -> None:
+        try:
+            if self._condition(status):
+                self._outcome["value"] = self._action(status)
+                self.settled.set()
+        except BaseException as err:  # re-raised in result()
+            self.fail(err)
+
+    def fail(self, err: BaseException) -> None:
+        """Keep ``err`` for :meth:`result`; the trigger is done."""
+        self._outcome["error"] = err
+        self.settled.set()
+
+    def result(self) -> Any:
+        """The action's value, once the run is over; raises its error, or AssertionError
+        when no push of the run met the condition."""
+        if not self.settled.is_set():
+            raise AssertionError("no push of the run met the trigger's condition")
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return self._outcome.get("value")
 
 
 class Background:

@@ -1,9 +1,10 @@
 """Executors and whole hosts lost in the middle of training.
 
 One application runs every test of this module on the namespace cluster (2 hosts, one
-executor each). A helper thread watches the run's parameter server and, once the worker on
-host 0 has pushed a few times, SIGKILLs that host's executor JVM, or every process of the
-host (Worker, executor, Python workers). Then:
+executor each). A hook on the run's parameter server (``RunWatch.at_push``), right after the
+push that makes the worker on host 0 have pushed a few times, SIGKILLs that host's executor
+JVM, or every process of the host (Worker, executor, Python workers): at that exact push, not
+at a poll of ``/status``, which an elastic rerun training alone can outrun. Then:
 
 * **async** and **bounded staleness** (``max_staleness=1``): Spark retries the lost task
   (``attemptNumber`` 1); it asks the server how far its partition got and resumes after
@@ -115,6 +116,12 @@ def _victim_partition(status: dict[str, Any], victim: Host) -> int:
     return partition
 
 
+def _row(status: dict[str, Any], partition: int) -> dict[str, Any]:
+    """``partition``'s worker row in a server status."""
+    [row] = [w for w in status["workers"] if int(w["partition"]) == partition]
+    return row
+
+
 def _kill_executor(netns_cluster: NetnsCluster, victim: Host, record: dict[str, Any]) -> Any:
     def kill(status: dict[str, Any]) -> None:
         executors = netns_cluster.executors(victim)
@@ -164,7 +171,7 @@ def _run_survives(
     killer = (_kill_executor if what == "executor" else _kill_host)(netns_cluster, victim, record)
     watch = RunWatch()
     with watch.installed():
-        action = watch.when(_victim_training(victim), killer)
+        action = watch.at_push(_victim_training(victim), killer)
         try:
             run = train_tf1(
                 lost_sc, *mnist, name=name, epochs=EPOCHS, sync_interval=SYNC_INTERVAL, **options
@@ -221,7 +228,7 @@ def test_sync_run_fails_fast_naming_the_lost_executor(
     checkpoints = str(tmp_path / "ckpt")
     watch = RunWatch()
     with watch.installed():
-        action = watch.when(_victim_training(victim), killer)
+        action = watch.at_push(_victim_training(victim), killer)
         try:
             with pytest.raises(ExecutorLostError) as info:
                 train_tf1(
@@ -310,32 +317,33 @@ def test_elastic_sync_run_survives_its_partition_s_executor_killed_twice(
     by_address = {h.address: h for h in netns_cluster.net.hosts}
     kills: list[dict[str, Any]] = []
 
-    def kill_twice(status: dict[str, Any]) -> None:
-        partition = _victim_partition(status, victim)
-        [row] = [w for w in status["workers"] if int(w["partition"]) == partition]
-        _kill_executor(netns_cluster, victim, record := {})(status)
-        kills.append({**record, "pushes": int(row["pushes"])})
-        deadline = time.monotonic() + 120.0
-        while time.monotonic() < deadline:
-            now = watch.status()
-            rows = {int(w["partition"]): w for w in (now or {}).get("workers", ())}
-            back = rows.get(partition, {})
-            if (
-                back.get("state") == "active"
-                and int(back.get("pushes", 0)) >= kills[0]["pushes"] + KILL_AFTER_PUSHES
-                and (now or {}).get("partitions_rejoined", 0) >= 1
-            ):
-                host = by_address[back["host"]]  # where the rerun trains: either host
-                [(pid, executor)] = netns_cluster.executors(host).items()
-                os.kill(pid, signal.SIGKILL)
-                kills.append({"pids": [pid], "executor": executor, "host": host.address})
-                return
-            time.sleep(0.2)
-        raise TimeoutError("the rerun of the killed partition never pushed again")
+    def first_kill(status: dict[str, Any]) -> None:
+        record: dict[str, Any] = {}
+        _kill_executor(netns_cluster, victim, record)(status)
+        kills.append({**record, "attempt_id": int(_row(status, record["partition"])["attempt_id"])})
+
+    def rerun_pushed(status: dict[str, Any]) -> bool:
+        """A later attempt of the killed partition (Spark's rerun: its task attempt id is
+        larger, whether or not the server declared the partition lost before it joined)
+        trains and has pushed KILL_AFTER_PUSHES times since its first push seen here."""
+        if not kills:
+            return False
+        back = _row(status, kills[0]["partition"])
+        if int(back["attempt_id"]) <= kills[0]["attempt_id"] or back["state"] != "active":
+            return False
+        start = kills[0].setdefault("rerun_pushes_from", int(back["pushes"]))
+        return int(back["pushes"]) >= start + KILL_AFTER_PUSHES
+
+    def second_kill(status: dict[str, Any]) -> None:
+        host = by_address[_row(status, kills[0]["partition"])["host"]]  # the rerun's: either host
+        [(pid, executor)] = netns_cluster.executors(host).items()
+        os.kill(pid, signal.SIGKILL)
+        kills.append({"pids": [pid], "executor": executor, "host": host.address})
 
     watch = RunWatch()
     with watch.installed():
-        action = watch.when(_victim_training(victim), kill_twice)
+        first = watch.at_push(_victim_training(victim), first_kill)
+        second = watch.at_push(rerun_pushed, second_kill)
         try:
             run = train_tf1(
                 lost_sc,
@@ -349,7 +357,8 @@ def test_elastic_sync_run_survives_its_partition_s_executor_killed_twice(
             )
             run.session.close()
         finally:
-            action.result()
+            first.result()
+            second.result()
     assert len(kills) == 2, kills
     status = run.result.status
     rows = partition_rows(run.result)
@@ -389,7 +398,7 @@ def test_elastic_sync_run_with_every_host_lost_fails_after_its_patience(
     watch = RunWatch()
     try:
         with watch.installed():
-            action = watch.when(_victim_training(netns_cluster.net.hosts[0]), kill_all)
+            action = watch.at_push(_victim_training(netns_cluster.net.hosts[0]), kill_all)
             try:
                 with pytest.raises(ExecutorLostError) as info:
                     train_tf1(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 from pyspark import SparkConf, SparkContext
@@ -121,6 +122,32 @@ class _Contexts:
             self.sc.stop()
             self.sc = None
             self.master = None
+
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests on the retrying context (``sc_retry``, ``local[2,4]``) first in this
+    set, in their order, instead of where their modules put them.
+
+    One SparkContext exists per JVM, so each switch between ``local[2]`` and ``local[2,4]``
+    stops one context and starts the other, whose Python workers import TensorFlow again
+    (seconds each time): five modules with a retry test among local[2] ones made ten
+    switches. Grouped first, there is one, and the local[2] context then serves the rest of
+    this set and the sets after it (docs)."""
+
+    def here(item: pytest.Item) -> bool:
+        return Path(str(item.fspath)).resolve().is_relative_to(HERE)
+
+    retry = [i for i in items if here(i) and "sc_retry" in getattr(i, "fixturenames", ())]
+    if not retry:
+        return
+    chosen = set(map(id, retry))
+    at = next(n for n, item in enumerate(items) if here(item))
+    rest = [i for i in items if id(i) not in chosen]
+    items[:] = rest[:at] + retry + rest[at:]
 
 
 @pytest.fixture(scope="session")

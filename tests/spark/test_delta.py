@@ -22,6 +22,7 @@ import tensorspark as sps
 from tensorspark.datasets.mnist import FASHION_MNIST_DIR, MnistData, load_mnist
 from tensorspark.errors import ConfigurationError
 from tests.privileges import missing_privilege
+from tests.spark.spark_jobs import jobs_run
 
 FIRST, MORE = 600, 400
 
@@ -65,10 +66,6 @@ def mlp() -> keras.Model:
     )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
-
-
-def jobs_run(sc: SparkContext) -> int:
-    return int(sc._jsc.sc().statusStore().jobsList(None).size())  # noqa: SLF001
 
 
 def test_fit_on_two_versions_trains_on_each_and_records_it(

@@ -5,9 +5,6 @@ rerun task rejoins (tensorspark.ps.elastic)."""
 from __future__ import annotations
 
 import os
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import tensorspark as sps
 from tensorspark.datasets.mnist import load_mnist, one_hot
 from tests.netns.training import expected_pushes, partition_rows
 
+from .killers import Killer
 from .mnist_graph import softmax_regression
 
 
@@ -92,37 +90,19 @@ def _pid_of(path: str):  # type: ignore[no-untyped-def]
     return passthrough
 
 
-class _Killer:
-    """Watches the server's /status from the driver and SIGKILLs partition 1's Python
-    worker once it has pushed ``after`` times."""
+def _worker_of_partition_1(pid_file: Path, after: int) -> Killer:
+    """Kills partition 1's Python worker (its pid in ``pid_file``) once the server's
+    /status shows it has pushed ``after`` times."""
 
-    def __init__(self, pid_file: Path, after: int) -> None:
-        self.pid_file = pid_file
-        self.after = after
-        self.killed: int | None = None
-        self.session: Any = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-killer", daemon=True)
+    def victim(server: Any) -> int | None:
+        if server is None or not pid_file.exists():
+            return None
+        rows = {w["partition"]: w for w in server.status()["workers"]}
+        if rows.get(1, {}).get("pushes", 0) >= after:
+            return int(pid_file.read_text())
+        return None
 
-    def start(self, session: Any) -> None:
-        self.session = session
-        self._thread.start()
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + 120
-        while not self._stop.wait(0.05) and time.monotonic() < deadline:
-            server = self.session.server
-            if server is None or not self.pid_file.exists():
-                continue
-            rows = {w["partition"]: w for w in server.status()["workers"]}
-            if rows.get(1, {}).get("pushes", 0) >= self.after:
-                self.killed = int(self.pid_file.read_text())
-                os.kill(self.killed, signal.SIGKILL)
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+    return Killer(victim, name="test-killer")
 
 
 @pytest.mark.timeout(240)
@@ -131,7 +111,7 @@ def test_a_killed_python_worker_s_partition_rejoins_and_the_run_completes(
 ) -> None:
     pid_file = tmp_path / "victim.pid"
     data = sc_retry.parallelize(rows[:12000], 2).mapPartitionsWithIndex(_pid_of(str(pid_file)))
-    killer = _Killer(pid_file, after=8)
+    killer = _worker_of_partition_1(pid_file, after=8)
     try:
         m, result = _train(
             sc_retry,

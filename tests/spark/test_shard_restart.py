@@ -6,10 +6,6 @@ failing fast, naming the shard and the last checkpoint."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +17,7 @@ from tensorspark.errors import ParameterServerError
 from tensorspark.ps.shards import ShardedServer
 from tests.netns.training import expected_pushes, partition_rows
 
+from .killers import Killer
 from .mnist_graph import softmax_regression
 
 ROWS = 12000
@@ -37,43 +34,23 @@ def rows(fashion):  # type: ignore[no-untyped-def]
     return list(zip(fashion.train_images[:ROWS], one_hot(fashion.train_labels[:ROWS])))
 
 
-class _ShardKiller:
-    """Watches the run's sharded server from the driver and SIGKILLs shard ``index`` once
-    every shard has applied ``after`` pushes (mid-run, pushes in flight)."""
+def _shard(index: int, after: int) -> Killer:
+    """Kills shard ``index`` of the run's sharded server once every shard has applied
+    ``after`` pushes (mid-run, pushes in flight)."""
 
-    def __init__(self, index: int, after: int) -> None:
-        self.index = index
-        self.after = after
-        self.killed: int | None = None
-        self.session: Any = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-shard-killer", daemon=True)
+    def victim(server: Any) -> int | None:
+        if not isinstance(server, ShardedServer) or not server.running:
+            return None
+        try:
+            applied = server.status()["applied_pushes"]
+        except ParameterServerError:
+            return None
+        return server.pids[index] if applied >= after else None
 
-    def start(self, session: Any) -> None:
-        self.session = session
-        self._thread.start()
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + 120
-        while not self._stop.wait(0.05) and time.monotonic() < deadline:
-            server = self.session.server
-            if not isinstance(server, ShardedServer) or not server.running:
-                continue
-            try:
-                applied = server.status()["applied_pushes"]
-            except ParameterServerError:
-                continue
-            if applied >= self.after:
-                self.killed = server.pids[self.index]
-                os.kill(self.killed or 0, signal.SIGKILL)
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+    return Killer(victim, name="test-shard-killer")
 
 
-def _train(sc, data, killer: _ShardKiller, **kw):  # type: ignore[no-untyped-def]
+def _train(sc, data, killer: Killer, **kw):  # type: ignore[no-untyped-def]
     m = softmax_regression(0.1)
     session = sps.SparkSession(
         sc, m.sess, batch_size=100, sync_interval=1, ps_shards=2, seed=3, **kw
@@ -100,7 +77,7 @@ def test_a_sigkilled_shard_is_restarted_and_the_run_completes(
     sc, rows, fashion, mode: str, tmp_path: Path
 ) -> None:
     data = sc.parallelize(rows, 2)
-    killer = _ShardKiller(index=1, after=40)
+    killer = _shard(1, after=40)
     # Async: checkpoints every second, so the shard restarts from a cut the run took (its
     # journal since then replayed); sync: from the slices the shards started with.
     checkpoints = (
@@ -127,7 +104,7 @@ def test_a_sigkilled_shard_is_restarted_and_the_run_completes(
 @pytest.mark.timeout(300)
 def test_with_no_restarts_a_dead_shard_ends_the_run_naming_it(sc, rows, tmp_path: Path) -> None:
     data = sc.parallelize(rows, 2)
-    killer = _ShardKiller(index=1, after=40)
+    killer = _shard(1, after=40)
     with pytest.raises(Exception, match=r"shard 1 .*exited while serving.*The last checkpoint"):
         _train(sc, data, killer, ps_shard_restarts=0)
     assert killer.killed is not None

@@ -25,6 +25,7 @@ import tensorspark as sps
 from tensorspark import versions
 from tensorspark.errors import ConfigurationError
 from tests.spark.conftest import _Contexts, make_conf, new_context
+from tests.spark.spark_jobs import jobs_run
 
 pytestmark = pytest.mark.spark
 
@@ -114,10 +115,6 @@ def test_fit_refuses_executors_of_another_python(executors_on) -> None:  # type:
     assert f"worker has different version: {minor} than that in driver: {here}" in text
     assert f"The driver runs {versions.installed().describe()}." in text
     assert ks._host.server is None  # noqa: SLF001
-
-
-def jobs_run(sc: SparkContext) -> int:
-    return int(sc._jsc.sc().statusStore().jobsList(None).size())  # noqa: SLF001
 
 
 def test_matching_executors_are_checked_once(sc: SparkContext) -> None:

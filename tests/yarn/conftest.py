@@ -3,10 +3,11 @@
 ``tests/hdfs/minicluster/YarnMiniCluster.java`` starts Hadoop's MiniDFSCluster and
 MiniYARNCluster in one JVM, from the jars the HDFS tests use (the same ``pom.xml``, so the same
 Hadoop version; resolved from Maven Central once by ``classpath.sh``). The fixture compiles it
-with ``javac`` (cached, keyed by the source and the classpath), starts it in its own process
-group with ``JAVA_HOME`` set (the NodeManagers pass it on to the containers they launch), and
-waits for ``details.json``, which the launcher writes last. It writes a ``HADOOP_CONF_DIR``
-too, which ``spark-submit --master yarn`` reads, as on an edge node.
+with ``javac`` (``launcher.py``: cached, keyed by the source and the classpath), starts it
+in its own process group with ``JAVA_HOME`` set (the NodeManagers pass it on to the
+containers they launch), and waits for ``details.json``, which the launcher writes last.
+It writes a ``HADOOP_CONF_DIR`` too, which ``spark-submit --master yarn`` reads, as on an
+edge node.
 
 Teardown stops the JVM by its pid: SIGTERM runs its shutdown hook, which stops the
 NodeManagers in parallel (each kills its containers); SIGKILL after a timeout; then any
@@ -23,11 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,13 +43,13 @@ import hdfs
 import pyspark
 import pytest
 
-from tests.hdfs.conftest import MINICLUSTER, java_executable, resolve_classpath
+from tests.hdfs.conftest import java_executable, resolve_classpath
+from tests.yarn.launcher import compiled_launcher
 from tests.yarn.submission import STOP_TIMEOUT_S, SUBMIT_TIMEOUT_S, RunningSubmission, Submission
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCHER = MINICLUSTER / "YarnMiniCluster.java"
 NODE_MANAGERS = 2
 START_TIMEOUT_S = float(os.environ.get("TENSORSPARK_YARN_START_TIMEOUT", "240"))
 FINAL_TIMEOUT_S = 90.0
@@ -58,38 +57,9 @@ FINAL_TIMEOUT_S = 90.0
 DATA_DIR = "/data/fashion-mnist"
 
 
-def _compiled_launcher(classpath: str) -> Path:
-    """The launcher's class folder, compiled with ``javac`` unless cached."""
-    key = hashlib.sha256(LAUNCHER.read_bytes() + classpath.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tensorspark"
-    out = cache / f"yarn-launcher-{key}"
-    if (out / "YarnMiniCluster.class").is_file():
-        return out
-    javac = Path(java_executable()).with_name("javac")
-    if not javac.is_file():
-        found = shutil.which("javac")
-        if found is None:
-            pytest.fail(
-                "The YARN tests need a JDK 17 (javac) to compile "
-                "tests/hdfs/minicluster/YarnMiniCluster.java."
-            )
-        javac = Path(found)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="yarn-launcher-", dir=cache))  # renamed into place when done
-    done = subprocess.run(
-        [str(javac), "-nowarn", "-d", str(tmp), "-cp", classpath, str(LAUNCHER)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        pytest.fail(f"javac {LAUNCHER.name} failed:\n{done.stderr[-4000:]}")
-    with contextlib.suppress(OSError):  # another session compiled it meanwhile: keep theirs
-        tmp.rename(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return out
+def _spark_home() -> Path:
+    """pyspark's folder: its ``bin/spark-submit`` and ``jars/``, which the nodes share."""
+    return Path(pyspark.__file__).resolve().parent
 
 
 def _java_home() -> str:
@@ -222,7 +192,7 @@ class YarnCluster:
             **os.environ,
             "HADOOP_CONF_DIR": str(self.conf_dir),
             "JAVA_HOME": _java_home(),
-            "SPARK_HOME": str(Path(pyspark.__file__).resolve().parent),
+            "SPARK_HOME": str(_spark_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -243,9 +213,8 @@ class YarnCluster:
         * one application attempt: YARN would otherwise start a failed driver (cluster mode)
           once more, training again.
         """
-        spark_home = Path(pyspark.__file__).resolve().parent
         conf = {
-            "spark.yarn.jars": f"local:{spark_home}/jars/*",
+            "spark.yarn.jars": f"local:{_spark_home()}/jars/*",
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
             "spark.yarn.maxAppAttempts": "1",
@@ -288,9 +257,8 @@ class YarnCluster:
         which a test reads while the application runs (e.g. for the driver's server address
         in client mode).
         """
-        spark_submit = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
         command = [
-            str(spark_submit),
+            str(_spark_home() / "bin" / "spark-submit"),
             "--master",
             "yarn",
             "--deploy-mode",
@@ -315,23 +283,14 @@ class YarnCluster:
         return RunningSubmission(process, log, name, time.monotonic())
 
     def submit(
-        self,
-        app: Path,
-        args: list[str],
-        *,
-        deploy_mode: str,
-        name: str,
-        conf: dict[str, str] | None = None,
-        cwd: Path,
-        timeout: float = SUBMIT_TIMEOUT_S,
+        self, app: Path, args: list[str], *, timeout: float = SUBMIT_TIMEOUT_S, **how: Any
     ) -> Submission:
-        """Run ``spark-submit --master yarn --deploy-mode MODE APP ARGS`` to its end.
+        """Run ``spark-submit`` as :meth:`start` does (``how``: its keywords) to its end.
 
         The submitter is killed as a whole if it outlives ``timeout`` (the test then fails:
         a run must never hang).
         """
-        running = self.start(app, args, deploy_mode=deploy_mode, name=name, conf=conf, cwd=cwd)
-        return running.wait(timeout)
+        return self.start(app, args, **how).wait(timeout)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -357,7 +316,7 @@ class YarnCluster:
 
 def start_yarn(base: Path, classpath: str) -> YarnCluster:
     """Start the cluster under ``base`` and wait (bounded) until every NodeManager registered."""
-    classes = _compiled_launcher(classpath)
+    classes = compiled_launcher(classpath)
     command = [
         java_executable(),
         "-Xmx1g",

@@ -23,6 +23,7 @@ from tensorspark.models.row_optimizers import RowAdam  # noqa: E402
 from tensorspark.models.vocab_sync import VocabSync, install_maps, vocab_specs  # noqa: E402
 from tensorspark.ps import ParameterClient, ParameterServer  # noqa: E402
 from tensorspark.ps.rowsync import RowSync  # noqa: E402
+from tests.unit.models.vocab_worker import push_chunk, start_worker  # noqa: E402
 
 CAP, DIM, K = 4, 3, 2
 CAP_WIDE = 64  # the table of the sync-candidates test
@@ -159,17 +160,8 @@ def _train_sync(access_type: type, cap: int = CAP_WIDE) -> tuple[Any, ...]:
                 looked_up.append(np.unique(mapped[mapped >= 0]))
                 access.saw([b[0] for b in chunk])
                 core.run_steps(True, chunk, len(chunk))
-                meta: dict[str, Any] = {
-                    "partition": 0, "epoch": 0, "seq": seq, "attempt": 0, "samples": 24,
-                    "base_version": version,
-                }  # fmt: skip
-                sync.mark(meta)
-                delta, tensors = rows.update(meta)
-                result = client.push({**delta, **tensors}, meta)
-                assert result.status == "applied"
+                result = push_chunk(rows, sync, client, seq=seq, samples=24, base_version=version)
                 version = result.version
-                rows.absorb(result.params)
-                rows.install()
             assert server.status()["vocab_evicted"] > 0
             final = server.params()
     return final, read_weights(model), looked_up, access.asked, counts["rows_pushed"]
@@ -198,14 +190,6 @@ def test_a_sync_compares_only_the_rows_the_chunk_s_ids_map_to() -> None:
         np.testing.assert_array_equal(weights[name], old_weights[name])
 
 
-def _worker(model: Any, client: Any, partition: int) -> tuple[Any, RowSync, VocabSync]:
-    core = CompiledModel(model)
-    client.join(partition, 0)
-    rows = RowSync(RowAccess(model, core.names), None, {})
-    rows.start(client.pull(partition)[1])
-    return core, rows, VocabSync(model, core.names, client, partition, rows, attempt=0)
-
-
 def test_rows_another_worker_took_get_their_values_with_the_next_answer() -> None:
     """Worker B's ids take rows (reset on the server); worker A's next ``/vocab`` maps
     them without their values (its chunk does not read them), and A's push answer brings
@@ -216,8 +200,8 @@ def test_rows_another_worker_took_get_their_values_with_the_next_answer() -> Non
     name = "ids/embeddings"
     with ParameterServer(params, "delta", embeddings="sparse", vocab=specs) as server:
         with ParameterClient(server.url, **server.client_options()) as client:
-            core_a, rows_a, sync_a = _worker(model_a, client, 0)
-            _, _, sync_b = _worker(model_b, client, 1)
+            core_a, rows_a, sync_a, _ = start_worker(model_a, client, 0)
+            _, _, sync_b, _ = start_worker(model_b, client, 1)
             y = np.ones((1, 1), np.float32)
             sync_a.before([(np.array([[10, 11]], np.int64), y)], 0, 0)
             sync_b.before([(np.array([[20, 21]], np.int64), y)], 0, 0)
@@ -226,16 +210,7 @@ def test_rows_another_worker_took_get_their_values_with_the_next_answer() -> Non
             held = dict(zip(*model_a.get_layer("ids").map_items(), strict=True))
             taken = np.array([held[20], held[21]], np.int64)
             core_a.run_steps(True, chunk, 1)
-            meta: dict[str, Any] = {
-                "partition": 0, "epoch": 0, "seq": 1, "attempt": 0, "samples": 1,
-                "base_version": 0,
-            }  # fmt: skip
-            sync_a.mark(meta)
-            delta, tensors = rows_a.update(meta)
-            result = client.push({**delta, **tensors}, meta)
-            assert result.status == "applied"
-            rows_a.absorb(result.params)
-            rows_a.install()
+            push_chunk(rows_a, sync_a, client, seq=1, samples=1, base_version=0)
             table = server.params()[name]
             np.testing.assert_array_equal(rows_a.base[name][taken], table[taken])
             np.testing.assert_array_equal(

@@ -20,6 +20,8 @@ import pytest
 from tensorspark.ps.client import ParameterClient
 from tensorspark.ps.dashboard import dashboard_url, page
 from tensorspark.ps.server import ParameterServer
+from tensorspark.ps.shards import ShardedServer
+from tests.unit.ps.sharding import dense_model, kill_and_wait
 
 PARTITIONS = 3
 
@@ -293,3 +295,29 @@ def test_dashboard_shows_the_checkpoints_bytes(browser, tmp_path) -> None:  # ty
         wait.until(lambda d: d.find_element(By.ID, "ckpt-card").is_displayed())
         text = browser.find_element(By.ID, "ckpt").text
         assert re.fullmatch(r"increment 0\.00\d+, 0\.32\d* \(1\) / 0\.00\d+ \(1\)", text), text
+
+
+@pytest.mark.browser
+def test_dashboard_shows_each_shard_s_restarts(browser) -> None:  # type: ignore[no-untyped-def]
+    """With shards, the Shards table's last column is /status's ``shard_restarts``: a
+    shard the driver restarted after its process was killed shows 1."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def restarts(driver) -> list[str]:  # type: ignore[no-untyped-def]
+        """The last cell of each row, read at once (the page replaces the rows each second)."""
+        return driver.execute_script(  # type: ignore[no-any-return]
+            "return Array.from(document.querySelectorAll('#shards tbody tr'))"
+            ".map(function (tr) { return tr.lastElementChild.textContent; });"
+        )
+
+    with ShardedServer(dense_model(0, 200, 64), shards=2, port=0) as server:
+        browser.get(dashboard_url(server.url, server.status_token))
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda d: d.find_element(By.ID, "shards-panel").is_displayed())
+        header = browser.find_elements(By.CSS_SELECTOR, "#shards thead th")[-1].text
+        assert header == "restarts"
+        wait.until(lambda d: restarts(d) == ["0", "0"])
+        kill_and_wait(server, 1)
+        wait.until(lambda d: restarts(d) == ["0", "1"])
+        assert server.status()["shard_restarts"] == [0, 1]

@@ -12,8 +12,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,21 +23,19 @@ import pytest
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps import ParameterClient, revive
+from tensorspark.ps.cut_rows import ask_each
 from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.journal import Journal, drop_before, records, segment_path, segments
 from tensorspark.ps.shards import ShardedServer
+from tensorspark.ps.snapshot import Snapshot
 from tests.processes import process_gone
+from tests.unit.ps.sharding import check_until_it_fails, dense_model, kill_and_wait
 
 PUSHES = 30
 
 
 def _model() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    return {
-        "dense/kernel": rng.standard_normal((200, 64)).astype(np.float32),
-        "dense/bias": np.zeros(64, np.float32),
-        "out/kernel": rng.standard_normal((64, 10)).astype(np.float32),
-    }
+    return dense_model(1, 200, 64)
 
 
 def _delta(seq: int, partition: int) -> dict[str, np.ndarray]:
@@ -47,18 +47,6 @@ def _delta(seq: int, partition: int) -> dict[str, np.ndarray]:
 
 def _meta(seq: int, partition: int = 0) -> dict:
     return {"partition": partition, "epoch": 0, "seq": seq, "attempt": 0, "samples": 8}
-
-
-def _kill_and_wait(server: ShardedServer, index: int) -> None:
-    """SIGKILL shard ``index`` and wait until the driver has it back."""
-    victim = server.pids[index]
-    os.kill(victim or 0, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.pids[index] != victim and server._shards[index].alive:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"shard {index} was not restarted within 60 s")
 
 
 def _run(
@@ -108,7 +96,7 @@ def _run(
 
 
 def _kill(index: int) -> Callable[[ShardedServer], None]:
-    return lambda server: _kill_and_wait(server, index)
+    return lambda server: kill_and_wait(server, index)
 
 
 def _cut(server: ShardedServer) -> None:
@@ -139,50 +127,90 @@ def test_a_sigkilled_shard_comes_back_where_it_was(mode: str) -> None:
     assert status["shard_restarts"] == [1, 2]
 
 
-def test_a_push_half_applied_across_shards_ends_applied_once_on_each() -> None:
-    params = _model()
-    with ShardedServer(params, "delta", shards=2) as server:
+@contextmanager
+def _one_push_applied() -> Iterator[tuple[ShardedServer, ShardedClient]]:
+    """Two delta shards and a client, joined as partition 0, whose push of seq 0 is
+    applied."""
+    with ShardedServer(_model(), "delta", shards=2) as server:
         client = ShardedClient(server.urls, server.layout, **server.client_options())
         client.join(0, 0)
         client.pull(0)
         assert client.push(_delta(0, 0), _meta(0)).status == "applied"
+        yield server, client
+        client.close()
+
+
+def _assert_both_pushes_applied(server: ShardedServer) -> Snapshot:
+    """The server's parameters are the model plus the deltas of seq 0 and 1, at version 2;
+    returns that snapshot."""
+    snap = server.snapshot()
+    expected = {k: v + _delta(0, 0)[k] + _delta(1, 0)[k] for k, v in _model().items()}
+    for k, v in expected.items():
+        np.testing.assert_allclose(snap.params[k], v, rtol=0, atol=1e-6)
+    assert snap.version == 2
+    return snap
+
+
+def test_a_push_half_applied_across_shards_ends_applied_once_on_each() -> None:
+    with _one_push_applied() as (server, client):
         # The worker reached shard 0 with seq 1 and died before shard 1; then shard 1 dies.
         with ParameterClient(server.urls[0], **server.client_options()) as direct:
             part0 = server.layout.split(_delta(1, 0))[0]
             assert direct.push(part0, dict(_meta(1), base_version=1)).status == "applied"
-        _kill_and_wait(server, 1)
+        kill_and_wait(server, 1)
         retry = client.push(_delta(1, 0), _meta(1))  # duplicate on shard 0, applied on 1
         assert retry.status == "applied"
-        snap = server.snapshot()
-        expected = {k: v + _delta(0, 0)[k] + _delta(1, 0)[k] for k, v in params.items()}
-        for k, v in expected.items():
-            np.testing.assert_allclose(snap.params[k], v, rtol=0, atol=1e-6)
-        assert snap.progress == {0: {"epoch": 0, "seq": 1}} and snap.version == 2
+        snap = _assert_both_pushes_applied(server)
+        assert snap.progress == {0: {"epoch": 0, "seq": 1}}
         status = server.status()
         assert status["applied_pushes"] == 2 and status["duplicate_pushes"] == 1
-        client.close()
 
 
-def test_a_shard_that_keeps_dying_fails_the_run_naming_it() -> None:
-    server = ShardedServer(_model(), shards=2, shard_restarts=1)
-    server.start()
-    try:
-        _kill_and_wait(server, 1)  # restart 1 of 1
-        server.check()
-        os.kill(server.pids[1] or 0, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        with pytest.raises(
-            ParameterServerError,
-            match=r"shard 1 \(pid \d+\) exited while serving .* after 1 restarts "
-            r"\(ps_shard_restarts=1\)",
-        ):
-            while time.monotonic() < deadline:
-                server.check()
-                time.sleep(0.05)
-    finally:
-        pids = server.pids
-        server.stop()
-    assert all(process_gone(pid) for pid in pids)
+def test_a_cut_abandoned_leaves_no_staged_slice_behind() -> None:
+    """A full cut writes each shard's slice to disk as it passes (Keeper.staging); when a
+    restart begins before the slices become the bases, the cut is abandoned and what it
+    wrote is deleted: by Keeper.rebase, and by Keeper.cut (the server's snapshot's way)."""
+    with ShardedServer(_model(), "delta", shards=2) as server:
+        keeper = server._keeper
+        assert keeper is not None
+        folders = [Path(keeper.journal_args(index)["dir"]) for index in range(2)]
+
+        def on_disk() -> list[list[Path]]:
+            return [sorted(folder.glob("base-*")) for folder in folders]
+
+        def cut_asked() -> Iterator[tuple[Any, bytearray]]:
+            return ask_each(server._shards, "snapshot", [{"cut": True}] * 2)
+
+        first = on_disk()
+        assert first == [[base.path] for base in keeper.bases]
+        generation, staged = keeper.cut_generation(), []  # type: ignore[var-annotated]
+        for _ in keeper.staging(cut_asked(), staged):
+            pass
+        assert all(path is not None and path.is_file() for _, path in staged)
+        kill_and_wait(server, 1)  # a restart begins: the cut is no base
+        keeper.rebase(staged, generation)
+        assert on_disk() == first and [b.path for b in keeper.bases] == first[0] + first[1]
+        with pytest.raises(ParameterServerError, match="restarted during the cut"):
+            with keeper.cut(cut_asked(), rebase=True) as answers:
+                for _ in answers:
+                    pass
+                kill_and_wait(server, 0)
+        assert on_disk() == first
+        server.snapshot()  # a cut that holds: the new bases, the first ones deleted
+        assert on_disk() == [[base.path] for base in keeper.bases] != first
+
+
+def test_a_shard_that_keeps_dying_fails_the_run_naming_it(started_shards) -> None:  # type: ignore[no-untyped-def]
+    """(``started_shards`` checks at the end that no shard process is left behind.)"""
+    server = started_shards(_model(), shards=2, shard_restarts=1)
+    kill_and_wait(server, 1)  # restart 1 of 1
+    server.check()
+    os.kill(server.pids[1] or 0, signal.SIGKILL)
+    check_until_it_fails(
+        server,
+        30,
+        r"shard 1 \(pid \d+\) exited while serving .* after 1 restarts \(ps_shard_restarts=1\)",
+    )
     with pytest.raises(ConfigurationError, match="Received: shard_restarts=-1"):
         ShardedServer(_model(), shards=2, shard_restarts=-1)
 
@@ -206,13 +234,12 @@ def test_a_journal_keeps_its_records_in_order_and_leaves_a_torn_one_out(tmp_path
     assert wire.VERSION == 2
 
 
-def test_a_shard_that_cannot_come_back_fails_the_run_after_its_restarts() -> None:
+def test_a_shard_that_cannot_come_back_fails_the_run_after_its_restarts(started_shards) -> None:  # type: ignore[no-untyped-def]
     """The dead shard's port taken by another process: every restart fails (as a shard that
-    crashes on start would), and after ``shard_restarts`` of them the run fails, named."""
-    server = ShardedServer(_model(), shards=2, shard_restarts=2)
-    server.start()
-    squatter = socket.socket()
-    try:
+    crashes on start would), and after ``shard_restarts`` of them the run fails, named.
+    (``started_shards`` checks at the end that no shard process is left behind.)"""
+    server = started_shards(_model(), shards=2, shard_restarts=2)
+    with socket.socket() as squatter:
         port = server.ports[1]
         os.kill(server.pids[1] or 0, signal.SIGKILL)
         deadline = time.monotonic() + 5
@@ -224,20 +251,10 @@ def test_a_shard_that_cannot_come_back_fails_the_run_after_its_restarts() -> Non
             except OSError:
                 assert time.monotonic() < deadline, "the killed shard's port was never freed"
                 time.sleep(0.005)
-        deadline = time.monotonic() + 120
-        with pytest.raises(
-            ParameterServerError,
-            match=r"shard 1 .*its restart failed: .*already in use.* after 2 restarts",
-        ):
-            while time.monotonic() < deadline:
-                server.check()
-                time.sleep(0.05)
+        check_until_it_fails(
+            server, 120, r"shard 1 .*its restart failed: .*already in use.* after 2 restarts"
+        )
         assert server._keeper is not None and server._keeper.restarts == [0, 2]
-    finally:
-        squatter.close()
-        pids = server.pids
-        server.stop()
-    assert all(process_gone(pid) for pid in pids)
 
 
 def test_a_long_journal_makes_the_keeper_take_a_cut(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,25 +284,21 @@ def test_a_hung_shard_is_killed_and_restarted(monkeypatch: pytest.MonkeyPatch) -
     """A shard SIGSTOPped (alive, answering nothing) is killed after HANG_TIMEOUT without a
     health answer and restarted; the push that waited on it is then applied once."""
     monkeypatch.setattr(revive, "HANG_TIMEOUT", 3.0)
-    params = _model()
-    with ShardedServer(params, "delta", shards=2) as server:
-        client = ShardedClient(server.urls, server.layout, **server.client_options())
-        client.join(0, 0)
-        client.pull(0)
-        assert client.push(_delta(0, 0), _meta(0)).status == "applied"
+    with _one_push_applied() as (server, client):
         victim = server.pids[1]
         os.kill(victim or 0, signal.SIGSTOP)
         try:
             started = time.monotonic()
             answer = client.push(_delta(1, 0), _meta(1))  # waits on shard 1 till it is back
             assert answer.status == "applied"
+            # The keeper records the new process when it reads its init answer, which can
+            # come just after the new process has answered the push (a busy machine).
+            recorded = time.monotonic() + 10
+            while server.pids[1] == victim and time.monotonic() < recorded:
+                time.sleep(0.05)
             assert server.pids[1] != victim and time.monotonic() - started < 60
         finally:
             if not process_gone(victim):
                 os.kill(victim or 0, signal.SIGCONT)
-        snap = server.snapshot()
-        expected = {k: v + _delta(0, 0)[k] + _delta(1, 0)[k] for k, v in params.items()}
-        for k, v in expected.items():
-            np.testing.assert_allclose(snap.params[k], v, rtol=0, atol=1e-6)
-        assert snap.version == 2 and server.status()["shard_restarts"] == [0, 1]
-        client.close()
+        _assert_both_pushes_applied(server)
+        assert server.status()["shard_restarts"] == [0, 1]

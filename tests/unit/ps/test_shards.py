@@ -25,16 +25,11 @@ from tensorspark.ps.fanout import ShardedClient
 from tensorspark.ps.layout import Layout
 from tensorspark.ps.shards import ShardedServer
 from tests.processes import process_gone
+from tests.unit.ps.sharding import check_until_it_fails, dense_model, port_free
 
 
 def _model() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "dense/kernel": rng.standard_normal((300, 100)).astype(np.float32),
-        "dense/bias": np.zeros(100, np.float32),
-        "out/kernel": rng.standard_normal((100, 10)).astype(np.float32),
-        "steps": np.zeros((), np.int64),
-    }
+    return {**dense_model(0, 300, 100), "steps": np.zeros((), np.int64)}
 
 
 def _meta(seq: int, partition: int = 0) -> dict:
@@ -46,11 +41,6 @@ def _meta(seq: int, partition: int = 0) -> dict:
         "samples": 4,
         "base_version": 0,
     }
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_layout_balances_bytes_and_round_trips_plain_and_compressed() -> None:
@@ -140,7 +130,7 @@ def test_push_pull_exactly_once_nan_and_a_consistent_snapshot() -> None:
         (1, "applied"),
         (2, "diverged"),
     ]  # shard 0's pushes, no duplicates
-    assert all(process_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
+    assert all(process_gone(pid) for pid in pids) and all(port_free(p) for p in ports)  # type: ignore[arg-type]
 
 
 def test_sync_rounds_and_a_checkpoint_resumed_with_another_shard_count(tmp_path: Path) -> None:
@@ -237,7 +227,11 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
             ParameterServerError, match=f"shard 1: .*port 127.0.0.1:{port} is already in use"
         ):
             server.start()
-        assert all(process_gone(pid) for pid in server.pids) and _free(port - 2) and _free(port - 1)
+        assert (
+            all(process_gone(pid) for pid in server.pids)
+            and port_free(port - 2)
+            and port_free(port - 1)
+        )
     with pytest.raises(ConfigurationError, match="built-in combiners"):
         ShardedServer(_model(), type("Mine", (DynSGDCombiner,), {})(), shards=2)
     with pytest.raises(ConfigurationError, match="Received: shards=1"):
@@ -245,24 +239,15 @@ def test_a_shard_that_cannot_start_leaves_nothing_behind() -> None:
     assert wire.VERSION == 2
 
 
-def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped() -> None:
-    server = ShardedServer(_model(), shards=2, shard_restarts=0)  # fail fast: not restarted
-    server.start()
-    try:
-        server.check()  # all alive
-        victim = server.pids[1]
-        os.kill(victim or 0, 9)
-        # The driver polls check() while a job runs: the death is reported within seconds
-        # (Popen.poll() answers None while another thread holds its wait lock).
-        deadline = time.monotonic() + 10
-        with pytest.raises(ParameterServerError, match="shard 1 .* exited while serving"):
-            while time.monotonic() < deadline:
-                server.check()
-                time.sleep(0.05)
-    finally:
-        ports, pids = [*server.ports, server.port], server.pids
-        server.stop()
-    assert all(process_gone(pid) for pid in pids) and all(_free(p) for p in ports)  # type: ignore[arg-type]
+def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped(started_shards) -> None:  # type: ignore[no-untyped-def]
+    """(``started_shards`` checks at the end that no process or port is left behind.)"""
+    server = started_shards(_model(), shards=2, shard_restarts=0)  # fail fast: not restarted
+    server.check()  # all alive
+    victim = server.pids[1]
+    os.kill(victim or 0, 9)
+    # The driver polls check() while a job runs: the death is reported within seconds
+    # (Popen.poll() answers None while another thread holds its wait lock).
+    check_until_it_fails(server, 10, "shard 1 .* exited while serving")
 
 
 def _gone_or_zombie(pid: int | None) -> bool:

@@ -16,7 +16,7 @@ from tensorspark.errors import ParameterServerError
 from tensorspark.ps import ParameterClient, ParameterServer
 from tensorspark.ps.rows import IDS, ROWS
 from tensorspark.ps.sparse import split_vocab
-from tensorspark.ps.vocab_route import ADD, AT, FREED, ROWS_OF, VALUES
+from tensorspark.ps.vocab_route import ADD, AT, FREED, ROWS_OF, VALUES, rows_dtype, saved_maps
 
 pytestmark = pytest.mark.unit
 
@@ -166,6 +166,21 @@ def test_the_maps_travel_in_the_snapshot_state_and_restore() -> None:
             assert again.status()["vocab_admitted"] == 2  # restored, not admitted again
 
 
+def test_saved_maps_read_each_table_s_admitted_ids_and_rows_from_a_snapshot() -> None:
+    """What a model built from a checkpoint installs in its layers (a stream's scoring)."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        c.vocab(_ids(11, 12, 40), {TABLE: -1}, (0, 0, 0))
+        snap = server.snapshot()
+        expected = server.vocab_maps()
+    maps = saved_maps(split_vocab(snap.state, snap.state_meta)[1])
+    assert list(maps) == [TABLE]
+    for got, want in zip(maps[TABLE], expected[TABLE], strict=True):
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    assert sorted(maps[TABLE][0].tolist()) == [11, 12, 40]
+    assert saved_maps(None) == {}  # a checkpoint without dynamic tables
+
+
 def test_increments_carry_the_maps_and_a_resume_restores_the_newest(tmp_path: Any) -> None:
     from tensorspark.checkpoint import CheckpointManager
     from tensorspark.ps.checkpointer import Checkpointer, resume_state
@@ -278,3 +293,15 @@ def test_values_come_only_for_the_rows_the_request_s_ids_map_to() -> None:
         got, meta = c.vocab(_ids(1), {TABLE: v0}, (0, 0, 1), rows=False)
         assert got[TABLE + ADD].tolist() == [3] and meta["valued"] == {TABLE: 0}
         assert got[TABLE + VALUES].shape == (0, DIM) and TABLE + ROWS_OF not in got
+
+
+def test_an_answer_lists_rows_as_int32_below_2_31_rows() -> None:
+    """Rows travel as int32 (the ids as int64): 4 bytes saved per admitted or freed row
+    and worker; a table (a shard's block) of 2**31 rows or more gets int64."""
+    with _server() as server, ParameterClient(server.url, **server.client_options()) as c:
+        got, meta = c.vocab(_ids(1, 2, 3, 4), {TABLE: -1}, (0, 0, 0))
+        got, _ = c.vocab(_ids(5, 6), {TABLE: meta["versions"][TABLE]}, (0, 0, 1))
+        assert got[TABLE + ADD].dtype == np.int64
+        assert got[TABLE + AT].dtype == got[TABLE + FREED].dtype == np.int32
+        assert got[TABLE + FREED].size == 2 and got[TABLE + AT].size == 2
+    assert rows_dtype(2**31 - 1) is np.int32 and rows_dtype(2**31) is np.int64

@@ -11,7 +11,13 @@ from mlflow.utils import environment
 
 from tensorspark.errors import ConfigurationError
 from tensorspark.models.keras_checks import KerasFeed
-from tensorspark.tracking.model import example_of, pinned_here, requirements, seen_example
+from tensorspark.tracking.model import (
+    example_of,
+    pinned_here,
+    requirements,
+    seen_example,
+    signature,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -61,3 +67,21 @@ def test_pinned_here_swaps_mlflows_check_for_the_save_and_puts_it_back() -> None
 def test_requirements_pin_what_is_installed() -> None:
     pins = dict(r.split("==") for r in requirements())
     assert pins["keras"] == keras.__version__ and pins["numpy"] == np.__version__
+
+
+def test_integer_inputs_keep_int64_in_the_example_and_the_signature() -> None:
+    """Raw ids (a ``DynamicEmbedding``'s) above 2**24 would be rounded by float32: the
+    input example and the signature keep the input's int64; float inputs stay float32."""
+    import tensorspark as sps
+
+    ids = keras.Input((2,), dtype="int64")
+    out = keras.layers.Dense(1)(keras.layers.Flatten()(sps.DynamicEmbedding(8, 2)(ids)))
+    model = keras.Model(ids, out)
+    big = [10**12 + 1, 2**62 + 3]
+    example = example_of(model, [big])
+    assert example is not None and example.dtype == np.int64 and example.tolist() == [big]
+    (spec,) = signature(model).inputs.to_dict()
+    assert spec["tensor-spec"]["dtype"] == "int64" and list(spec["tensor-spec"]["shape"]) == [-1, 2]
+    dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    assert example_of(dense, [[1, 2, 3]]).dtype == np.float32  # type: ignore[union-attr]
+    assert signature(dense).inputs.to_dict()[0]["tensor-spec"]["dtype"] == "float32"

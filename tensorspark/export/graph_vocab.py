@@ -1,0 +1,115 @@
+"""A TF1 graph with dynamic tables exported with their id -> row maps (driver).
+
+During training a worker feeds each dynamic table's ids placeholder the rows of the raw
+ids (:class:`~tensorspark.models.vocab_sync.TF1VocabSync`); a server only has the raw ids.
+So the SavedModel of such a graph is written from a copy of it in which every signature
+input that a dynamic table looks up takes raw int64 ids, mapped to rows by a
+``tf.lookup.StaticHashTable`` of the table's map (:meth:`DynamicTable.map_items`, the
+server's after ``run``) whose default is the default row ``capacity`` (an id the map
+does not hold: never seen, not admitted, or evicted), exactly as the workers fed it. The
+copy is the session's meta graph imported with those inputs remapped, its variables set to
+the session's values; the tables are initialized by the SavedModel's main op, so plain
+TensorFlow (``tf.saved_model.load``, TF Serving) answers raw ids with no tensorspark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tensorspark.errors import ConfigurationError
+
+#: The name scope of what the export adds before the graph is imported into the copy.
+SCOPE = "tensorspark_raw_ids"
+
+
+def mapped_inputs(session: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The signature inputs (``inputs``: key -> tensor of the session's graph) that a
+    dynamic table looks up, key -> its :class:`~tensorspark.models.tf1_vocab.DynamicTable`
+    (none: empty; driver, before the run).
+
+    Raises:
+        ConfigurationError: an input looked up by two dynamic tables (its raw ids could
+            not be one table's rows).
+    """
+    from tensorspark.models.tf1_rows import fed_lookups
+    from tensorspark.models.tf1_vocab import declared
+
+    tables = declared(session.graph)
+    if not tables:
+        return {}
+    keys = list(inputs)
+    found: dict[str, Any] = {}
+    lookups = fed_lookups(session.graph, [inputs[k].name for k in keys], set(tables))
+    for position, table, rows in lookups:
+        if rows >= 0:
+            continue
+        key = keys[position]
+        if key in found and found[key] is not tables[table]:
+            raise ConfigurationError(
+                f"the export's input {key!r} is looked up by two dynamic tables, "
+                f"{found[key].name!r} and {table!r}; give each table its own ids "
+                f"placeholder. Received: inputs[{key!r}]={inputs[key].name!r}"
+            )
+        found[key] = tables[table]
+    return found
+
+
+def write_mapped(
+    session: Any,
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    tables: Mapping[str, Any],
+    folder: str,
+) -> None:
+    """The SavedModel (serving tag, ``serving_default``) of ``session``'s graph into
+    ``folder``, each input of ``tables`` (:func:`mapped_inputs`) taking raw int64 ids
+    mapped through its table's map (see the module); the other inputs and the outputs are
+    the graph's tensors of the same names."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    graph = session.graph
+    with graph.as_default():
+        meta = tf1.train.export_meta_graph(graph=graph, clear_devices=True)
+        variables = tf1.global_variables()
+    values = dict(zip([v.name for v in variables], session.run(variables), strict=True))
+    maps = {key: table.map_items() for key, table in tables.items()}  # (eager: outside)
+    copy = tf.Graph()
+    with copy.as_default():
+        raw: dict[str, Any] = {}
+        remap: dict[str, Any] = {}
+        with tf1.name_scope(SCOPE):
+            for key, table in tables.items():
+                fed = inputs[key]
+                raw[key] = tf1.placeholder(tf.int64, fed.shape, name=f"raw_{len(raw)}")
+                ids, rows = maps[key]
+                if not ids.size:  # no id admitted: every id reads the default row
+                    mapped = tf.fill(tf.shape(raw[key]), tf.constant(table.capacity, tf.int64))
+                else:
+                    mapped = tf.lookup.StaticHashTable(
+                        tf.lookup.KeyValueTensorInitializer(
+                            tf.constant(ids, tf.int64), tf.constant(rows, tf.int64)
+                        ),
+                        default_value=table.capacity,
+                    ).lookup(raw[key])
+                remap[fed.name] = tf.cast(mapped, fed.dtype)
+        tf1.train.import_meta_graph(meta, input_map=remap, clear_devices=True)
+        signature = tf1.saved_model.predict_signature_def(
+            inputs={k: raw.get(k, copy.get_tensor_by_name(t.name)) for k, t in inputs.items()},
+            outputs={k: copy.get_tensor_by_name(t.name) for k, t in outputs.items()},
+        )
+        init = tf1.tables_initializer()
+        with tf1.Session(graph=copy) as sess:
+            for variable in tf1.global_variables():
+                variable.load(values[variable.name], sess)
+            sess.run(init)
+            builder = tf1.saved_model.Builder(folder)
+            builder.add_meta_graph_and_variables(
+                sess,
+                [tf1.saved_model.tag_constants.SERVING],
+                signature_def_map={"serving_default": signature},
+                main_op=init,
+                strip_default_attrs=True,
+            )
+    builder.save()
