@@ -2,7 +2,11 @@
 the slowest modules, read from the run's JUnit XML (``pytest --junitxml``; each test's
 time is its setup, call and teardown together). scripts/test.sh prints it after the run.
 
-Usage: ``python scripts/durations.py test-artifacts/main-junit.xml [--top N]``
+With ``--failures`` it lists instead each failed or errored test with the first lines of
+its message: test.sh prints that last, after the compat runs, so that the tail of a CI log
+(often all a reader gets) names what failed.
+
+Usage: ``python scripts/durations.py test-artifacts/main-junit.xml [--top N] [--failures]``
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("junit", type=Path)
     parser.add_argument("--top", type=int, default=15, help="how many modules to list")
+    parser.add_argument("--failures", action="store_true", help="list failed tests only")
     args = parser.parse_args()
+    if args.failures:
+        _failures(args.junit)
+        return
     sets: Counter[str] = Counter()
     modules: Counter[str] = Counter()
     counts: Counter[str] = Counter()
@@ -36,6 +44,22 @@ def main() -> None:
     print(f"slowest {args.top} modules:")
     for name, seconds in modules.most_common(args.top):
         print(f"  {_mins(seconds):>6}  {name}")
+
+
+def _failures(junit: Path) -> None:
+    """Each failed or errored test of the run, with its message's first lines."""
+    failed = 0
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        for outcome in ("failure", "error"):
+            for found in case.findall(outcome):
+                failed += 1
+                name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                print(f"{outcome.upper()}: {name}")
+                text = (found.get("message") or "") + "\n" + (found.text or "")
+                lines = [line for line in text.splitlines() if line.strip()]
+                for line in lines[:3] + (["  ..."] if len(lines) > 6 else []) + lines[-3:]:
+                    print(f"    {line[:300]}")
+    print(f"main pytest run: {failed} failed or errored")
 
 
 def _mins(seconds: float) -> str:

@@ -77,6 +77,7 @@ fi
 phase "main pytest run"
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 \
   --junitxml="$logs/main-junit.xml" "$@" || rc=$?
+main_rc=$rc
 phase_end "$([ "$rc" = 0 ] || echo "failed (exit $rc)")"
 # Where its minutes went: per test set and the slowest modules (from the JUnit XML).
 [ ! -f "$logs/main-junit.xml" ] || .venv/bin/python scripts/durations.py "$logs/main-junit.xml" || true
@@ -96,5 +97,9 @@ if [ "$full" = 1 ]; then
   done
   phase_wait "import check (pyspark 4.0-4.2)" || { rc=1; echo "import check failed:"; }
   cat "$logs/import-check.log"
+fi
+# The main run's failures again, last, where a log's tail shows them.
+if [ "$main_rc" != 0 ] && [ -f "$logs/main-junit.xml" ]; then
+  .venv/bin/python scripts/durations.py "$logs/main-junit.xml" --failures || true
 fi
 exit "$rc"
