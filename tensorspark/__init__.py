@@ -97,7 +97,7 @@ _MOVED_TO: dict[str, tuple[str, ...]] = {
     ),
     "tensorspark.tuning": ("Distribution", "expand_space"),
     "tensorspark.models.base": ("ModelSource", "ModelLoader"),
-    "tensorspark.models.tf1": ("TF1SessionSource",),
+    "tensorspark.models.tf1_source": ("TF1SessionSource",),
     "tensorspark.fileio.source": ("FileSource",),
     "tensorspark.fileio.output": ("WrittenFiles",),
     "tensorspark.checkpoint": ("Checkpoint", "CheckpointManager"),

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tensorspark.errors import ConfigurationError
-
 #: The name scope of what the export adds before the graph is imported into the copy.
 SCOPE = "tensorspark_raw_ids"
 
@@ -32,26 +30,13 @@ def mapped_inputs(session: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
         ConfigurationError: an input looked up by two dynamic tables (its raw ids could
             not be one table's rows).
     """
-    from tensorspark.models.tf1_rows import fed_lookups
-    from tensorspark.models.tf1_vocab import declared
+    from tensorspark.models.tf1_vocab import fed_table
 
-    tables = declared(session.graph)
-    if not tables:
-        return {}
-    keys = list(inputs)
-    found: dict[str, Any] = {}
-    lookups = fed_lookups(session.graph, [inputs[k].name for k in keys], set(tables))
-    for position, table, rows in lookups:
-        if rows >= 0:
-            continue
-        key = keys[position]
-        if key in found and found[key] is not tables[table]:
-            raise ConfigurationError(
-                f"the export's input {key!r} is looked up by two dynamic tables, "
-                f"{found[key].name!r} and {table!r}; give each table its own ids "
-                f"placeholder. Received: inputs[{key!r}]={inputs[key].name!r}"
-            )
-        found[key] = tables[table]
+    found = {}
+    for key, tensor in inputs.items():
+        table = fed_table(session.graph, tensor.name, f"the export's input {key!r}")
+        if table is not None:
+            found[key] = table
     return found
 
 

@@ -15,7 +15,7 @@ from tensorspark.inference.job import predict
 from tensorspark.models.base import ModelLoader, ModelSource
 from tensorspark.models.keras_source import KerasLoader, KerasModelSource
 from tensorspark.models.savedmodel import SavedModelLoader, SavedModelSource
-from tensorspark.models.tf1 import TF1SessionSource
+from tensorspark.models.tf1_source import TF1SessionSource
 
 __all__ = [
     "KerasLoader",

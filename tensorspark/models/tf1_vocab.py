@@ -23,7 +23,8 @@ table's (a reclaimed row's rounding residual is reset with its optimizer state).
 After ``run`` the table holds the server's map (:meth:`DynamicTable.rows` maps raw ids for
 a local ``sess.run``), and the next run's server starts from it (without a checkpoint's);
 ``run(..., export=...)`` writes a SavedModel that maps raw ids itself
-(:mod:`tensorspark.export.graph_vocab`).
+(:mod:`tensorspark.export.graph_vocab`), and ``predict`` sends the map with the graph
+(:mod:`tensorspark.models.tf1_source`).
 
 * Driver: :func:`dynamic_table` declares (kept per graph, never in the graph itself);
   :func:`plan_run` checks a run's graph, feeds and settings and tells the server.
@@ -152,6 +153,28 @@ def declared(graph: Any) -> dict[str, DynamicTable]:
         return dict(_DECLARED.get(graph, {}))
     except TypeError:  # not a graph (e.g. a Keras model's session)
         return {}
+
+
+def fed_table(graph: Any, feed: str, what: str) -> DynamicTable | None:
+    """The declared dynamic table whose ids placeholder is ``feed`` (a tensor name), or
+    None (driver; ``what`` names the input in the error).
+
+    Raises:
+        ConfigurationError: ``feed`` looked up by two dynamic tables (its raw ids could
+            not be one table's rows).
+    """
+    from tensorspark.models.tf1_rows import fed_lookups
+
+    tables = declared(graph)
+    if not tables:
+        return None
+    found = sorted({t for _, t, rows in fed_lookups(graph, [feed], set(tables)) if rows < 0})
+    if len(found) > 1:
+        raise ConfigurationError(
+            f"{what} is looked up by two dynamic tables, {found[0]!r} and {found[1]!r}; give "
+            f"each table its own ids placeholder. Received: {feed!r}"
+        )
+    return tables[found[0]] if found else None
 
 
 def plan_run(

@@ -3,7 +3,8 @@ export=Export(...))`` after training on the drifting click log writes a SavedMod
 ``ids`` input takes raw int64 ids and maps them through the server's final id -> row map
 inside it, so that plain TensorFlow, in a fresh process without tensorspark, answers raw
 ids as the trained session answers their rows (max difference 1e-5), ids the map does
-not hold (evicted, never seen) with the default row."""
+not hold (evicted, never seen) with the default row; and ``session.predict`` on an RDD of
+raw ids answers the same on the executors (the map sent with the graph)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,6 @@ def test_the_export_answers_raw_ids_as_the_trained_graph(sc: SparkContext, tmp_p
             str(tmp_path / "g"), inputs={"ids": g["ids"].name}, outputs={"logit": g["logit"].name}
         ),
     )
-    session.close()
     assert [r["version"] for r in told] == [1]
     held, _ = g["table"].map_items()
     evicted = np.setdiff1d(np.unique(train.ids), held)[:4]
@@ -77,6 +77,12 @@ def test_the_export_answers_raw_ids_as_the_trained_graph(sc: SparkContext, tmp_p
     ).astype(np.int64)
     want = _scores(g, probe)  # the session on the rows of the table's map
     assert np.unique(np.round(want, 4)).size > 20  # the answers differ by id
+    # Distributed inference on the same raw ids: the map travels with the graph.
+    scored = session.predict(
+        sc.parallelize(list(probe), 2), fetches=g["logit"], feed_name_list=[g["ids"].name]
+    ).collect()
+    session.close()
+    np.testing.assert_allclose(np.reshape(scored, -1), want, rtol=0, atol=1e-5)
     got = _fresh_process(told[0]["path"], probe)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
     # Ids the map does not hold read the default row: the bias alone.

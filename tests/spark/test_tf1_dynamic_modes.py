@@ -1,10 +1,10 @@
 """A TF1 graph's dynamic table on local Spark in the modes beyond plain sync: int8
-compression (sync) and bounded staleness (async, ``max_staleness=1``). On the drifting
-click log of ``test_tf1_dynamic`` (a vocabulary 16x the table), the run keeps 0 collisions
-among admitted ids and never more rows in use than the capacity (the server's counters at
-every poll of the run and at its end), applies every chunk's push once (pushes and
-samples counted), and the graph learns: scored on raw ids mapped with the server's final
-map, its AUC on the later, held-out part of the log is well above chance."""
+compression (sync), bounded staleness (async, ``max_staleness=1``), and both on two server
+shards. On the drifting click log of ``test_tf1_dynamic`` (a vocabulary 16x the table), the
+run keeps 0 collisions among admitted ids and never more rows in use than the capacity (the
+server's counters at every poll of the run and at its end), applies every chunk's push once
+(pushes and samples counted), and the graph learns: scored on raw ids mapped with the
+server's final map, its AUC on the later, held-out part of the log is well above chance."""
 
 from __future__ import annotations
 
@@ -90,4 +90,13 @@ def test_async_bounded_staleness_trains_with_no_collisions_and_learns(sc: SparkC
     assert status["max_staleness"] == 1
     # 0.657-0.668 in 6 runs, 0 to 7 pushes sent again after a stale answer (the stale
     # path is pinned by tests/unit/models/test_tf1_vocab_modes.py)
+    assert score > 0.62, score
+
+
+def test_two_shards_async_int8_bounded_staleness_trains_with_no_collisions_and_learns(
+    sc: SparkContext,
+) -> None:
+    """Every mode at once on a sharded server: each shard the map of its block of rows."""
+    _, status, score = _train(sc, mode="async", max_staleness=1, compression="int8", ps_shards=2)
+    assert len(status["shards"]) == 2
     assert score > 0.62, score
