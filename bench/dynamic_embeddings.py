@@ -376,7 +376,7 @@ def run_stream(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 def _run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
     argv, skip = [], False
     for a in sys.argv[1:]:  # this run's arguments, less --child and --ttl (given below)
-        if not skip and not a.startswith(("--child", "--ttl")):
+        if not skip and a not in ("--child", "--ttl") and not a.startswith(("--child=", "--ttl=")):
             argv.append(a)
         skip = a in ("--child", "--ttl")
     if args.ttl is not None:

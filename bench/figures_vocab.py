@@ -75,8 +75,8 @@ def dynamic_embeddings_table(results: Path = fr.RESULTS) -> str:
     d = run.data
     args, log = d["args"], d["log"]
     lines = [
-        f"Newest stored run {run.cite}, load {run.load}: {log['train']:,} examples trained "
-        f"in time order, {log['test']:,} scored (the log's last "
+        f"Newest stored run with every arm {run.cite}, load {run.load}: {log['train']:,} "
+        f"examples trained in time order, {log['test']:,} scored (the log's last "
         f"{args['test_fraction']:.0%}); {args['vocabulary']:,} ids, "
         f"{log['vocabulary_over_capacity']:.0f}x the {args['capacity']:,} rows x "
         f"{args['dim']} of each table but the ceiling; the true probabilities' AUC "

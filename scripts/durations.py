@@ -57,7 +57,8 @@ def _failures(junit: Path) -> None:
                 print(f"{outcome.upper()}: {name}")
                 text = (found.get("message") or "") + "\n" + (found.text or "")
                 lines = [line for line in text.splitlines() if line.strip()]
-                for line in lines[:3] + (["  ..."] if len(lines) > 6 else []) + lines[-3:]:
+                shown = lines if len(lines) <= 6 else lines[:3] + ["  ..."] + lines[-3:]
+                for line in shown:
                     print(f"    {line[:300]}")
     print(f"main pytest run: {failed} failed or errored")
 

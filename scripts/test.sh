@@ -75,6 +75,7 @@ if [ "$full" = 1 ]; then
 fi
 
 phase "main pytest run"
+rm -f "$logs/main-junit.xml"  # never an older run's, should this one write none
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 \
   --junitxml="$logs/main-junit.xml" "$@" || rc=$?
 main_rc=$rc
@@ -98,7 +99,8 @@ if [ "$full" = 1 ]; then
   phase_wait "import check (pyspark 4.0-4.2)" || { rc=1; echo "import check failed:"; }
   cat "$logs/import-check.log"
 fi
-# The main run's failures again, last, where a log's tail shows them.
+# The main run's failures again, after the compat runs (only the phase table follows), where
+# a log's tail shows them.
 if [ "$main_rc" != 0 ] && [ -f "$logs/main-junit.xml" ]; then
   .venv/bin/python scripts/durations.py "$logs/main-junit.xml" --failures || true
 fi
