@@ -34,8 +34,10 @@ class _Polls(sps.RunListener):
         self.seen.append(dict(status))
 
 
-def _check_run(result: Any, polls: list[dict[str, Any]], g: dict[str, Any]) -> None:
-    """A finished run's bars (see the module; ``result``: the run's)."""
+def _check_run(
+    result: Any, polls: list[dict[str, Any]], g: dict[str, Any], shards: int = 1
+) -> None:
+    """A finished run's bars (see the module; ``result``: the run's, on ``shards``)."""
     status = result.status
     assert status["vocab_collisions"] == 0
     assert 0 < status["vocab_rows_in_use"] <= CAP
@@ -51,7 +53,19 @@ def _check_run(result: Any, polls: list[dict[str, Any]], g: dict[str, Any]) -> N
     batches = [math.ceil(n / OPTIONS["batch_size"]) for n in sizes]
     chunks = sum(math.ceil(b / OPTIONS["sync_interval"]) for b in batches)
     assert status["applied_pushes"] == status["row_pushes"] == EPOCHS * chunks
-    assert status["samples"] == SAMPLES and status["duplicate_pushes"] == 0
+    assert status["samples"] == SAMPLES
+    counts = [p["counts"] for p in result.partitions]
+    if shards == 1:
+        assert status["duplicate_pushes"] == 0
+    else:
+        # A push stale on one shard and applied on another is sent again, rebased: the
+        # shards that had applied it count a duplicate and refuse it (ps/fanout.py; applied
+        # once: the exact counts above). At most shards - 1 per stale answer.
+        resent = sum(c["stale"] for c in counts)
+        assert (
+            status["duplicate_pushes"]
+            <= sum(c["duplicate"] for c in counts) + (shards - 1) * resent
+        ), (status["duplicate_pushes"], counts)
     assert status["rows_pushed"] > 0
     ids, rows = g["table"].map_items()
     assert ids.size == status["vocab_rows_in_use"] and np.unique(rows).size == ids.size
@@ -75,7 +89,7 @@ def _train(sc: SparkContext, **options: Any) -> tuple[dict[str, Any], dict[str, 
         listeners=[polls],
     )
     session.close()
-    _check_run(result, polls.seen, g)
+    _check_run(result, polls.seen, g, shards=int(options.get("ps_shards", 1)))
     return g, dict(result.status), auc(test.labels, _scores(g, test.ids))
 
 
