@@ -33,6 +33,7 @@ from tensorspark.ps import ParameterClient, ParameterServer  # noqa: E402
 from tensorspark.ps.rows import IDS, ROWS  # noqa: E402
 from tensorspark.ps.rowsync import RowSync  # noqa: E402
 from tests.unit.models.test_tf1_vocab import CAP, DIM, _graph, _plan, _run_settings  # noqa: E402
+from tests.unit.models.vocab_worker import rebase_drops_reclaimed_rows  # noqa: E402
 
 NAME = "emb:0"
 
@@ -168,21 +169,11 @@ def test_a_tf1_push_sent_again_after_stale_drops_the_rows_reclaimed_since_its_ma
             meta_b, delta_b, tensors_b = _train(worker_b, 1, [[20, 21]])
             taken = np.sort(worker_b[0].dynamic_tables[0][1].rows(np.array([20, 21])))
             assert taken.max() < CAP and np.isin(taken, pushed).all()
-            assert client.push({**delta_b, **tensors_b}, meta_b).status == "applied"
-            trained_b = server.params()[NAME].copy()
-            result = client.push({**delta_a, **tensors_a}, meta_a)
-            assert result.status == "stale"
-            worker_a[1].absorb(result.params)  # the worker's rebase (worker.py)
-            meta_a["base_version"] = result.version
-            result = client.push({**delta_a, **tensors_a}, meta_a)
-            assert result.status == "applied"
-            after = server.params()[NAME]
-            np.testing.assert_array_equal(after[taken], trained_b[taken])  # B's rows, untouched
-            kept = np.setdiff1d(pushed, taken)
-            values = np.asarray(tensors_a[NAME + ROWS])[np.isin(pushed, kept)]
-            np.testing.assert_allclose(after[kept], trained_b[kept] + values, rtol=0, atol=1e-6)
-            assert not after[CAP].any()  # the default row: never trained on the server
-            status = server.status()
+            status = rebase_drops_reclaimed_rows(
+                server, client, NAME, worker_a[1].absorb,
+                (meta_a, delta_a, tensors_a), (meta_b, delta_b, tensors_b), pushed, taken,
+            )  # fmt: skip
+            assert not server.params()[NAME][CAP].any()  # the default row: never trained
             assert status["vocab_rows_dropped"] == 2 and status["vocab_collisions"] == 0
             assert status["stale_pushes"] == 1
             worker_a[0].close()

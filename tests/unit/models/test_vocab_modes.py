@@ -26,7 +26,10 @@ from tensorspark.models.row_optimizers import RowAdam  # noqa: E402
 from tensorspark.models.vocab_sync import vocab_specs  # noqa: E402
 from tensorspark.ps import ParameterClient, ParameterServer  # noqa: E402
 from tensorspark.ps.rows import IDS, ROWS  # noqa: E402
-from tests.unit.models.vocab_worker import start_worker  # noqa: E402
+from tests.unit.models.vocab_worker import (  # noqa: E402
+    rebase_drops_reclaimed_rows,
+    start_worker,
+)
 
 CAP, DIM, K = 4, 3, 2
 NAME = "ids/embeddings"
@@ -135,18 +138,8 @@ def test_a_push_sent_again_after_stale_drops_the_rows_reclaimed_since_its_map() 
             )
             taken = np.sort(model_b.get_layer("ids").lookup_rows(np.array([20, 21])).numpy())
             assert np.isin(taken, pushed).all()
-            assert client.push({**delta_b, **tensors_b}, meta_b).status == "applied"
-            trained_b = server.params()[NAME].copy()
-            result = client.push({**delta_a, **tensors_a}, meta_a)
-            assert result.status == "stale"
-            worker_a[1].absorb(result.params)  # the worker's rebase (worker.py)
-            meta_a["base_version"] = result.version
-            result = client.push({**delta_a, **tensors_a}, meta_a)
-            assert result.status == "applied"
-            after = server.params()[NAME]
-            np.testing.assert_array_equal(after[taken], trained_b[taken])  # B's rows, untouched
-            kept = np.setdiff1d(pushed, taken)
-            values = np.asarray(tensors_a[NAME + ROWS])[np.isin(pushed, kept)]
-            np.testing.assert_allclose(after[kept], trained_b[kept] + values, rtol=0, atol=1e-6)
-            status = server.status()
+            status = rebase_drops_reclaimed_rows(
+                server, client, NAME, worker_a[1].absorb,
+                (meta_a, delta_a, tensors_a), (meta_b, delta_b, tensors_b), pushed, taken,
+            )  # fmt: skip
             assert status["vocab_rows_dropped"] == 2 and status["vocab_collisions"] == 0

@@ -47,3 +47,32 @@ def push_chunk(
     rows.absorb(result.params)
     rows.install()
     return result
+
+
+def rebase_drops_reclaimed_rows(
+    server: Any, client: Any, name: str, absorb: Any, a: tuple, b: tuple, pushed: Any, taken: Any
+) -> Any:
+    """Worker A's push ``a`` (``(meta, delta, tensors)``), answered ``stale`` after worker
+    B's push ``b`` was applied, rebased (``absorb``: A's rebase of the answer's params, as
+    worker.py does it) and sent again: B's rows ``taken`` (reclaimed from A's ids) stay as
+    B trained them, A's other rows of ``pushed`` (its push's row ids, copied when it was
+    made) get A's values added. Returns the server's status."""
+    import numpy as np
+
+    from tensorspark.ps.rows import ROWS
+
+    (meta_a, delta_a, tensors_a), (meta_b, delta_b, tensors_b) = a, b
+    assert client.push({**delta_b, **tensors_b}, meta_b).status == "applied"
+    trained_b = server.params()[name].copy()
+    result = client.push({**delta_a, **tensors_a}, meta_a)
+    assert result.status == "stale"
+    absorb(result.params)
+    meta_a["base_version"] = result.version
+    result = client.push({**delta_a, **tensors_a}, meta_a)
+    assert result.status == "applied"
+    after = server.params()[name]
+    np.testing.assert_array_equal(after[taken], trained_b[taken])  # B's rows, untouched
+    kept = np.setdiff1d(pushed, taken)
+    values = np.asarray(tensors_a[name + ROWS])[np.isin(pushed, kept)]
+    np.testing.assert_allclose(after[kept], trained_b[kept] + values, rtol=0, atol=1e-6)
+    return server.status()
