@@ -20,6 +20,11 @@
 # `bash scripts/compat.sh python oldest` prints the environment's interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The environments are installed with --no-compile: each module is compiled by its first
+# import and kept in __pycache__, which PYTHONDONTWRITEBYTECODE (set in some CI images) would
+# forbid, and then every test process and Spark worker compiled TensorFlow again (31 s an
+# import instead of 10 s); scripts/test.sh says the same.
+unset PYTHONDONTWRITEBYTECODE
 HOME_DIR="${TENSORSPARK_COMPAT_HOME:-$HOME/.cache/tensorspark-compat}"
 venv_of() { echo "$HOME_DIR/$1"; }
 
@@ -84,7 +89,8 @@ build() {
   # shellcheck disable=SC2046  # the pins are words on purpose
   "$venv/bin/python" -m pip install -q --no-compile $(pins "$env")
   # No constraints here: pip must keep what the user (here: the pins) already has.
-  "$venv/bin/python" -m pip install -q --no-compile -e ".[test]"
+  # The lock: one editable install of this checkout at a time (scripts/setup.sh's may run).
+  flock .editable-install.lock "$venv/bin/python" -m pip install -q --no-compile -e ".[test]"
   check_pins "$env"
   touch "$stamp"
 }
@@ -112,7 +118,7 @@ run() {
   shift
   build "$env"
   # The environment may have been built from another checkout: this one's code is tested.
-  "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+  flock .editable-install.lock "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
   # pyspark 3.5 does not bundle the Spark Connect server: its jar comes from Maven into
   # ~/.m2 (spark-connect_2.12 3.5.7, what the mirror has; tests/connect/server_jar.sh).
   if ! compgen -G "$venv/lib/python*/site-packages/pyspark/jars/spark-connect_*" >/dev/null; then

@@ -60,7 +60,8 @@ if [[ ! -f "$base_stamp" ]]; then
   rm -f "$BASE"/.tensorspark-base-*
   "$BASE/bin/pip" install -q --upgrade pip
   # pip adds only what a changed pyproject.toml asks for.
-  "$BASE/bin/pip" install -q -e "$ROOT"
+  # One editable install of this checkout at a time (scripts/test.sh sets up .venv meanwhile).
+  flock "$ROOT/.editable-install.lock" "$BASE/bin/pip" install -q -e "$ROOT"
   touch "$base_stamp"
 fi
 BASE_SITE=$("$BASE/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -96,7 +97,7 @@ for line in "${LINES[@]}"; do
     "$venv/bin/pip" install -q --upgrade pip
     # pip's own resolver picks the newest $line.x and pyspark's dependencies (py4j).
     "$venv/bin/pip" install -q "pyspark==$line.*"
-    "$venv/bin/pip" install -q --no-deps -e "$ROOT"
+    flock "$ROOT/.editable-install.lock" "$venv/bin/pip" install -q --no-deps -e "$ROOT"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$BASE_SITE" > "$site/_tensorspark_base.pth"
     touch "$stamp"
@@ -106,7 +107,7 @@ for line in "${LINES[@]}"; do
     continue
   fi
   # The venvs are kept between runs (and checkouts): this checkout is the one checked.
-  "$venv/bin/pip" install -q --no-deps -e "$ROOT"
+  flock "$ROOT/.editable-install.lock" "$venv/bin/pip" install -q --no-deps -e "$ROOT"
   if ! "$venv/bin/pip" install -q --dry-run "$ROOT" "pyspark==$line.*"; then
     echo "import_check: tensorspark's requirements do not accept pyspark $line" >&2
     exit 1

@@ -42,6 +42,8 @@ stamp=.venv/.tensorspark-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing tensorspark and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
-  .venv/bin/python -m pip install -q -e ".[test]"
+  # The lock: scripts/test.sh builds the compat environments meanwhile, whose editable
+  # installs of this checkout would write its tensorspark.egg-info at the same time.
+  flock .editable-install.lock .venv/bin/python -m pip install -q -e ".[test]"
   touch "$stamp"
 fi

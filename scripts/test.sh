@@ -19,6 +19,12 @@
 # that has them, that phase only checks their keys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python writes the bytecode of what it imports (__pycache__), so TensorFlow and Keras are
+# compiled once per environment, not in every test process, Spark worker and driver: where
+# PYTHONDONTWRITEBYTECODE is set (some CI images set it) and an environment was installed
+# without its .pyc files (the compat environments: pip --no-compile), every import of
+# TensorFlow 2.21 and Keras compiled them from source: 31 s instead of 10 s on the 2-core VM.
+unset PYTHONDONTWRITEBYTECODE
 # shellcheck source=scripts/phases.sh
 source scripts/phases.sh
 full=0
@@ -26,9 +32,8 @@ full=0
 logs=test-artifacts
 mkdir -p "$logs"
 
-phase "setup (.venv, Debian packages)"
-bash scripts/setup.sh
 if [ "$full" = 1 ]; then
+  phase "Spark Connect 3.5 jar (Maven)"
   # The oldest environment's Spark Connect jar, resolved here before the background job
   # (whose compat.sh then finds it in ~/.m2): Maven does not lock its local repository, so
   # no two mvn may run at once, and the jar phase below runs mvn in the foreground.
@@ -39,7 +44,20 @@ if [ "$full" = 1 ]; then
     IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
       IMPORT_CHECK_BUILD_ONLY=1 bash scripts/import_check.sh
   }
+  # First, beside the .venv's set-up: both mostly download (pip's cache is shared), and each
+  # editable install of this checkout holds .editable-install.lock (flock) in turn.
   phase_background "compat and import-check environments" "$logs/environments.log" build_envs
+fi
+
+phase "setup (.venv, Debian packages)"
+bash scripts/setup.sh
+if [ "$full" = 1 ]; then
+  # The unit set needs only .venv: it runs here, beside the jars, the lint and the builds.
+  rm -f "$logs/unit-junit.xml"
+  phase_background "unit set" "$logs/unit.log" \
+    env PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2 \
+    .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 \
+    --junitxml="$logs/unit-junit.xml" tests/unit
 fi
 
 phase "jar resolution (Maven: mini clusters, Kafka)"
@@ -62,46 +80,106 @@ phase "lint and type check (ruff, mypy)"
 phase_end
 
 rc=0
-if [ "$full" = 1 ]; then
-  # The newest compat environment is also the "other" environment the ML save/load test
-  # loads this one's saves in (and back). The oldest's Keras 3.9 cannot read Keras 3.15's
-  # files; docs/support.md.
-  phase_wait "compat and import-check environments" || {
-    cat "$logs/environments.log"
-    exit 1
-  }
-  TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
-  export TENSORSPARK_OTHER_PYTHON
+if [ "$full" = 0 ]; then
+  phase "main pytest run"
+  rm -f "$logs/main-junit.xml"  # never an older run's, should this one write none
+  .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 \
+    --junitxml="$logs/main-junit.xml" "$@" || rc=$?
+  phase_end "$([ "$rc" = 0 ] || echo "failed (exit $rc)")"
+  # Where its minutes went: per test set and the slowest modules (from the JUnit XML).
+  [ ! -f "$logs/main-junit.xml" ] || .venv/bin/python scripts/durations.py "$logs/main-junit.xml" || true
+  if [ "$rc" != 0 ] && [ -f "$logs/main-junit.xml" ]; then
+    .venv/bin/python scripts/durations.py "$logs/main-junit.xml" --failures || true
+  fi
+  exit "$rc"
 fi
 
-phase "main pytest run"
-rm -f "$logs/main-junit.xml"  # never an older run's, should this one write none
-.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=25 \
-  --junitxml="$logs/main-junit.xml" "$@" || rc=$?
-main_rc=$rc
-phase_end "$([ "$rc" = 0 ] || echo "failed (exit $rc)")"
-# Where its minutes went: per test set and the slowest modules (from the JUnit XML).
-[ ! -f "$logs/main-junit.xml" ] || .venv/bin/python scripts/durations.py "$logs/main-junit.xml" || true
+# The full run. Its parts by what they need of the 2 cores:
+#  - the unit set is one single-threaded pytest process: it ran above, beside the jar
+#    resolution, the lint and the environments' builds;
+#  - the spark set (local mode) runs alone: its async training tests (accuracy bars, a task
+#    killed mid-epoch) ran flaky beside other JVMs;
+#  - then the docs and cluster sets (standalone, Connect, HDFS, S3, netns, YARN, Kafka: much
+#    of their time is spent waiting for clusters, heartbeats and timeouts) run beside the
+#    compat runs and the import check, one after the other in a second lane.
+# Each pytest process writes its JUnit XML; the minutes per set and every failure are read
+# from them at the end.
+phase_wait "compat and import-check environments" || {
+  cat "$logs/environments.log"
+  exit 1
+}
+unit_rc=0
+phase_wait "unit set" || unit_rc=$?
+echo "unit set (tests/unit), beside the set-up:"
+tail -n 5 "$logs/unit.log"
+# The newest compat environment is also the "other" environment the ML save/load test loads
+# this one's saves in (and back). The oldest's Keras 3.9 cannot read Keras 3.15's files;
+# docs/support.md.
+TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
+export TENSORSPARK_OTHER_PYTHON
 
-if [ "$full" = 1 ]; then
-  # pyspark 4.0/4.1/4.2 install and import (pip and one small local job each), beside the
-  # compat runs, which keep the cores busy.
-  phase_background "import check (pyspark 4.0-4.2)" "$logs/import-check.log" \
-    env IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
-    bash scripts/import_check.sh
+main_junit=("$logs/unit-junit.xml" "$logs/main-spark-junit.xml" "$logs/main-clusters-junit.xml")
+rm -f "${main_junit[@]:1}"  # never an older run's, should this one write none
+phase "main pytest run: spark (local mode)"
+spark_rc=0
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=15 \
+  --junitxml="$logs/main-spark-junit.xml" tests/spark || spark_rc=$?
+phase_end "$([ "$spark_rc" = 0 ] || echo "failed (exit $spark_rc)")"
+
+# The second lane: the compat runs, then the pyspark 4.0/4.1/4.2 import check; each step's
+# time goes to $logs/lane.times for the phase table.
+compat_lane() {
+  local env crc lane_rc=0 start
+  : >"$logs/lane.times"
   for env in oldest newest; do
-    phase "compat run: $env"
+    start=$SECONDS
     crc=0
-    bash scripts/compat.sh "$env" || crc=$?
-    phase_end "$([ "$crc" = 0 ] || echo "failed (exit $crc)")"
-    [ "$crc" = 0 ] || rc=$crc
+    rm -f "$logs/compat-$env-junit.xml"
+    bash scripts/compat.sh "$env" --junitxml="$logs/compat-$env-junit.xml" \
+      >"$logs/compat-$env.log" 2>&1 || crc=$?
+    echo "$((SECONDS - start)) $crc compat run: $env" >>"$logs/lane.times"
+    [ "$crc" = 0 ] || lane_rc=$crc
   done
-  phase_wait "import check (pyspark 4.0-4.2)" || { rc=1; echo "import check failed:"; }
-  cat "$logs/import-check.log"
-fi
-# The main run's failures again, after the compat runs (only the phase table follows), where
-# a log's tail shows them.
-if [ "$main_rc" != 0 ] && [ -f "$logs/main-junit.xml" ]; then
-  .venv/bin/python scripts/durations.py "$logs/main-junit.xml" --failures || true
+  start=$SECONDS
+  crc=0
+  IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
+    bash scripts/import_check.sh >"$logs/import-check.log" 2>&1 || crc=$?
+  echo "$((SECONDS - start)) $crc import check (pyspark 4.0-4.2)" >>"$logs/lane.times"
+  [ "$crc" = 0 ] || lane_rc=$crc
+  return "$lane_rc"
+}
+phase_background "compat runs and import check" "$logs/compat-lane.log" compat_lane
+
+phase "main pytest run: docs and the cluster sets"
+clusters_rc=0
+.venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=15 \
+  --junitxml="$logs/main-clusters-junit.xml" \
+  tests/docs tests/cluster tests/connect tests/hdfs tests/s3 tests/netns tests/yarn tests/kafka \
+  || clusters_rc=$?
+phase_end "$([ "$clusters_rc" = 0 ] || echo "failed (exit $clusters_rc)")"
+lane_rc=0
+phase_wait "compat runs and import check" || lane_rc=$?
+while read -r secs crc name; do
+  phase_add "  $name" "$secs" "$([ "$crc" = 0 ] || echo "failed (exit $crc)")"
+done <"$logs/lane.times"
+
+# Where the main run's minutes went: per test set and the slowest modules.
+.venv/bin/python scripts/durations.py "${main_junit[@]}" || true
+for env in oldest newest; do
+  echo "== compat run: $env (the end of $logs/compat-$env.log)"
+  tail -n 6 "$logs/compat-$env.log"
+done
+echo "== import check"
+cat "$logs/import-check.log"
+# Every failure again, last (only the phase table follows), where a log's tail shows them.
+for rc_part in "$unit_rc" "$spark_rc" "$clusters_rc" "$lane_rc"; do
+  [ "$rc_part" = 0 ] || rc=$rc_part
+done
+if [ "$rc" != 0 ]; then
+  .venv/bin/python scripts/durations.py "${main_junit[@]}" --failures || true
+  for env in oldest newest; do
+    .venv/bin/python scripts/durations.py "$logs/compat-$env-junit.xml" --failures \
+      --label "compat run: $env" || true
+  done
 fi
 exit "$rc"
