@@ -5,18 +5,18 @@
 # (Hadoop MiniYARNCluster + HDFS, spark-submit --master yarn), netns (a standalone cluster
 # across network namespaces; root only), browser, docs (the documentation site: mkdocs
 # build --strict, its runnable snippets on local Spark, its charts, the site in Chromium).
-# Then, after a full run, the compat set on the oldest and newest supported environments
+# A full run also runs the compat set on the oldest and newest supported environments
 # (scripts/compat.sh: Python 3.10 with pyspark 3.5, Python 3.13 with pyspark 4.3, built
 # from pyenv's interpreters) and the pyspark 4.0/4.1/4.2 import check
-# (scripts/import_check.sh).
-# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit` (then no compat run;
-# `bash scripts/compat.sh oldest|newest|both` runs it alone).
+# (scripts/import_check.sh), in two lanes on the 2 cores (the order below the lint).
+# Pass pytest arguments to narrow it, e.g. `scripts/test.sh -m unit` (then one pytest run, no
+# compat run; `bash scripts/compat.sh oldest|newest|both` runs it alone).
 #
 # Every phase is timed; the table is printed at the end, also when a phase fails
 # (scripts/phases.sh). The compat and import-check environments are built once per machine
 # and pin set (under ~/.cache, keyed by a hash of their pins and pyproject.toml), in the
-# background while the jars resolve and the code is linted and type-checked: on a machine
-# that has them, that phase only checks their keys.
+# background from the start, beside .venv's set-up, the jars, the lint and the unit set: on a
+# machine that has them, that phase only checks their keys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python writes the bytecode of what it imports (__pycache__), so TensorFlow and Keras are

@@ -17,7 +17,6 @@ never on a command line or in the environment.
 A shard ends when told to stop, or when its stdin closes: when the driver exits, however
 it exits, no shard outlives it. With a ``journal`` in its init, it writes each push it
 applies there and, restarted, replays the journal first (:mod:`tensorspark.ps.revive`).
-
 :class:`ShardProcess` (driver side) is thread-safe: calls from several threads are
 matched to their answers by id. The child's side runs in its own process.
 """
@@ -71,6 +70,7 @@ class ShardProcess:
         self._next = 0
         self._waiting: dict[int, Future[tuple[Any, bytearray]]] = {}
         self._reader: threading.Thread | None = None
+        self.pipe_closed = False  # it ended, even while `alive` says not yet (see _read)
         self.port: int | None = None
         self.exit_reason: str | None = None
 
@@ -108,6 +108,7 @@ class ShardProcess:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )
+        self.pipe_closed = False
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tensorspark.ps.shard"],
             stdin=subprocess.PIPE,
@@ -174,6 +175,7 @@ class ShardProcess:
         except (EOFError, OSError, ValueError):
             pass
         with self._lock:
+            self.pipe_closed = True  # before a waiting call fails: check_shards sees it first
             waiting, self._waiting = list(self._waiting.values()), {}
         for future in waiting:
             future.set_exception(self._dead("its command"))

@@ -67,7 +67,10 @@ def check_shards(shards: Sequence[ShardProcess], keeper: Keeper | None) -> None:
             raise keeper.failure
         return
     for shard in shards:
-        if not shard.alive and shard.exit_reason != "stopped":
+        # A closed pipe counts: a killed process closes it before Popen.poll() may tell
+        # (None while another thread holds its wait lock), and a call that failed on it must
+        # not be reported before this.
+        if (not shard.alive or shard.pipe_closed) and shard.exit_reason != "stopped":
             raise ParameterServerError(
                 f"parameter-server shard {shard.index} (pid {shard.pid}) exited while serving "
                 f"({shard.ended()}); the run cannot go on without its slice of the model "

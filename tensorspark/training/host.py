@@ -233,8 +233,7 @@ class ServerHost:
     def poll(self) -> None:
         """Raise a checkpoint failure the checkpointer has seen, or a shard process that
         died (driver, while a job runs)."""
-        if self._checkpointer is not None:
-            self._checkpointer.check()
+        # A dead shard first: a checkpoint it failed is not the cause.
         if self.server is not None:
             try:
                 self.server.check()
@@ -242,6 +241,8 @@ class ServerHost:
                 saved = self.checkpoint_paths()
                 last = saved[-1] if saved else "none written by this run"
                 raise ParameterServerError(f"{err}. The last checkpoint: {last}") from err
+        if self._checkpointer is not None:
+            self._checkpointer.check()
 
     def release(self, server: RunServer, *, failed: bool) -> None:
         """End a run on ``server``: stop it unless it is reusable and the run succeeded,

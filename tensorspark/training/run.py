@@ -32,7 +32,7 @@ import numpy as np
 
 from tensorspark import conf as tsconf
 from tensorspark import connect, jobs
-from tensorspark.errors import ExecutorLostError
+from tensorspark.errors import ExecutorLostError, ParameterServerError
 from tensorspark.inputs import Input
 from tensorspark.listeners import ListenerList, RunInfo, RunListener
 from tensorspark.models.base import TrainerLoader
@@ -251,9 +251,15 @@ class TrainingRun:
 
             def poll() -> None:  # what the driver checks every half second
                 self.host.poll()
-                watch.poll()
-                if patience is not None:
-                    patience.poll()
+                try:
+                    watch.poll()
+                    if patience is not None:
+                        patience.poll()
+                except ParameterServerError:
+                    # A shard that died after host.poll() failed the read: the error is
+                    # the shard's death, with the last checkpoint (host.poll), not the read.
+                    self.host.poll()
+                    raise
 
             config = self.worker_config(
                 lease.url, job.num_epoch, job.shuffle, job.seed, lease=lease

@@ -250,6 +250,28 @@ def test_a_shard_that_dies_is_reported_and_the_rest_are_stopped(started_shards) 
     check_until_it_fails(server, 10, "shard 1 .* exited while serving")
 
 
+def test_a_killed_shard_s_closed_pipe_is_reported_before_popen_can_reap_it(  # type: ignore[no-untyped-def]
+    started_shards,
+) -> None:
+    """A killed shard's pipe closes before ``Popen.poll()`` may say so (it answers None while
+    another thread holds its wait lock): check() reports the death from then on, so a read
+    that failed on the closed pipe is never what a run reports instead (a fresh-clone CI's
+    tests/spark/test_shard_restart.py met that order)."""
+    server = started_shards(_model(), shards=2, shard_restarts=0)
+    shard = server._shards[1]  # noqa: SLF001
+    proc = shard._proc  # noqa: SLF001
+    with proc._waitpid_lock:  # noqa: SLF001  # Popen.poll() answers None meanwhile
+        os.kill(proc.pid, 9)
+        deadline = time.monotonic() + 10
+        while not shard.pipe_closed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert shard.pipe_closed and shard.alive
+        with pytest.raises(ParameterServerError, match="shard 1 is not running"):
+            server.status()
+        with pytest.raises(ParameterServerError, match=r"shard 1 \(pid \d+\) exited while serving"):
+            server.check()
+
+
 def _gone_or_zombie(pid: int | None) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
