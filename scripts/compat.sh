@@ -8,8 +8,8 @@
 # every checkout, each run pointing the environment's editable tensorspark at this checkout)
 # from pyenv's interpreter and the pinned
 # versions in the table below, installs tensorspark (editable) and its test tools there, and
-# runs the tests marked `compat` with PYSPARK_PYTHON pointing at that environment. scripts/test.sh
-# runs it after the main pytest run. The pins are installed first and tensorspark after them
+# runs the tests marked `compat` (not the `browser` ones) with PYSPARK_PYTHON pointing at that
+# environment. scripts/test.sh runs it beside the main run's cluster sets. The pins are installed first and tensorspark after them
 # without constraints, then the versions are checked: that proves `pip install tensorspark`
 # keeps a pyspark 3.5.x the user already has. pip's cache is used; a fresh machine builds the
 # environments from PyPI alone (and Maven Central for the oldest's Hadoop 3.3.4 YARN jars).
@@ -150,7 +150,8 @@ print("python", sys.version.split()[0], "pyspark", pyspark.__version__, "tensorf
   local start=$SECONDS rc=0
   PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python" \
     SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2 TENSORSPARK_HADOOP_VERSION="$hadoop" \
-    "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra -m compat "${paths[@]}" "$@" || rc=$?
+    "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra -m "compat and not browser" \
+    "${paths[@]}" "$@" || rc=$?
   echo "compat: $env took $((SECONDS - start)) s (rc=$rc)"
   return "$rc"
 }

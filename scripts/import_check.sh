@@ -108,7 +108,9 @@ for line in "${LINES[@]}"; do
   fi
   # The venvs are kept between runs (and checkouts): this checkout is the one checked.
   flock "$ROOT/.editable-install.lock" "$venv/bin/pip" install -q --no-deps -e "$ROOT"
-  if ! "$venv/bin/pip" install -q --dry-run "$ROOT" "pyspark==$line.*"; then
+  # Under the lock too: pip prepares the checkout's metadata (its egg-info) in place.
+  if ! flock "$ROOT/.editable-install.lock" \
+      "$venv/bin/pip" install -q --dry-run "$ROOT" "pyspark==$line.*"; then
     echo "import_check: tensorspark's requirements do not accept pyspark $line" >&2
     exit 1
   fi

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from tensorspark import sparkcompat
 from tensorspark.inference import predict
 
-pytestmark = [pytest.mark.spark, pytest.mark.compat]
+pytestmark = pytest.mark.spark  # in the oldest environment's compat set: tests/compat_set.py
 
 ROWS = 300
 
