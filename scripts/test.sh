@@ -169,7 +169,8 @@ clusters_rc=0
 phase_end "$([ "$clusters_rc" = 0 ] || echo "failed (exit $clusters_rc)")"
 lane_rc=0
 phase_wait "compat runs" || lane_rc=$?
-phase_wait "import check (pyspark 4.0-4.2), beside the spark set at nice 19" || lane_rc=$?
+import_rc=0
+phase_wait "import check (pyspark 4.0-4.2), beside the spark set at nice 19" || import_rc=$?
 while read -r secs crc name; do
   phase_add "  $name" "$secs" "$([ "$crc" = 0 ] || echo "failed (exit $crc)")"
 done <"$logs/lane.times"
@@ -180,10 +181,14 @@ for env in oldest newest; do
   echo "== compat run: $env (the end of $logs/compat-$env.log)"
   tail -n 6 "$logs/compat-$env.log"
 done
-echo "== import check"
-cat "$logs/import-check.log"
+echo "== import check ($logs/import-check.log)"
+if [ "$import_rc" = 0 ]; then
+  grep -E '^(import_check|ok):' "$logs/import-check.log" || true
+else
+  tail -n 40 "$logs/import-check.log"
+fi
 # Every failure again, last (only the phase table follows), where a log's tail shows them.
-for rc_part in "$unit_rc" "$spark_rc" "$clusters_rc" "$lane_rc"; do
+for rc_part in "$unit_rc" "$spark_rc" "$clusters_rc" "$lane_rc" "$import_rc"; do
   [ "$rc_part" = 0 ] || rc=$rc_part
 done
 if [ "$rc" != 0 ]; then
