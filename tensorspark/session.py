@@ -205,6 +205,7 @@ class SparkSession:
         tensorboard_dir: str | None = None,
         listeners: Sequence[RunListener] | None = None,
         export: Any = None,
+        tracking: Any = None,
     ) -> Any:
         """Run ``fetches``: locally like ``tf.Session.run``, or distributed over ``feed_rdd``.
 
@@ -215,15 +216,12 @@ class SparkSession:
         synchronising ``param_list`` through the parameter server; afterwards the driver's
         session holds the global values. Returns the run's :class:`TrainResult`.
 
-        While it trains, ``progress`` shows samples done, epoch, the global loss and
-        updates/s on stderr (a bar on a terminal, else a line every 10 s; False: nothing),
-        the dashboard's URL is logged, and ``tensorboard_dir`` (a local folder) receives
-        TensorBoard scalars of the loss and metrics against the model version.
-        ``listeners`` (:class:`~tensorspark.RunListener` instances) are told the run's start,
-        each epoch's end with its training metrics as it happens, checkpoints and the end,
-        after the progress display and TensorBoard (see :mod:`tensorspark.listeners`).
-        ``export=Export(..., inputs=, outputs=)`` (the tensors a server feeds and fetches)
-        writes the graph and final variables as the next numbered SavedModel after the run.
+        ``progress``, ``tensorboard_dir`` and ``listeners`` are ``fit``'s (the loss and
+        metrics per epoch, against the model version). ``export=Export(..., inputs=,
+        outputs=)`` (the tensors a server feeds and fetches) writes the graph and final
+        variables as the next numbered SavedModel after the run. ``tracking`` is ``fit``'s
+        (None follows ``tensorspark.autolog()``): params and per-epoch metrics, and with
+        ``export`` its version as the MLflow model, registered (:mod:`tensorspark.tracking`).
 
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).

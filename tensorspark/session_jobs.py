@@ -50,8 +50,11 @@ def run(
     tensorboard_dir: str | None,
     listeners: Sequence[RunListener] | None,
     export: Any = None,
+    tracking: Any = None,
 ) -> Any:
-    """``SparkSession.run``: a local ``session.run``, or the TF1 graph trained over ``feed_rdd``."""
+    """``SparkSession.run``: a local ``session.run``, or the TF1 graph trained over ``feed_rdd``
+    (tracked as ``fit`` is, :func:`~tensorspark.tracking.fit.track_fit`; its export, logged
+    and registered, is the MLflow model: :class:`~tensorspark.export.graph.GraphExport`)."""
     if sess.is_keras:
         raise ConfigurationError(
             "this SparkSession wraps a Keras model; use fit()/evaluate()/predict()"
@@ -68,31 +71,41 @@ def run(
     num_epoch, feed_name_list = check_graph_run(feed_dict, run_metadata, num_epoch, feed_name_list)
     from tensorspark.export.graph import GraphExport
     from tensorspark.export.spec import check_export
+    from tensorspark.tracking.fit import track_fit
     from tensorspark.training.tf1 import train_graph
     from tensorspark.training.watch import run_listeners
 
     spec = check_export(export)
     conf = tsconf.ConfSnapshot.take(sess.sc)
-    graph_export = None if spec is None else GraphExport(sess.session, spec, conf, listeners or ())
-
-    result = train_graph(
-        sess.sc,
-        host,
-        sess.session,
-        fetches,
-        feed_rdd,
-        feed_name_list,
-        param_list,
-        shuffle=shuffle_within_partition,
-        num_epoch=num_epoch,
-        run_options=options,
-        loss=loss,
-        listeners=run_listeners(progress, tensorboard_dir, listeners),
-        conf=conf,
+    watchers = run_listeners(progress, tensorboard_dir, listeners)
+    graph_export = None
+    if spec is not None:  # checked (and its registered model made) before any job
+        graph_export = GraphExport(
+            sess.session, spec, conf, listeners or (), tracking=tracking, name=sess.name
+        )
+    tracked_run = track_fit(
+        tracking, sess, feed_rdd, "features", shuffle_within_partition, None, call="run"
     )
-    sess.last_run = result
-    if graph_export is not None:
-        graph_export.after_run(num_epoch)
+    with tracked_run as tracked:
+        result = train_graph(
+            sess.sc,
+            host,
+            sess.session,
+            fetches,
+            feed_rdd,
+            feed_name_list,
+            param_list,
+            shuffle=shuffle_within_partition,
+            num_epoch=num_epoch,
+            run_options=options,
+            loss=loss,
+            listeners=[*watchers, *tracked.listeners],
+            conf=conf,
+        )
+        sess.last_run = result
+        if graph_export is not None:
+            graph_export.after_run(num_epoch)
+        tracked.finish(None, logged_by_export=graph_export is not None)
     return result
 
 

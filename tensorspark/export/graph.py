@@ -9,7 +9,11 @@ that a dynamic table looks up takes raw ids, mapped inside the SavedModel
 (:mod:`tensorspark.export.graph_vocab`). Numbering,
 the hidden folder and its rename, and retention are the Keras exports'
 (:mod:`tensorspark.export.layout`, :mod:`tensorspark.export.saved`). The quality gate
-scores compiled Keras metrics and is refused here.
+scores compiled Keras metrics and is refused here. With MLflow tracking on (``run(...,
+tracking=)`` or ``tensorspark.autolog()``), the version is logged to the run as an MLflow
+model (:mod:`tensorspark.tracking.graph_model`) and registered as the next version of the
+registered model (``Export(registered_model=)``, else the session's name), as a Keras
+export's is (:mod:`tensorspark.tracking.versions`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +35,7 @@ from tensorspark.export.saved import publish
 from tensorspark.export.spec import Export, tensor_names
 from tensorspark.listeners import ListenerList, RunListener
 from tensorspark.storage import open_storage
+from tensorspark.storage.local import LocalStorage
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +61,14 @@ def graph_tensors(session: Any, names: Mapping[str, str], role: str) -> dict[str
 class GraphExport:
     """Checks a TF1 export before the run and writes its version after it (driver).
 
+    Args:
+        tracking: ``run``'s ``tracking`` (None follows ``tensorspark.autolog()``; False:
+            untracked): each version is logged and registered in MLflow.
+        name: the session's name (the registered model's default name).
+
     Raises:
         ConfigurationError: no ``inputs``/``outputs``, a gate, an unknown tensor, a base
-            path that cannot be written.
+            path that cannot be written, a registered-model name MLflow refuses.
     """
 
     def __init__(
@@ -65,6 +77,8 @@ class GraphExport:
         spec: Export,
         conf: Mapping[str, str],
         listeners: Any = (),
+        tracking: Any = False,
+        name: str = "tensorspark",
     ) -> None:
         if spec.inputs is None or spec.outputs is None:
             raise ConfigurationError(
@@ -89,6 +103,34 @@ class GraphExport:
         check_writable(self.storage, self.base, spec.base_path)
         sweep_partial(self.storage, self.base)
         self.listeners = ListenerList([x for x in listeners if isinstance(x, RunListener)])
+        self.versions = None
+        if tracking is not False:  # checked (and the registered model made) before the job
+            from tensorspark.tracking.versions import ModelVersions
+
+            self.versions = ModelVersions.open(
+                tracking, spec.registered_model or name, name, "run", self._log_model
+            )
+
+    def signature(self) -> Any:
+        """The MLflow signature of the exported inputs (raw ids: int64) and outputs."""
+        from tensorspark.tracking.graph_model import graph_signature
+
+        def described(tensors: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+            return {
+                k: (
+                    "int64" if k in self.mapped else t.dtype.as_numpy_dtype,
+                    None if t.shape.rank is None else t.shape.as_list(),
+                )
+                for k, t in tensors.items()
+            }
+
+        return graph_signature(described(self.inputs), described(self.outputs))
+
+    def _log_model(self, run_id: str, folder: str, step: int) -> Any:
+        """Log a published version (a local folder) as the run's MLflow model."""
+        from tensorspark.tracking.graph_model import log_graph_model
+
+        return log_graph_model(run_id, folder, self.signature(), step)
 
     def write(self, folder: str) -> None:
         """The SavedModel of the session's graph and current variables into ``folder``
@@ -125,6 +167,7 @@ class GraphExport:
 
         path = self.storage.location(publish(self.storage, self.base, version, write))
         retire(self.storage, self.base, self.spec.keep)
+        export_s = time.time() - started
         record = {
             "batch_id": epochs - 1,
             "version": version,
@@ -134,8 +177,24 @@ class GraphExport:
             "value": None,
             "baseline": None,
             "path": path,
-            "export_s": time.time() - started,
+            "export_s": export_s,
         }
         logger.info("exported the TF1 graph as version %d to %s", version, path)
+        if self.versions is not None:
+            record["registered_version"] = self._register(record)
         self.listeners.on_export(record)
         return record
+
+    def _register(self, record: dict[str, Any]) -> int | None:
+        """Log and register the published version in MLflow: from its folder on local
+        disk, else from a local copy written for it (removed after)."""
+        assert self.versions is not None
+        if isinstance(self.storage, LocalStorage):
+            return self.versions.decided(record, record["path"])
+        copy = tempfile.mkdtemp(prefix="tensorspark-export-")
+        try:
+            folder = os.path.join(copy, "model")
+            self.write(folder)
+            return self.versions.decided(record, folder)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)

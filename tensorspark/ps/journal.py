@@ -1,5 +1,5 @@
 """A shard's push journal: the pushes it applied since the driver's last base cut, on disk
-(and its ``/vocab`` requests).
+(and its ``/vocab`` requests and stale refusals).
 
 A :class:`~tensorspark.ps.shards.ShardedServer` restarts a shard process that died from
 that shard's part of the last consistent cut, which the driver keeps (on its disk)
@@ -25,10 +25,17 @@ reading (its ids counted, the rows it gave reset to the same draws; ``ttl`` expi
 least-recently-seen choices alike, :class:`~tensorspark.ps.map_clock.MapClock`), so the
 restarted shard holds the same map, at the same map versions. A request replayed twice (a
 second restart) is a repeat of its partition's last key, or older: it counts nothing.
-Not in a cut: each partition's last ``/vocab`` key, and a push's refused base
-(:class:`~tensorspark.ps.push_checks.Rebases`): a request answered by the dead shard after
-its cut and not journaled is counted again when the worker retries it, and a push refused
-as stale just before the restart is weighed as fresh when sent again.
+
+Exactly once across a restart, beyond the pushes: the cut's books
+(:mod:`~tensorspark.ps.cut_books`) hold each partition's last ``/vocab`` keys and the
+bases of the pushes refused as stale (:class:`~tensorspark.ps.push_checks.Rebases`), and
+the restarted shard takes them back before its replay. So a worker's retry of a request
+answered before the cut (or after it: the journal has it) counts nothing, a late copy of
+an older one is still refused with 409, and a push refused as stale is weighed by the
+version it was computed on when sent again. A stale refusal after the cut is a record of
+its own (meta only, ``kind="refused"``, written before the refusal is answered): the
+replay remembers its base (:meth:`Rebases.replayed
+<tensorspark.ps.push_checks.Rebases.replayed>`) and pushes nothing.
 
 At a full consistent cut the shard starts the next segment (:meth:`Journal.rotate`); once
 the driver keeps that cut as its base, it deletes the older segments (:func:`drop_before`).
@@ -49,12 +56,14 @@ from typing import Any
 
 from tensorspark import wire
 from tensorspark.ps.map_clock import CLOCK
+from tensorspark.ps.push_checks import REFUSED
 from tensorspark.ps.validation import RequestError
 
 logger = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct("<Q")
-#: The meta key that marks a record that is not a push (``"vocab"``: a ``/vocab`` request).
+#: The meta key that marks a record that is not a push (``"vocab"``: a ``/vocab`` request;
+#: :data:`REFUSED`: a push refused as stale, its base only).
 KIND = "journal_kind"
 _SUFFIX = ".log"
 
@@ -104,7 +113,7 @@ class Journal:
     def write(self, tensors: Mapping[str, Any], meta: Mapping[str, Any], kind: str = "") -> None:
         """Append one push (before it is applied), or with ``kind="vocab"`` one ``/vocab``
         request (mapped, its answer not yet sent: a dynamic table's map changes, see the
-        module)."""
+        module), or with ``kind=REFUSED`` a stale refusal's record (:meth:`refusal`)."""
         # Always written: a push's meta from the network could name a kind itself.
         parts = wire.encode(dict(tensors), {**meta, KIND: kind})
         size = wire.encoded_size(parts)
@@ -119,6 +128,11 @@ class Journal:
                 views[0] = views[0][written:]
 
     __call__ = write
+
+    def refusal(self, record: Mapping[str, Any]) -> None:
+        """Append the record of a push refused as stale (:attr:`Rebases.journal
+        <tensorspark.ps.push_checks.Rebases.journal>`; meta only), before it is answered."""
+        self.write({}, record, kind=REFUSED)
 
     def rotate(self) -> int:
         """Start the next segment (at a full consistent cut); returns its number."""
@@ -169,8 +183,9 @@ def records(
 
 
 def replay(store: Any, directory: str | Path, first: int, last: int) -> int:
-    """Apply the pushes and ``/vocab`` requests journaled in segments ``first``..``last``
-    to ``store`` (a restarted shard's :class:`~tensorspark.ps.store.Store`, before its loop
+    """Apply the pushes, ``/vocab`` requests and stale refusals journaled in segments
+    ``first``..``last`` to ``store`` (a restarted shard's
+    :class:`~tensorspark.ps.store.Store`, its cut's books taken back, before its loop
     runs), in order, as they were first applied; returns how many. Its answers go nowhere
     (the workers had them)."""
 
@@ -181,7 +196,10 @@ def replay(store: Any, directory: str | Path, first: int, last: int) -> int:
 
     count = 0
     for tensors, meta in records(directory, first, last):
-        if meta.pop(KIND, "") == "vocab":
+        kind = meta.pop(KIND, "")
+        if kind == REFUSED:  # its base remembered (and journaled again); nothing pushed
+            store.rebases.replayed(meta)
+        elif kind == "vocab":
             clock = getattr(store.vocab, "clock", None)
             at = meta.get(CLOCK) if isinstance(meta.get(CLOCK), float) else None
             try:

@@ -6,16 +6,18 @@ then ``"duplicate"`` (already applied: exactly once), ``"diverged"`` (NaN/Inf), 
 (its base too old for ``max_staleness``) or ``"applied"`` (:func:`classify`).
 :class:`~tensorspark.ps.store.Store` acts on the answer. A push refused as stale comes back
 on a newer base; :class:`Rebases` remembers the version it was computed on, so that a
-staleness-aware combiner weighs it as stale as it is.
+staleness-aware combiner weighs it as stale as it is. On a shard those versions outlive a
+restart: they are in the books of each consistent cut (:mod:`~tensorspark.ps.cut_books`),
+and a refusal after the cut is journaled (:attr:`Rebases.journal`).
 
-Pure (:class:`Rebases` holds a few integers per partition); called on the server's loop
-thread.
+Pure (:class:`Rebases` holds a few integers per partition, and calls its journal hook);
+called on the server's loop thread.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,8 @@ logger = logging.getLogger(__name__)
 #: Most entries of a push's ``metrics``, and the longest name (kept in the loss history).
 MAX_METRICS = 256
 MAX_METRIC_NAME = 200
+#: A refusal record's meta key (:attr:`Rebases.journal`): its entry (:meth:`Rebases.entries`).
+REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -122,18 +126,44 @@ class Rebases:
     and the model's accuracy at the end of a run depended on that timing.
 
     One entry per partition at most (its pending push), dropped when the push is applied.
+
+    Args:
+        journal: called with the record of each refusal remembered, before the push is
+            answered: a shard's journal (meta only, :meth:`Journal.refusal
+            <tensorspark.ps.journal.Journal.refusal>`), so that a shard restarted from an
+            earlier cut remembers it (:meth:`replayed`). None: not recorded (one server).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._first: dict[int, tuple[tuple[int, int, int], int]] = {}
+        self.journal = journal
 
     def refused(self, push: PushFields) -> None:
         """Remember the version ``push`` (refused as stale) was computed on; a later refusal
-        of the same push keeps the earliest."""
+        of the same push keeps the earliest (and records nothing)."""
         key = (push.attempt, push.epoch, push.seq)
         known = self._first.get(push.partition)
         if known is None or known[0] != key:
             self._first[push.partition] = (key, push.computed_on)
+            if self.journal is not None:
+                self.journal({REFUSED: [push.partition, *key, push.computed_on]})
+
+    def replayed(self, record: Mapping[str, Any]) -> None:
+        """A journaled refusal's ``record`` (a restarted shard's replay): remembered as when
+        it was refused, and recorded again (the new journal holds all since the cut)."""
+        partition, attempt, epoch, seq, computed_on = (int(v) for v in record[REFUSED])
+        self.refused(PushFields(partition, epoch, seq, attempt, 0, computed_on, computed_on))
+
+    def entries(self) -> list[list[int]]:
+        """Each partition's entry, ``[partition, attempt, epoch, seq, computed_on]`` (JSON:
+        a shard's books at a consistent cut, :mod:`~tensorspark.ps.cut_books`)."""
+        return [[partition, *key, on] for partition, (key, on) in self._first.items()]
+
+    def load(self, entries: Iterable[Sequence[int]]) -> None:
+        """Take :meth:`entries` back (a shard restarted from the cut, before its replay)."""
+        for partition, attempt, epoch, seq, computed_on in entries:
+            key = (int(attempt), int(epoch), int(seq))
+            self._first[int(partition)] = (key, int(computed_on))
 
     def applied(self, push: PushFields, meta: dict[str, Any]) -> int:
         """The version ``push``, about to be applied, was computed on; sets ``meta``'s

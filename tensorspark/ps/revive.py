@@ -9,13 +9,15 @@ workers' pushes and pulls, which retry an unreachable server with backoff for
 
 **What it starts from.** Its part of the last consistent cut, which the driver keeps
 (:class:`Base`): the version, progress, combiner meta and books each shard sent at the cut
-in memory, and its slice and combiner state in a file on the driver's local disk, beside
-its journal (:func:`write_base`). Not read back from the last checkpoint: a run without
-checkpoints is covered too, no storage (HDFS, S3) is read while the workers wait, and an
-incremental checkpoint does not hold a whole slice. Not in memory: that would keep one more
-copy of the whole model (its embedding tables too) on the driver for the whole run; on disk
-it costs one write of the model per full cut, and a restart reads one slice. The first base
-is the slices the shards started from; each full consistent cut
+in memory (counters, worker rows, and the keys that make ``/vocab`` requests and stale
+refusals exactly once: :mod:`~tensorspark.ps.cut_books`), and its slice and combiner state
+in a file on the driver's local disk, beside its journal (:func:`write_base`). Not read
+back from the last checkpoint: a run without checkpoints is covered too, no storage (HDFS,
+S3) is read while the workers wait, and an incremental checkpoint does not hold a whole
+slice. Not in memory: that would keep one more copy of the whole model (its embedding
+tables too) on the driver for the whole run; on disk it costs one write of the model per
+full cut, and a restart reads one slice. The first base is the slices the shards started
+from; each full consistent cut
 (:meth:`ShardedServer.snapshot <tensorspark.ps.shards.ShardedServer.snapshot>` without
 ``rows_since``: a full checkpoint, or one this keeper takes when a journal grows past
 :func:`journal_bound`) replaces it.
@@ -28,7 +30,10 @@ push is a duplicate, as any retry), and in async mode the weights are those it w
 had. A push the shard had not journaled (it died in between) was neither applied there
 nor answered: the worker's retry of it is applied by the new process, while the shards
 that applied it count the retry as a duplicate. So a push half applied across shards ends
-applied on every shard, once. Worst case: nothing applied is lost; a sync round in
+applied on every shard, once. ``/vocab`` requests and stale refusals are journaled too,
+and the cut's books hold the keys and refused bases from before it: a retried ``/vocab``
+request counts nothing, a late one is refused, a push refused as stale is weighed by the
+version it was computed on. Worst case: nothing applied is lost; a sync round in
 progress re-forms from the workers' retries; the time to notice the death and restart
 (about a second plus the replay) is lost, and workers must not give up in between
 (``ps_timeout`` must outlast it; the default, 60 s, does).
@@ -88,7 +93,7 @@ class Base:
     init: dict[str, Any]  # the init message (its settings with the shard's port)
     path: Path  # its slice and combiner state (a wire message), in the journal's folder
     segment: int  # the first journal segment after the cut
-    ledger: dict[str, Any] | None = None  # its counters and worker rows at the cut
+    ledger: dict[str, Any] | None = None  # its books at the cut (ps/cut_books.py)
 
 
 def write_base(folder: str | Path, segment: int, data: bytes | bytearray | list[Any]) -> Path:

@@ -37,9 +37,9 @@ import numpy as np
 
 from tensorspark import wire
 from tensorspark.errors import ConfigurationError, ParameterServerError
+from tensorspark.ps import cut_books
 from tensorspark.ps.frames import read_frame, write_frame
 from tensorspark.ps.journal import Journal, replay
-from tensorspark.ps.ledger import COUNTERS
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +298,8 @@ class _Shard:
                 # on the loop (no push is journaled between them), with the books.
                 store = server._served()
                 snap, cut = server._on_loop(
-                    lambda: (store.snapshot(None), (journal.rotate(), store.status())), "cut"
+                    lambda: (store.snapshot(None), (journal.rotate(), cut_books.books(store))),
+                    "cut",
                 )
             else:
                 snap = server.snapshot(rows_since=None if since is None else int(since))
@@ -392,19 +393,15 @@ class _Shard:
         return {"port": server.port}
 
     def _restore(self, store: Any, journal: Mapping[str, Any], ledger: Any) -> None:
-        """A restarted shard (:mod:`tensorspark.ps.revive`): the books of the base cut, the
-        pushes journaled since replayed, then a journal of its own (before its loop runs)."""
-        from tensorspark.ps.ledger import WorkerState
-
-        if ledger:
-            store.ledger.counters.update({k: int(ledger.get(k, 0)) for k in COUNTERS})
-            for row in ledger.get("workers", ()):  # status rows: the identity as attempt_id
-                books = {**row, "attempt": row.get("attempt_id", row["attempt"])}
-                books.pop("attempt_id", None)
-                store.ledger.workers[int(row["partition"])] = WorkerState(**books)
+        """A restarted shard (:mod:`tensorspark.ps.revive`): the books of the base cut (its
+        keys too, :mod:`~tensorspark.ps.cut_books`), the pushes, ``/vocab`` requests and
+        stale refusals journaled since replayed, into a journal of its own (before its loop
+        runs). A first start: only the journal."""
+        cut_books.load(store, ledger)
         store.control = dict(journal.get("control") or {})
         self.journal = Journal(journal["dir"], int(journal["segment"]))
         store.journal = self.journal
+        store.rebases.journal = self.journal.refusal  # stale refusals: meta-only records
         first = journal.get("replay_from")
         if first is not None:
             self.replaying = True
@@ -415,7 +412,7 @@ class _Shard:
             finally:
                 self.replaying = False
             logger.info(
-                "replayed %d journaled pushes and /vocab requests (version %d)",
+                "replayed %d journaled pushes, /vocab requests and stale refusals (version %d)",
                 count,
                 store.version,
             )

@@ -112,7 +112,7 @@ class Store(ConsistentCuts):
         self._progress: dict[int, tuple[int, int]] = {
             int(p): (int(v["epoch"]), int(v["seq"])) for p, v in (progress or {}).items()
         }
-        self._rebases = Rebases()  # what stale-refused pushes were computed on
+        self.rebases = Rebases()  # what stale-refused pushes were computed on (journaled)
         self.ledger = Ledger()
         self._round = SyncRound(round_timeout, elastic, clock)  # sync mode's round in progress
         self._round.on_check = self._maybe_complete_round  # elastic: a partition may be lost
@@ -198,7 +198,7 @@ class Store(ConsistentCuts):
         """Start a new run: forget per-partition progress and workers, keep the parameters
         and the version; a sync round left waiting is answered with 503."""
         self._progress.clear()
-        self._rebases = Rebases()
+        self.rebases = Rebases(self.rebases.journal)  # (a shard's journal: kept)
         self.ledger.forget_workers()
         if self.vocab is not None:  # dynamic tables: /vocab's keys and attempts too
             self.vocab.new_run()
@@ -338,7 +338,7 @@ class Store(ConsistentCuts):
             return False
         if status in ("stale", "diverged"):
             if status == "stale":
-                self._rebases.refused(fields)
+                self.rebases.refused(fields)  # (journaled on a shard: its journal hook)
             self.ledger.counters[f"{status}_pushes"] += 1
             self._respond_params(respond, status, meta)
             self._notify(meta, status)
@@ -349,7 +349,7 @@ class Store(ConsistentCuts):
             )
             self._maybe_complete_round()
             return True
-        computed_on = self._rebases.applied(fields, meta)  # (before the journal keeps meta)
+        computed_on = self.rebases.applied(fields, meta)  # (before the journal keeps meta)
         self.journal(tensors, meta)
         active = self.ledger.active_count()
         info = PushInfo(partition, fields.samples, computed_on, self.version, active)

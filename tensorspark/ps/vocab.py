@@ -21,7 +21,8 @@ magnitude (users, items, queries). The server owns the map because it sees every
   (:meth:`IdMap.check` proves it; the tests count).
 * **Exactly once**: a push named by ``(partition, seq)`` is counted once; its retry gets
   the first answer again, unchanged by later pushes' admissions (:meth:`IdMap.forget`
-  starts a partition's keys again: a new run on the same server).
+  starts a partition's keys again: a new run on the same server). A shard's cut keeps the
+  keys (:meth:`IdMap.last_keys`), without their answers.
 * **Reset**: every row given to a new id is listed in :attr:`Mapped.fresh`; the caller
   resets its values and optimizer state (server and workers) before anything trains it.
 * **Workers follow**: each change bumps :attr:`IdMap.version`; :meth:`IdMap.changes_since`
@@ -139,7 +140,7 @@ class IdMap:
         self._sightings = 0
         self.version = 0
         self._log: list[Changes] = []
-        self._last: dict[int, tuple[int, Mapped]] = {}
+        self._last: dict[int, tuple[int, Mapped | None]] = {}  # None: restored from a cut
         self.totals = {"admitted": 0, "evicted": 0, "expired": 0, "forgotten": 0}
 
     # ------------------------------------------------------------------ queries
@@ -172,6 +173,14 @@ class IdMap:
     def forget(self, partition: int) -> None:
         """Forget ``partition``'s last key (its next push starts a new run's keys)."""
         self._last.pop(partition, None)
+
+    def last_keys(self) -> dict[int, int]:
+        """Each partition's last key (a shard's books at a cut: :mod:`~.cut_books`)."""
+        return {partition: key for partition, (key, _) in self._last.items()}
+
+    def restore_keys(self, keys: Mapping[int, int]) -> None:
+        """Take :meth:`last_keys` back (a shard restarted from a cut), without answers."""
+        self._last = {int(partition): (int(key), None) for partition, key in keys.items()}
 
     def changes_since(self, version: int) -> Changes | None:
         """The admissions and freed rows after ``version``; ``None`` when they are older
@@ -218,7 +227,10 @@ class IdMap:
     def map(self, ids: np.ndarray, key: tuple[int, int] | None = None) -> Mapped:
         """Count one push's ids, admit those due (reclaiming rows when full), and return
         each id's row. ``key``: ``(partition, seq)``; a repeat of a partition's last key
-        gets its first answer (exactly once).
+        gets its first answer (exactly once). A key restored from a cut
+        (:meth:`restore_keys`) has none kept: its repeat counts nothing and gets its ids'
+        rows now, nothing fresh or evicted, at the current version (the first answer's
+        row resets are in the cut's parameters).
 
         Raises:
             ValueError: ids that are not integers, or a key older than the partition's
@@ -227,6 +239,8 @@ class IdMap:
         if key is not None:
             last = self._last.get(key[0])
             if last is not None and last[0] == key[1]:
+                if last[1] is None:  # restored from a cut: its rows now, nothing counted
+                    return Mapped(self.lookup(ids), _none(), _none(), _none(), self.version)
                 return last[1]
             if last is not None and key[1] < last[0]:
                 raise ValueError(

@@ -42,7 +42,9 @@ again. A request of an attempt older than the partition's latest (a superseded t
 arriving late), or a late copy of an earlier request of the latest attempt, is refused
 with 409 and counts nothing, so it cannot disturb the live attempt's key (whose retry
 must still get its first answer). A new run on a reusable server
-(:meth:`VocabTables.new_run`) starts every partition's keys and attempts again.
+(:meth:`VocabTables.new_run`) starts every partition's keys and attempts again. The keys
+(:class:`~tensorspark.ps.vocab_keys.VocabKeys`) are in a shard's books at a consistent
+cut, not in a checkpoint: a shard restarted from the cut keeps them.
 
 A push names the map version each dynamic table was trained with (``meta["vocab"]``);
 when it is applied (async: on arrival; sync: when its round completes, since a round
@@ -65,6 +67,7 @@ from tensorspark.ps.map_clock import CLOCK, MapClock
 from tensorspark.ps.validation import RequestError, int_field
 from tensorspark.ps.vocab import IdMap
 from tensorspark.ps.vocab_draw import draw_rows, new_seed, seed_of
+from tensorspark.ps.vocab_keys import VocabKeys
 
 KEYS, ROWS_OF, ADD, AT, VALUES, FREED = "@keys", "@rows", "@add", "@at", "@values", "@freed"
 #: Most ids one ``/vocab`` request may name per table.
@@ -182,15 +185,12 @@ class VocabTables:
         if state is not None:
             self.load(*state)
         self.dropped = 0
-        #: Per partition, the latest ``(attempt, key)`` of a ``/vocab`` request counted.
-        self._last: dict[int, tuple[int, int]] = {}
+        #: The requests' exactly-once keys (a shard's cut keeps them: ps/cut_books.py).
+        self.keys = VocabKeys(self.maps)
 
     def new_run(self) -> None:
         """A new run on this server: every partition's keys and attempts start again."""
-        for partition in self._last:
-            for idmap in self.maps.values():
-                idmap.forget(partition)
-        self._last.clear()
+        self.keys.new_run()
 
     # ------------------------------------------------------------------ /vocab
 
@@ -243,7 +243,7 @@ class VocabTables:
             asked[name] = (np.array(ids, copy=True), version)
         partition, epoch, seq = (int(v) for v in key)  # type: ignore[arg-type]
         key2 = (partition, (epoch << 31) | seq)
-        self._take(partition, attempt, key2[1])
+        self.keys.take(partition, attempt, key2[1])
         # One reading for the request (a replay's: the journaled one), journaled with it.
         with self.clock.fixed() as reading:
             meta[CLOCK] = reading  # type: ignore[index]
@@ -318,31 +318,6 @@ class VocabTables:
         pristine = self.pristine.get(name)
         if pristine is not None:
             pristine[slice(None) if rows is None else rows] = False
-
-    def _take(self, partition: int, attempt: int, key: int) -> None:
-        """Accept a request's ``(attempt, key)`` for ``partition`` (see the module).
-
-        Raises:
-            RequestError: 409: an older attempt than the latest, or a key older than the
-                latest attempt's last (a late copy); nothing changed.
-        """
-        last = self._last.get(partition)
-        if last is not None and attempt < last[0]:
-            raise RequestError(
-                409,
-                f"partition {partition}'s attempt {attempt} was superseded by attempt "
-                f"{last[0]}; its /vocab request is refused (nothing counted)",
-            )
-        if last is not None and attempt == last[0] and key < last[1]:
-            raise RequestError(
-                409,
-                f"a late copy of an earlier /vocab request of partition {partition}'s attempt "
-                f"{attempt}; refused (nothing counted)",
-            )
-        if last is not None and key < last[1]:  # a new attempt from an earlier chunk
-            for idmap in self.maps.values():
-                idmap.forget(partition)
-        self._last[partition] = (attempt, key)
 
     # ------------------------------------------------------------------ pushes
 

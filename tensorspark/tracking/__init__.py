@@ -12,7 +12,8 @@ process; ``fit(..., tracking=...)`` and ``tune(..., tracking=...)`` take ``True`
 * :mod:`~tensorspark.tracking.runs`: the run logged to (the user's active run or a new one).
 * :mod:`~tensorspark.tracking.model`: the Keras model as an MLflow model (flavour,
   signature, input example).
-* :mod:`~tensorspark.tracking.fit`: the run listener of a tracked ``fit``.
+* :mod:`~tensorspark.tracking.graph_model`: a TF1 graph's export as an MLflow model.
+* :mod:`~tensorspark.tracking.fit`: the run listener of a tracked ``fit`` (and TF1 ``run``).
 * :mod:`~tensorspark.tracking.search`: a tracked ``tune``: a parent run, a nested run per
   trial, the best marked.
 """

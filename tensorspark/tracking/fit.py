@@ -1,6 +1,7 @@
 """A tracked ``fit``: the run listener that logs to MLflow while the job trains (driver).
 
-:func:`track_fit` wraps one ``SparkSession.fit`` call (the facade's only hook)::
+:func:`track_fit` wraps one ``SparkSession.fit`` call (or a TF1 graph's ``run``, whose
+model is logged by its export, :mod:`tensorspark.export.graph`)::
 
     with track_fit(tracking, model, settings, data, features_col) as tracked:
         history = fit(..., listeners=[..., *tracked.listeners])
@@ -231,6 +232,13 @@ class FitTracker(RunListener):
         self._flush({})
 
 
+#: The ``tensorspark.model`` tag of a tracked TF1 ``run`` that logged no model.
+NO_GRAPH_MODEL = (
+    "not logged: a TF1 graph's MLflow model is its export, which names the tensors a server "
+    "feeds and fetches; pass run(..., export=Export(path, inputs=..., outputs=...))"
+)
+
+
 @dataclass(eq=False)
 class TrackedFit:
     """What the facade holds for one ``fit``: the listeners to add and :meth:`finish`.
@@ -243,6 +251,8 @@ class TrackedFit:
     data: Any = None
     features_col: str = "features"
     log_model: bool = False
+    #: A TF1 graph's ``run``: its MLflow model is its export's version (export/graph.py).
+    graph: bool = False
     model_info: Any = field(default=None, init=False)
     #: Given to ``fit``'s input check, which appends the first example's features: the
     #: model's input example, without a job of its own (None untracked).
@@ -255,8 +265,10 @@ class TrackedFit:
     def listeners(self) -> list[RunListener]:
         return [] if self.tracker is None else [self.tracker]
 
-    def finish(self, history: Any) -> None:
-        """Log the ``val_*`` metrics and the trained model (driver, after ``fit``).
+    def finish(self, history: Any, logged_by_export: bool = False) -> None:
+        """Log the ``val_*`` metrics and the trained model (driver, after ``fit``; a TF1
+        ``run``: no ``history``, and its model only through its export, which logged it
+        when ``logged_by_export``, else a tag says why there is none).
 
         Raises:
             TrackingError: ``strict`` and a logging call failed during the run.
@@ -267,14 +279,17 @@ class TrackedFit:
         run_id, guard = tracker.run.run_id, tracker.guard
         rows = [
             (key, float(value), int(epoch))
-            for key, values in history.history.items()
+            for key, values in (history.history.items() if history is not None else ())
             if key.startswith("val_")
             for epoch, value in zip(history.epoch, values)
         ]
         if rows:
             guard.call("logging validation metrics", lambda: log_batch(run_id, metrics=rows))
+        if self.graph and guard.settings.log_model and not logged_by_export:
+            why = {"tensorspark.model": NO_GRAPH_MODEL}
+            guard.call("tagging the model", lambda: log_batch(run_id, tags=why))
         model_s = 0.0
-        if self.log_model and not guard.failed:
+        if self.log_model and not self.graph and not guard.failed:
             from tensorspark.tracking.model import input_example, log_keras_model, seen_example
 
             started = time.perf_counter()
@@ -316,8 +331,10 @@ def track_fit(
     features_col: str,
     shuffle: bool,
     mixed_precision: str | None,
+    call: str = "fit",
 ) -> Iterator[TrackedFit]:
-    """Track one ``SparkSession.fit`` as ``tracking`` says (see the module). Driver.
+    """Track one ``SparkSession.fit`` (or a TF1 ``run``: ``call="run"``) as ``tracking``
+    says (see the module). Driver.
 
     Args:
         tracking: ``fit``'s ``tracking`` argument (None follows ``tensorspark.autolog``).
@@ -341,7 +358,7 @@ def track_fit(
     name = settings.run_name or session.name
     run = guard.start(
         "starting the run",
-        lambda: open_run(settings.experiment, name, {"tensorspark.call": "fit"}),
+        lambda: open_run(settings.experiment, name, {"tensorspark.call": call}),
     )
     if run is None:
         yield TrackedFit()
@@ -354,7 +371,8 @@ def track_fit(
     tracker = FitTracker(guard, run, params, tags)
     status = "FAILED"
     try:
-        yield TrackedFit(tracker, model, data, features_col, settings.log_model)
+        graph = call == "run"
+        yield TrackedFit(tracker, model, data, features_col, settings.log_model, graph=graph)
         status = "FINISHED"
     finally:
         guard.close("ending the run", lambda: close_run(run, status))

@@ -45,7 +45,7 @@ class MlflowTracking:
         run_name: the name of a run this call starts (``None``: the session's name, or
             MLflow's generated one for ``tune``).
         log_model: log the trained Keras model (``fit``) with the MLflow Keras flavour, a
-            signature and an input example.
+            signature and an input example (a TF1 ``run``: its export's SavedModel).
         strict: a tracking server that cannot be reached is an error
             (:class:`~tensorspark.errors.TrackingError`) raised before training starts,
             and a logging call that fails later is raised when ``fit``/``tune`` returns;
@@ -122,7 +122,8 @@ def autolog(
     disable: bool = False,
     silent: bool = False,
 ) -> None:
-    """Track every later ``SparkSession.fit`` and ``tune`` of this process in MLflow.
+    """Track every later ``SparkSession.fit``, TF1 ``run`` and ``tune`` of this process in
+    MLflow.
 
     Like ``mlflow.autolog()``: call it once, before training; ``autolog(disable=True)``
     turns it off, and a call's own ``tracking=False`` (or an ``MlflowTracking``) wins over

@@ -9,9 +9,11 @@ decision to :class:`ModelVersions`:
   ``export_seconds`` and, for a published version, ``export_freshness_p50_s`` and
   ``export_freshness_p99_s``; the reason as the tag ``tensorspark.export.<batch_id>``;
 * a published version is logged as a Keras model (the MLflow Keras flavour, as ``fit``'s
-  tracking logs it) and registered (``mlflow.register_model``) as the next version of
-  the registered model, tagged ``tensorspark.batch_id``, ``tensorspark.export_version``
-  and the gate metric, so ``mlflow models serve -m models:/<name>/<n>`` serves it.
+  tracking logs it), or for a TF1 graph's export (``run(..., export=)``) as its
+  SavedModel (:mod:`tensorspark.tracking.graph_model`), and registered
+  (``mlflow.register_model``) as the next version of the registered model, tagged
+  ``tensorspark.batch_id``, ``tensorspark.export_version`` and the gate metric, so
+  ``mlflow models serve -m models:/<name>/<n>`` serves it.
 
 The registered model's name is checked with MLflow's own rule and the model created on
 the tracking server (when missing) before the query or job starts, so a name MLflow
@@ -22,7 +24,7 @@ goes on (:class:`~tensorspark.tracking.guard.MlflowGuard`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensorspark.errors import ConfigurationError
@@ -31,6 +33,11 @@ from tensorspark.tracking.model import log_keras_model
 from tensorspark.tracking.runs import TrackedRun, close_run, log_batch, open_run
 
 logger = logging.getLogger(__name__)
+
+
+def _log_keras(run_id: str, model: Any, step: int) -> Any:
+    """A published Keras model, logged with the Keras flavour (no input example)."""
+    return log_keras_model(run_id, model, None, step=step)
 
 
 def check_model_name(name: str) -> None:
@@ -58,16 +65,26 @@ class ModelVersions:
         guard: the tracked call's guard.
         name: the registered model's name.
         run_name: the run's name when one is started.
-        call: ``"fit"`` or ``"fit_stream"`` (the run's ``tensorspark.call`` tag).
+        call: ``"fit"``, ``"fit_stream"`` or ``"run"`` (the run's ``tensorspark.call`` tag).
+        log_model: ``(run_id, model, step) -> ModelInfo``: logs what ``decided`` is given
+            as a published version's model (default: a Keras model, :func:`log_keras_model`).
     """
 
-    def __init__(self, guard: MlflowGuard, name: str, run_name: str, call: str) -> None:
+    def __init__(
+        self,
+        guard: MlflowGuard,
+        name: str,
+        run_name: str,
+        call: str,
+        log_model: Callable[[str, Any, int], Any] | None = None,
+    ) -> None:
         import mlflow
 
         self.guard = guard
         self.name = name
         self.run_name = run_name
         self.call = call
+        self.log_model = log_model or _log_keras
         self.run: TrackedRun | None = None
         self.registered: list[int] = []  # the registered versions, in order
         check_model_name(name)
@@ -95,14 +112,21 @@ class ModelVersions:
             ) from refused[0]
 
     @classmethod
-    def open(cls, tracking: Any, name: str, run_name: str, call: str) -> ModelVersions | None:
+    def open(
+        cls,
+        tracking: Any,
+        name: str,
+        run_name: str,
+        call: str,
+        log_model: Callable[[str, Any, int], Any] | None = None,
+    ) -> ModelVersions | None:
         """The registrar of a tracked call, or None when tracking is off (driver).
 
         Raises:
             ConfigurationError: bad ``tracking``, MLflow missing, a refused name.
         """
         guard = guard_for(tracking)
-        return None if guard is None else cls(guard, name, run_name, call)
+        return None if guard is None else cls(guard, name, run_name, call, log_model)
 
     def _run(self) -> TrackedRun | None:
         if self.run is None:
@@ -157,7 +181,7 @@ class ModelVersions:
     def _register(self, run: TrackedRun, model: Any, record: Mapping[str, Any]) -> int:
         import mlflow
 
-        info = log_keras_model(run.run_id, model, None, step=int(record["batch_id"]))
+        info = self.log_model(run.run_id, model, int(record["batch_id"]))
         tags = {
             "tensorspark.batch_id": str(record["batch_id"]),
             "tensorspark.export_version": str(record["version"]),

@@ -111,3 +111,58 @@ def test_an_input_looked_up_by_two_dynamic_tables_is_refused(tmp_path: Path) -> 
     dynamic_table(g["other"], CAP)
     with pytest.raises(ConfigurationError, match=r"input 'ids' is looked up by two dynamic"):
         _export(g, tmp_path / "g")
+
+
+def _big_int64_consts(folder: str) -> list[str]:
+    """The int64 Const nodes of ``folder``'s saved_model.pb (graph and functions) holding
+    1000 elements or more: a map written as graph constants."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((Path(folder) / "saved_model.pb").read_bytes())
+    found = []
+    for meta in saved.meta_graphs:
+        nodes = list(meta.graph_def.node)
+        for function in meta.graph_def.library.function:
+            nodes += function.node_def
+        for node in nodes:
+            if node.op != "Const" or node.attr["dtype"].type != tf.int64.as_datatype_enum:
+                continue
+            dims = [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
+            if int(np.prod(dims)) >= 1000:
+                found.append(node.name)
+    return found
+
+
+def _served_tf1(folder: str, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The export served as TF Serving loads it: the TF1 session loader, a fresh graph."""
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as sess:
+        meta = tf1.saved_model.loader.load(sess, [tf1.saved_model.tag_constants.SERVING], folder)
+        signature = meta.signature_def["serving_default"]
+        feed = {signature.inputs["ids"].name: ids, signature.inputs["x"].name: x}
+        return np.asarray(sess.run(signature.outputs["p"].name, feed))
+
+
+def test_the_map_is_saved_in_the_variables_not_as_graph_constants(tmp_path: Path) -> None:
+    """A map of 200,000 ids leaves saved_model.pb as small as a map of 10 does (no id of
+    it a graph constant, so no map meets protobuf's 2 GB limit), and both loaders, TF
+    Serving's TF1 session loader included, answer raw ids from it."""
+    rng = np.random.default_rng(0)
+    sizes, folders = {}, {}
+    for n in (10, 200_000):
+        g = _graph()
+        table = dynamic_table(g["emb"], CAP)
+        ids = rng.choice(2**62, n, replace=False).astype(np.int64) - 2**61
+        table.set_map(ids, np.arange(n, dtype=np.int64) % CAP)
+        folders[n] = _export(g, tmp_path / f"g{n}").after_run(1)["path"]
+        sizes[n] = (Path(folders[n]) / "saved_model.pb").stat().st_size
+        assert _big_int64_consts(folders[n]) == []
+        unknown = np.array([1, -1, 2**62 + 3, 10**15, 0], np.int64)
+        unknown = unknown[~np.isin(unknown, ids)]
+        raw = np.concatenate([ids[rng.integers(0, n, 8)], unknown, ids[-3:]])
+        raw = raw[: len(raw) // K * K].reshape(-1, K)
+        x = rng.normal(size=(len(raw), 1)).astype(np.float32)
+        want = g["sess"].run(g["logit"], {g["ids"]: table.rows(raw), g["x"]: x})
+        np.testing.assert_allclose(_served_tf1(folders[n], raw, x), want, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(_served(folders[n], raw, x), want, rtol=0, atol=1e-5)
+    assert abs(sizes[200_000] - sizes[10]) < 500, sizes
