@@ -60,6 +60,13 @@ def run(
             "this SparkSession wraps a Keras model; use fit()/evaluate()/predict()"
         )
     if feed_rdd is None:
+        for argument, value in (("export", export), ("tracking", tracking)):
+            if value is not None and value is not False:
+                raise ConfigurationError(
+                    f"Argument `{argument}` applies to a distributed run (feed_rdd=...); a "
+                    "local run (feed_dict) trains nothing to export or track. Received: "
+                    f"{argument}={value!r} without feed_rdd"
+                )
         return sess.session.run(
             fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata
         )

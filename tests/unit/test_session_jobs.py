@@ -44,6 +44,17 @@ def test_a_local_run_is_the_tf1_session_s_own() -> None:
     assert tf1.calls == [("y", {"feed_dict": {"x": 1}, "options": None, "run_metadata": None})]
 
 
+def test_a_local_run_refuses_an_export_or_tracking_it_could_not_honour() -> None:
+    tf1 = _TF1Session()
+    sess = SparkSession(_Context(), tf1)
+    with pytest.raises(ConfigurationError, match=r"`tracking` applies to a distributed run"):
+        sess.run("y", feed_dict={"x": 1}, tracking=True)
+    with pytest.raises(ConfigurationError, match=r"`export` applies to a distributed run"):
+        sess.run("y", feed_dict={"x": 1}, export="/models/y")
+    assert tf1.calls == []
+    assert sess.run("y", feed_dict={"x": 1}, tracking=False) == "ran"
+
+
 def test_keras_calls_on_a_tf1_session_are_refused_naming_the_call() -> None:
     sess = SparkSession(_Context(), _TF1Session())
     with pytest.raises(ConfigurationError, match=r"fit\(\) trains Keras models"):
