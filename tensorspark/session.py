@@ -226,6 +226,7 @@ class SparkSession:
         Raises:
             ConfigurationError: bad arguments or data (checked here before the job starts).
             WorkerError: a task failed; the message has the worker's traceback.
+            TrackingError: ``strict`` tracking could not reach MLflow, or failed to log.
         """
         return session_jobs.run(self, self._host, **_arguments(locals()))
 

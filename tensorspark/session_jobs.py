@@ -94,6 +94,12 @@ def run(
         tracking, sess, feed_rdd, "features", shuffle_within_partition, None, call="run"
     )
     with tracked_run as tracked:
+        if graph_export is not None and graph_export.versions is not None:
+            # The export's versions go to this call's run; none when it could not begin.
+            if tracked.tracker is None:
+                graph_export.versions = None
+            else:
+                graph_export.versions.run = tracked.tracker.run
         result = train_graph(
             sess.sc,
             host,

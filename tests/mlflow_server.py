@@ -79,9 +79,12 @@ def running_mlflow_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server() -> Iterator[str]:
-    """The URL of a running ``mlflow server``, for one test module (its only user): stopped
-    after it, so that its processes do not sit beside the test sets that follow."""
+    """The URL of a running ``mlflow server``, started by its first user and shared by the
+    test modules that track (their experiments and registered models are their own), then
+    stopped with the session: one start (about 40 s of CPU here) instead of one per module.
+    The spark set, its only user, runs in a pytest process of its own in CI
+    (``scripts/test.sh``), so an idle server sits beside no other test set there."""
     with running_mlflow_server() as url:
         yield url

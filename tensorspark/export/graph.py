@@ -155,46 +155,51 @@ class GraphExport:
         builder.save()
 
     def after_run(self, epochs: int) -> dict[str, Any]:
-        """Publish the session's variables as the next version; the record."""
+        """Publish the session's variables as the next version; the record (with
+        tracking on, registered in MLflow).
+
+        Raises:
+            TrackingError: ``strict`` tracking, and logging or registering it failed.
+        """
         started = time.time()
         version = next_version(self.storage, self.base)
         meta = {"version": version, "batch_id": epochs - 1, "written_at": started}
+        with tempfile.TemporaryDirectory(prefix="tensorspark-export-") as local:
+            # On local disk the version is written in place and registered from there;
+            # elsewhere it is written once here, uploaded, and registered from this copy.
+            here = os.path.join(local, "version")
 
-        def write(folder: str) -> None:
-            self.write(folder)
-            with open(os.path.join(folder, RECORD_FILE), "w", encoding="utf-8") as out:
-                json.dump(meta, out)
+            def write(folder: str) -> None:
+                if isinstance(self.storage, LocalStorage):
+                    self._write(folder, meta)
+                else:
+                    self._write(here, meta)
+                    shutil.copytree(here, folder)
 
-        path = self.storage.location(publish(self.storage, self.base, version, write))
-        retire(self.storage, self.base, self.spec.keep)
-        export_s = time.time() - started
-        record = {
-            "batch_id": epochs - 1,
-            "version": version,
-            "published": True,
-            "reason": "no gate: a TF1 graph after its run",
-            "metric": None,
-            "value": None,
-            "baseline": None,
-            "path": path,
-            "export_s": export_s,
-        }
-        logger.info("exported the TF1 graph as version %d to %s", version, path)
-        if self.versions is not None:
-            record["registered_version"] = self._register(record)
+            path = self.storage.location(publish(self.storage, self.base, version, write))
+            retire(self.storage, self.base, self.spec.keep)
+            record = {
+                "batch_id": epochs - 1,
+                "version": version,
+                "published": True,
+                "reason": "no gate: a TF1 graph after its run",
+                "metric": None,
+                "value": None,
+                "baseline": None,
+                "path": path,
+                "export_s": time.time() - started,
+            }
+            logger.info("exported the TF1 graph as version %d to %s", version, path)
+            if self.versions is not None:
+                folder = path if isinstance(self.storage, LocalStorage) else here
+                record["registered_version"] = self.versions.decided(record, folder)
         self.listeners.on_export(record)
+        if self.versions is not None:
+            self.versions.guard.raise_kept()  # strict: a failed registration is an error
         return record
 
-    def _register(self, record: dict[str, Any]) -> int | None:
-        """Log and register the published version in MLflow: from its folder on local
-        disk, else from a local copy written for it (removed after)."""
-        assert self.versions is not None
-        if isinstance(self.storage, LocalStorage):
-            return self.versions.decided(record, record["path"])
-        copy = tempfile.mkdtemp(prefix="tensorspark-export-")
-        try:
-            folder = os.path.join(copy, "model")
-            self.write(folder)
-            return self.versions.decided(record, folder)
-        finally:
-            shutil.rmtree(copy, ignore_errors=True)
+    def _write(self, folder: str, meta: Mapping[str, Any]) -> None:
+        """The SavedModel (:meth:`write`) and the version's record into ``folder``."""
+        self.write(folder)
+        with open(os.path.join(folder, RECORD_FILE), "w", encoding="utf-8") as out:
+            json.dump(dict(meta), out)

@@ -285,7 +285,7 @@ class TrackedFit:
         ]
         if rows:
             guard.call("logging validation metrics", lambda: log_batch(run_id, metrics=rows))
-        if self.graph and guard.settings.log_model and not logged_by_export:
+        if self.graph and not logged_by_export:
             why = {"tensorspark.model": NO_GRAPH_MODEL}
             guard.call("tagging the model", lambda: log_batch(run_id, tags=why))
         model_s = 0.0
@@ -344,6 +344,8 @@ def track_fit(
             input's check did not give one).
         features_col: its feature column, for a DataFrame.
         shuffle, mixed_precision: ``fit``'s, logged as params.
+        call: ``"fit"``, or ``"run"`` for a TF1 graph (the ``tensorspark.call`` tag; no
+            Keras model is logged: its export's versions are, ``export/graph.py``).
 
     Raises:
         ConfigurationError: ``tracking`` is invalid, or MLflow is not installed.

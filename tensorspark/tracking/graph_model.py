@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.tracking.model import MODEL_NAME, pinned_here
+from tensorspark.tracking.model import MODEL_NAME, pinned_here, requirements
 
 #: The folder of the MLflow model that holds the SavedModel (``mlflow.tensorflow``'s name).
 SAVED_MODEL_DIR = "tfmodel"
@@ -55,17 +55,8 @@ def graph_signature(
     return ModelSignature(inputs=Schema(ins), outputs=Schema(outs))
 
 
-def requirements() -> list[str]:
-    """``tensorflow==…`` and ``numpy==…`` as installed here (a SavedModel needs no Keras)."""
-    from importlib import metadata
-
-    out = []
-    for package in ("tensorflow", "numpy"):
-        try:
-            out.append(f"{package}=={metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+#: What a SavedModel needs to be served (no Keras).
+PACKAGES = ("tensorflow", "numpy")
 
 
 class GraphFlavor:
@@ -107,7 +98,9 @@ class GraphFlavor:
         )
         mlflow_model.save(os.path.join(path, "MLmodel"))
         with pinned_here():
-            conda, pins, _ = _process_pip_requirements(list(pip_requirements or requirements()))
+            conda, pins, _ = _process_pip_requirements(
+                list(pip_requirements or requirements(PACKAGES))
+            )
         with open(os.path.join(path, "conda.yaml"), "w", encoding="utf-8") as out:
             yaml.safe_dump(conda, stream=out, default_flow_style=False)
         with open(os.path.join(path, "requirements.txt"), "w", encoding="utf-8") as out:
@@ -129,5 +122,5 @@ def log_graph_model(run_id: str, folder: str, signature: Any, step: int = 0) -> 
         run_id=run_id,
         folder=folder,
         signature=signature,
-        pip_requirements=requirements(),
+        pip_requirements=requirements(PACKAGES),
     )

@@ -104,10 +104,10 @@ def signature(model: Any) -> Any:
     return ModelSignature(inputs=Schema(inputs), outputs=found.outputs)
 
 
-def requirements() -> list[str]:
-    """``keras==…``, ``tensorflow==…`` and ``numpy==…`` as installed here."""
+def requirements(packages: tuple[str, ...] = ("keras", "tensorflow", "numpy")) -> list[str]:
+    """``keras==…``, ``tensorflow==…`` and ``numpy==…`` (or ``packages``) as installed here."""
     out = []
-    for package in ("keras", "tensorflow", "numpy"):
+    for package in packages:
         try:
             out.append(f"{package}=={metadata.version(package)}")
         except metadata.PackageNotFoundError:

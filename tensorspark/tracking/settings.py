@@ -45,7 +45,8 @@ class MlflowTracking:
         run_name: the name of a run this call starts (``None``: the session's name, or
             MLflow's generated one for ``tune``).
         log_model: log the trained Keras model (``fit``) with the MLflow Keras flavour, a
-            signature and an input example (a TF1 ``run``: its export's SavedModel).
+            signature and an input example. Exports (``Export``, a TF1 ``run``'s too) log
+            and register each published version whatever it says.
         strict: a tracking server that cannot be reached is an error
             (:class:`~tensorspark.errors.TrackingError`) raised before training starts,
             and a logging call that fails later is raised when ``fit``/``tune`` returns;

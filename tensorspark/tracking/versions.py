@@ -53,8 +53,9 @@ def check_model_name(name: str) -> None:
         _validate_model_name(name)
     except MlflowException as err:
         raise ConfigurationError(
-            f"Argument `registered_model` is a name MLflow refuses: {err.message}. Received: "
-            f"registered_model={name!r}"
+            f"The registered model's name (Export(registered_model=...), else the session's "
+            f"name) is one MLflow refuses: {err.message}. Pass Export(registered_model=...) "
+            f"with a name it accepts. Received: registered_model={name!r}"
         ) from err
 
 
@@ -107,8 +108,9 @@ class ModelVersions:
         guard.start("creating the registered model", create)  # unreachable: one warning
         if refused:
             raise ConfigurationError(
-                f"MLflow refused the registered model {name!r}: {refused[0].message}. "
-                f"Received: registered_model={name!r}"
+                f"MLflow refused the registered model {name!r} (Export(registered_model=...), "
+                f"else the session's name): {refused[0].message}. Received: "
+                f"registered_model={name!r}"
             ) from refused[0]
 
     @classmethod

@@ -19,6 +19,7 @@ tf = pytest.importorskip("tensorflow")
 
 from mlflow.models import Model  # noqa: E402
 
+import tensorspark as sps  # noqa: E402
 from tensorspark.export.graph import GraphExport  # noqa: E402
 from tensorspark.export.spec import Export  # noqa: E402
 from tensorspark.models.tf1_vocab import dynamic_table  # noqa: E402
@@ -88,9 +89,79 @@ class _Guard:
 def test_a_tracked_graph_run_without_an_export_tags_why_it_logged_no_model() -> None:
     assert "export=Export(" in NO_GRAPH_MODEL
     for logged_by_export, log_model, tagged in ((False, True, True), (True, True, False),
-                                                (False, False, False)):  # fmt: skip
+                                                (False, False, True)):  # fmt: skip
         guard = _Guard(log_model)
         tracker = type("T", (), {"run": type("R", (), {"run_id": "r"})(), "guard": guard})()
         TrackedFit(tracker, graph=True).finish(None, logged_by_export=logged_by_export)  # type: ignore[arg-type]
         assert ("tagging the model" in guard.calls) is tagged
         assert "logging the model" not in guard.calls  # a graph is never logged as Keras
+
+
+class _Versions:
+    """What GraphExport hands a version to: records the folder it was registered from
+    (checked while it exists); its guard raises what ``strict`` kept, if anything."""
+
+    def __init__(self, kept: Exception | None = None) -> None:
+        self.folders: list[tuple[str, bool]] = []
+        self.guard = self
+        self.kept = kept
+
+    def decided(self, record: dict[str, Any], folder: str) -> int:
+        self.folders.append((folder, (Path(folder) / "saved_model.pb").is_file()))
+        return 7
+
+    def raise_kept(self) -> None:
+        if self.kept is not None:
+            raise self.kept
+
+
+def _remote(local: Any) -> Any:
+    """A storage that is not local disk (publish uploads to it), backed by ``local``."""
+    from tensorspark.storage.base import Storage
+
+    def forward(name: str) -> Any:
+        return lambda self, *args, **kwargs: getattr(local, name)(*args, **kwargs)
+
+    methods = {name: forward(name) for name in Storage.__abstractmethods__}
+    return type("RemoteStorage", (Storage,), methods)()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_version_is_registered_from_a_folder_written_once(tmp_path: Path, remote: bool) -> None:
+    """On local disk from the published folder; elsewhere from the local copy that was
+    uploaded (not a second export), removed after."""
+    g = _graph()
+    spec = Export(str(tmp_path / "g"), inputs={"ids": g["ids"].name}, outputs={"p": "logit:0"})
+    export = GraphExport(g["sess"], spec, {})
+    if remote:
+        export.storage = _remote(export.storage)
+    writes: list[str] = []
+    write = export.write
+    export.write = lambda folder: (writes.append(folder), write(folder))[1]  # type: ignore[method-assign]
+    export.versions = _Versions()  # type: ignore[assignment]
+    record = export.after_run(1)
+    assert record["registered_version"] == 7 and len(writes) == 1
+    ((folder, whole),) = export.versions.folders  # type: ignore[attr-defined]
+    assert whole and (folder == record["path"]) is not remote
+    assert Path(record["path"], "saved_model.pb").is_file()
+    assert Path(folder).exists() is not remote  # the local copy is gone
+
+
+def test_strict_tracking_raises_a_failed_registration_after_the_listeners_are_told(
+    tmp_path: Path,
+) -> None:
+    from tensorspark.errors import TrackingError
+
+    g = _graph()
+    spec = Export(str(tmp_path / "g"), inputs={"ids": g["ids"].name}, outputs={"p": "logit:0"})
+    told: list[int] = []
+
+    class _Told(sps.RunListener):
+        def on_export(self, record: dict) -> None:
+            told.append(record["version"])
+
+    export = GraphExport(g["sess"], spec, {}, listeners=[_Told()])
+    export.versions = _Versions(TrackingError("registering failed"))  # type: ignore[assignment]
+    with pytest.raises(TrackingError, match="registering failed"):
+        export.after_run(1)
+    assert told == [1] and Path(tmp_path, "g", "1", "saved_model.pb").is_file()
