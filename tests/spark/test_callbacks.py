@@ -106,7 +106,10 @@ def test_callbacks_run_while_the_job_trains_and_early_stopping_ends_it_cleanly(
     logger = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
     board = keras.callbacks.TensorBoard(str(tmp_path / "tb"))  # epoch-level, as in model.fit
     val = _arrays(1, 64)
-    epochs = 200
+    # Far more epochs than the workers can train while the driver sees the first four
+    # ends and runs their callbacks: with 200 (8 syncs an epoch, a few ms each) a worker
+    # once finished them all, under load, before the stop reached it (then not "stopped").
+    epochs = 5000
     history = session.fit(
         _rdd(sc),
         epochs=epochs,
