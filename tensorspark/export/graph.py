@@ -164,13 +164,14 @@ class GraphExport:
         started = time.time()
         version = next_version(self.storage, self.base)
         meta = {"version": version, "batch_id": epochs - 1, "written_at": started}
+        local_disk = isinstance(self.storage, LocalStorage)
         with tempfile.TemporaryDirectory(prefix="tensorspark-export-") as local:
             # On local disk the version is written in place and registered from there;
             # elsewhere it is written once here, uploaded, and registered from this copy.
             here = os.path.join(local, "version")
 
             def write(folder: str) -> None:
-                if isinstance(self.storage, LocalStorage):
+                if local_disk:
                     self._write(folder, meta)
                 else:
                     self._write(here, meta)
@@ -191,7 +192,7 @@ class GraphExport:
             }
             logger.info("exported the TF1 graph as version %d to %s", version, path)
             if self.versions is not None:
-                folder = path if isinstance(self.storage, LocalStorage) else here
+                folder = path if local_disk else here
                 record["registered_version"] = self.versions.decided(record, folder)
         self.listeners.on_export(record)
         if self.versions is not None:

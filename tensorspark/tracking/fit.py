@@ -289,7 +289,7 @@ class TrackedFit:
             why = {"tensorspark.model": NO_GRAPH_MODEL}
             guard.call("tagging the model", lambda: log_batch(run_id, tags=why))
         model_s = 0.0
-        if self.log_model and not self.graph and not guard.failed:
+        if self.log_model and not guard.failed:
             from tensorspark.tracking.model import input_example, log_keras_model, seen_example
 
             started = time.perf_counter()
@@ -373,8 +373,9 @@ def track_fit(
     tracker = FitTracker(guard, run, params, tags)
     status = "FAILED"
     try:
-        graph = call == "run"
-        yield TrackedFit(tracker, model, data, features_col, settings.log_model, graph=graph)
+        graph = call == "run"  # a graph's model is its export's, never a Keras model
+        log_model = settings.log_model and not graph
+        yield TrackedFit(tracker, model, data, features_col, log_model, graph=graph)
         status = "FINISHED"
     finally:
         guard.close("ending the run", lambda: close_run(run, status))
