@@ -31,6 +31,12 @@ def make_conf(master: str) -> SparkConf:
         .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
         .set("spark.sql.execution.arrow.pyspark.enabled", "true")
         .set("spark.driver.memory", "2g")
+        # Sessions made in tests do not warm the workers unless they ask (warm_up=True,
+        # tests/spark/test_warmup.py): each session's warm-up starts workers in both pools
+        # (RDD and DataFrame), and tests that come and go within seconds then start and lose
+        # workers that each import TensorFlow. Measured on four modules: 43 new workers and
+        # about 15 % more wall-clock and CPU time than with it off (18 workers).
+        .set("spark.tensorspark.warmup.enabled", "false")
     )
 
 

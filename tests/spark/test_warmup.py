@@ -74,7 +74,7 @@ def _model() -> Any:
 def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(
     sc: SparkContext, spark: Any
 ) -> None:
-    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32)
+    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32, warm_up=True)
     try:
         assert ks.warmup.wait(300)
         reports = ks.warmup.reports()
