@@ -14,9 +14,10 @@
 #
 # Every phase is timed; the table is printed at the end, also when a phase fails
 # (scripts/phases.sh). The compat and import-check environments are built once per machine
-# and pin set (under ~/.cache, keyed by a hash of their pins and pyproject.toml), in the
-# background from the start, beside .venv's set-up, the jars, the lint and the unit set: on a
-# machine that has them, that phase only checks their keys.
+# and pin set (under ~/.cache, keyed by a hash of their pins and pyproject.toml): the compat
+# ones in the background from the start, beside .venv's set-up, the jars, the lint and the
+# unit set; the import check's in its own job, beside the spark set at the lowest CPU and
+# I/O priority. On a machine that has them, building them only checks their keys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python writes the bytecode of what it imports (__pycache__), so TensorFlow and Keras are
@@ -38,26 +39,56 @@ if [ "$full" = 1 ]; then
   # (whose compat.sh then finds it in ~/.m2): Maven does not lock its local repository, so
   # no two mvn may run at once, and the jar phase below runs mvn in the foreground.
   bash tests/connect/server_jar.sh >/dev/null
-  # One job, so the environments' editable installs of this checkout never run at once.
-  build_envs() {
-    COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both
-    IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
-      IMPORT_CHECK_BUILD_ONLY=1 bash scripts/import_check.sh
-  }
   # First, beside the .venv's set-up: both mostly download (pip's cache is shared), and each
-  # editable install of this checkout holds .editable-install.lock (flock) in turn.
-  phase_background "compat and import-check environments" "$logs/environments.log" build_envs
+  # editable install of this checkout holds .editable-install.lock (flock) in turn. The
+  # spark set needs the newest one (TENSORSPARK_OTHER_PYTHON, below) and the compat runs
+  # both. The import check builds its own (a base venv and three pyspark lines) where it
+  # runs, beside the spark set: on a bare machine they were a third of this phase's 9
+  # minutes, which the spark set waited for.
+  phase_background "compat environments" "$logs/environments.log" \
+    env COMPAT_BUILD_ONLY=1 bash scripts/compat.sh both
 fi
 
 phase "setup (.venv, Debian packages)"
 bash scripts/setup.sh
 if [ "$full" = 1 ]; then
-  # The unit set needs only .venv: it runs here, beside the jars, the lint and the builds.
-  rm -f "$logs/unit-junit.xml"
-  phase_background "unit set" "$logs/unit.log" \
-    env PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 TF_CPP_MIN_LOG_LEVEL=2 \
-    .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 \
-    --junitxml="$logs/unit-junit.xml" tests/unit
+  # The unit set needs only .venv: it runs here, beside the jars, the lint and the builds,
+  # as two pytest processes (each single-threaded, one per core): the server's tests
+  # (tests/unit/ps, and the tuning, training and export folders) and the rest, about half
+  # of its minutes each. The spark set waits for both.
+  rm -f "$logs"/unit-*junit.xml
+  unit_set() {
+    local ps_part=(tests/unit/ps tests/unit/tuning tests/unit/training tests/unit/export)
+    local rest=() path a_rc=0 b_rc=0
+    for path in tests/unit/*; do
+      case " ${ps_part[*]} " in *" $path "*) continue ;; esac
+      # Folders and test modules (not the helpers beside them, nor __pycache__).
+      if [ "$path" != tests/unit/__pycache__ ] && [ -d "$path" ]; then
+        rest+=("$path")
+      elif [[ "$path" == tests/unit/test_*.py ]]; then
+        rest+=("$path")
+      fi
+    done
+    unit_part() {  # NAME PATHS...: one pytest process, its log and JUnit file named NAME
+      local name="$1"
+      shift
+      env PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1 \
+        TF_CPP_MIN_LOG_LEVEL=2 .venv/bin/python -m pytest -p no:cacheprovider -q -ra \
+        --durations=10 --junitxml="$logs/unit-$name-junit.xml" "$@" \
+        >"$logs/unit-$name.log" 2>&1
+    }
+    unit_part server "${ps_part[@]}" &
+    local server=$!
+    unit_part rest "${rest[@]}" || b_rc=$?
+    wait "$server" || a_rc=$?
+    for name in server rest; do
+      echo "== unit set, part $name:"
+      tail -n 5 "$logs/unit-$name.log"
+    done
+    [ "$a_rc" = 0 ] || return "$a_rc"
+    return "$b_rc"
+  }
+  phase_background "unit set" "$logs/unit.log" unit_set
 fi
 
 phase "jar resolution (Maven: mini clusters, Kafka)"
@@ -95,7 +126,7 @@ if [ "$full" = 0 ]; then
 fi
 
 # The full run. Its parts by what they need of the 2 cores:
-#  - the unit set is one single-threaded pytest process: it ran above, beside the jar
+#  - the unit set is two single-threaded pytest processes: they ran above, beside the jar
 #    resolution, the lint and the environments' builds;
 #  - the spark set (local mode) runs alone: its async training tests (accuracy bars, a task
 #    killed mid-epoch) ran flaky beside other JVMs;
@@ -104,28 +135,32 @@ fi
 #  - the import check runs beside the spark set at the lowest priority (below).
 # Each pytest process writes its JUnit XML; the minutes per set and every failure are read
 # from them at the end.
-phase_wait "compat and import-check environments" || {
+phase_wait "compat environments" || {
   cat "$logs/environments.log"
   exit 1
 }
 unit_rc=0
 phase_wait "unit set" || unit_rc=$?
 echo "unit set (tests/unit), beside the set-up:"
-tail -n 5 "$logs/unit.log"
+cat "$logs/unit.log"
 # The newest compat environment is also the "other" environment the ML save/load test loads
 # this one's saves in (and back). The oldest's Keras 3.9 cannot read Keras 3.15's files;
 # docs/support.md.
 TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
 export TENSORSPARK_OTHER_PYTHON
 
-main_junit=("$logs/unit-junit.xml" "$logs/main-spark-junit.xml" "$logs/main-clusters-junit.xml")
-rm -f "${main_junit[@]:1}"  # never an older run's, should this one write none
-# The pyspark 4.0/4.1/4.2 import check (pip's resolver and a tiny local job each, no timing
-# in it) runs beside the spark set at the lowest priority: it takes only the cores' idle
-# time (the spark set leaves about a fifth of it), never theirs.
+main_junit=("$logs/unit-server-junit.xml" "$logs/unit-rest-junit.xml" "$logs/main-spark-junit.xml"
+  "$logs/main-clusters-junit.xml")
+rm -f "${main_junit[@]:2}"  # never an older run's, should this one write none
+# The pyspark 4.0/4.1/4.2 import check (its venvs' builds where they are missing, then
+# pip's resolver and a tiny local job each, no timing in it) runs beside the spark set at
+# the lowest priority, CPU and I/O: it takes only the cores' idle time (the spark set
+# leaves about a fifth of it), never theirs.
+idle_io=()
+if command -v ionice >/dev/null; then idle_io=(ionice -c 3); fi
 phase_background "import check (pyspark 4.0-4.2), beside the spark set at nice 19" \
   "$logs/import-check.log" env IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
-  nice -n 19 bash scripts/import_check.sh
+  "${idle_io[@]}" nice -n 19 bash scripts/import_check.sh
 phase "main pytest run: spark (local mode)"
 spark_rc=0
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=15 \
