@@ -167,6 +167,16 @@ def _client(
         )
 
 
+def _written(pids: list[int]) -> int:
+    """Bytes ``pids`` have passed to write calls so far (``wchar``: their files; socket
+    sends are not write calls, so the answers are not in it)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/io") as f:
+            total += int(next(x for x in f if x.startswith("wchar:")).split()[1])
+    return total
+
+
 def _cpu_seconds(pids: list[int]) -> list[float]:
     """User + system CPU seconds so far of this process (all threads), then of each of ``pids``."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -186,20 +196,27 @@ def measure_ps(
     authenticate: bool,
     shards: int = 1,
     compression: str | None = None,
+    shard_restarts: int | None = None,
 ) -> dict[str, Any]:
     """Push+pull of an ``n``-parameter model by ``clients`` processes for ``seconds``.
 
     Besides throughput, measures the server's CPU seconds per applied update: this
     process's (where a one-shard server runs, in a thread; its main thread only waits)
-    plus every shard process's, over the measured window; and the bytes per update on the
-    wire (the server's counters, headers included).
+    plus every shard process's, over the measured window; the bytes per update on the
+    wire (the server's counters, headers included); and, with shards, the bytes the shard
+    processes wrote per update (``/proc/<pid>/io``'s ``wchar``: their journals, with
+    ``shard_restarts`` > 0, the server's default; ``shard_restarts=0`` keeps none).
     """
     ctx = mp.get_context("spawn")
     server: Any = (
         ParameterServer(_model(n), authenticate=authenticate, compression=compression)
         if shards == 1
         else ShardedServer(
-            _model(n), shards=shards, authenticate=authenticate, compression=compression
+            _model(n),
+            shards=shards,
+            authenticate=authenticate,
+            compression=compression,
+            **({} if shard_restarts is None else {"shard_restarts": shard_restarts}),
         )
     )
     with server:
@@ -218,10 +235,10 @@ def measure_ps(
         for p in procs:
             p.start()
         _collect(out, procs, clients, time.monotonic() + 300)  # every client warmed up
-        before, cpu0 = server.status(), _cpu_seconds(pids)
+        before, cpu0, wrote0 = server.status(), _cpu_seconds(pids), _written(pids)
         start.set()  # the window starts
         rows = _collect(out, procs, clients, time.monotonic() + seconds + 300)
-        cpu1, after = _cpu_seconds(pids), server.status()
+        cpu1, wrote1, after = _cpu_seconds(pids), _written(pids), server.status()
         for p in procs:
             p.join(60)
         applied = server.status()["applied_pushes"]
@@ -248,6 +265,7 @@ def measure_ps(
         "process_cpu_s_per_update": [(b - a) / window for a, b in zip(cpu0, cpu1, strict=True)],
         "received_bytes_per_update": (after["bytes_received"] - before["bytes_received"]) / window,
         "sent_bytes_per_update": (after["bytes_sent"] - before["bytes_sent"]) / window,
+        "shard_written_bytes_per_update": (wrote1 - wrote0) / window,
     }
 
 
