@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import figures_elastic  # bench/figures_elastic.py: elastic sync's runs
+import figures_journal  # bench/figures_journal.py: the shard journal's cost
 import figures_runs as fr
 import figures_vocab  # bench/figures_vocab.py: the unbounded vocabularies' table
 
@@ -421,6 +422,7 @@ def row_cache_table() -> str:
 BLOCKS: dict[str, Callable[[], str]] = {
     "dynamic_embeddings_table": figures_vocab.dynamic_embeddings_table,
     "elastic_table": figures_elastic.elastic_table,
+    "journal_cost_table": figures_journal.journal_cost_table,
     "row_cache_table": row_cache_table,
     "embeddings_table": embeddings_table,
     "support_inference": support_inference,
