@@ -23,23 +23,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-import run_record  # noqa: E402  (bench/run_record.py: the commit, versions and load)
-from ps_throughput import SIZES, measure_ps  # noqa: E402
+import run_record  # bench/run_record.py: the commit, versions and load
+from ps_throughput import SIZES, measure_ps  # it puts the checkout on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 ARMS = {"off": 0, "on": 3}  # ps_shard_restarts: 0 keeps no journal; 3 is the default
 
 
 def measure(size: str, clients: int, shards: int, pairs: int, seconds: float) -> dict[str, Any]:
     """``pairs`` ABBA pairs of windows with the journal off and on; the runs and medians."""
-    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     for pair in range(pairs):
         order = ("off", "on") if pair % 2 == 0 else ("on", "off")
         for arm in order:
