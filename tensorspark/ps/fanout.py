@@ -30,7 +30,7 @@ Runs on executors. Not thread-safe (one per training loop), like ParameterClient
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import numpy as np
@@ -82,7 +82,14 @@ class ShardedClient:
         self._vocab = VocabFanout(layout)  # dynamic tables' requests and map versions
 
     def _each(self, fn: Callable[[int, ParameterClient], T]) -> list[T]:
+        """``fn(i, client)`` on every shard at once; the answers in shard order.
+
+        Every call ends before this returns or raises (the first error in shard order):
+        a shard that refused at once must not leave another's request still running on its
+        connection, or the next call would share that connection with it and could read
+        its answer (a late 409 surfacing as the next request's)."""
         futures = [self._pool.submit(fn, i, c) for i, c in enumerate(self._clients)]
+        wait(futures)  # each client's own ps_timeout bounds its call
         return [f.result() for f in futures]
 
     def _assemble(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -278,3 +278,26 @@ def _gone_or_zombie(pid: int | None) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_a_shard_refusing_at_once_waits_for_the_others_before_raising() -> None:
+    """The fan-out raises a shard's error only when every shard's call has ended: a call
+    still running would share its connection with the next request, which could then read
+    its late answer (a 409 of the refused request surfacing as the next one's)."""
+    layout = Layout.plan(_model(), 2)
+    client = ShardedClient(["http://127.0.0.1:9", "http://127.0.0.1:9"], layout)
+    ended: list[int] = []
+
+    def call(i: int, _: ParameterClient) -> int:
+        if i == 0:
+            raise ParameterServerError("answered 409 at once", status=409)
+        time.sleep(0.3)  # a slower shard, e.g. reconnecting after a restart
+        ended.append(i)
+        return i
+
+    try:
+        with pytest.raises(ParameterServerError, match="409 at once"):
+            client._each(call)
+        assert ended == [1]
+    finally:
+        client.close()
