@@ -41,6 +41,7 @@ import pytest
 from pyspark import SparkConf, SparkContext, cloudpickle
 
 import tests
+from tests.jvm import FAST_START
 from tests.ports import free_port
 from tests.spark.conftest import new_context
 
@@ -274,6 +275,7 @@ def _daemon_env(cluster: StandaloneCluster, local_ip: str) -> dict[str, str]:
         "SPARK_LOG_DIR": str(cluster.root / "logs"),
         "SPARK_WORKER_DIR": str(cluster.root / "work"),
         "SPARK_DAEMON_MEMORY": "512m",
+        "SPARK_DAEMON_JAVA_OPTS": " ".join(FAST_START),  # tests/jvm.py
         # The Master's REST submission server would take the fixed port 6066: not needed.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "PYSPARK_PYTHON": sys.executable,

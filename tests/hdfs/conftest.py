@@ -25,6 +25,7 @@ import pytest
 import requests
 from pyspark import SparkContext
 
+from tests.jvm import FAST_START
 from tests.ports import free_port
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ class HdfsCluster:
             [
                 java_executable(),
                 "-Xmx256m",
+                *FAST_START,
                 "-cp",
                 self.classpath,
                 "org.apache.hadoop.hdfs.tools.DFSAdmin",
@@ -196,7 +198,7 @@ def start_cluster(base: Path, classpath: str) -> HdfsCluster:
     command = [
         java_executable(),
         "-Xmx768m",
-        "-XX:+UseSerialGC",
+        *FAST_START,  # tests/jvm.py
         "-Djava.net.preferIPv4Stack=true",
         f"-Dtest.build.data={base / 'data'}",
         f"-Dhadoop.tmp.dir={base / 'tmp'}",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.jvm import FAST_START
 from tests.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +111,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port, controller = free_port(), free_port()
     props = server_properties(folder, port, controller)
     cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    jvm = [java(), "-Xmx512m", "-cp", cp]
+    jvm = [java(), "-Xmx512m", *FAST_START, "-cp", cp]  # tests/jvm.py
     done = subprocess.run(
         [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(props)],
         capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,

@@ -44,6 +44,7 @@ import pyspark
 import pytest
 
 from tests.hdfs.conftest import java_executable, resolve_classpath
+from tests.jvm import FAST_START
 from tests.yarn.launcher import compiled_launcher
 from tests.yarn.submission import STOP_TIMEOUT_S, SUBMIT_TIMEOUT_S, RunningSubmission, Submission
 
@@ -320,7 +321,7 @@ def start_yarn(base: Path, classpath: str) -> YarnCluster:
     command = [
         java_executable(),
         "-Xmx1g",
-        "-XX:+UseSerialGC",
+        *FAST_START,  # tests/jvm.py
         "-Djava.net.preferIPv4Stack=true",
         # MiniYARNCluster keeps its folders under test.build.data (the current folder if unset).
         f"-Dtest.build.data={base / 'data'}",
