@@ -6,37 +6,38 @@ wins over the built-in default. The keys are declared with the settings they sup
 (:mod:`tensorspark.settings.declared`); the table below is their documentation (README
 repeats it).
 
-======================================  =======================  ==========================
-Spark conf key                          SparkSession argument    default
-======================================  =======================  ==========================
-spark.tensorspark.server.host           server_host              spark.driver.host
-spark.tensorspark.server.bind           server_bind_host         the server host
-spark.tensorspark.server.port           server_port              0 (free port); "P" or "P1-P2"
-spark.tensorspark.ps.timeout            ps_timeout               60 (seconds)
-spark.tensorspark.checkpoint.dir        checkpoint_dir           none (no checkpoints)
-spark.hdfs.dir  (the seed's key)        checkpoint_dir           <dir>/tensorspark/<name>
-spark.tensorspark.checkpoint.interval   checkpoint_interval      600 (seconds)
-spark.tensorspark.checkpoint.keep       keep_checkpoints         3
-spark.tensorspark.checkpoint.fullEvery  checkpoint_full_every    10 (increments per full one)
-spark.tensorspark.checkpoint.fallback   checkpoint_fallback      false
-spark.tensorspark.secret.file           secret (file contents)   a fresh random secret
-spark.tensorspark.ssl.certfile          ssl_certfile             none (plain HTTP)
-spark.tensorspark.ssl.keyfile           ssl_keyfile              none
-spark.tensorspark.ssl.cafile            ssl_cafile               none
-spark.tensorspark.compression           compression              none (float32); bf16, fp16, int8
-spark.tensorspark.ps.shards             ps_shards                1 (one server thread)
-spark.tensorspark.ps.shardRestarts      ps_shard_restarts        3 (restarts per shard; 0: none)
-spark.tensorspark.rowCache              row_cache                auto; rows per table, a size, off
-spark.tensorspark.elastic               elastic                  false (sync: one barrier stage)
-spark.tensorspark.elastic.lostAfter     lost_after               60 (seconds)
-spark.tensorspark.elastic.minWorkers    min_workers              1
-spark.tensorspark.elastic.patience      (elastic sync)           600 (seconds nothing trains)
-spark.tensorspark.webhdfs.url           (storage)                from dfs.namenode.http-address
-spark.tensorspark.warmup.enabled        warm_up                  on (off with dynamic allocation)
-spark.tensorspark.warmup.pools          (warm-up)                auto: rdd, and dataframe when
-                                                                 a SQL session is active
-spark.tensorspark.warmup.keepAlive      (warm-up)                600 (seconds; 0: none)
-======================================  =======================  ==========================
+=======================================  =======================  ==========================
+Spark conf key                           SparkSession argument    default
+=======================================  =======================  ==========================
+spark.tensorspark.server.host            server_host              spark.driver.host
+spark.tensorspark.server.bind            server_bind_host         the server host
+spark.tensorspark.server.port            server_port              0 (free port); "P" or "P1-P2"
+spark.tensorspark.ps.timeout             ps_timeout               60 (seconds)
+spark.tensorspark.checkpoint.dir         checkpoint_dir           none (no checkpoints)
+spark.hdfs.dir  (the seed's key)         checkpoint_dir           <dir>/tensorspark/<name>
+spark.tensorspark.checkpoint.interval    checkpoint_interval      600 (seconds)
+spark.tensorspark.checkpoint.keep        keep_checkpoints         3
+spark.tensorspark.checkpoint.fullEvery   checkpoint_full_every    10 (increments per full one)
+spark.tensorspark.checkpoint.fallback    checkpoint_fallback      false
+spark.tensorspark.secret.file            secret (file contents)   a fresh random secret
+spark.tensorspark.ssl.certfile           ssl_certfile             none (plain HTTP)
+spark.tensorspark.ssl.keyfile            ssl_keyfile              none
+spark.tensorspark.ssl.cafile             ssl_cafile               none
+spark.tensorspark.compression            compression              none (float32); bf16, fp16, int8
+spark.tensorspark.ps.shards              ps_shards                1 (one server thread)
+spark.tensorspark.ps.shardRestarts       ps_shard_restarts        3 (restarts per shard; 0: none)
+spark.tensorspark.ps.shardRestartWindow  (ps_shard_restarts)      600 (seconds restarts count)
+spark.tensorspark.rowCache               row_cache                auto; rows per table, a size, off
+spark.tensorspark.elastic                elastic                  false (sync: one barrier stage)
+spark.tensorspark.elastic.lostAfter      lost_after               60 (seconds)
+spark.tensorspark.elastic.minWorkers     min_workers              1
+spark.tensorspark.elastic.patience       (elastic sync)           600 (seconds nothing trains)
+spark.tensorspark.webhdfs.url            (storage)                from dfs.namenode.http-address
+spark.tensorspark.warmup.enabled         warm_up                  on (off with dynamic allocation)
+spark.tensorspark.warmup.pools           (warm-up)                auto: rdd, and dataframe when
+                                                                  a SQL session is active
+spark.tensorspark.warmup.keepAlive       (warm-up)                600 (seconds; 0: none)
+=======================================  =======================  ==========================
 
 The ``warmup`` keys are read by :mod:`  tensorspark.warmup` (README, "Cold starts").
 """
@@ -305,6 +306,27 @@ def dynamic_allocation(sc: Any, conf: ConfSnapshot | None = None) -> bool:
 #: Seconds an elastic sync run waits with no partition training before it fails.
 DEFAULT_ELASTIC_PATIENCE = 600.0
 ELASTIC_PATIENCE_KEY = "spark.tensorspark.elastic.patience"
+#: The window a shard's restarts are counted in (``ps_shard_restarts`` within it).
+DEFAULT_SHARD_RESTART_WINDOW = 600.0
+SHARD_RESTART_WINDOW_KEY = "spark.tensorspark.ps.shardRestartWindow"
+
+
+def _seconds(key: str, default: float, sc: Any, conf: ConfSnapshot | None) -> float:
+    """``key`` as a positive, finite number of seconds; ``default`` when unset.
+
+    Raises:
+        ConfigurationError: not a positive number of seconds.
+    """
+    text = snapshot(sc, conf).get(key)
+    if text is None:
+        return default
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigurationError(f"{key} must be a positive number of seconds. Received: {text!r}")
+    return value
 
 
 def elastic_patience(sc: Any, conf: ConfSnapshot | None = None) -> float:
@@ -315,18 +337,17 @@ def elastic_patience(sc: Any, conf: ConfSnapshot | None = None) -> float:
     Raises:
         ConfigurationError: not a positive number of seconds.
     """
-    text = snapshot(sc, conf).get(ELASTIC_PATIENCE_KEY)
-    if text is None:
-        return DEFAULT_ELASTIC_PATIENCE
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigurationError(
-            f"{ELASTIC_PATIENCE_KEY} must be a positive number of seconds. Received: {text!r}"
-        )
-    return value
+    return _seconds(ELASTIC_PATIENCE_KEY, DEFAULT_ELASTIC_PATIENCE, sc, conf)
+
+
+def shard_restart_window(sc: Any, conf: ConfSnapshot | None = None) -> float:
+    """``spark.tensorspark.ps.shardRestartWindow``: the seconds over which a shard's
+    restarts are counted against ``ps_shard_restarts`` (driver; :mod:`tensorspark.ps.revive`).
+
+    Raises:
+        ConfigurationError: not a positive number of seconds.
+    """
+    return _seconds(SHARD_RESTART_WINDOW_KEY, DEFAULT_SHARD_RESTART_WINDOW, sc, conf)
 
 
 def task_attempts(sc: Any, conf: ConfSnapshot | None = None) -> int:

@@ -202,6 +202,7 @@ def resolve_settings(sc: Any, session: Any, given: Mapping[str, Any]) -> Resolve
             compression=get_compression(options["compression"]),
             shards=positive_int("ps_shards", options["ps_shards"]),
             shard_restarts=options["ps_shard_restarts"],  # checked there
+            shard_restart_window=tsconf.shard_restart_window(sc, conf),
             embeddings=v["embeddings"],
             # Elastic sync (ps.elastic); the conf's elastic=true applies to sync runs only.
             elastic=bool(options["elastic"]) and (v["elastic"] is not None or v["mode"] == "sync"),

@@ -8,7 +8,7 @@ The books are the store's status at the cut (its counters and worker rows), and 
 pushes refused as stale and not yet applied (:class:`~tensorspark.ps.push_checks.Rebases`).
 Taken with the journal's rotation, on the shard's loop (no request between them); they
 travel as JSON: the shard's answer to the cut, the driver's
-:class:`~tensorspark.ps.revive.Base` (``ledger``), the restart's init.
+:class:`~tensorspark.ps.bases.Base` (``ledger``), the restart's init.
 
 Not in a checkpoint (:meth:`Store.snapshot <tensorspark.ps.store.Store.snapshot>`'s
 state): a checkpoint also starts a new job (``resume=True``), whose attempts and keys start

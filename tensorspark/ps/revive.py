@@ -8,16 +8,16 @@ workers' pushes and pulls, which retry an unreachable server with backoff for
 ``ps_timeout`` seconds (:mod:`tensorspark.ps.client`), reach the new process.
 
 **What it starts from.** Its part of the last consistent cut, which the driver keeps
-(:class:`Base`): the version, progress, combiner meta and books each shard sent at the cut
-in memory (counters, worker rows, and the keys that make ``/vocab`` requests and stale
-refusals exactly once: :mod:`~tensorspark.ps.cut_books`), and its slice and combiner state
-in a file on the driver's local disk, beside its journal (:func:`write_base`). Not read
-back from the last checkpoint: a run without checkpoints is covered too, no storage (HDFS,
-S3) is read while the workers wait, and an incremental checkpoint does not hold a whole
-slice. Not in memory: that would keep one more copy of the whole model (its embedding
-tables too) on the driver for the whole run; on disk it costs one write of the model per
-full cut, and a restart reads one slice. The first base is the slices the shards started
-from; each full consistent cut
+(:class:`~tensorspark.ps.bases.Base`): the version, progress, combiner meta and books each
+shard sent at the cut in memory (counters, worker rows, and the keys that make ``/vocab``
+requests and stale refusals exactly once: :mod:`~tensorspark.ps.cut_books`), and its slice
+and combiner state in a file on the driver's local disk, beside its journal
+(:mod:`tensorspark.ps.bases`). Not read back from the last checkpoint: a run without
+checkpoints is covered too, no storage (HDFS, S3) is read while the workers wait, and an
+incremental checkpoint does not hold a whole slice. Not in memory: that would keep one more
+copy of the whole model (its embedding tables too) on the driver for the whole run; on
+disk it costs one write of the model per full cut, and a restart reads one slice. The
+first base is the slices the shards started from; each full consistent cut
 (:meth:`ShardedServer.snapshot <tensorspark.ps.shards.ShardedServer.snapshot>` without
 ``rows_since``: a full checkpoint, or one this keeper takes when a journal grows past
 :func:`journal_bound`) replaces it.
@@ -38,9 +38,11 @@ progress re-forms from the workers' retries; the time to notice the death and re
 (about a second plus the replay) is lost, and workers must not give up in between
 (``ps_timeout`` must outlast it; the default, 60 s, does).
 
-**A bound.** A shard that dies again and again (``restarts`` times over the run) fails the
-run: :meth:`Keeper.failure` names the shard and how it ended, and the driver adds the last
-checkpoint. ``restarts=0`` keeps the fail-fast behaviour (``ps_shard_restarts=0``).
+**A bound.** A shard that dies again and again (``restarts`` times within ``window``
+seconds, ``ps_shard_restarts`` within ``spark.tensorspark.ps.shardRestartWindow``, 600 by
+default) fails the run: :meth:`Keeper.failure` names the shard and how it ended, and the
+driver adds the last checkpoint. One that dies now and then over a long run or stream comes
+back each time. ``restarts=0`` keeps the fail-fast behaviour (``ps_shard_restarts=0``).
 
 Runs on the driver: one watcher thread; a restart runs on it, under :attr:`Keeper.lock`.
 """
@@ -48,20 +50,20 @@ Runs on the driver: one watcher thread; a restart runs on it, under :attr:`Keepe
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tensorspark.errors import ParameterServerError
+from tensorspark.ps.bases import Base, drop_bases_before, write_base
 from tensorspark.ps.journal import drop_before, segment_path, segments
 from tensorspark.ps.shard import START_TIMEOUT, ShardProcess, wait_answer
 
@@ -86,45 +88,13 @@ def journal_bound(slice_bytes: int) -> int:
     return max(MIN_JOURNAL_BYTES, 4 * int(slice_bytes))
 
 
-@dataclass
-class Base:
-    """One shard's part of the last consistent cut: what a restart starts from."""
-
-    init: dict[str, Any]  # the init message (its settings with the shard's port)
-    path: Path  # its slice and combiner state (a wire message), in the journal's folder
-    segment: int  # the first journal segment after the cut
-    ledger: dict[str, Any] | None = None  # its books at the cut (ps/cut_books.py)
-
-
-def write_base(folder: str | Path, segment: int, data: bytes | bytearray | list[Any]) -> Path:
-    """Write a shard's slice at a cut (``data``: a wire message, or its parts) to
-    ``base-<segment>.bin`` in its journal folder, atomically; returns the path."""
-    path = Path(folder) / f"base-{segment:08d}.bin"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for part in data if isinstance(data, list) else [data]:
-                f.write(part)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # nothing half-written left behind
-        raise
-    return path
-
-
-def _drop_bases_before(folder: str | Path, segment: int) -> None:
-    for path in Path(folder).glob("base-*.bin"):
-        if int(path.stem.partition("-")[2]) < segment:
-            path.unlink(missing_ok=True)
-
-
 class Keeper:
     """Restarts the dead shards of one sharded server (see the module docstring).
 
     Args:
         shards: the server's shard handles; a restart replaces one in place.
-        restarts: how many restarts each shard may have over the run (>= 1).
+        restarts: how many restarts each shard may have within ``window`` (>= 1).
+        window: seconds a restart counts against ``restarts``.
         inits: the shards' init messages: each gets its ``journal`` argument here.
         num_workers: the server's current ``num_workers`` (read at a restart).
         take_cut: takes a full consistent cut (called when a journal grows too long).
@@ -135,16 +105,19 @@ class Keeper:
         shards: list[ShardProcess],
         restarts: int,
         *,
+        window: float = 600.0,
         inits: list[dict[str, Any]],
         num_workers: Callable[[], int | None],
         take_cut: Callable[[], Any],
     ) -> None:
         self.shards = shards
         self.limit = int(restarts)
+        self.window = float(window)
         self.directory = Path(tempfile.mkdtemp(prefix="tensorspark-journal-"))
         weakref.finalize(self, shutil.rmtree, self.directory, True)  # a server never stopped
         self.bases: list[Base] = []
-        self.restarts = [0] * len(shards)
+        self.restarts = [0] * len(shards)  # over the server's life (/status)
+        self._recent: list[deque[float]] = [deque() for _ in shards]  # times, in the window
         self.control: dict[str, Any] = {}  # the run's control, as the shards last had it
         self.lock = threading.Lock()  # restarts and new bases, one at a time
         self.generation = 0  # restarts begun: a cut taken across one is no base
@@ -305,7 +278,7 @@ class Keeper:
                 segment = int(meta["segment"])
                 self.bases[index] = Base(init, path, segment, books)
                 drop_before(self.journal_args(index)["dir"], segment)
-                _drop_bases_before(self.journal_args(index)["dir"], segment)
+                drop_bases_before(self.journal_args(index)["dir"], segment)
 
     def _discard(self, staged: list[tuple[Any, Path | None]]) -> None:
         """Delete the slices of a cut abandoned that no base holds (under :attr:`lock`)."""
@@ -384,15 +357,19 @@ class Keeper:
         with self.lock:
             self.generation += 1
             self._health[index] = None
-            if self.restarts[index] >= self.limit:
+            recent, now = self._recent[index], time.monotonic()
+            while recent and now - recent[0] > self.window:
+                recent.popleft()  # restarts older than the window no longer count
+            if len(recent) >= self.limit:
                 self.failure = ParameterServerError(
                     f"parameter-server shard {index} (pid {old.pid}) exited while serving "
-                    f"({how}) after {self.restarts[index]} restarts "
-                    f"(ps_shard_restarts={self.limit}); the run cannot go on without its "
-                    "slice of the model"
+                    f"({how}) after {len(recent)} restarts (ps_shard_restarts={self.limit}) "
+                    f"within {self.window:g}s (spark.tensorspark.ps.shardRestartWindow); the "
+                    "run cannot go on without its slice of the model"
                 )
                 logger.error("%s", self.failure)
                 return
+            recent.append(now)
             self.restarts[index] += 1
             base = self.bases[index]
             folder = self.journal_args(index)["dir"]
@@ -404,12 +381,13 @@ class Keeper:
             init["num_workers"] = self._num_workers()
             logger.warning(
                 "parameter-server shard %d (pid %s) exited while serving (%s); restarting it "
-                "from the last consistent cut (version %s) and its journal (restart %d of %d)",
+                "from the last consistent cut (version %s) and its journal (restart %d of %d in "
+                "the window)",
                 index,
                 old.pid,
                 how,
                 base.init.get("version"),
-                self.restarts[index],
+                len(recent),
                 self.limit,
             )
             old.stop(timeout=1.0)

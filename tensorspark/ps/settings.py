@@ -27,7 +27,7 @@ import numpy as np
 import tensorspark.ps.auth as auth
 from tensorspark import wire
 from tensorspark.arguments import MODES as MODES  # the modes a server runs in (ps.server)
-from tensorspark.arguments import check_training_mode, positive_int
+from tensorspark.arguments import check_training_mode, positive_int, positive_number
 from tensorspark.errors import ConfigurationError
 from tensorspark.ps.admission import DEFAULT_BODY_TIMEOUT, DEFAULT_INFLIGHT_BODIES
 from tensorspark.ps.combiners import WeightCombiner, builtin_name, get_combiner
@@ -74,7 +74,11 @@ class ServerSettings:
             :mod:`tensorspark.ps.shards`).
         cut_timeout: with shards, seconds a consistent snapshot waits for them to line up.
         shard_restarts: with shards, how many times each shard process that dies is
-            restarted over a run (:mod:`tensorspark.ps.revive`); 0: a dead shard ends it.
+            restarted within ``shard_restart_window`` (:mod:`tensorspark.ps.revive`); 0: a
+            dead shard ends the run.
+        shard_restart_window: seconds a shard's restarts count against ``shard_restarts``
+            (``spark.tensorspark.ps.shardRestartWindow``): a shard crashing in a loop ends
+            the run, one dying now and then over a long run does not.
         embeddings: ``"sparse"``: embedding tables travel row-sparse where the combiner
             allows (:mod:`tensorspark.ps.sparse`); ``"dense"``: whole, like every tensor.
         elastic: sync mode: rounds wait only for active partitions and go on without a
@@ -103,6 +107,7 @@ class ServerSettings:
     shards: int = 1
     cut_timeout: float = 30.0
     shard_restarts: int = 3
+    shard_restart_window: float = 600.0
     embeddings: str = "sparse"
     #: Dynamic tables (:mod:`tensorspark.ps.vocab_route`): weight name -> spec; the driver
     #: sets it from the model (``DynamicEmbedding`` layers), with a checkpoint's maps.
@@ -154,6 +159,8 @@ class ServerSettings:
                 minimum=0,
             ),
         )
+        window = positive_number("shard_restart_window", self.shard_restart_window)
+        resolve(self, "shard_restart_window", window)
         self._check_elastic()
         if self.shards > 1 and builtin_name(self.combiner) is None:
             raise ConfigurationError(

@@ -12,8 +12,8 @@ with shards:
 * **Versions, staleness**: each shard counts its own versions; a worker's base version is
   per shard. In async mode every shard applies the same pushes, perhaps in another order.
 * **Sync rounds**: each shard runs its rounds; a worker waits for all of its shards.
-* **NaN refusal**: the worker checks its whole update and tells every shard when any
-  slice holds NaN/Inf, so all shards refuse it, not only the one holding the bad slice.
+* **NaN refusal**: the worker checks its whole update and tells every shard when any slice
+  holds NaN/Inf, so all refuse it, not only the one holding the bad slice.
 * **Checkpoints**: :meth:`ShardedServer.snapshot` is a consistent cut
   (:mod:`tensorspark.ps.cuts`). It finds, per partition, the furthest push any shard
   applied, has every shard apply up to it and hold newer pushes (they wait, unanswered),
@@ -159,6 +159,7 @@ class ShardedServer(auth.SignedServer):
             self._keeper = Keeper(
                 self._shards,
                 s.shard_restarts,
+                window=s.shard_restart_window,
                 inits=[init for init, _ in self._init],  # each shard's journal told
                 num_workers=lambda: self._num_workers,
                 take_cut=self.snapshot,

@@ -351,3 +351,17 @@ def test_spark_session_checks_its_explicit_arguments(
     sc = _Context({"spark.driver.host": "127.0.0.1"})
     with pytest.raises(ConfigurationError, match=message):
         SparkSession(sc, _TF1Session(), **{argument: value})  # type: ignore[arg-type]
+
+
+def test_the_shard_restart_window_comes_from_the_conf() -> None:
+    """``spark.tensorspark.ps.shardRestartWindow`` reaches the server's settings (600 s
+    when unset); anything but a positive number of seconds is refused, naming the key."""
+    host = {"spark.driver.host": "driver.example"}
+    plain = SparkSession(_Context(host), _TF1Session())
+    assert plain._host.settings.server.shard_restart_window == 600.0
+    sc = _Context({**host, "spark.tensorspark.ps.shardRestartWindow": "3600"})
+    assert SparkSession(sc, _TF1Session())._host.settings.server.shard_restart_window == 3600.0
+    for bad in ("0", "-5", "inf", "an hour"):
+        sc = _Context({**host, "spark.tensorspark.ps.shardRestartWindow": bad})
+        with pytest.raises(ConfigurationError, match="shardRestartWindow must be a positive"):
+            SparkSession(sc, _TF1Session())

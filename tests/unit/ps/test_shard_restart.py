@@ -302,3 +302,25 @@ def test_a_hung_shard_is_killed_and_restarted(monkeypatch: pytest.MonkeyPatch) -
                 os.kill(victim or 0, signal.SIGCONT)
         _assert_both_pushes_applied(server)
         assert server.status()["shard_restarts"] == [0, 1]
+
+
+def test_restarts_count_within_their_window(started_shards) -> None:  # type: ignore[no-untyped-def]
+    """``shard_restarts`` restarts within ``shard_restart_window`` seconds end the run; a
+    restart older than the window no longer counts, so a shard that dies now and then over
+    a long run comes back each time."""
+    window = 3.0
+    server = started_shards(_model(), shards=2, shard_restarts=1, shard_restart_window=window)
+    kill_and_wait(server, 1)  # restart 1 of 1 in the window
+    time.sleep(window + 0.5)  # it leaves the window
+    kill_and_wait(server, 1)  # so this one is again the first in the window
+    server.check()
+    assert server.status()["shard_restarts"] == [0, 2]
+    os.kill(server.pids[1] or 0, signal.SIGKILL)  # a second within the window: the end
+    check_until_it_fails(
+        server,
+        30,
+        r"shard 1 \(pid \d+\) exited .* after 1 restarts \(ps_shard_restarts=1\) within 3s "
+        r"\(spark.tensorspark.ps.shardRestartWindow\)",
+    )
+    with pytest.raises(ConfigurationError, match="Received: shard_restart_window=0"):
+        ShardedServer(_model(), shards=2, shard_restart_window=0)
