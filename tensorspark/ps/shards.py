@@ -111,7 +111,6 @@ class ShardedServer(auth.SignedServer):
         **options: Any,
     ) -> None:
         s = self.settings = server_settings(settings, combiner, options)
-        # One shard is a ParameterServer's job.
         shards = whole_setting("shards", s.shards, "a sharded server needs shards >= 2.", minimum=2)
         self.combiner = s.combiner
         self.compression = s.compression
