@@ -15,7 +15,7 @@ from pyspark import cloudpickle
 import tests
 from tests import ports
 from tests.compat_set import in_compat_set
-from tests.jvm import SPARK_CONF_DIR
+from tests.jvm import LONG_LIVED, SPARK_CONF_DIR
 
 # Executors cannot import the `tests` package (it is not installed), so functions defined
 # in test modules travel to them by value.
@@ -29,8 +29,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # One JVM serves every SparkContext of this test process, sized by whichever test set
 # creates the first one (the cluster fixture runs first): give it room for the whole run.
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 4g pyspark-shell")
-# Spark's JVMs start with the client compiler and the serial collector (tests/jvm.py).
+# It lives as long as the run, so it keeps HotSpot's optimising compiler (tests/jvm.py);
+# the drivers the tests start as processes inherit these arguments.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory 4g {LONG_LIVED} pyspark-shell")
+# Spark's other JVMs start with the client compiler and the serial collector (tests/jvm.py).
 os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
 ROOT = Path(__file__).resolve().parent.parent

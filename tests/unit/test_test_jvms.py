@@ -1,6 +1,6 @@
-"""The test suite's JVM flags (tests/jvm.py) are the same for Spark's JVMs, which read them
-from tests/spark-conf/spark-defaults.conf, and for the others, and a Spark driver started
-by the tests runs with them."""
+"""The test suite's JVM flags (tests/jvm.py): the same for Spark's JVMs, which read them
+from tests/spark-conf/spark-defaults.conf, and for the others; the test process's own
+driver JVM starts without the client-compiler-only flag."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.jvm import FAST_START, SPARK_CONF_DIR
+from tests.jvm import FAST_START, LONG_LIVED, SPARK_CONF_DIR
 
 pytestmark = pytest.mark.unit
 
@@ -26,4 +26,8 @@ def test_spark_defaults_give_every_spark_jvm_the_flags() -> None:
 
 
 def test_the_tests_point_spark_at_their_defaults() -> None:
+    """Spark's JVMs read the tests' defaults; the test process's own driver JVM, which
+    lives as long as the run, keeps the optimising compiler."""
     assert os.environ["SPARK_CONF_DIR"] == str(SPARK_CONF_DIR)
+    assert LONG_LIVED in os.environ["PYSPARK_SUBMIT_ARGS"]
+    assert "TieredStopAtLevel" not in os.environ["PYSPARK_SUBMIT_ARGS"]
