@@ -106,13 +106,16 @@ def test_dashboard_shows_live_loss_and_workers(
         assert browser.find_element(By.ID, "conn").text == "live"
         by_version = browser.find_elements(By.CSS_SELECTOR, "#chart-version circle.pt")
         assert len(by_version) >= 30
-        assert (
-            browser.find_element(By.CSS_SELECTOR, "#chart-time path.avg")
-            .get_attribute("d")
-            .startswith("M")
+        # The page rebuilds the chart and the table at each refresh: an element found in
+        # one refresh is stale in the next, so each is read whole in one script, between
+        # two refreshes.
+        path, table = browser.execute_script(
+            "const path = document.querySelector('#chart-time path.avg');"
+            "const rows = document.querySelectorAll('#workers tbody tr');"
+            "return [path && path.getAttribute('d'), Array.from(rows, r =>"
+            " Array.from(r.cells, c => c.textContent.trim()))];"
         )
-        rows = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
-        table = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+        assert path.startswith("M")
         assert [r[0] for r in table] == [str(p) for p in range(PARTITIONS)]
         assert all(
             r[2] == "active" and int(r[3]) > 0 and int(r[4]) == 32 * int(r[3]) for r in table
