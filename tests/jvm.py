@@ -9,11 +9,13 @@ back: a local-mode driver running five small DataFrame and RDD jobs took 47 CPU-
 with the defaults and 20 with these flags (29 s of wall clock against 19).
 
 The JVM of a pytest process (one per test lane, the driver of every SparkContext the lane
-makes, and in local mode its executors too) lives for the whole lane: with the client
-compiler only, the spark set took 28:36 in a CI run against 24:47 in the one before (most
-of its slow tests 10-30 % slower). It keeps C2, with the serial collector
-(:data:`LONG_LIVED`, in ``PYSPARK_SUBMIT_ARGS``, which the drivers the tests start as
-processes inherit). Production JVMs keep the defaults; nothing of tensorspark sets these.
+makes, and in local mode its executors too) lives for the whole lane, where C2 pays for
+itself; it keeps it, with the serial collector (:data:`LONG_LIVED`, in
+``PYSPARK_SUBMIT_ARGS``, which the drivers the tests start as processes inherit). Measured
+in two fresh-clone CI runs an hour apart: the spark set took 28:36 with the client compiler
+everywhere and 28:50 this way, so for that set the choice made no difference that this
+VM's drift (the same set took 24:47 the day before) would not hide. Production JVMs keep
+the defaults; nothing of tensorspark sets these.
 
 Spark's other JVMs read :data:`FAST_START` from ``tests/spark-conf/spark-defaults.conf``
 (the tests' conftest points ``SPARK_CONF_DIR`` there); the others take it on their command
