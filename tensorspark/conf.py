@@ -51,7 +51,7 @@ from typing import Any
 
 from tensorspark import connect
 from tensorspark.errors import ConfigurationError
-from tensorspark.settings.declared import CONF_SETTINGS, PREFIX, ConfSetting
+from tensorspark.settings.declared import CONF_SETTINGS, PREFIX, ConfSetting, parse_seconds
 
 #: The Spark conf table, derived from the one declaration of the session's settings.
 SETTINGS: tuple[ConfSetting, ...] = CONF_SETTINGS
@@ -318,15 +318,7 @@ def _seconds(key: str, default: float, sc: Any, conf: ConfSnapshot | None) -> fl
         ConfigurationError: not a positive number of seconds.
     """
     text = snapshot(sc, conf).get(key)
-    if text is None:
-        return default
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigurationError(f"{key} must be a positive number of seconds. Received: {text!r}")
-    return value
+    return default if text is None else parse_seconds(key, str(text))
 
 
 def elastic_patience(sc: Any, conf: ConfSnapshot | None = None) -> float:

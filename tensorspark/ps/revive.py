@@ -105,7 +105,7 @@ class Keeper:
         shards: list[ShardProcess],
         restarts: int,
         *,
-        window: float = 600.0,
+        window: float,
         inits: list[dict[str, Any]],
         num_workers: Callable[[], int | None],
         take_cut: Callable[[], Any],

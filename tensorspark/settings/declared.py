@@ -69,8 +69,8 @@ def _positive(
         raise ConfigurationError(f"{key} must be {what}. Received: {text!r}") from None
 
 
-def _seconds(key: str, text: str) -> float:
-    """A positive (finite) number of seconds (:func:`positive_number`)."""
+def parse_seconds(key: str, text: str) -> float:
+    """A positive (finite) number of seconds (:func:`positive_number`); also tsconf's."""
     return _positive(key, text, float, positive_number, "a positive number of seconds")
 
 
@@ -244,7 +244,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "seconds executors retry an unreachable server",
         conf="ps.timeout",
-        parse=_seconds,
+        parse=parse_seconds,
         fallback=60.0,
         check=_optional_seconds,
         view="ps_timeout",
@@ -291,7 +291,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "seconds between checkpoints",
         conf="checkpoint.interval",
-        parse=_seconds,
+        parse=parse_seconds,
         fallback=600.0,
         check=_optional_seconds,
     ),
@@ -371,7 +371,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "elastic: seconds without a sign of life before a partition is lost (checked: ps.elastic)",
         conf="elastic.lostAfter",
-        parse=_seconds,
+        parse=parse_seconds,
         fallback=60.0,
     ),
     Setting(
