@@ -144,6 +144,7 @@ def run_job(
     description: str,
     poll: Callable[[], None] | None = None,
     poll_interval: float = 0.5,
+    group: str | None = None,
 ) -> T:
     """Run ``start_job`` (which collects a Spark job) in a thread while ``poll`` runs here.
 
@@ -152,9 +153,10 @@ def run_job(
     to return). A failed job is raised as :func:`spark_failure`'s error. ``sc`` may be a
     Spark Connect session (:mod:`tensorspark.connect`), which has no job groups: the job
     then runs under a tag of its own, cancelled with ``spark.interruptTag``. A poll
-    stops the job on purpose by raising :class:`StopJob`.
+    stops the job on purpose by raising :class:`StopJob`. ``group``: the job group's name
+    (:func:`new_group`; a new one when None), for a poll that reads the group's jobs.
     """
-    group = f"tensorspark-{uuid.uuid4().hex[:12]}"
+    group = group or new_group()
     outcome: dict[str, Any] = {}
     done = threading.Event()
 
@@ -193,6 +195,11 @@ def run_job(
                     CANCEL_WAIT_S,
                 )
         raise
+
+
+def new_group() -> str:
+    """A new job group's name (:func:`run_job`), unique to one job."""
+    return f"tensorspark-{uuid.uuid4().hex[:12]}"
 
 
 @contextlib.contextmanager

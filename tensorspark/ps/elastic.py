@@ -6,13 +6,15 @@ the training job is a plain Spark stage, Spark reruns a lost task, and a round w
 for the partitions that are **active**:
 
 * **Lost.** A partition is lost when it has neither pushed nor sent a heartbeat for
-  ``lost_after`` seconds while a round waits for it, or when its task left ``failed``.
-  Its worker sends a heartbeat every few seconds while it trains (``POST /heartbeat``,
-  from a thread of its own, each request with a bounded timeout). Heartbeats, not Spark's
-  report of the task's end, because they work the same under Spark Connect (where the
-  driver program sees no scheduler events) and on every cluster manager, and because
-  they notice a hung executor or a host cut off from the network, whose task Spark may
-  report as running for many minutes, not only a dead one.
+  ``lost_after`` seconds while a round waits for it, or when its task left ``failed``:
+  by its own ``/leave``, or, on classic Spark, by Spark's report that the attempt failed
+  (an executor lost, a Python worker killed), which the driver reads and passes on
+  (:mod:`tensorspark.training.task_failures`). Whichever comes first decides. Its worker
+  sends a heartbeat every few seconds while it trains (``POST /heartbeat``, from a thread
+  of its own, each request with a bounded timeout): heartbeats work the same under Spark
+  Connect (where the driver program sees no scheduler) and on every cluster manager, and
+  notice a hung executor or a host cut off from the network, whose task Spark may report
+  as running for minutes; Spark's report is the fast one for what it sees die.
 * **Short rounds.** A round that waits for a partition then declared lost completes with
   the contributions it has (at least ``min(min_workers, partitions not done)`` of them),
   summed in partition order like every round; it counts as a *short round*, and the

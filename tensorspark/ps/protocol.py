@@ -105,6 +105,11 @@ class RunServer(Protocol):
         """Forget the last run's workers (a reused server's next run); weights stay."""
         ...
 
+    def task_failed(self, partition: int, attempt: int) -> bool:
+        """Spark saw ``partition``'s task ``attempt`` fail: an elastic round stops waiting for
+        it (:mod:`tensorspark.training.task_failures`); whether the server took it."""
+        ...
+
     def set_control(self, updates: Mapping[str, Any]) -> dict[str, Any]:
         """Change the run's control (a stop request, a learning rate) sent to workers."""
         ...

@@ -265,6 +265,15 @@ class ParameterServer(auth.SignedServer, RoutedServer):
 
         return self._on_loop(change, "set_control()")
 
+    def task_failed(self, partition: int, attempt: int) -> bool:
+        """Spark saw ``partition``'s task ``attempt`` fail: as its ``/leave`` with ``"failed"``
+        (:meth:`tensorspark.ps.store.Store.leave`), if it trains; whether it was taken."""
+        return bool(
+            self._on_loop(
+                lambda: self._store.leave(partition, attempt, "failed", spark=True), "task_failed()"
+            )
+        )
+
     def status(self) -> dict[str, Any]:
         """The JSON served at ``/status``. Any thread (runs on the loop)."""
         return self._on_loop(self._status_here, "status()")

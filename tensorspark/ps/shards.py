@@ -45,7 +45,7 @@ import tensorspark.ps.auth as auth
 from tensorspark.errors import ConfigurationError, ParameterServerError
 from tensorspark.ps.combiners import WeightCombiner
 from tensorspark.ps.cut_rows import CutVersions, ask_each, read_cut
-from tensorspark.ps.cuts import Progress, line_up
+from tensorspark.ps.cuts import line_up
 from tensorspark.ps.layout import ALIGN, Layout
 from tensorspark.ps.protocol import WorkerShards
 from tensorspark.ps.revive import Keeper, cut_through
@@ -294,21 +294,14 @@ class ShardedServer(auth.SignedServer):
         self.stop()
 
     def check(self) -> None:
-        """Raise when a shard process has died for good (the driver polls this): one the
-        keeper gave up restarting, or with ``shard_restarts=0`` any that died.
-
-        Raises:
-            ParameterServerError: naming the shard and how it ended.
-        """
+        """Raise :class:`ParameterServerError` naming a shard process that died for good
+        (the driver polls this): one the keeper gave up restarting, or any (no restarts)."""
         if self._started and self._final is None:
             check_shards(self._shards, self._keeper)
 
     def _all(self, command: str, *args: Any, **kwargs: Any) -> list[tuple[Any, bytearray]]:
         """Run ``command`` on every shard at once (see :func:`call_all`)."""
         return call_all(self._shards, command, *args, **kwargs)
-
-    def _progress_each(self) -> list[Progress]:
-        return progress_each(self._shards)
 
     @property
     def version(self) -> int:
@@ -334,9 +327,15 @@ class ShardedServer(auth.SignedServer):
             self._keeper.control = control
         return control
 
+    def task_failed(self, partition: int, attempt: int) -> bool:
+        """Spark saw a task attempt fail (see :meth:`ParameterServer.task_failed`): every
+        shard is told; whether any took it."""
+        told = self._all("task_failed", {"partition": partition, "attempt": attempt})
+        return any(bool(r) for r, _ in told)
+
     def reset_progress(self) -> None:
-        """Start a new run on every shard (see :meth:`ParameterServer.reset_progress`);
-        a new base cut, so a restarted shard does not bring back the old progress."""
+        """A new run on every shard (:meth:`ParameterServer.reset_progress`), and a new base
+        cut (a restarted shard must not bring the old progress back)."""
         self._all("reset_progress")
         if self._keeper is not None:
             self.snapshot()
@@ -345,7 +344,7 @@ class ShardedServer(auth.SignedServer):
         """Per partition, the last push every shard applied."""
         if self._final is not None:
             return dict(self._final[0].progress)
-        each = self._progress_each()
+        each = progress_each(self._shards)
         common = set.intersection(*(set(p) for p in each)) if each else set()
         return {
             p: dict(zip(("epoch", "seq"), min(e[p] for e in each), strict=True))
@@ -389,7 +388,7 @@ class ShardedServer(auth.SignedServer):
         # with rebasing each slice on disk as it passes, the shards' next bases.
         with self._cut_lock, cut_through(keeper, answers, rebasing) as asks:
             target, (params, rows, state, applied, versions, meta) = line_up(
-                self._all, self._progress_each(), self.shards, self.cut_timeout,
+                self._all, progress_each(self._shards), self.shards, self.cut_timeout,
                 lambda: read_cut(self.layout, asks, self._tables, since is not None),
             )  # fmt: skip
         if len(set(versions)) > 1:

@@ -65,8 +65,7 @@ class Store(ConsistentCuts):
         combiner_state: the combiner's state from a checkpoint (arrays, JSON part).
         row_sparse: take row-sparse pushes of embedding tables (:mod:`tensorspark.ps.sparse`).
         vocab: dynamic tables' ``(specs, a checkpoint's maps or None)`` (:mod:`~.vocab_route`).
-        elastic: sync mode: rounds wait only for active partitions
-            (:mod:`tensorspark.ps.elastic`); None: for every partition that has not left.
+        elastic: sync mode: rounds wait only for active partitions (:mod:`.elastic`).
         clock: elastic sync's monotonic clock (a fake one in tests).
 
     Raises:
@@ -117,8 +116,7 @@ class Store(ConsistentCuts):
         self._round = SyncRound(round_timeout, elastic, clock)  # sync mode's round in progress
         self._round.on_check = self._maybe_complete_round  # elastic: a partition may be lost
         self._bodies = BodyPool()
-        # A consistent snapshot across shards in progress: pushes beyond its target wait.
-        self._hold = PushHold()
+        self._hold = PushHold()  # a consistent cut across shards: pushes beyond it wait
         self.control: dict[str, Any] = {}  # in every answer (tensorspark.ps.control)
         self._rows = RowTables(row_sparse, self.combiner, vocab, self._sets.current)  # (sparse.py)
         self.vocab = self._rows.vocab  # dynamic tables' maps (vocab_route.py), or None
@@ -254,19 +252,22 @@ class Store(ConsistentCuts):
             "rows": self._rows.enabled,
         }
 
-    def leave(self, partition: int, attempt: int, state: str) -> None:
+    def leave(self, partition: int, attempt: int, state: str, spark: bool = False) -> bool:
         """A worker ended (``state`` ``"done"`` or ``"failed"``); a stale attempt is ignored.
+        ``spark``: Spark saw the attempt fail (:mod:`tensorspark.training.task_failures`),
+        taken while it trains (not lost, not left). Returns whether it was taken.
 
         Raises:
             RequestError: 400: a new partition beyond :data:`~tensorspark.ps.ledger.MAX_WORKERS`.
         """
-        worker = self.ledger.worker(partition)
-        if attempt == worker.attempt:
-            worker.state = state
-            worker.last_seen = time.time()
-            if self.mode == "sync":
-                self._round.left(partition, state)
-                self._maybe_complete_round()
+        worker = self.ledger.workers.get(partition) if spark else self.ledger.worker(partition)
+        if worker is None or attempt != worker.attempt or (spark and worker.state != "active"):
+            return False
+        worker.state, worker.last_seen = state, time.time()
+        if self.mode == "sync":
+            self._round.left(partition, state)
+            self._maybe_complete_round()
+        return True
 
     def heartbeat(self, partition: int, attempt: int) -> bool:
         """Elastic sync: ``partition``'s worker trains (:mod:`~tensorspark.ps.elastic`).

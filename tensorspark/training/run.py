@@ -42,6 +42,7 @@ from tensorspark.training.host import Lease, ServerHost
 from tensorspark.training.patience import Patience
 from tensorspark.training.result import TrainResult
 from tensorspark.training.sync import check_partitions, sync_executor_lost
+from tensorspark.training.task_failures import failed_task, watch_failures
 from tensorspark.training.tasks import TrainWork
 from tensorspark.training.watch import PushListener, RunWatch, push_fanout
 from tensorspark.worker import WorkerConfig
@@ -243,11 +244,12 @@ class TrainingRun:
         """The job's rows, or None when a listener stopped it (the job was cancelled)."""
         bcast = connect.share(self.sc, job.payload)
         try:
-            patience = None
+            patience, failures, group = None, None, jobs.new_group()
             server = lease.server
             if self.settings.server.elastic and server.num_workers:  # nothing trains: fail
                 wait = tsconf.elastic_patience(self.sc, self.conf)
                 patience = Patience(server.status, wait, server.num_workers)
+                failures = watch_failures(self.sc, group, failed_task(server))
 
             def poll() -> None:  # what the driver checks every half second
                 self.host.poll()
@@ -255,6 +257,8 @@ class TrainingRun:
                     watch.poll()
                     if patience is not None:
                         patience.poll()
+                    if failures is not None:  # elastic: Spark saw a task fail
+                        failures.poll()
                 except ParameterServerError:
                     # A shard that died after host.poll() failed the read: the error is
                     # the shard's death, with the last checkpoint (host.poll), not the read.
@@ -277,6 +281,7 @@ class TrainingRun:
                     spark_job,
                     poll=poll,
                     description=f"tensorspark {self.settings.name}",
+                    group=group,
                 )
             except jobs.StopJob:
                 return None

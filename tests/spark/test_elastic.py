@@ -5,6 +5,7 @@ rerun task rejoins (tensorspark.ps.elastic)."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,10 @@ def test_a_killed_python_worker_s_partition_rejoins_and_the_run_completes(
         assert trained == 2 * p["rows"], p
     assert status["short_rounds"] > 0
     assert status["partitions_lost"] >= 1 and status["partitions_rejoined"] >= 1
+    # Spark saw the task fail and the driver told the server (training/task_failures.py):
+    # the round waited about half a second for it (0.35 s measured), not lost_after's 3 s
+    # of silence (3.0 s measured without the driver's report).
+    assert status["seconds_lost"] < 2.0, status["seconds_lost"]
     assert status["elastic"]["lost"] == []
     accuracy = m.test_accuracy(fashion.test_images[:2000], one_hot(fashion.test_labels[:2000]))
     assert accuracy >= 0.7
@@ -183,3 +188,47 @@ def test_a_tasks_attempt_identity_grows_with_each_attempt(sc_retry) -> None:  # 
     assert number == 1 and identity == attempt_id(task, number) and attempt_number(identity) == 1
     assert identity > attempt_id(task - 1, 5)  # any attempt launched before it, the failed 0
     assert attempt_label(identity) == f"1 (Spark task {task})"
+
+
+def _crash_once(record: str):  # type: ignore[no-untyped-def]
+    """Partition 1's first attempt writes its attempt identity to ``record`` and kills its
+    own Python worker (the task fails as when its executor is lost); the rerun passes."""
+
+    def crash(index: int, items):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        from tensorspark.jobs import task_context
+
+        if index == 1 and TaskContext.get().attemptNumber() == 0:
+            with open(record, "w") as f:
+                f.write(str(task_context()[1]))
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield from items
+
+    return crash
+
+
+@pytest.mark.timeout(120)
+def test_the_driver_reads_each_failed_attempt_from_spark_once(sc_retry, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What an elastic run's driver tells the server (training/task_failures.py): the
+    partition and attempt identity (the one its worker joined with) of the attempt Spark
+    saw fail, with Spark's reason, once however often it polls; the rerun that passed is
+    not reported."""
+    from tensorspark import jobs
+    from tensorspark.training.task_failures import watch_failures
+
+    record = tmp_path / "attempt"
+    reports: list[tuple[int, int, str]] = []
+    group = jobs.new_group()
+    failures = watch_failures(sc_retry, group, lambda *r: reports.append(r))
+    assert failures is not None
+    data = sc_retry.parallelize(range(4), 2).mapPartitionsWithIndex(_crash_once(str(record)))
+    rows = jobs.run_job(
+        sc_retry, data.collect, description="crash once", poll=failures.poll, group=group
+    )
+    for _ in range(3):
+        failures.poll()
+    assert sorted(rows) == [0, 1, 2, 3] and failures.readable
+    [(partition, attempt, reason)] = reports
+    assert (partition, attempt) == (1, int(record.read_text()))
+    assert "Python worker exited unexpectedly" in reason, reason

@@ -246,6 +246,24 @@ def test_a_task_that_left_failed_is_lost_at_once() -> None:
     assert counters(store)[:2] == (1, 1)
 
 
+def test_spark_s_report_of_a_failed_attempt_is_its_leave_while_it_trains() -> None:
+    """The driver's report of a task attempt Spark saw fail (training/task_failures.py):
+    taken for the attempt the server holds, while it trains; nothing for an attempt a rerun
+    replaced, a partition never seen (no row made) or one that finished its training."""
+    store, _ = make(num_workers=3, lost_after=300.0)
+    store.join(0, 0), store.join(1, 7), store.join(2, 0)
+    assert not store.leave(1, 3, "failed", spark=True)  # older: Spark's rerun joined first
+    assert not store.leave(5, 0, "failed", spark=True) and 5 not in store.ledger.workers
+    push(store, 2, 0, 1.0), store.leave(2, 0, "done")
+    assert not store.leave(2, 0, "failed", spark=True)  # trained all: its result was lost
+    waiting = push(store, 0, 0, 1.0)
+    assert waiting.got == [] and store.version == 0  # the round waits for partition 1
+    assert store.leave(1, 7, "failed", spark=True)
+    assert waiting.got == [(200, "applied", 1)]  # at once, not after lost_after
+    assert counters(store)[:2] == (1, 1)
+    assert store.status()["elastic"]["lost"] == [1]
+
+
 def test_a_reset_server_forgets_who_was_lost() -> None:
     store, timers = make(num_workers=2, lost_after=10.0)
     store.join(0, 0), store.join(1, 0)
@@ -313,6 +331,10 @@ def test_over_http_a_silent_partition_is_lost_and_its_heartbeat_brings_it_back()
             }  # fmt: skip
             assert b.heartbeat(1, 0) is True
             assert a.status()["partitions_rejoined"] == 1
+            # Spark's report of partition 1's failed attempt, through the server's loop.
+            assert server.task_failed(1, 0) is True
+            assert a.status()["partitions_lost"] == 2
+            assert server.task_failed(1, 0) is False  # reported once is enough
     with pytest.raises(ConfigurationError, match="elastic=True is a kind of sync mode"):
         ParameterServer(params, elastic=True)
     with pytest.raises(ConfigurationError, match="Pass ps_shards=1 with elastic=True"):
