@@ -75,12 +75,45 @@ def bars(data: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
+def _loss(run: dict[str, Any] | None) -> str:
+    if run is None:
+        return "- | - | -"
+    ratios = run["ratios"]
+    return (
+        f"+{ratios['overhead_s']:.1f} s | {_seconds(run.get('seconds_lost'))} | "
+        f"{ratios['accuracy_minus_uninterrupted']:+.4f}"
+    )
+
+
+def stored_runs(every: list[fr.Run]) -> list[str]:
+    """One line per stored run, newest first: what each loss cost, and the bars (the
+    driver's reading of Spark's failed tasks arrived between two of them)."""
+    lines = [
+        "Every stored run, newest first (overhead, seconds lost and accuracy against the "
+        "uninterrupted runs, at 30 % | at 60 %):",
+        "",
+        "| run | epochs, `lost_after` | overhead 30 % | seconds lost | accuracy | "
+        "overhead 60 % | seconds lost | accuracy | bars |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in every:
+        d = run.data
+        lines.append(
+            f"| {run.date}, {run.commit}, `{run.name}` | {d['epochs']}, {d['lost_after']:g} s | "
+            f"{_loss(d['runs'].get('lost_at_30'))} | {_loss(d['runs'].get('lost_at_60'))} | "
+            f"{'met' if all(bars(d).values()) else 'missed'} |"
+        )
+    return lines
+
+
 def elastic_table() -> str:
-    """Each run of the newest stored ``bench/elastic.py`` run, and its bars."""
+    """Each run of the newest stored ``bench/elastic.py`` run, and its bars; then a line
+    for every stored run."""
     try:
-        run = fr.runs("elastic")[0]
+        every = fr.runs("elastic")
     except FileNotFoundError:
         return NO_RUN
+    run = every[0]
     data = run.data
     lines = [
         f"Newest stored run {run.cite}, load {run.load}: {data['rows']:,} rows, "
@@ -108,4 +141,4 @@ def elastic_table() -> str:
             f"{barrier['rounds_redone_at_least']} rounds from its last checkpoint when resumed "
             "(a user's step, counted here as if immediate)."
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *stored_runs(every)])
