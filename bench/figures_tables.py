@@ -141,8 +141,13 @@ def tune_searches_measured() -> str:
         f"{grid['trials_to_grid_best']} of its {grid['trials']} trials "
         f"({grid['trial_s_to_grid_best']:.0f} trial-seconds, the executors' seconds summed); "
         f"random search's best {found['random']['best_score']:.3f}; TPE was within "
-        f"{d['tolerance']} at its {_ordinal(tpe['trials_to_target'])} trial and matched the "
-        f"grid's best at its {_ordinal(tpe['trials_to_grid_best'])}.",
+        f"{d['tolerance']} at its {_ordinal(tpe['trials_to_target'])} trial and "
+        + (
+            f"matched the grid's best at its {_ordinal(tpe['trials_to_grid_best'])}."
+            if tpe["trials_to_grid_best"] is not None
+            else f"did not match the grid's best in its {tpe['trials']} trials (its best "
+            f"{tpe['best_score']:.4f})."
+        ),
         "",
         "| search | trial-seconds, run 1 / run 2 (mean) | epochs trained, run 1 / run 2 | "
         "saved vs TPE (mean) | best score, run 1 / run 2 |",

@@ -335,8 +335,6 @@ class _Shard:
             return None, b""
         if cmd == "control":
             return server.set_control(args.get("value") or {}), b""
-        if cmd == "task_failed":
-            return server.task_failed(int(args["partition"]), int(args["attempt"])), b""
         if cmd == "reset_progress":
             server.reset_progress()
             return None, b""

@@ -328,10 +328,9 @@ class ShardedServer(auth.SignedServer):
         return control
 
     def task_failed(self, partition: int, attempt: int) -> bool:
-        """Spark saw a task attempt fail (see :meth:`ParameterServer.task_failed`): every
-        shard is told; whether any took it."""
-        told = self._all("task_failed", {"partition": partition, "attempt": attempt})
-        return any(bool(r) for r, _ in told)
+        """Not taken (False): a sharded server is never elastic (ServerSettings refuses it),
+        so no round waits on a lost partition; its runs fail fast on a lost executor."""
+        return False
 
     def reset_progress(self) -> None:
         """A new run on every shard (:meth:`ParameterServer.reset_progress`), and a new base

@@ -39,7 +39,7 @@ from tensorspark.ps.protocol import RunServer
 
 logger = logging.getLogger(__name__)
 
-#: The most task attempts read of one stage attempt (its last ones: a rerun is recent).
+#: The most failed task attempts read of one stage attempt.
 MAX_TASKS = 1 << 20
 
 #: ``(partition, attempt identity, Spark's reason)`` of one failed task attempt.
@@ -48,6 +48,12 @@ Report = Callable[[int, int, str], None]
 
 class FailedTasks:
     """The failed task attempts of one job group's stages, each reported once.
+
+    Each poll asks Spark's status store for the ``FAILED`` task attempts of every attempt
+    of the group's stages (a stage retried after a fetch failure has several; an older
+    attempt's tasks may still fail), filtered there, so a poll costs a few Py4J calls
+    however many tasks a stage has. A report that raised (the server did not answer) is
+    tried again at the next poll.
 
     Args:
         sc: a classic SparkContext.
@@ -62,7 +68,9 @@ class FailedTasks:
         self.report = report
         self._tracker = sc.statusTracker()
         self._store = sc._jsc.sc().statusStore()
-        self._counted: dict[tuple[int, int], int] = {}  # (stage, attempt): failures reported
+        v1 = sc._jvm.org.apache.spark.status.api.v1
+        self._by_id = v1.TaskSorting.ID
+        self._failed = sc._jvm.java.util.Collections.singletonList(v1.TaskStatus.FAILED)
         self._reported: set[int] = set()  # Spark's task ids
         self.readable = True
 
@@ -71,7 +79,7 @@ class FailedTasks:
         if not self.readable:
             return
         try:
-            self._read()
+            failed = self._read()
         except Exception as err:  # Py4J, or a Spark without this store: heartbeats remain
             self.readable = False
             logger.warning(
@@ -80,35 +88,50 @@ class FailedTasks:
                 type(err).__name__,
                 str(err).splitlines()[0] if str(err) else "",
             )
+            return
+        for task, partition, attempt, reason in failed:
+            try:
+                self.report(partition, attempt, reason)
+            except Exception as err:  # the server did not answer: again at the next poll
+                logger.warning(
+                    "elastic sync: could not tell the server that partition %s's task "
+                    "failed (%s); trying again",
+                    partition,
+                    err,
+                )
+                continue
+            self._reported.add(task)
 
-    def _read(self) -> None:
+    def _read(self) -> list[tuple[int, int, int, str]]:
+        """``(task id, partition, attempt identity, reason)`` of each failed attempt not
+        reported yet."""
+        out = []
         for job in self._tracker.getJobIdsForGroup(self.group):
             info = self._tracker.getJobInfo(job)
             for stage in info.stageIds if info is not None else ():
                 stage_info = self._tracker.getStageInfo(stage)
                 if stage_info is None:
                     continue
-                key = (int(stage), int(stage_info.currentAttemptId))
-                if int(stage_info.numFailedTasks) > self._counted.get(key, 0):
-                    self._stage_attempt(*key)
+                for attempt in range(int(stage_info.currentAttemptId) + 1):
+                    out += self._stage_attempt(int(stage), attempt)
+        return out
 
-    def _stage_attempt(self, stage: int, attempt: int) -> None:
-        tasks = self._store.taskList(stage, attempt, MAX_TASKS)
-        failed = [
-            t for t in (tasks.apply(i) for i in range(tasks.size())) if t.status() == "FAILED"
-        ]
-        self._counted[(stage, attempt)] = len(failed)  # fewer than Spark counts: read again
-        for task in failed:
+    def _stage_attempt(self, stage: int, attempt: int) -> list[tuple[int, int, int, str]]:
+        tasks = self._store.taskList(stage, attempt, 0, MAX_TASKS, self._by_id, self._failed)
+        out = []
+        for i in range(tasks.size()):  # only the failed ones: few
+            task = tasks.apply(i)
             if int(task.taskId()) in self._reported:
                 continue
-            self._reported.add(int(task.taskId()))
             message = task.errorMessage()
             reason = str(message.get()).strip() if message.isDefined() else ""
-            self.report(
+            out.append((
+                int(task.taskId()),
                 int(task.partitionId()),
                 attempt_id(int(task.taskId()), int(task.attempt())),
                 reason.splitlines()[0] if reason else "failed",
-            )
+            ))  # fmt: skip
+        return out
 
 
 def watch_failures(sc: Any, group: str, report: Report) -> FailedTasks | None:

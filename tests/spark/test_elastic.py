@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +227,11 @@ def test_the_driver_reads_each_failed_attempt_from_spark_once(sc_retry, tmp_path
     rows = jobs.run_job(
         sc_retry, data.collect, description="crash once", poll=failures.poll, group=group
     )
-    for _ in range(3):
+    deadline = time.monotonic() + 30  # Spark's status store is written by a listener
+    while not reports and time.monotonic() < deadline:
+        failures.poll()
+        time.sleep(0.2)
+    for _ in range(3):  # polled again: reported once
         failures.poll()
     assert sorted(rows) == [0, 1, 2, 3] and failures.readable
     [(partition, attempt, reason)] = reports

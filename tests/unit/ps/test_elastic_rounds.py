@@ -264,6 +264,26 @@ def test_spark_s_report_of_a_failed_attempt_is_its_leave_while_it_trains() -> No
     assert store.status()["elastic"]["lost"] == [1]
 
 
+def test_spark_s_report_drops_the_failed_attempts_waiting_push_and_not_a_lost_one() -> None:
+    """Spark's report of an attempt whose push waits in the round: the push is answered
+    503 and left out (the dead attempt's update is never applied; its rerun pushes the
+    chunk again). A partition already lost to silence is not lost twice."""
+    store, timers = make(num_workers=3, lost_after=5.0)
+    store.join(0, 0), store.join(1, 0), store.join(2, 0)
+    dead = push(store, 1, 0, 9.0)
+    assert store.leave(1, 0, "failed", spark=True)
+    assert [code for code, *_ in dead.got] == [503]
+    first, second = push(store, 0, 0, 1.0), push(store, 2, 0, 1.0)
+    assert first.got == second.got == [(200, "applied", 1)]
+    np.testing.assert_array_equal(store.params()["w"], np.full(3, 1.0, np.float32))
+    # Partition 2 goes silent and is lost after lost_after; Spark's report comes later.
+    push(store, 0, 1, 1.0)
+    timers.advance(6.0)
+    assert store.status()["elastic"]["lost"] == [1, 2]
+    assert not store.leave(2, 0, "failed", spark=True)
+    assert counters(store)[1] == 2  # partitions 1 and 2, each once
+
+
 def test_a_reset_server_forgets_who_was_lost() -> None:
     store, timers = make(num_workers=2, lost_after=10.0)
     store.join(0, 0), store.join(1, 0)
