@@ -11,12 +11,16 @@ the container dies as one killed by the kernel's OOM killer or a crash would.
 What happens, and what the test checks:
 
 * **The run carries on with fewer; YARN replaces the executor meanwhile.** The server
-  declares the killed partition lost after ``lost_after`` seconds without a push or a
-  heartbeat (the survivor's round waits that long, no longer), and the survivor's rounds
-  complete short. Spark reruns the lost task on the first free slot, which the run does not
+  declares the killed partition lost as soon as Spark reports its task failed (the driver
+  reads Spark's failed tasks: tensorspark/training/task_failures.py), or after
+  ``lost_after`` seconds without a push or a heartbeat, whichever comes first (the
+  survivor's round waits that long, no longer), and the survivor's rounds complete short.
+  Spark reruns the lost task on the first free slot, which the run does not
   wait for a particular executor to provide: the NodeManager reports the container's exit
   (137), and Spark's YARN allocator asks the ResourceManager for one more container to keep
-  ``spark.executor.instances=2`` (checked in the ApplicationMaster's log), but the survivor
+  ``spark.executor.instances=2`` (checked in the ApplicationMaster's log; two epochs and
+  the allocator's heartbeat at 1 s leave it the time: with the loss noticed at once, one
+  epoch could end before its next heartbeat at the default 3 s), but the survivor
   finishes its partition before the replacement's JVM and Python worker are up, so the rerun
   takes the survivor's slot (on a slower run, the replacement's: either is correct). The
   rerun rejoins and resumes after its partition's last applied push.
@@ -54,13 +58,16 @@ from tests.yarn.submission import APP_ID, RunningSubmission
 KERAS_APP = Path(__file__).resolve().parent / "keras_app.py"
 DASHBOARD = re.compile(r"dashboard at (http://\S+)")
 REQUESTED = re.compile(r"Will request (\d+) executor container")
-LOST = re.compile(r"elastic sync: partition (\d+) lost \(no push or heartbeat")
+# The loss in the driver's log: Spark's report of the failed task, or the heartbeats' silence.
+LOST = re.compile(
+    r"elastic sync: partition (\d+) (?:failed; rounds go on|lost \(no push or heartbeat)"
+)
 LOST_TASK = re.compile(
     r"Lost task (\d+)\.\d+ in stage \S+ \(TID \d+\) \(\S+ executor (\d+)\): ExecutorLostFailure"
 )
-EPOCHS = 1
+EPOCHS = 2
 BATCH_SIZE = 64  # keras_app.py's
-SYNC_INTERVAL = 20  # 24 pushes per partition: time to kill mid-run
+SYNC_INTERVAL = 20  # 24 pushes per partition and epoch: time to kill mid-run
 KILL_AFTER_PUSHES = 4
 LOST_AFTER_S = 5.0
 START_TIMEOUT_S = 240.0  # until both partitions trained: containers, data, TensorFlow
@@ -144,6 +151,7 @@ def test_elastic_sync_survives_a_killed_executor_container(
         ],
         deploy_mode="client",
         name="tensorspark-yarn-elastic",
+        conf={"spark.yarn.scheduler.heartbeat.interval-ms": "1000"},
         cwd=tmp_path,
     )
     try:
