@@ -129,10 +129,12 @@ fi
 #  - the unit set is two single-threaded pytest processes: they ran above, beside the jar
 #    resolution, the lint and the environments' builds;
 #  - the spark set (local mode) runs alone: its async training tests (accuracy bars, a task
-#    killed mid-epoch) ran flaky beside other JVMs;
-#  - then the docs and cluster sets (standalone, Connect, HDFS, S3, netns, YARN, Kafka) run
-#    beside the compat runs, one after the other in a second lane;
-#  - the import check runs beside the spark set at the lowest priority (below).
+#    killed mid-epoch) ran flaky beside other JVMs at the same priority;
+#  - then the cluster sets (standalone, Connect, HDFS, S3, netns, YARN, Kafka) and the
+#    docs' browser test run beside the compat runs, one after the other in a second lane;
+#  - the import check and the rest of the docs set (the site, the snippets, the generated
+#    figures and charts: no wait shorter than 5 minutes in it) run beside the spark set at
+#    the lowest priority, CPU and I/O, in the cores' idle time (below).
 # Each pytest process writes its JUnit XML; the minutes per set and every failure are read
 # from them at the end.
 phase_wait "compat environments" || {
@@ -150,7 +152,7 @@ TENSORSPARK_OTHER_PYTHON="$(bash scripts/compat.sh python newest)"
 export TENSORSPARK_OTHER_PYTHON
 
 main_junit=("$logs/unit-server-junit.xml" "$logs/unit-rest-junit.xml" "$logs/main-spark-junit.xml"
-  "$logs/main-clusters-junit.xml")
+  "$logs/main-docs-junit.xml" "$logs/main-clusters-junit.xml")
 rm -f "${main_junit[@]:2}"  # never an older run's, should this one write none
 # The pyspark 4.0/4.1/4.2 import check (its venvs' builds where they are missing, then
 # pip's resolver and a tiny local job each, no timing in it) runs beside the spark set at
@@ -161,6 +163,11 @@ if command -v ionice >/dev/null; then idle_io=(ionice -c 3); fi
 phase_background "import check (pyspark 4.0-4.2), beside the spark set at nice 19" \
   "$logs/import-check.log" env IMPORT_CHECK_DIR="${IMPORT_CHECK_DIR:-$HOME/.cache/tensorspark-import-check}" \
   "${idle_io[@]}" nice -n 19 bash scripts/import_check.sh
+# The docs set but its browser test (a 30 s wait for the page: in the cluster lane below),
+# likewise: about 3.5 of the cluster lane's minutes moved into the spark set's idle time.
+phase_background "docs set, beside the spark set at nice 19" "$logs/docs.log" \
+  "${idle_io[@]}" nice -n 19 .venv/bin/python -m pytest -p no:cacheprovider -q -ra \
+  --durations=10 --junitxml="$logs/main-docs-junit.xml" -m "not browser" tests/docs
 phase "main pytest run: spark (local mode)"
 spark_rc=0
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=15 \
@@ -192,13 +199,17 @@ compat_lane() {
 }
 phase_background "compat runs" "$logs/compat-lane.log" compat_lane
 
-phase "main pytest run: docs and the cluster sets"
+phase "main pytest run: the cluster sets and the docs' browser test"
 clusters_rc=0
 .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=15 \
-  --junitxml="$logs/main-clusters-junit.xml" \
-  tests/docs tests/cluster tests/connect tests/hdfs tests/s3 tests/netns tests/yarn tests/kafka \
+  --junitxml="$logs/main-clusters-junit.xml" tests/docs/test_browser.py \
+  tests/cluster tests/connect tests/hdfs tests/s3 tests/netns tests/yarn tests/kafka \
   || clusters_rc=$?
 phase_end "$([ "$clusters_rc" = 0 ] || echo "failed (exit $clusters_rc)")"
+docs_rc=0
+phase_wait "docs set, beside the spark set at nice 19" || docs_rc=$?
+echo "== docs set, beside the spark set ($logs/docs.log):"
+tail -n 20 "$logs/docs.log"
 lane_rc=0
 phase_wait "compat runs" || lane_rc=$?
 import_rc=0
@@ -220,7 +231,7 @@ else
   tail -n 40 "$logs/import-check.log"
 fi
 # Every failure again, last (only the phase table follows), where a log's tail shows them.
-for rc_part in "$unit_rc" "$spark_rc" "$clusters_rc" "$lane_rc" "$import_rc"; do
+for rc_part in "$unit_rc" "$spark_rc" "$docs_rc" "$clusters_rc" "$lane_rc" "$import_rc"; do
   [ "$rc_part" = 0 ] || rc=$rc_part
 done
 if [ "$rc" != 0 ]; then

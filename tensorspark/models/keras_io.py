@@ -14,6 +14,7 @@ job is deserialised once per worker process, not once per partition.
 from __future__ import annotations
 
 import collections
+import io
 import json
 import logging
 import os
@@ -42,6 +43,8 @@ CACHE_LOCK_TIMEOUT_S = 600.0
 _MAX_COUNTERS = 256
 # Packages whose classes Keras finds by module name when loading.
 _KERAS_PACKAGES = frozenset({"keras", "keras_hub", "keras_cv", "keras_nlp"})
+# The archive's entry that holds Keras's version and the time of the save.
+_METADATA = "metadata.json"
 
 
 def serialize_model(model: keras.Model) -> bytes:
@@ -49,7 +52,10 @@ def serialize_model(model: keras.Model) -> bytes:
 
     Runs on the driver (or anywhere); thread-safe (each call uses its own temporary folder).
     The bytes hold the architecture, the weights and the compile configuration (optimizer,
-    loss, metrics) when the model is compiled.
+    loss, metrics) when the model is compiled. They are a function of the model alone:
+    the clock Keras writes into the archive (``metadata.json``'s ``date_saved``, the zip
+    entries' times) is taken out, so the same model gives the same bytes at any time, and
+    what is keyed by their digest (the executors' model cache of ``predict``) finds it.
 
     Args:
         model: a ``keras.Model`` (Sequential, functional or a registered subclass).
@@ -77,7 +83,26 @@ def serialize_model(model: keras.Model) -> bytes:
                 "get_config()/from_config() and @keras.saving.register_keras_serializable()."
             ) from err
         with open(path, "rb") as f:
-            return f.read()
+            return _without_clock(f.read())
+
+
+def _without_clock(archive: bytes) -> bytes:
+    """``archive`` (a ``.keras`` zip) rewritten with every entry dated as zip's epoch and
+    without ``metadata.json``'s ``date_saved`` (Keras never reads it back); the entries,
+    their order and their compression are kept."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(archive)) as src, zipfile.ZipFile(out, "w") as dst:
+        for entry in src.infolist():
+            data = src.read(entry)
+            if entry.filename == _METADATA:
+                meta = json.loads(data)
+                meta.pop("date_saved", None)
+                data = json.dumps(meta).encode("utf-8")
+            dated = zipfile.ZipInfo(entry.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            dated.compress_type = entry.compress_type
+            dated.external_attr = entry.external_attr
+            dst.writestr(dated, data)
+    return out.getvalue()
 
 
 def deserialize_model(

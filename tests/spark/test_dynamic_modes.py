@@ -49,10 +49,16 @@ def test_sync_int8_trains_with_no_collisions_and_learns(sc: SparkContext) -> Non
 def test_async_bounded_staleness_trains_with_no_collisions_and_learns(sc: SparkContext) -> None:
     import keras
 
+    # Seeded (the initial weights, each epoch's shuffle): what varies is the interleaving of
+    # the two partitions' /vocab requests and pushes, as async does.
+    keras.utils.set_random_seed(0)
     model = _model(keras.optimizers.Adagrad(1.0))  # (0.2 learns little in 2 epochs)
-    ks = sps.SparkSession(sc, model, mode="async", max_staleness=1, sync_interval=4, batch_size=50)
+    ks = sps.SparkSession(
+        sc, model, mode="async", max_staleness=1, sync_interval=4, batch_size=50, seed=0
+    )
     history = ks.fit(_rdd(sc), epochs=2)
     status = ks.last_run.status  # type: ignore[union-attr]
     assert status["max_staleness"] == 1 and status["rows_pushed"] > 0
     score = _check_run(ks, history, model)
-    assert score > 0.65, score  # 0.73-0.83 in 4 runs (async: the reclaims vary)
+    # 0.73-0.83 in 4 runs; seeded, 0.77-0.84 in 4 runs (0.63 once in CI, unseeded)
+    assert score > 0.65, score

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import uuid
 import zipfile
 from io import BytesIO
@@ -44,6 +46,21 @@ def test_round_trip_keeps_weights_and_compile_config() -> None:
     np.testing.assert_allclose(again.predict_on_batch(x), model.predict_on_batch(x), atol=1e-6)
     assert isinstance(again.optimizer, keras.optimizers.Adam)
     assert again.loss == "categorical_crossentropy"
+
+
+def test_the_same_model_gives_the_same_bytes_a_second_later() -> None:
+    # Keras dates the archive (metadata.json's date_saved, to the second; the weights'
+    # zip entry, to two seconds): bytes compared or keyed by digest (predict's executor
+    # cache) must not change with the clock.
+    model = tiny_model()
+    first = keras_io.serialize_model(model)
+    time.sleep(2.1)
+    assert keras_io.serialize_model(model) == first
+    archive = zipfile.ZipFile(BytesIO(first))
+    assert archive.namelist() == ["metadata.json", "config.json", "model.weights.h5"]
+    assert "keras_version" in json.loads(archive.read("metadata.json"))
+    model.layers[0].kernel.assign(model.layers[0].kernel + 1.0)  # new weights: new bytes
+    assert keras_io.serialize_model(model) != first
 
 
 def test_serialize_refuses_other_objects() -> None:
