@@ -14,8 +14,9 @@ configuration slow alike).
 
 Every measurement runs in a fresh Python process (as ``bench/keras_fit.py``), so every Spark
 measurement starts with a fresh ``local[2]`` SparkContext whose Python workers have never
-run: the cold start a pyspark user meets. 2 partitions, async DynSGD, ``sync_interval=20``,
-the library's defaults otherwise (warm-up on, Spark's worker reuse on). Configurations:
+run: the cold start a pyspark user meets. 2 partitions, async DynSGD (``--combiner``: another
+weight combiner), ``sync_interval=20``, the library's defaults otherwise (warm-up on,
+Spark's worker reuse on). Configurations:
 
 * ``dense``: ``embeddings='dense'``: the table travels whole (the behaviour before row sync);
 * ``sparse``: the rows a worker changed, and back the rows changed since its copy;
@@ -109,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--sync-interval", type=int, default=20)
     parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument(
+        "--combiner",
+        default="dynsgd",
+        choices=("dynsgd", "delta", "mean"),
+        help="the Spark configurations' weight_combiner",
+    )
     parser.add_argument("--configs", default="sparse,sparse_int8,dense,single")
     parser.add_argument("--rows", type=int, default=1 << 20, help="the table's rows")
     parser.add_argument("--dim", type=int, default=32, help="the table's width")
@@ -189,6 +196,7 @@ def _fit(sc: Any, name: str, train: Any, args: argparse.Namespace) -> tuple[Any,
         model,
         sync_interval=args.sync_interval,
         batch_size=args.batch_size,
+        weight_combiner=args.combiner,
         name=f"emb-{name}",
         **spec,
     )

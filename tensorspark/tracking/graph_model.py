@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorspark.tracking.model import MODEL_NAME, pinned_here, requirements
+from tensorspark.tracking.model import log_model_as, pinned_here, requirements
 
 #: The folder of the MLflow model that holds the SavedModel (``mlflow.tensorflow``'s name).
 SAVED_MODEL_DIR = "tfmodel"
@@ -112,15 +112,6 @@ def log_graph_model(run_id: str, folder: str, signature: Any, step: int = 0) -> 
     """Log the SavedModel ``folder`` (a local copy of an export's version) to ``run_id``
     as :data:`~tensorspark.tracking.model.MODEL_NAME`, its metrics at ``step`` linked;
     MLflow's ``ModelInfo``."""
-    from mlflow.models import Model
-
-    return Model.log(
-        artifact_path=None,
-        name=MODEL_NAME,
-        flavor=GraphFlavor,
-        step=step,
-        run_id=run_id,
-        folder=folder,
-        signature=signature,
-        pip_requirements=requirements(PACKAGES),
+    return log_model_as(
+        GraphFlavor, run_id, step, requirements(PACKAGES), folder=folder, signature=signature
     )

@@ -185,20 +185,34 @@ def log_keras_model(run_id: str, model: Any, example: np.ndarray | None, step: i
     so ``mlflow.pyfunc.load_model`` answers raw ids in any process with plain TensorFlow,
     as an export does; its ``.keras`` file would need tensorspark imported first to
     rebuild the layer."""
-    from mlflow.models import Model
-
     from tensorspark.models.dynamic_embedding import dynamic_layers
+
+    return log_model_as(
+        KerasFlavor,
+        run_id,
+        step,
+        requirements(),
+        model=model,
+        signature=signature(model),
+        input_example=example,
+        validate_serving_input=False,
+        save_exported_model=bool(dynamic_layers(model)),
+    )
+
+
+def log_model_as(flavor: Any, run_id: str, step: int, pins: list[str], **fields: Any) -> Any:
+    """Log a model of ``flavor`` (its ``save_model`` takes ``fields``) to ``run_id`` as
+    :data:`MODEL_NAME`, the run's metrics at ``step`` linked and ``pins`` its pip
+    requirements: how every model tensorspark logs is named and pinned; MLflow's
+    ``ModelInfo``."""
+    from mlflow.models import Model
 
     return Model.log(
         artifact_path=None,
         name=MODEL_NAME,
-        flavor=KerasFlavor,
+        flavor=flavor,
         step=step,
-        model=model,
         run_id=run_id,
-        signature=signature(model),
-        input_example=example,
-        pip_requirements=requirements(),
-        validate_serving_input=False,
-        save_exported_model=bool(dynamic_layers(model)),
+        pip_requirements=pins,
+        **fields,
     )
