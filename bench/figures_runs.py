@@ -255,6 +255,9 @@ def cached_embeddings(run: Run, head: str) -> tuple[str, dict[str, bool]]:
     c, row = d["summary"]["sparse_cached"], d["configs"]["sparse_cached"]
     table = row["table"]
     rss = max(row["worker_peak_rss_mib"], default=0.0)
+    combiner = d["args"].get("combiner") or "dynsgd"
+    if combiner != "dynsgd":
+        head += f"`weight_combiner='{combiner}'`, "
     text = head + (
         f"row cache of {int(row['settings']['row_cache']):,} rows on a {table['rows']:,} x "
         f"{table['dim']} table ({table['mib']:,.0f} MiB): worker peak RSS **{rss:,.0f} MiB**, "
