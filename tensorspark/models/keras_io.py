@@ -14,10 +14,10 @@ job is deserialised once per worker process, not once per partition.
 from __future__ import annotations
 
 import collections
-import io
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import zipfile
@@ -45,6 +45,8 @@ _MAX_COUNTERS = 256
 _KERAS_PACKAGES = frozenset({"keras", "keras_hub", "keras_cv", "keras_nlp"})
 # The archive's entry that holds Keras's version and the time of the save.
 _METADATA = "metadata.json"
+# Bytes copied at a time from Keras's archive into the one without the clock.
+_COPY_CHUNK = 4 << 20
 
 
 def serialize_model(model: keras.Model) -> bytes:
@@ -82,27 +84,30 @@ def serialize_model(model: keras.Model) -> bytes:
                 f"Keras could not save model {model.name!r}: {err}. Subclassed models need "
                 "get_config()/from_config() and @keras.saving.register_keras_serializable()."
             ) from err
-        with open(path, "rb") as f:
-            return _without_clock(f.read())
+        dated = os.path.join(folder, "dated.keras")
+        _without_clock(path, dated)
+        with open(dated, "rb") as f:
+            return f.read()
 
 
-def _without_clock(archive: bytes) -> bytes:
-    """``archive`` (a ``.keras`` zip) rewritten with every entry dated as zip's epoch and
-    without ``metadata.json``'s ``date_saved`` (Keras never reads it back); the entries,
-    their order and their compression are kept."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(archive)) as src, zipfile.ZipFile(out, "w") as dst:
+def _without_clock(source: str, target: str) -> None:
+    """Copies the ``.keras`` zip ``source`` to ``target`` with every entry dated as zip's
+    epoch and without ``metadata.json``'s ``date_saved`` (Keras never reads it back); the
+    entries, their order and their compression are kept. File to file, in chunks: a model
+    of a large table is never held twice in memory for it."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
         for entry in src.infolist():
-            data = src.read(entry)
-            if entry.filename == _METADATA:
-                meta = json.loads(data)
-                meta.pop("date_saved", None)
-                data = json.dumps(meta).encode("utf-8")
             dated = zipfile.ZipInfo(entry.filename, date_time=(1980, 1, 1, 0, 0, 0))
             dated.compress_type = entry.compress_type
             dated.external_attr = entry.external_attr
-            dst.writestr(dated, data)
-    return out.getvalue()
+            if entry.filename == _METADATA:
+                meta = json.loads(src.read(entry))
+                meta.pop("date_saved", None)
+                dst.writestr(dated, json.dumps(meta).encode("utf-8"))
+                continue
+            dated.file_size = entry.file_size  # (a zip64 entry where the size needs one)
+            with src.open(entry) as reader, dst.open(dated, "w") as writer:
+                shutil.copyfileobj(reader, writer, _COPY_CHUNK)
 
 
 def deserialize_model(
