@@ -23,7 +23,10 @@ overhead in rounds of the uninterrupted run, accuracy difference). Every run sta
 the same seeded model, with every executor registered and warm (an unmeasured short fit
 just before it starts every executor's Python worker and imports TensorFlow in it, the
 replacement's too, so no partition joins late because of a cold worker); the
-uninterrupted run is measured first and again last, the baseline being their mean. The
+uninterrupted run is measured first and again last, the baseline being their mean; with
+``--seeds N``, uninterrupted runs with seeds 1..N-1 (the model's initial weights and the
+shuffle) follow, each with its own losses at the same shares: how far apart runs that
+lose nothing end, and what a loss costs against the same seed's uninterrupted run. The
 JSON goes to ``--out`` with the run record (``bench/run_record.py``: commit, versions,
 load).
 
@@ -66,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kill-at", type=float, nargs="*", default=[0.3, 0.6])
     parser.add_argument("--checkpoint-interval", type=float, default=5.0, help="barrier run")
     parser.add_argument("--no-barrier", action="store_true", help="leave out barrier_resume")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="uninterrupted runs with seeds 0..N-1 (the model's weights and the shuffle): "
+        "how far apart runs that lose nothing end, beside what a loss costs",
+    )
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/elastic.json")
     args = parser.parse_args(argv)
@@ -202,16 +212,19 @@ def expected_pushes(rows: list[int], args: argparse.Namespace) -> int:
     return sum(args.epochs * math.ceil(b / args.sync_interval) for b in batches)
 
 
-def _fit(sc: Any, train: Any, args: argparse.Namespace, listener: Any, **options: Any) -> Any:
+def _fit(
+    sc: Any, train: Any, args: argparse.Namespace, listener: Any, seed: int = 0, **options: Any
+) -> Any:
     import tensorspark as sps
 
-    model = make_model()
+    model = make_model(seed)
     session = sps.SparkSession(
         sc,
         model,
         mode="sync",
         sync_interval=args.sync_interval,
         batch_size=args.batch_size,
+        seed=seed,
         **options,
     )
     try:
@@ -222,7 +235,11 @@ def _fit(sc: Any, train: Any, args: argparse.Namespace, listener: Any, **options
 
 
 def elastic_run(
-    sc: Any, data: tuple[Any, Any, Any], args: argparse.Namespace, kill_at: float | None
+    sc: Any,
+    data: tuple[Any, Any, Any],
+    args: argparse.Namespace,
+    kill_at: float | None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     train, xt, yt = data
     rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
@@ -231,13 +248,14 @@ def elastic_run(
     warm_up(sc, args)
     listener = _listener(sc, expected, kill_at, args.executors)
     started = time.perf_counter()
-    model, history = _fit(sc, train, args, listener, elastic=True, lost_after=args.lost_after)
+    model, history = _fit(sc, train, args, listener, seed, elastic=True, lost_after=args.lost_after)
     wall = time.perf_counter() - started
     registered_before_the_end = listener.replaced_s is not None
     status = history.result.status
     _, accuracy = model.evaluate(xt, yt, verbose=0)
     return {
         "kill_at": kill_at,
+        "seed": seed,
         "wall_s": round(wall, 2),
         "rounds": int(status["round"]),
         **{k: status.get(k, 0) for k in ("short_rounds", "partitions_lost")},
@@ -352,6 +370,11 @@ def main() -> None:
                 if not args.no_barrier:
                     runs["barrier_resume"] = barrier_run(sc, data, args)
                 runs["uninterrupted_again"] = elastic_run(sc, data, args, None)
+                for seed in range(1, args.seeds):
+                    runs[f"uninterrupted_seed_{seed}"] = elastic_run(sc, data, args, None, seed)
+                    for kill_at in args.kill_at:
+                        name = f"lost_at_{round(kill_at * 100)}_seed_{seed}"
+                        runs[name] = elastic_run(sc, data, args, kill_at, seed)
             finally:
                 sc.stop()
         finally:
@@ -364,8 +387,16 @@ def main() -> None:
         "test_accuracy": (first["test_accuracy"] + again["test_accuracy"]) / 2,
     }
     for name, run in runs.items():
-        if not name.startswith("uninterrupted"):
-            run["ratios"] = ratios(run, base)
+        if name.startswith("uninterrupted"):
+            continue
+        # Another seed's loss against that seed's uninterrupted run.
+        seed = run.get("seed", 0)
+        run["ratios"] = ratios(run, runs[f"uninterrupted_seed_{seed}"] if seed else base)
+    # How far apart runs that lose nothing end: seed 0's (the baseline, and what every loss
+    # above starts from) and each other seed's.
+    seeds = [first["test_accuracy"]] + [
+        run["test_accuracy"] for name, run in runs.items() if name.startswith("uninterrupted_seed_")
+    ]
     result = {
         "benchmark": "elastic sync: an executor lost mid-run vs uninterrupted (Keras MLP)",
         "smoke": args.smoke,
@@ -377,6 +408,7 @@ def main() -> None:
         "lost_after": args.lost_after,
         "checkpoint_interval": args.checkpoint_interval,
         "cluster_startup_s": round(cluster.startup_s, 2),
+        "seed_accuracies": seeds,
         "runs": runs,
     }
     run_record.write(Path(args.out), result, record)

@@ -59,7 +59,7 @@ def bars(data: dict[str, Any]) -> dict[str, bool]:
     base = runs["uninterrupted"]
     round_s = base["wall_s"] / max(1, base["rounds"])
     for name, run in runs.items():
-        if not name.startswith("lost_at_"):
+        if not name.startswith("lost_at_") or "_seed_" in name:
             continue
         at = name.removeprefix("lost_at_")
         out[f"{at} %: completed, pushes and samples exact"] = (
@@ -106,6 +106,58 @@ def stored_runs(every: list[fr.Run]) -> list[str]:
     return lines
 
 
+def seeds_table(data: dict[str, Any]) -> list[str]:
+    """With ``--seeds N``: each seed's uninterrupted run and its losses, each loss against
+    the same seed's uninterrupted run, and the mean difference over the seeds (a single
+    run's difference is one draw of how a perturbed trajectory ends)."""
+    runs = data["runs"]
+    shares = sorted(
+        {n.removeprefix("lost_at_") for n in runs if n.startswith("lost_at_") and "_seed" not in n}
+    )
+    seeds = [0] + sorted(
+        int(n.removeprefix("uninterrupted_seed_"))
+        for n in runs
+        if n.startswith("uninterrupted_seed_")
+    )
+    if len(seeds) < 2:
+        return []
+
+    def named(kind: str, seed: int) -> dict[str, Any] | None:
+        return runs.get(kind if seed == 0 else f"{kind}_seed_{seed}")
+
+    lines = [
+        "Each seed (the model's initial weights and the shuffle) uninterrupted and losing an "
+        "executor, each loss against the same seed's uninterrupted run:",
+        "",
+        "| seed | uninterrupted | "
+        + " | ".join(f"lost at {at} % (difference)" for at in shares)
+        + " |",
+        "|---|---|" + "---|" * len(shares),
+    ]
+    diffs: dict[str, list[float]] = {at: [] for at in shares}
+    for seed in seeds:
+        base = named("uninterrupted", seed)
+        if base is None:
+            continue
+        cells = []
+        for at in shares:
+            run = named(f"lost_at_{at}", seed)
+            if run is None:
+                cells.append("-")
+                continue
+            diff = run["ratios"]["accuracy_minus_uninterrupted"]
+            diffs[at].append(diff)
+            cells.append(f"{run['test_accuracy']:.4f} ({diff:+.4f})")
+        lines.append(f"| {seed} | {base['test_accuracy']:.4f} | " + " | ".join(cells) + " |")
+    accuracies = data.get("seed_accuracies") or []
+    spread = max(accuracies) - min(accuracies) if accuracies else 0.0
+    means = [f"{sum(d) / len(d):+.4f}" if d else "-" for d in (diffs[at] for at in shares)]
+    lines.append(
+        f"| mean over {len(seeds)} seeds | spread {spread:.4f} | " + " | ".join(means) + " |"
+    )
+    return ["", *lines]
+
+
 def elastic_table() -> str:
     """Each run of the newest stored ``bench/elastic.py`` run, and its bars; then a line
     for every stored run."""
@@ -141,4 +193,5 @@ def elastic_table() -> str:
             f"{barrier['rounds_redone_at_least']} rounds from its last checkpoint when resumed "
             "(a user's step, counted here as if immediate)."
         )
+    lines += seeds_table(data)
     return "\n".join([*lines, "", *stored_runs(every)])
