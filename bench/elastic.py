@@ -70,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-interval", type=float, default=5.0, help="barrier run")
     parser.add_argument("--no-barrier", action="store_true", help="leave out barrier_resume")
     parser.add_argument(
+        "--optimizer",
+        choices=("adam", "sgd"),
+        default="adam",
+        help="the workers' optimizer: Adam (its state per worker; a rerun task starts it "
+        "afresh) or plain SGD at 0.1 (no state)",
+    )
+    parser.add_argument(
         "--seeds",
         type=int,
         default=1,
@@ -94,7 +101,7 @@ def load(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     return x, y, xt, yt
 
 
-def make_model(seed: int = 0) -> Any:
+def make_model(seed: int = 0, optimizer: str = "adam") -> Any:
     import keras
 
     keras.utils.set_random_seed(seed)
@@ -106,7 +113,8 @@ def make_model(seed: int = 0) -> Any:
             keras.layers.Dense(10, activation="softmax", name="output"),
         ]
     )
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    chosen = keras.optimizers.SGD(0.1) if optimizer == "sgd" else keras.optimizers.Adam()
+    model.compile(optimizer=chosen, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 
 
@@ -217,7 +225,7 @@ def _fit(
 ) -> Any:
     import tensorspark as sps
 
-    model = make_model(seed)
+    model = make_model(seed, args.optimizer)
     session = sps.SparkSession(
         sc,
         model,
@@ -403,6 +411,7 @@ def main() -> None:
         "cluster": f"standalone: {args.executors} workers x 1 core on 127.0.0.1",
         "rows": len(x),
         "epochs": args.epochs,
+        "optimizer": args.optimizer,
         "batch_size": args.batch_size,
         "sync_interval": args.sync_interval,
         "lost_after": args.lost_after,
