@@ -96,3 +96,30 @@ def test_a_missed_bar_is_reported_as_missed() -> None:
     assert runs.verdict(checks).startswith("**missed**")
     met, of = _module("figures").auc_tally()
     assert of >= 3 and met < of
+
+
+def test_the_elastic_seeds_table_pairs_each_loss_with_its_own_seed() -> None:
+    """``bench/elastic.py --seeds N``: a loss of seed s is measured against seed s's
+    uninterrupted run (not seed 0's), and the table's mean is the mean of those pairs."""
+    elastic = _module("figures_elastic")
+    runs = _module("figures_runs")
+    seeded = [r for r in runs.runs("elastic") if "seed_accuracies" in r.data]
+    assert seeded, "no stored bench/elastic.py run with --seeds"
+    data = seeded[0].data
+    table = elastic.seeds_table(data)
+    diffs = []
+    for name, run in data["runs"].items():
+        if name.startswith("lost_at_60"):
+            seed = run["seed"]
+            if seed == 0:  # the baseline: the uninterrupted runs before and after the others
+                first, again = data["runs"]["uninterrupted"], data["runs"]["uninterrupted_again"]
+                base = (first["test_accuracy"] + again["test_accuracy"]) / 2
+            else:
+                base = data["runs"][f"uninterrupted_seed_{seed}"]["test_accuracy"]
+            diff = round(run["test_accuracy"] - base, 4)
+            assert abs(run["ratios"]["accuracy_minus_uninterrupted"] - diff) < 1e-9, name
+            diffs.append(diff)
+    assert len(diffs) == len(data["seed_accuracies"]) >= 2
+    mean_row = table[-1]
+    assert mean_row.startswith(f"| mean over {len(diffs)} seeds |")
+    assert mean_row.rstrip(" |").endswith(f"{sum(diffs) / len(diffs):+.4f}")
