@@ -155,7 +155,50 @@ def seeds_table(data: dict[str, Any]) -> list[str]:
     lines.append(
         f"| mean over {len(seeds)} seeds | spread {spread:.4f} | " + " | ".join(means) + " |"
     )
+    on_mean = [
+        f"{at} %: {'met' if abs(sum(d) / len(d)) <= 0.005 else '**missed**'}"
+        for at, d in diffs.items()
+        if d
+    ]
+    lines += [
+        "",
+        "The accuracy bar (within 0.005) on the mean over the seeds: " + ", ".join(on_mean) + ".",
+    ]
     return ["", *lines]
+
+
+def optimizer_lines() -> list[str]:
+    """The newest ``bench/elastic_optimizer.py`` run: the same loss in one process, the
+    rerun's Adam new (as today) or kept, each against its seed's uninterrupted run."""
+    try:
+        run = fr.runs("elastic_optimizer")[0]
+    except FileNotFoundError:
+        return []
+    d = run.data
+    a = d["args"]
+    by = {(r["seed"], r["kind"]): r["test_accuracy"] for r in d["runs"]}
+    seeds = sorted({r["seed"] for r in d["runs"]})
+    lines = [
+        "",
+        "The same loss in one process, without Spark: `bench/elastic_optimizer.py` "
+        f"{run.cite}, load {run.load}; three Keras workers in sync rounds, partition 0 away "
+        f"for {a['lost_rounds']} rounds after {a['lost_at'] * 100:.0f} % of its pushes, then "
+        "rejoining "
+        "with a new Adam (as a rerun task does today) or with its Adam kept:",
+        "",
+        "| seed | uninterrupted | rejoined with a new Adam (difference) | "
+        "with its Adam kept (difference) |",
+        "|---|---|---|---|",
+    ]
+    for seed in seeds:
+        base = by[(seed, "uninterrupted")]
+        cells = [f"{by[(seed, k)]:.4f} ({by[(seed, k)] - base:+.4f})" for k in ("fresh", "kept")]
+        lines.append(f"| {seed} | {base:.4f} | " + " | ".join(cells) + " |")
+    means = d["mean_differences"]
+    lines.append(
+        f"| mean over {len(seeds)} seeds | | {means['fresh']:+.4f} | {means['kept']:+.4f} |"
+    )
+    return lines
 
 
 def elastic_table() -> str:
@@ -207,4 +250,5 @@ def elastic_table() -> str:
             f"{d['rows']:,} rows, {d['epochs']} epochs:",
             *seeds_table(d),
         ]
+    lines += optimizer_lines()
     return "\n".join([*lines, "", *stored_runs(every)])
