@@ -10,6 +10,11 @@ mode with ``elastic=True``, over one partition per executor on a standalone clus
   data implies, one executor JVM of the application is SIGKILLed; the Worker starts a
   replacement, Spark reruns the lost task there, the rounds go on short meanwhile and the
   rerun partition rejoins after its last applied push;
+* ``shards_uninterrupted`` / ``shard_lost_at_50`` (``--shard-kill-at``, default 0.5; none
+  leaves them out): sync mode over a server of two shard processes (``ps_shards=2``; elastic
+  sync runs on one), uninterrupted, and with shard 1's process SIGKILLed once half the
+  pushes are applied: the driver restarts it from its cut and journal while the workers
+  retry, and the run completes on its own;
 * ``barrier_resume`` (unless ``--no-barrier``): today's fail-fast sync (one barrier stage,
   a checkpoint every ``--checkpoint-interval`` seconds) losing an executor at 30 %: the
   run fails with ``ExecutorLostError``; once the executor is replaced, the same run with
@@ -69,6 +74,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kill-at", type=float, nargs="*", default=[0.3, 0.6])
     parser.add_argument("--checkpoint-interval", type=float, default=5.0, help="barrier run")
     parser.add_argument("--no-barrier", action="store_true", help="leave out barrier_resume")
+    parser.add_argument(
+        "--shard-kill-at",
+        type=float,
+        nargs="*",
+        default=[0.5],
+        help="sync mode with ps_shards=2, uninterrupted and with shard 1's process SIGKILLed "
+        "at these shares of the pushes (the driver restarts it); none: leave them out",
+    )
     parser.add_argument(
         "--optimizer",
         choices=("adam", "sgd"),
@@ -326,6 +339,68 @@ def barrier_run(sc: Any, data: tuple[Any, Any, Any], args: argparse.Namespace) -
     }
 
 
+def shard_run(
+    sc: Any, data: tuple[Any, Any, Any], args: argparse.Namespace, kill_at: float | None
+) -> dict[str, Any]:
+    """Sync mode (the barrier stage) over a server of two shard processes; with
+    ``kill_at``, shard 1's process is SIGKILLed once that share of the pushes is applied,
+    and the driver restarts it (its journal replayed) while the workers retry."""
+    import tensorspark as sps
+    from tensorspark.ps.shards import ShardedServer
+    from tests.spark.killers import Killer
+
+    train, xt, yt = data
+    rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
+    expected = expected_pushes(rows, args)
+    wait_executors(sc, args.executors)
+    warm_up(sc, args)
+
+    def victim(server: Any) -> int | None:
+        if kill_at is None or not isinstance(server, ShardedServer) or not server.running:
+            return None
+        try:
+            applied = int(server.status()["applied_pushes"])
+        except Exception:  # noqa: BLE001 - not answering yet: ask again at the next poll
+            return None
+        return int(server.pids[1]) if applied >= kill_at * expected else None
+
+    killer = Killer(victim, name="bench-shard-killer", timeout=EXECUTORS_TIMEOUT_S * 3)
+    model = make_model(0, args.optimizer)
+    session = sps.SparkSession(
+        sc,
+        model,
+        mode="sync",
+        sync_interval=args.sync_interval,
+        batch_size=args.batch_size,
+        seed=0,
+        ps_shards=2,
+    )
+    started = time.perf_counter()
+    if kill_at is not None:
+        killer.start(session)
+    try:
+        history = session.fit(train, epochs=args.epochs, progress=False)
+    finally:
+        killer.stop()
+        session.close()
+    wall = time.perf_counter() - started
+    status = history.result.status
+    _, accuracy = model.evaluate(xt, yt, verbose=0)
+    return {
+        "kill_at": kill_at,
+        "seed": 0,
+        "wall_s": round(wall, 2),
+        "rounds": int(status.get("round", status.get("version", 0))),
+        "shard_restarts": status.get("shard_restarts"),
+        "shard_killed": killer.killed is not None,
+        "pushes_applied": int(status["applied_pushes"]),
+        "pushes_expected": expected,
+        "samples_applied": int(status["samples"]),
+        "samples_expected": args.epochs * sum(rows),
+        "test_accuracy": round(float(accuracy), 4),
+    }
+
+
 def warm_up(sc: Any, args: argparse.Namespace) -> None:
     """One short unmeasured fit (a few batches per partition) before each measured run:
     every executor's Python worker, a replacement's too, has imported TensorFlow and Keras,
@@ -378,6 +453,12 @@ def main() -> None:
                 if not args.no_barrier:
                     runs["barrier_resume"] = barrier_run(sc, data, args)
                 runs["uninterrupted_again"] = elastic_run(sc, data, args, None)
+                if args.shard_kill_at:
+                    runs["shards_uninterrupted"] = shard_run(sc, data, args, None)
+                    for kill_at in args.shard_kill_at:
+                        runs[f"shard_lost_at_{round(kill_at * 100)}"] = shard_run(
+                            sc, data, args, kill_at
+                        )
                 for seed in range(1, args.seeds):
                     runs[f"uninterrupted_seed_{seed}"] = elastic_run(sc, data, args, None, seed)
                     for kill_at in args.kill_at:
@@ -395,7 +476,10 @@ def main() -> None:
         "test_accuracy": (first["test_accuracy"] + again["test_accuracy"]) / 2,
     }
     for name, run in runs.items():
-        if name.startswith("uninterrupted"):
+        if name.startswith("shard_lost_at_"):  # against the same server, uninterrupted
+            run["ratios"] = ratios(run, runs["shards_uninterrupted"])
+            continue
+        if name.startswith(("uninterrupted", "shards_")):
             continue
         # Another seed's loss against that seed's uninterrupted run.
         seed = run.get("seed", 0)
