@@ -381,7 +381,8 @@ def shard_run(
     try:
         history = session.fit(train, epochs=args.epochs, progress=False)
     finally:
-        killer.stop()
+        if kill_at is not None:
+            killer.stop()
         session.close()
     wall = time.perf_counter() - started
     status = history.result.status

@@ -167,6 +167,52 @@ def seeds_table(data: dict[str, Any]) -> list[str]:
     return ["", *lines]
 
 
+def shard_lines(run: fr.Run) -> list[str]:
+    """A server shard SIGKILLed mid-run (sync mode over ``ps_shards=2``) against the same
+    server uninterrupted, and the bars that apply to it."""
+    d = run.data
+    runs = d["runs"]
+    base = runs["shards_uninterrupted"]
+    lines = [
+        "",
+        f"A server shard killed instead {run.cite}, load {run.load}: sync mode over two "
+        "shard processes (`ps_shards=2`; elastic sync runs on one server), shard 1's "
+        "process SIGKILLed mid-run, against the same server uninterrupted:",
+        "",
+        "| run | wall | vs uninterrupted | shard restarts | pushes applied/expected | "
+        "samples applied/expected | test accuracy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    checks: dict[str, bool] = {}
+    for name, run_ in runs.items():
+        if name != "shards_uninterrupted" and not name.startswith("shard_lost_at_"):
+            continue
+        ratios = run_.get("ratios")
+        vs = "1x (baseline)"
+        label = "uninterrupted (2 shards)"
+        if ratios:
+            at = name.removeprefix("shard_lost_at_")
+            label = f"**shard 1 killed at {at} %**"
+            vs = f"{ratios['wall_over_uninterrupted']:.2f}x, {ratios['overhead_s']:+.1f} s"
+            checks[f"shard {at} %: killed, completed, pushes and samples exact"] = (
+                run_["shard_killed"]
+                and run_["pushes_applied"] == run_["pushes_expected"]
+                and run_["samples_applied"] == run_["samples_expected"]
+            )
+            checks[f"shard {at} %: accuracy within 0.005"] = (
+                abs(run_["test_accuracy"] - base["test_accuracy"]) <= 0.005
+            )
+        restarts = run_.get("shard_restarts")
+        lines.append(
+            f"| {label} | {run_['wall_s']:.1f} s | {vs} | {restarts} | "
+            f"{run_['pushes_applied']}/{run_['pushes_expected']} | "
+            f"{run_['samples_applied']:,}/{run_['samples_expected']:,} | "
+            f"{run_['test_accuracy']:.4f} |"
+        )
+    lines += ["", f"Bars: {fr.verdict(checks)}."]
+    return lines
+
+
 def optimizer_lines() -> list[str]:
     """The newest ``bench/elastic_optimizer.py`` run: the same loss in one process, the
     rerun's Adam new (as today) or kept, each against its seed's uninterrupted run."""
@@ -209,6 +255,9 @@ def elastic_table() -> str:
     except FileNotFoundError:
         return NO_RUN
     # The issue's benchmark trains with Adam; runs with another optimizer are diagnoses.
+    # The main table: the newest run that lost executors (a run may hold only shard runs).
+    shards = [r for r in stored if "shards_uninterrupted" in r.data["runs"]]
+    stored = [r for r in stored if any(n.startswith("lost_at_") for n in r.data["runs"])]
     every = [r for r in stored if r.data.get("optimizer", "adam") == "adam"]
     others = [r for r in stored if r.data.get("optimizer", "adam") != "adam"]
     if not every:
@@ -250,5 +299,7 @@ def elastic_table() -> str:
             f"{d['rows']:,} rows, {d['epochs']} epochs:",
             *seeds_table(d),
         ]
+    if shards:
+        lines += shard_lines(shards[0])
     lines += optimizer_lines()
     return "\n".join([*lines, "", *stored_runs(every)])
