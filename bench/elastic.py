@@ -233,9 +233,8 @@ def expected_pushes(rows: list[int], args: argparse.Namespace) -> int:
     return sum(args.epochs * math.ceil(b / args.sync_interval) for b in batches)
 
 
-def _fit(
-    sc: Any, train: Any, args: argparse.Namespace, listener: Any, seed: int = 0, **options: Any
-) -> Any:
+def _session(sc: Any, args: argparse.Namespace, seed: int, **options: Any) -> tuple[Any, Any]:
+    """A fresh seeded model and a sync-mode session over it with ``options``."""
     import tensorspark as sps
 
     model = make_model(seed, args.optimizer)
@@ -248,6 +247,13 @@ def _fit(
         seed=seed,
         **options,
     )
+    return model, session
+
+
+def _fit(
+    sc: Any, train: Any, args: argparse.Namespace, listener: Any, seed: int = 0, **options: Any
+) -> Any:
+    model, session = _session(sc, args, seed, **options)
     try:
         history = session.fit(train, epochs=args.epochs, progress=False, listeners=[listener])
     finally:
@@ -345,7 +351,6 @@ def shard_run(
     """Sync mode (the barrier stage) over a server of two shard processes; with
     ``kill_at``, shard 1's process is SIGKILLed once that share of the pushes is applied,
     and the driver restarts it (its journal replayed) while the workers retry."""
-    import tensorspark as sps
     from tensorspark.ps.shards import ShardedServer
     from tests.spark.killers import Killer
 
@@ -365,16 +370,7 @@ def shard_run(
         return int(server.pids[1]) if applied >= kill_at * expected else None
 
     killer = Killer(victim, name="bench-shard-killer", timeout=EXECUTORS_TIMEOUT_S * 3)
-    model = make_model(0, args.optimizer)
-    session = sps.SparkSession(
-        sc,
-        model,
-        mode="sync",
-        sync_interval=args.sync_interval,
-        batch_size=args.batch_size,
-        seed=0,
-        ps_shards=2,
-    )
+    model, session = _session(sc, args, 0, ps_shards=2)
     started = time.perf_counter()
     if kill_at is not None:
         killer.start(session)
