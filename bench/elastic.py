@@ -233,6 +233,16 @@ def expected_pushes(rows: list[int], args: argparse.Namespace) -> int:
     return sum(args.epochs * math.ceil(b / args.sync_interval) for b in batches)
 
 
+def _before_a_run(sc: Any, train: Any, args: argparse.Namespace) -> tuple[list[int], int]:
+    """Every run's start: the partitions' rows and the pushes they imply, every executor
+    registered and warm (:func:`warm_up`)."""
+    rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
+    expected = expected_pushes(rows, args)
+    wait_executors(sc, args.executors)
+    warm_up(sc, args)
+    return rows, expected
+
+
 def _session(sc: Any, args: argparse.Namespace, seed: int, **options: Any) -> tuple[Any, Any]:
     """A fresh seeded model and a sync-mode session over it with ``options``."""
     import tensorspark as sps
@@ -269,10 +279,7 @@ def elastic_run(
     seed: int = 0,
 ) -> dict[str, Any]:
     train, xt, yt = data
-    rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
-    expected = expected_pushes(rows, args)
-    wait_executors(sc, args.executors)
-    warm_up(sc, args)
+    rows, expected = _before_a_run(sc, train, args)
     listener = _listener(sc, expected, kill_at, args.executors)
     started = time.perf_counter()
     model, history = _fit(sc, train, args, listener, seed, elastic=True, lost_after=args.lost_after)
@@ -305,10 +312,7 @@ def barrier_run(sc: Any, data: tuple[Any, Any, Any], args: argparse.Namespace) -
     from tensorspark.errors import ExecutorLostError
 
     train, xt, yt = data
-    rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
-    expected = expected_pushes(rows, args)
-    wait_executors(sc, args.executors)
-    warm_up(sc, args)
+    rows, expected = _before_a_run(sc, train, args)
     with tempfile.TemporaryDirectory(prefix="tensorspark-bench-elastic-") as tmp:
         options = dict(checkpoint_dir=tmp, checkpoint_interval=args.checkpoint_interval)
         killer = _listener(sc, expected, 0.3, args.executors)
@@ -355,10 +359,7 @@ def shard_run(
     from tests.spark.killers import Killer
 
     train, xt, yt = data
-    rows = train.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
-    expected = expected_pushes(rows, args)
-    wait_executors(sc, args.executors)
-    warm_up(sc, args)
+    rows, expected = _before_a_run(sc, train, args)
 
     def victim(server: Any) -> int | None:
         if kill_at is None or not isinstance(server, ShardedServer) or not server.running:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import run_record  # bench/run_record.py: the commit, versions and load
+from elastic import make_model  # bench/elastic.py: the Spark benchmark's model, compiled
 
 logger = logging.getLogger("bench.elastic_optimizer")
 
@@ -49,21 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--out", default="bench/results/elastic_optimizer.json")
     return parser.parse_args(argv)
-
-
-def make_model(seed: int) -> Any:
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential(
-        [
-            keras.Input((784,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    return model
 
 
 def chunks(x: Any, y: Any, args: argparse.Namespace, seed: int, part: int) -> list[Any]:
@@ -127,7 +113,6 @@ def run(kind: str, data: Any, args: argparse.Namespace, seed: int) -> dict[str, 
         rounds += 1
     model = make_model(seed)
     model.set_weights(weights)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     _, accuracy = model.evaluate(xt, yt, verbose=0, batch_size=1024)
     keras.backend.clear_session()
     return {
