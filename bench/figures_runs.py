@@ -248,6 +248,12 @@ def embeddings(run: Run) -> tuple[str, dict[str, bool]]:
     return text, checks
 
 
+def combiner(run: Run) -> str:
+    """The weight combiner of an embeddings run's Spark configurations (runs before
+    ``--combiner``: the default, DynSGD)."""
+    return str(run.data["args"].get("combiner") or "dynsgd")
+
+
 def cached_embeddings(run: Run, head: str) -> tuple[str, dict[str, bool]]:
     """A run with the worker row cache (``sparse_cached``): its table, the worker's peak
     RSS, bytes per sample and cold speed against the uncached path and single."""
@@ -255,9 +261,8 @@ def cached_embeddings(run: Run, head: str) -> tuple[str, dict[str, bool]]:
     c, row = d["summary"]["sparse_cached"], d["configs"]["sparse_cached"]
     table = row["table"]
     rss = max(row["worker_peak_rss_mib"], default=0.0)
-    combiner = d["args"].get("combiner") or "dynsgd"
-    if combiner != "dynsgd":
-        head += f"`weight_combiner='{combiner}'`, "
+    if combiner(run) != "dynsgd":
+        head += f"`weight_combiner='{combiner(run)}'`, "
     text = head + (
         f"row cache of {int(row['settings']['row_cache']):,} rows on a {table['rows']:,} x "
         f"{table['dim']} table ({table['mib']:,.0f} MiB): worker peak RSS **{rss:,.0f} MiB**, "

@@ -352,9 +352,8 @@ def _cached_run(rows: int) -> fr.Run:
 
 
 def _combiner(run: fr.Run) -> str:
-    """The weight combiner of a run's Spark configurations (runs before ``--combiner``:
-    the default, DynSGD)."""
-    return f"`weight_combiner='{run.data['args'].get('combiner') or 'dynsgd'}'`"
+    """The weight combiner of a run's Spark configurations, as the tables name it."""
+    return f"`weight_combiner='{fr.combiner(run)}'`"
 
 
 def row_cache_table() -> str:
