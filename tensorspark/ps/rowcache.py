@@ -17,9 +17,9 @@ training thread after the sync; a fetch that failed or is late is pulled as befo
 Why a slot table and an id→slot map: the TensorFlow graph, the compiled step and the
 row-sparse optimizers stay as they are (a lookup into a ``[slots, width]`` variable), and
 a miss costs one scatter into it; a hash table inside TensorFlow would need its own
-lookup op, gradients and optimizer. The map is a Python dict (measured: 2.5 ms to look up
-the 41k distinct ids of the click benchmark's chunk, 20 x 256 x 8, on a shared 2-core
-machine) with numpy arrays per slot for the least-recently-used choice.
+lookup op, gradients and optimizer. The map is numpy arrays: the held ids sorted with their
+slots (one ``searchsorted`` looks up a chunk's ids), and per slot its id and the chunk that
+last used it (the least-recently-used choice).
 
 Nothing dirty is ever evicted: a chunk's admission runs after the previous chunk's sync,
 when the model's rows equal the server's answer (:meth:`RowSync.install`), so an evicted
@@ -70,15 +70,25 @@ class RowsClient(Protocol):
 
 class SlotMap:
     """Which table id each of ``slots`` slots holds, and when it was last used. Kept with
-    the compiled model across the tasks of one Python worker (see the module)."""
+    the compiled model across the tasks of one Python worker (see the module).
+
+    The id->slot index is two numpy arrays, the held ids sorted and their slots: a chunk's
+    ids are looked up with one ``searchsorted`` (a Python dict took about a fifth of a
+    cached worker's CPU in the click benchmark, 41k lookups three times per chunk), and an
+    admission merges its new ids in and its evicted ones out, O(slots) in numpy.
+    """
 
     def __init__(self, slots: int) -> None:
         self.slots = int(slots)
-        self.slot_of: dict[int, int] = {}
         self.id_at = np.full(self.slots, -1, np.int64)
         self.used = np.full(self.slots, -1, np.int64)  # the chunk that last used it; -1 free
         self.fresh = np.zeros(self.slots, bool)  # its row was pulled in this task
         self.tick = 0
+        self._keys = np.zeros(0, np.int64)  # the held ids, sorted
+        self._vals = np.zeros(0, np.int64)  # the slot of each
+
+    def __len__(self) -> int:
+        return int(self._keys.size)
 
     def new_task(self) -> None:
         """A task starts: every held row must be pulled again before it is used."""
@@ -86,8 +96,32 @@ class SlotMap:
 
     def slots_for(self, ids: np.ndarray) -> np.ndarray:
         """The slot of each id, -1 where it is not held."""
-        get = self.slot_of.get
-        return np.fromiter((get(i, -1) for i in ids.tolist()), np.int64, count=ids.size)
+        ids = np.asarray(ids, np.int64)
+        if not self._keys.size:
+            return np.full(ids.size, -1, np.int64)
+        pos = np.minimum(np.searchsorted(self._keys, ids), self._keys.size - 1)
+        return np.where(self._keys[pos] == ids, self._vals[pos], -1)
+
+    def slot_of(self, table_id: int) -> int:
+        """The slot holding ``table_id``, -1 if none."""
+        return int(self.slots_for(np.array([table_id], np.int64))[0])
+
+    def assign(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Slots ``slots`` now hold ids ``ids`` (none of them held); the ids the slots held
+        before, if any, are no longer held."""
+        ids = np.asarray(ids, np.int64)
+        slots = np.asarray(slots, np.int64)
+        old = self.id_at[slots]
+        old = old[old >= 0]
+        if old.size:
+            keep = np.ones(self._keys.size, bool)
+            keep[np.searchsorted(self._keys, old)] = False
+            self._keys, self._vals = self._keys[keep], self._vals[keep]
+        self.id_at[slots] = ids
+        order = np.argsort(ids, kind="stable")
+        at = np.searchsorted(self._keys, ids[order])
+        self._keys = np.insert(self._keys, at, ids[order])
+        self._vals = np.insert(self._vals, at, slots[order])
 
 
 class RowCache:
@@ -259,13 +293,10 @@ class RowCache:
         if need > 0:
             old = np.flatnonzero((m.used >= 0) & (m.used < m.tick))
             victims = old[np.argpartition(m.used[old], need - 1)[:need]] if need < old.size else old
-            for slot in victims.tolist():
-                del m.slot_of[int(m.id_at[slot])]
             self.counts["cache_evictions"] += int(victims.size)
             chosen = np.concatenate([free, victims])
-        m.id_at[chosen] = ids
+        m.assign(ids, chosen)
         m.used[chosen] = m.tick
-        m.slot_of.update(zip(ids.tolist(), chosen.tolist(), strict=True))
         return chosen
 
     def _pull(self, ids: np.ndarray, slots: np.ndarray, sync: Any) -> None:

@@ -114,7 +114,7 @@ def test_the_cache_pulls_misses_evicts_the_least_recently_used_and_counts() -> N
             at = admit([3, 5])  # 5 evicts the least recently used: 1 (used only first)
             assert at[1] == first[0] and counts["cache_evictions"] == 1
             assert reset[-1] == [int(first[0])]  # the optimizer's state of its slot reset
-            assert 1 not in slots.slot_of and slots.slot_of[5] == first[0]
+            assert slots.slot_of(1) == -1 and slots.slot_of(5) == first[0]
             assert counts["cache_misses"] == 5 and counts["cache_rows_pulled"] == 5
             report = cache.report()
             assert report["cache_misses"] == 5 and report["worker_peak_rss_bytes"] > 0
@@ -131,12 +131,35 @@ def test_the_cache_pulls_misses_evicts_the_least_recently_used_and_counts() -> N
             assert len(reset) == before and counts["cache_misses"] == 7
             batches = [(np.array([[5, 3], [3, 3]], np.int32), np.zeros(2))]
             out = again.remap(
-                batches, np.array([3, 5]), np.array([slots.slot_of[3], slots.slot_of[5]])
+                batches, np.array([3, 5]), np.array([slots.slot_of(3), slots.slot_of(5)])
             )
             assert out[0][0].dtype == np.int32
             np.testing.assert_array_equal(
-                out[0][0], [[slots.slot_of[5], slots.slot_of[3]], [slots.slot_of[3]] * 2]
+                out[0][0], [[slots.slot_of(5), slots.slot_of(3)], [slots.slot_of(3)] * 2]
             )
+
+
+def test_the_slot_index_follows_every_assignment_as_a_dict_would() -> None:
+    """The sorted-array id->slot index against a dict, through random admissions that
+    fill free slots and evict held ones, with ids looked up held and not held."""
+    rng = np.random.default_rng(3)
+    slots = SlotMap(50)
+    reference: dict[int, int] = {}
+    for _ in range(300):
+        held = np.array(sorted(reference), np.int64)
+        new = np.setdiff1d(rng.integers(0, 400, size=rng.integers(1, 12)), held)
+        free = [s for s in range(50) if s not in reference.values()]
+        taken = rng.permutation(sorted(reference.values()))[: max(0, new.size - len(free))]
+        chosen = np.array(free[: new.size] + [int(t) for t in taken], np.int64)[: new.size]
+        reference = {i: s for i, s in reference.items() if s not in set(chosen.tolist())}
+        reference.update(zip(new.tolist(), chosen.tolist(), strict=True))
+        order = rng.permutation(new.size)  # assign takes ids in any order
+        slots.assign(new[order], chosen[order])
+        probe = rng.integers(-5, 405, size=64)
+        want = [reference.get(int(i), -1) for i in probe]
+        np.testing.assert_array_equal(slots.slots_for(probe), want)
+        assert len(slots) == len(reference)
+        assert all(slots.id_at[s] == i for i, s in reference.items())
 
 
 def test_the_server_adds_up_applied_pushes_cache_reports() -> None:

@@ -184,7 +184,7 @@ def test_a_prefetch_that_fails_or_is_late_falls_back_to_a_pull(
                 assert counts["cache_prefetch_fallbacks"] == 2
                 cache.admit(np.array([11], np.int64), sync)
                 assert counts["cache_prefetch_fallbacks"] == 2  # not counted twice
-            np.testing.assert_array_equal(sync.base[TABLE][cache.map.slot_of[9]], params[TABLE][9])
+            np.testing.assert_array_equal(sync.base[TABLE][cache.map.slot_of(9)], params[TABLE][9])
         finally:
             cache.close()
             client.close()
