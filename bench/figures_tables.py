@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import figures_checkpoints  # bench/figures_checkpoints.py: full against incremental
 import figures_elastic  # bench/figures_elastic.py: elastic sync's runs
 import figures_journal  # bench/figures_journal.py: the shard journal's cost
 import figures_runs as fr
@@ -438,6 +439,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "elastic_table": figures_elastic.elastic_table,
     "journal_cost_table": figures_journal.journal_cost_table,
     "row_cache_table": row_cache_table,
+    "stream_checkpoints_table": figures_checkpoints.stream_checkpoints_table,
     "embeddings_table": embeddings_table,
     "support_inference": support_inference,
     "support_fit": support_fit,

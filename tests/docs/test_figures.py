@@ -123,3 +123,26 @@ def test_the_elastic_seeds_table_pairs_each_loss_with_its_own_seed() -> None:
     (mean_row,) = [line for line in table if line.startswith("| mean over")]
     assert mean_row.startswith(f"| mean over {len(diffs)} seeds |")
     assert mean_row.rstrip(" |").endswith(f"{sum(diffs) / len(diffs):+.4f}")
+
+
+def test_the_stream_checkpoint_summary_means_each_kind_against_the_bars() -> None:
+    """``bench/stream_checkpoints.py``: each kind's bytes and seconds are the means over the
+    micro-batches of that kind, the ratios full over increment, and a ratio under its bar
+    is reported missed."""
+    stream = _module("stream_checkpoints")
+    args = stream.parse_args(["--rows", "1000"])
+    records = [
+        {"checkpoint_kind": "full", "checkpoint_bytes": 1000, "checkpoint_s": 2.0},
+        {"checkpoint_kind": "increment", "checkpoint_bytes": 10, "checkpoint_s": 0.1},
+        {"checkpoint_kind": "increment", "checkpoint_bytes": 30, "checkpoint_s": 0.3},
+        {"checkpoint_kind": "full", "checkpoint_bytes": 3000, "checkpoint_s": 4.0},
+    ]
+    out = stream.summary(records, [5, 9, 7, 3], args)
+    assert out["kinds"]["full"] == {"count": 2, "bytes": 2000.0, "seconds": 3.0}
+    assert out["kinds"]["increment"]["count"] == 2
+    assert out["ratios"]["bytes"] == pytest.approx(100.0)
+    assert out["ratios"]["seconds"] == pytest.approx(15.0)
+    assert out["targets_met"] == {"bytes": True, "seconds": True}
+    assert out["changed_fraction_max"] == pytest.approx(0.009)
+    records[1]["checkpoint_s"] = records[2]["checkpoint_s"] = 1.0  # 3x less time: missed
+    assert stream.summary(records, [5, 9, 7, 3], args)["targets_met"]["seconds"] is False
