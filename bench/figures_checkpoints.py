@@ -52,7 +52,7 @@ def stream_checkpoints_table() -> str:
         stream = fr.runs("stream_checkpoints")[0]
     except FileNotFoundError:
         stream = None
-    if stream is not None:
+    if stream is not None and "ratios" in stream.data:  # a run with both kinds
         d = stream.data
         kinds = d["kinds"]
         lines.append(

@@ -268,7 +268,11 @@ class MicroBatchTrainer:
                 "StreamingTraining.stop()."
             )
         rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
+        # The checkpoint's seconds count the server's snapshot (for a full checkpoint, a
+        # copy of every table) and the write, not the status read between them.
+        snapping = time.time()
         snap = self.server.snapshot(rows_since=self.checkpoints.manager.increment_base())
+        snapshot_s = time.time() - snapping
         server_status = self.server.status()
         counts = {
             "batch_id": batch_id,
@@ -281,7 +285,8 @@ class MicroBatchTrainer:
         saving = time.time()
         self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
         saved, written = time.time(), self.checkpoints.manager.bytes
-        record = (batch_id, rows, bad, started, saved, snap.version, False, saved - saving)
+        took = snapshot_s + saved - saving
+        record = (batch_id, rows, bad, started, saved, snap.version, False, took)
         return BatchRecord(*record, *arrival, written["last"], written["last_kind"])
 
     # ------------------------------------------------------------------ the batch's data

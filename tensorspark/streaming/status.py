@@ -36,7 +36,8 @@ class BatchRecord:
     trained_at: float
     version: int
     skipped: bool = False
-    #: Seconds the batch's model checkpoint took (the price of exactly once).
+    #: Seconds the batch's model checkpoint took, the server's snapshot and the write
+    #: (the price of exactly once).
     checkpoint_s: float = 0.0
     #: Oldest, median and newest arrival time of the batch's records (epoch seconds),
     #: when the stream names an ``arrival_col``.
