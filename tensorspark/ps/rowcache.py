@@ -86,6 +86,7 @@ class SlotMap:
         self.tick = 0
         self._keys = np.zeros(0, np.int64)  # the held ids, sorted
         self._vals = np.zeros(0, np.int64)  # the slot of each
+        self._holds = np.zeros(self.slots, bool)  # the slot holds an id (any value)
 
     def __len__(self) -> int:
         return int(self._keys.size)
@@ -111,13 +112,13 @@ class SlotMap:
         before, if any, are no longer held."""
         ids = np.asarray(ids, np.int64)
         slots = np.asarray(slots, np.int64)
-        old = self.id_at[slots]
-        old = old[old >= 0]
+        old = self.id_at[slots[self._holds[slots]]]
         if old.size:
             keep = np.ones(self._keys.size, bool)
             keep[np.searchsorted(self._keys, old)] = False
             self._keys, self._vals = self._keys[keep], self._vals[keep]
         self.id_at[slots] = ids
+        self._holds[slots] = True
         order = np.argsort(ids, kind="stable")
         at = np.searchsorted(self._keys, ids[order])
         self._keys = np.insert(self._keys, at, ids[order])

@@ -147,7 +147,8 @@ def test_the_slot_index_follows_every_assignment_as_a_dict_would() -> None:
     reference: dict[int, int] = {}
     for _ in range(300):
         held = np.array(sorted(reference), np.int64)
-        new = np.setdiff1d(rng.integers(0, 400, size=rng.integers(1, 12)), held)
+        # Negative ids too: the index must not take any id value for "free".
+        new = np.setdiff1d(rng.integers(-40, 400, size=rng.integers(1, 12)), held)
         free = [s for s in range(50) if s not in reference.values()]
         taken = rng.permutation(sorted(reference.values()))[: max(0, new.size - len(free))]
         chosen = np.array(free[: new.size] + [int(t) for t in taken], np.int64)[: new.size]
@@ -155,7 +156,7 @@ def test_the_slot_index_follows_every_assignment_as_a_dict_would() -> None:
         reference.update(zip(new.tolist(), chosen.tolist(), strict=True))
         order = rng.permutation(new.size)  # assign takes ids in any order
         slots.assign(new[order], chosen[order])
-        probe = rng.integers(-5, 405, size=64)
+        probe = rng.integers(-50, 405, size=64)
         want = [reference.get(int(i), -1) for i in probe]
         np.testing.assert_array_equal(slots.slots_for(probe), want)
         assert len(slots) == len(reference)
