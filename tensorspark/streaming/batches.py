@@ -268,12 +268,11 @@ class MicroBatchTrainer:
                 "StreamingTraining.stop()."
             )
         rows = int(sum(int(p.get("rows", 0)) for p in result.partitions))
-        # The checkpoint's seconds count the server's snapshot (for a full checkpoint, a
-        # copy of every table) and the write, not the status read between them.
-        snapping = time.time()
-        snap = self.server.snapshot(rows_since=self.checkpoints.manager.increment_base())
-        snapshot_s = time.time() - snapping
         server_status = self.server.status()
+        # The checkpoint's seconds: the server's snapshot (a full one copies every table)
+        # and the write.
+        saving = time.time()
+        snap = self.server.snapshot(rows_since=self.checkpoints.manager.increment_base())
         counts = {
             "batch_id": batch_id,
             "batches": self.status.batches + 1,
@@ -282,11 +281,9 @@ class MicroBatchTrainer:
             "server_samples": self.before["server_samples"] + int(server_status["samples"]),
             "bad_records": self.status.bad_records + bad,
         }
-        saving = time.time()
         self.checkpoints.save(snap, combiner=self.host.settings.server.combiner.name, stream=counts)
         saved, written = time.time(), self.checkpoints.manager.bytes
-        took = snapshot_s + saved - saving
-        record = (batch_id, rows, bad, started, saved, snap.version, False, took)
+        record = (batch_id, rows, bad, started, saved, snap.version, False, saved - saving)
         return BatchRecord(*record, *arrival, written["last"], written["last_kind"])
 
     # ------------------------------------------------------------------ the batch's data
