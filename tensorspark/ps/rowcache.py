@@ -86,7 +86,6 @@ class SlotMap:
         self.tick = 0
         self._keys = np.zeros(0, np.int64)  # the held ids, sorted
         self._vals = np.zeros(0, np.int64)  # the slot of each
-        self._holds = np.zeros(self.slots, bool)  # the slot holds an id (any value)
 
     def __len__(self) -> int:
         return int(self._keys.size)
@@ -108,17 +107,18 @@ class SlotMap:
         return int(self.slots_for(np.array([table_id], np.int64))[0])
 
     def assign(self, ids: np.ndarray, slots: np.ndarray) -> None:
-        """Slots ``slots`` now hold ids ``ids`` (none of them held); the ids the slots held
-        before, if any, are no longer held."""
+        """Slots ``slots`` now hold ids ``ids`` (none of them held), used in this chunk
+        (``tick``); the ids the slots held before, if any, are no longer held. A slot holds
+        an id once it was used (``used >= 0``), whatever the id's value."""
         ids = np.asarray(ids, np.int64)
         slots = np.asarray(slots, np.int64)
-        old = self.id_at[slots[self._holds[slots]]]
+        old = self.id_at[slots[self.used[slots] >= 0]]
         if old.size:
             keep = np.ones(self._keys.size, bool)
             keep[np.searchsorted(self._keys, old)] = False
             self._keys, self._vals = self._keys[keep], self._vals[keep]
         self.id_at[slots] = ids
-        self._holds[slots] = True
+        self.used[slots] = self.tick
         order = np.argsort(ids, kind="stable")
         at = np.searchsorted(self._keys, ids[order])
         self._keys = np.insert(self._keys, at, ids[order])
@@ -297,7 +297,6 @@ class RowCache:
             self.counts["cache_evictions"] += int(victims.size)
             chosen = np.concatenate([free, victims])
         m.assign(ids, chosen)
-        m.used[chosen] = m.tick
         return chosen
 
     def _pull(self, ids: np.ndarray, slots: np.ndarray, sync: Any) -> None:
