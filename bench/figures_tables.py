@@ -77,7 +77,7 @@ def comm_table() -> str:
         "",
         f"- **Bars ({fr.verdict(checks)}) in the medians:** {text}; accuracy "
         f"{best['final_test_accuracy'] - base['final_test_accuracy']:+.4f} from the default's "
-        f"(bar: within 0.01){timing}.",
+        f"(bar: at most 0.01 below it){timing}.",
     ]
     return "\n".join(lines)
 
