@@ -7,9 +7,7 @@ micro-batch) calls :func:`preflight` exactly once, before its first job:
 * the GPU settings against the master, with one INFO line saying where TensorFlow runs
   (:func:`tensorspark.gpus.check_and_log`);
 * the executors' versions against the driver's (:func:`tensorspark.versions.check_executors`,
-  one tiny job per application and set of executors);
-* RDD jobs set to run in the DataFrame jobs' Python workers (:func:`tensorspark.worker_pools.share`:
-  one set of workers imports TensorFlow, not two).
+  one tiny job per application and set of executors).
 
 Jobs a call runs after its pre-flight (a run's training job, ``fit``'s validation job, a
 stream's micro-batches) check nothing again.
@@ -20,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tensorspark import gpus, versions, worker_pools
+from tensorspark import gpus, versions
 from tensorspark.conf import ConfSnapshot
 
 logger = logging.getLogger(__name__)
@@ -42,6 +40,5 @@ def preflight(sc: Any, what: str, conf: ConfSnapshot | None = None) -> float:
             on the driver, or an executor running other versions than the driver.
     """
     per_task = gpus.check_and_log(sc, what, conf)
-    worker_pools.share(sc)
     versions.check_executors(sc, what=what)
     return per_task

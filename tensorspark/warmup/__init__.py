@@ -6,11 +6,9 @@ and its first ``tf.function`` trace pays TensorFlow's lazy set-up (0.2 s). READM
 starts" has the whole breakdown. Spark reuses a worker for later tasks, so that cost is
 paid once per worker process, if the process lives:
 
-* **Pools.** Spark keys its Python workers by the job's environment, and by default RDD jobs
-  and DataFrame jobs (Arrow UDFs, ``mapInArrow``) run with different ones: two sets of
-  workers, and warming one does nothing for the other. tensorspark has RDD jobs carry the
-  DataFrame jobs' environment (:mod:`tensorspark.worker_pools`): one pool, warmed once.
-  Where the application keeps them apart, each pool is warmed.
+* **Pools.** Spark keeps separate Python workers for RDD jobs and for DataFrame jobs (Arrow
+  UDFs, ``mapInArrow``): they run with different environments, and Spark keys its worker
+  pools by environment. Warming one pool does nothing for the other.
 * **Reaping.** Spark closes every idle worker of a pool once the pool has seen no task for
   a minute (``IDLE_WORKER_TIMEOUT_NS`` in Spark's ``PythonWorkerFactory``, not
   configurable), and with it TensorFlow and the loaded models.

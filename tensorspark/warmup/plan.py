@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorspark import conf as tsconf
-from tensorspark import connect, worker_pools
+from tensorspark import connect
 from tensorspark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -27,8 +27,6 @@ class WarmUpPlan:
 
     ``pools`` is empty when nothing is warmed; ``notes`` say why something is left out
     (logged at INFO), ``warnings`` what the user should change (logged at WARNING).
-    ``shared_workers``: RDD and DataFrame jobs run in one pool (:mod:`tensorspark.worker_pools`),
-    which the plan calls ``"rdd"``.
     """
 
     pools: tuple[str, ...]
@@ -36,11 +34,6 @@ class WarmUpPlan:
     keep_alive_s: float = 0.0
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    shared_workers: bool = False
-
-    def pool_of(self, kind: str | None) -> str | None:
-        """The pool a job of ``kind`` (``"rdd"``, ``"dataframe"``; None: unknown) runs in."""
-        return "rdd" if self.shared_workers and kind is not None else kind
 
 
 def reuse_warning() -> str:
@@ -52,25 +45,23 @@ def reuse_warning() -> str:
     )
 
 
-def parse_pools(text: str, dataframes: bool, shared_workers: bool = False) -> tuple[str, ...]:
+def parse_pools(text: str, dataframes: bool) -> tuple[str, ...]:
     """The pools named by ``spark.tensorspark.warmup.pools``: ``"auto"`` (rdd, and dataframe
-    when ``dataframes``, i.e. a SQL session is active) or a comma-separated list; with
-    ``shared_workers`` (one pool for both kinds of job), ``("rdd",)`` for any of them. Pure.
+    when ``dataframes``, i.e. a SQL session is active) or a comma-separated list. Pure.
 
     Raises:
         ConfigurationError: a name other than ``rdd``, ``dataframe`` or ``auto``.
     """
     value = text.strip().lower()
     if value == "auto":
-        names: tuple[str, ...] = ("rdd", "dataframe") if dataframes else ("rdd",)
-    else:
-        names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
-        if not names or any(p not in POOLS for p in names):
-            raise ConfigurationError(
-                f"{tsconf.WARMUP_POOLS_KEY} must be 'auto' or a comma-separated list of "
-                f"{list(POOLS)}. Received: {text!r}"
-            )
-    return ("rdd",) if shared_workers else names
+        return ("rdd", "dataframe") if dataframes else ("rdd",)
+    names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+    if not names or any(p not in POOLS for p in names):
+        raise ConfigurationError(
+            f"{tsconf.WARMUP_POOLS_KEY} must be 'auto' or a comma-separated list of {list(POOLS)}. "
+            f"Received: {text!r}"
+        )
+    return names
 
 
 def plan_warm_up(
@@ -82,7 +73,6 @@ def plan_warm_up(
     dynamic_allocation: bool,
     gpus: Mapping[str, str],
     dataframes: bool,
-    shared_workers: bool = False,
 ) -> WarmUpPlan:
     """Decide what to warm. Pure (driver).
 
@@ -95,14 +85,15 @@ def plan_warm_up(
         dynamic_allocation: ``spark.dynamicAllocation.enabled``.
         gpus: the GPU settings that ask for GPUs (:func:`tensorspark.conf.gpu_amounts`).
         dataframes: whether a SQL session is active (``auto`` then warms the DataFrame pool).
-        shared_workers: RDD and DataFrame jobs run in one pool (:mod:`tensorspark.worker_pools`):
-            one job warms it.
 
     Raises:
         ConfigurationError: unknown pool names.
     """
-    text = pools if isinstance(pools, str) else ",".join(pools)
-    names = parse_pools(text, dataframes, shared_workers)
+    names = (
+        parse_pools(pools, dataframes)
+        if isinstance(pools, str)
+        else parse_pools(",".join(pools), dataframes)
+    )
     warnings = () if worker_reuse else (reuse_warning(),)
     if requested is False:
         return WarmUpPlan(
@@ -132,14 +123,11 @@ def plan_warm_up(
             "are started without importing TensorFlow, which each task imports after setting "
             "CUDA_VISIBLE_DEVICES from its GPUs"
         )
-    if shared_workers and dataframes:
-        notes.append("RDD and DataFrame jobs share their Python workers: one pool to warm")
     return WarmUpPlan(
         names,
         import_tensorflow=import_tf,
         keep_alive_s=max(0.0, float(keep_alive_s)),
         notes=tuple(notes),
-        shared_workers=shared_workers,
     )
 
 
@@ -153,8 +141,7 @@ def plan_for(
     conf: tsconf.ConfSnapshot | None = None,
 ) -> WarmUpPlan:
     """:func:`plan_warm_up` for ``sc``'s conf (``conf``, the call's snapshot; None: read
-    it), with explicit arguments (not None) over it (driver). First has ``sc``'s RDD jobs
-    share the DataFrame jobs' Python workers (:func:`tensorspark.worker_pools.share`).
+    it), with explicit arguments (not None) over it (driver).
 
     Raises:
         ConfigurationError: a ``spark.tensorspark.warmup.*`` value is malformed.
@@ -179,7 +166,6 @@ def plan_for(
         dynamic_allocation=tsconf.dynamic_allocation(sc, conf),
         gpus=tsconf.gpu_amounts(sc, conf),
         dataframes=dataframes,
-        shared_workers=worker_pools.share(sc),
     )
 
 

@@ -158,14 +158,12 @@ class WarmUp:
         """A session call that runs jobs in ``pool`` (None: unknown) starts: the warm-up of
         that pool does not step aside for them, and the keep-alive holds until
         :meth:`end_call`."""
-        pool = self.plan.pool_of(pool)
         with self._lock:
             self._state.calls[pool] = self._state.calls.get(pool, 0) + 1
             self._last_use = time.monotonic()
 
     def end_call(self, pool: str | None) -> None:
         """The call :meth:`begin_call` announced has ended."""
-        pool = self.plan.pool_of(pool)
         with self._lock:
             self._state.calls[pool] = max(0, self._state.calls.get(pool, 0) - 1)
             self._last_use = time.monotonic()

@@ -20,7 +20,6 @@ import pytest
 from pyspark import SparkContext
 
 import tensorspark as sps
-from tensorspark import worker_pools
 from tensorspark.blocks.rows import first_element
 from tensorspark.warmup import WarmUp, plan_for, runner
 
@@ -72,33 +71,24 @@ def _model() -> Any:
     return model
 
 
-def _arrow_workers(spark: Any) -> list[tuple[int, bool, bool]]:
-    frame = spark.range(0, 2, 1, 2).mapInArrow(
-        _dataframe_workers, "pid long, tf boolean, parent_tf boolean"
-    )
-    return [(r.pid, r.tf, r.parent_tf) for r in frame.collect()]
-
-
-def test_a_session_warms_the_one_pool_rdd_and_dataframe_jobs_share_and_fit_keeps_it(
+def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(
     sc: SparkContext, spark: Any
 ) -> None:
     ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32, warm_up=True)
     try:
         assert ks.warmup.wait(300)
         reports = ks.warmup.reports()
-        # A SQL session is active, and RDD jobs carry DataFrame jobs' environment
-        # (tensorspark.worker_pools): one pool, warmed once.
-        assert sc.environment[worker_pools.SHARED_ENV] == "1"
-        assert set(reports) == {"rdd"}
+        assert set(reports) == {"rdd", "dataframe"}  # a SQL session is active: both pools
         assert all(r.error is None and r.workers >= 1 for r in reports.values()), reports
-        # The warm workers have TensorFlow, and the daemon that forked them does not:
-        # nothing forks after importing TensorFlow. A DataFrame job runs in the same workers
-        # (no new process, none without TensorFlow).
+        # Each pool's workers have TensorFlow, and the daemon that forked them does not:
+        # nothing forks after importing TensorFlow.
         before = _rdd_workers(sc)
-        arrow = _arrow_workers(spark)
+        frame = spark.range(0, 2, 1, 2).mapInArrow(
+            _dataframe_workers, "pid long, tf boolean, parent_tf boolean"
+        )
+        arrow = [(r.pid, r.tf, r.parent_tf) for r in frame.collect()]
         for pid, tf, parent_tf in before + arrow:
             assert tf and not parent_tf, (pid, tf, parent_tf)
-        assert {pid for pid, _, _ in arrow} <= {pid for pid, _, _ in before}, (arrow, before)
         # fit's first-row checks (data and validation_data) read their partition to the end,
         # so Spark reuses the warm workers instead of starting new ones.
         rng = np.random.default_rng(0)
@@ -108,31 +98,6 @@ def test_a_session_warms_the_one_pool_rdd_and_dataframe_jobs_share_and_fit_keeps
         data = sc.parallelize(rows, 2)
         ks.fit(data, epochs=1, validation_data=data, progress=False)
         assert _rdd_workers(sc) == before
-    finally:
-        ks.close()
-    assert not ks.warmup.running
-
-
-def test_an_application_that_keeps_the_pools_apart_gets_both_warmed(
-    sc: SparkContext, spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK=0 (here: the context's environment) keeps
-    RDD jobs out of the DataFrame jobs' workers; the application's value stands, and the
-    warm-up warms each pool."""
-    monkeypatch.setitem(sc.environment, worker_pools.SHARED_ENV, "0")
-    ks = sps.SparkSession(sc, _model(), sync_interval=5, batch_size=32, warm_up=True)
-    try:
-        assert ks.warmup.wait(300)
-        reports = ks.warmup.reports()
-        assert sc.environment[worker_pools.SHARED_ENV] == "0"
-        assert set(reports) == {"rdd", "dataframe"}  # a SQL session is active: both pools
-        assert all(r.error is None and r.workers >= 1 for r in reports.values()), reports
-        # Each pool's workers have TensorFlow, and the daemon that forked them does not.
-        before = _rdd_workers(sc)
-        arrow = _arrow_workers(spark)
-        for pid, tf, parent_tf in before + arrow:
-            assert tf and not parent_tf, (pid, tf, parent_tf)
-        assert not {pid for pid, _, _ in arrow} & {pid for pid, _, _ in before}
     finally:
         ks.close()
     assert not ks.warmup.running

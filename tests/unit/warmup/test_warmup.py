@@ -46,34 +46,6 @@ def test_by_default_the_rdd_pool_is_warmed_and_the_dataframe_pool_when_sql_is_in
     assert _plan(pools=" dataframe , rdd ").pools == ("dataframe", "rdd")
 
 
-class _SharingContext(_Context):
-    """A _Context with a SparkContext's ``environment`` (what worker_pools.share sets)."""
-
-    def __init__(self, values: dict[str, str], environment: dict[str, str]) -> None:
-        super().__init__(values)
-        self.environment = environment
-
-
-def test_one_pool_is_warmed_when_rdd_and_dataframe_jobs_share_their_workers() -> None:
-    shared = _plan(dataframes=True, shared_workers=True)
-    assert shared.pools == ("rdd",) and shared.shared_workers
-    assert any("share their Python workers" in n for n in shared.notes)
-    assert _plan(pools="dataframe", dataframes=True, shared_workers=True).pools == ("rdd",)
-    # A session call's pool is the one pool, whatever its input's kind.
-    assert [shared.pool_of(k) for k in ("rdd", "dataframe", None)] == ["rdd", "rdd", None]
-    apart = _plan(dataframes=True)
-    assert [apart.pool_of(k) for k in ("rdd", "dataframe")] == ["rdd", "dataframe"]
-    # plan_for has the context's RDD jobs share the DataFrame jobs' workers first ...
-    env: dict[str, str] = {"OTHER": "x"}
-    planned = plan_for(_SharingContext({}, env), dataframes=True)
-    assert env == {"OTHER": "x", "SPARK_SIMPLIFIED_TRACEBACK": "1"}
-    assert planned.pools == ("rdd",) and planned.shared_workers
-    # ... unless the application set the variable otherwise: then both pools are warmed.
-    kept = {"SPARK_SIMPLIFIED_TRACEBACK": "0"}
-    assert plan_for(_SharingContext({}, kept), dataframes=True).pools == ("rdd", "dataframe")
-    assert kept == {"SPARK_SIMPLIFIED_TRACEBACK": "0"}
-
-
 def test_turned_off_by_argument_or_conf() -> None:
     off = _plan(requested=False)
     assert off.pools == () and "warm_up=False" in off.notes[0]
