@@ -80,8 +80,8 @@ METHODS = {
     "trials), 6,000 rows, 8 epochs per trial, `local[2]`. Bar: pruning saves ≥ 30 % of "
     "trial-seconds at an equal best score.",
     "comm": "`comm.py`: bytes per trained sample to 0.85 test accuracy (MLP, Fashion-MNIST, "
-    "2 partitions, batch 64), medians of seeds. Bars: ≥ 50x fewer bytes, accuracy at most "
-    "0.01 below the default's, time to 0.85 no worse.",
+    "2 partitions, batch 64), medians of seeds. Bars: ≥ 50x fewer bytes, "
+    f"{fr.COMM_ACCURACY_BAR}, time to 0.85 no worse.",
     "ps_capacity": "`ps_capacity.py`: workers one driver serves at one sync per second "
     "each, from the server's measured CPU per update, memory traffic and a 10 Gbit/s link. "
     "Bars: ≥ 100 at 1M parameters, ≥ 10 at 25M.",
@@ -143,7 +143,7 @@ def headline() -> str:
             f"{scoring.data['dataframe_binary']['ratio']:.2f}x `model.predict`'s rows/s; bar "
             f"0.9x: {_short(scoring_checks)} {_dated(scoring)};",
             f"- {fewer:.0f}x fewer bytes per sample with int8 and the outer optimizer, at the "
-            f"same accuracy; bars 50x, accuracy at most 0.01 below the default's, time no worse: "
+            f"same accuracy; bars 50x, {fr.COMM_ACCURACY_BAR}, time no worse: "
             f"{_short(comm_checks)} {_dated(comm)};",
             f"- one driver serving {low} to {high} workers of a 1M-parameter model at one "
             f"sync per second {_dated(cap)};",

@@ -331,6 +331,10 @@ def comm_bytes(run: Run) -> tuple[str, float]:
     return key, base[key] / best[key]
 
 
+#: comm's accuracy bar, one-sided (the check in :func:`comm`), as every page words it.
+COMM_ACCURACY_BAR = "accuracy at most 0.01 below the default's"
+
+
 def comm(run: Run) -> tuple[str, dict[str, bool]]:
     configs = run.data["configs"]
     setup = run.data["setup"]
@@ -357,8 +361,7 @@ def comm(run: Run) -> tuple[str, dict[str, bool]]:
         faster = best["reached_target"] >= base["reached_target"]
     checks = {
         "≥ 50x": fewer >= 50,
-        "accuracy at most 0.01 below the default's": best["final_test_accuracy"]
-        >= base["final_test_accuracy"] - 0.01,
+        COMM_ACCURACY_BAR: best["final_test_accuracy"] >= base["final_test_accuracy"] - 0.01,
         "time no worse": faster,
     }
     return text, checks
