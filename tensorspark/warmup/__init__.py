@@ -46,9 +46,11 @@ Rules it keeps:
   set, a task must set ``CUDA_VISIBLE_DEVICES`` from the GPUs Spark gave it before
   TensorFlow is imported in its worker: the warm-up then starts the workers without
   importing TensorFlow.
-* **No fork after TensorFlow.** TensorFlow's threads do not survive a ``fork()``. The import
-  happens in the forked worker, inside a task; pyspark's daemon, which forks the workers,
-  never imports it.
+* **No fork after TensorFlow's runtime.** TensorFlow's thread pools do not survive a
+  ``fork()``; they start at the first op, which happens in the forked worker, inside a
+  task. pyspark's daemon, which forks the workers, never imports TensorFlow;
+  :mod:`tensorspark.warmup.daemon` (opt-in, ``spark.python.daemon.module``) imports it
+  without starting the runtime, so its workers start with the import done.
 
 The package: :mod:`~tensorspark.warmup.plan` decides what to warm from the Spark conf
 (pure), :mod:`~tensorspark.warmup.runner` runs it on the driver (:class:`WarmUp`,

@@ -55,7 +55,10 @@ def executors_on(spark_contexts: _Contexts, monkeypatch: pytest.MonkeyPatch):  #
         if active is not None:
             active.stop()
         monkeypatch.setenv("PYSPARK_PYTHON", python)
-        sc = new_context(make_conf("local[2]").set("spark.pyspark.python", python))
+        # PySpark's own daemon: this Python has no tensorspark to run the tests' daemon
+        # (tests/spark-conf/spark-defaults.conf), as a user's executors without it would not.
+        conf = make_conf("local[2]").set("spark.pyspark.python", python)
+        sc = new_context(conf.set("spark.python.daemon.module", "pyspark.daemon"))
         sc.setLogLevel("OFF")
         started.append(sc)
         return sc
