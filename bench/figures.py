@@ -287,6 +287,32 @@ def inference_formats() -> str:
     )
 
 
+def daemon() -> str:
+    """The cold-starts guide's table: fit on PySpark's daemon against tensorspark's."""
+    run = _newest("daemon")
+    seconds, speedup = run.data["median_s"], run.data["speedup"]
+    setup = run.data["setup"]
+    names = {
+        "cold": "cold: session and `fit` at once on a fresh context",
+        "after_failure": "after a failed task ended both workers: a new session and `fit`",
+        "warm": "warm: a third session and `fit` on the live workers",
+    }
+    lines = [
+        f"`bench/daemon.py`: the MLP on {setup['rows']:,} rows, 1 epoch, 2 partitions on "
+        f"`local[2]`, medians of {fr.rounds(setup['rounds'])}, each a fresh process "
+        f"({_dated(run)[1:-1]}):",
+        "",
+        "| `fit` | PySpark's daemon | tensorspark's daemon | speed-up |",
+        "|---|---|---|---|",
+    ]
+    for phase, name in names.items():
+        lines.append(
+            f"| {name} | {seconds['pyspark'][phase]:.2f} s | "
+            f"{seconds['tensorspark'][phase]:.2f} s | **{speedup[phase]:.2f}x** |"
+        )
+    return "\n".join(lines)
+
+
 def other_runs() -> str:
     """Every other stored run with its date, commit and load: the rows above cite them."""
     lines = ["| run | date | commit | load |", "|---|---|---|---|"]
@@ -302,6 +328,7 @@ def blocks() -> dict[str, Callable[[], str]]:
         "support": support,
         "embeddings_targets": embeddings_targets,
         "cold_starts": cold_starts,
+        "daemon": daemon,
         "streaming_measured": streaming_measured,
         "inference_formats": inference_formats,
         "other_runs": other_runs,
