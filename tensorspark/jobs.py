@@ -47,6 +47,8 @@ _TRACEBACK = re.compile(
     re.S,
 )
 _LAST_LINE = re.compile(r"^([\w.]+): (.*)$", re.M)
+# Spark's PythonWorkerFactory when a daemon exits before it wrote its port.
+_DAEMON_PORT = re.compile(r"reading the port number from ([\w.]+)'s stdout")
 # "ExecutorLostFailure (executor 4 exited caused by one of the running tasks) Reason: Command
 # exited with code 137", after the failed task: "barrier task ResultTask(16, 1) finished
 # unsuccessfully" (stage 16, partition 1) or "Lost task 1.3 in stage 16.0 (TID 40)
@@ -67,6 +69,20 @@ def worker_traceback(err: BaseException) -> str | None:
     """The executor's Python traceback inside a Spark failure's text, if it has one."""
     match = _TRACEBACK.search(str(err))
     return match.group(1).rstrip() if match else None
+
+
+def failed_daemon(err: BaseException) -> str | None:
+    """The ``spark.python.daemon.module`` that could not start, if that failed the job.
+
+    Spark reads a new daemon's port from its stdout; a daemon that dies first (its module
+    or a module it imports is missing in the executors' Python) fails the task with
+    "... reading the port number from <module>'s stdout", and only the executor's stderr
+    says why. ``None`` for other failures and for PySpark's own daemon (``pyspark.daemon``).
+    """
+    match = _DAEMON_PORT.search(str(err))
+    if match is None or match.group(1) == "pyspark.daemon":
+        return None
+    return match.group(1)
 
 
 def worker_error_line(err: BaseException) -> str | None:

@@ -309,6 +309,18 @@ def _unstartable(
 
     last = jobs.worker_error_line(err) or type(err).__name__
     host = ", ".join(hosts) or "unknown"
+    daemon = jobs.failed_daemon(err)
+    if daemon is not None:
+        return ConfigurationError(
+            f"The executor(s) on host {host} could not start the Python daemon that "
+            f"spark.python.daemon.module names, {daemon}: it exited before it started a "
+            f"worker (the executor's stderr says why, typically a module its Python cannot "
+            f"import). For tensorspark's daemon (tensorspark.warmup.daemon) the executors' "
+            f"Python needs tensorspark and its dependencies: install them in that environment "
+            f"(or ship tensorspark with --py-files), or remove the setting to use PySpark's "
+            f"own daemon, before {what}. The driver runs {driver.describe()}. Received: "
+            f"executor error={last[:200]!r}"
+        )
     return ConfigurationError(
         f"The Python workers of the executor(s) on host {host} could not run tensorspark's "
         f"version check: {last[:600]} The driver runs {driver.describe()}. Every executor "

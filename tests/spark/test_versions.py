@@ -24,6 +24,7 @@ from pyspark import SparkContext
 import tensorspark as sps
 from tensorspark import versions
 from tensorspark.errors import ConfigurationError
+from tensorspark.warmup import daemon
 from tests.spark.conftest import _Contexts, make_conf, new_context
 from tests.spark.spark_jobs import jobs_run
 
@@ -49,16 +50,17 @@ def executors_on(spark_contexts: _Contexts, monkeypatch: pytest.MonkeyPatch):  #
     """Start a local[2] context whose Python workers run the given interpreter."""
     started: list[SparkContext] = []
 
-    def start(python: str) -> SparkContext:
+    def start(python: str, daemon_module: str = "pyspark.daemon") -> SparkContext:
         spark_contexts.stop()
         active = SparkContext._active_spark_context  # noqa: SLF001
         if active is not None:
             active.stop()
         monkeypatch.setenv("PYSPARK_PYTHON", python)
-        # PySpark's own daemon: this Python has no tensorspark to run the tests' daemon
-        # (tests/spark-conf/spark-defaults.conf), as a user's executors without it would not.
+        # PySpark's own daemon unless asked: this Python has no tensorspark to run the tests'
+        # daemon (tests/spark-conf/spark-defaults.conf), as a user's executors without it
+        # would not.
         conf = make_conf("local[2]").set("spark.pyspark.python", python)
-        sc = new_context(conf.set("spark.python.daemon.module", "pyspark.daemon"))
+        sc = new_context(conf.set("spark.python.daemon.module", daemon_module))
         sc.setLogLevel("OFF")
         started.append(sc)
         return sc
@@ -100,6 +102,28 @@ def test_fit_refuses_executors_without_tensorflow(executors_on) -> None:  # type
     # Inference is refused the same way, at the call (not at the first action).
     with pytest.raises(ConfigurationError, match="tensorflow not installed"):
         sps.predict(sc, tiny_model(), sc.parallelize([np.zeros(4, "float32")], 1))
+
+
+def test_fit_names_the_daemon_the_executors_cannot_start(executors_on) -> None:  # type: ignore[no-untyped-def]
+    # The executors' Python (the driver's minor, none of our dependencies) cannot import
+    # the daemon module the conf names: Spark's error says only that no port came.
+    minor = "{}.{}".format(*sys.version_info[:2])
+    sc = executors_on(pyenv_python(minor), daemon_module=daemon.MODULE)
+    ks = sps.SparkSession(sc, tiny_model(), name="no-daemon", batch_size=4)
+
+    with pytest.raises(ConfigurationError) as info:
+        ks.fit(rows(sc), epochs=1)
+
+    text = str(info.value)
+    assert text.startswith(
+        "The executor(s) on host localhost could not start the Python daemon that "
+        f"spark.python.daemon.module names, {daemon.MODULE}: it exited"
+    )
+    assert "install them in that environment (or ship tensorspark with --py-files)" in text
+    assert "remove the setting to use PySpark's own daemon, before tensorspark no-daemon" in text
+    assert "reading the port number" in text  # Spark's own words, quoted at the end
+    assert ks._host.server is None  # noqa: SLF001 - refused before a server started
+    assert ks.last_run is None
 
 
 def test_fit_refuses_executors_of_another_python(executors_on) -> None:  # type: ignore[no-untyped-def]

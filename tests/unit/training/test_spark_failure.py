@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorspark.errors import ExecutorLostError, WorkerError
-from tensorspark.jobs import spark_failure
+from tensorspark.jobs import failed_daemon, spark_failure
 from tensorspark.training.sync import sync_executor_lost
 
 # What Spark 4.3 reported when tests/netns SIGKILLed an executor under a sync run.
@@ -68,3 +68,20 @@ def test_other_failures_stay_worker_errors() -> None:
         )
     )
     assert type(err) is WorkerError
+
+
+def test_a_daemon_that_never_wrote_its_port_is_named() -> None:
+    # Spark's words (PythonWorkerFactory; the same in 3.5 and 4.x) when the module
+    # spark.python.daemon.module names exits before it writes its port.
+    said = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage "
+        "0.0 failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) "
+        "(localhost executor driver): org.apache.spark.SparkException: EOFException occurred "
+        "while reading the port number from {module}'s stdout.\n\tat org.apache.spark.api."
+        "python.PythonWorkerFactory.startDaemon(PythonWorkerFactory.scala:382)"
+    )
+    ours = "tensorspark.warmup.daemon"
+    assert failed_daemon(RuntimeError(said.format(module=ours))) == ours
+    # PySpark's own daemon failing is another matter (a broken Python, not a setting).
+    assert failed_daemon(RuntimeError(said.format(module="pyspark.daemon"))) is None
+    assert failed_daemon(RuntimeError("Task failed: ZeroDivisionError")) is None
