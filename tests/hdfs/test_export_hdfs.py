@@ -13,7 +13,13 @@ import pytest
 from pyspark import SparkContext
 
 import tensorspark as sps
-from tests.spark.test_export import Decisions, examples, model, served
+from tests.spark.test_export import (  # noqa: F401 - _serving_process: stops served()'s process
+    Decisions,
+    _serving_process,
+    examples,
+    model,
+    served,
+)
 from tests.spark.test_streaming import SCHEMA
 
 if TYPE_CHECKING:  # conftest modules are not imported by tests; pytest injects the fixture.

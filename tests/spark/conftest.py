@@ -37,6 +37,14 @@ def make_conf(master: str) -> SparkConf:
         # workers that each import TensorFlow. Measured on four modules: 43 new workers and
         # about 15 % more wall-clock and CPU time than with it off (18 workers).
         .set("spark.tensorspark.warmup.enabled", "false")
+        # The local contexts' workers fork from tensorspark's daemon, which imports
+        # TensorFlow and Keras once per pool instead of once per worker
+        # (tensorspark/warmup/daemon.py; tests/spark/test_daemon.py runs both daemons).
+        # This set starts many workers per context (a task that raises ends its worker);
+        # measured in CI, 28:42 became 23:34. Not in spark-defaults.conf: the cluster sets'
+        # many short-lived executors ran their pools' daemons for jobs that never import
+        # TensorFlow, and that lane took 36:01 instead of 30:33.
+        .set("spark.python.daemon.module", "tensorspark.warmup.daemon")
     )
 
 

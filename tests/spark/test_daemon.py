@@ -1,6 +1,6 @@
 """Which daemon forks the executors' Python workers, and what they start with.
 
-The tests' Spark conf (tests/spark-conf/spark-defaults.conf) names tensorspark's daemon
+The spark set's local contexts (tests/spark/conftest.py's make_conf) name tensorspark's daemon
 (tensorspark/warmup/daemon.py), which imports TensorFlow and Keras before it forks; the
 second test runs a fit on PySpark's own daemon, what a user gets who does not opt in.
 Each task reads its parent, the daemon, from /proc: its command line and its mappings.

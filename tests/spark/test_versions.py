@@ -57,7 +57,7 @@ def executors_on(spark_contexts: _Contexts, monkeypatch: pytest.MonkeyPatch):  #
             active.stop()
         monkeypatch.setenv("PYSPARK_PYTHON", python)
         # PySpark's own daemon unless asked: this Python has no tensorspark to run the tests'
-        # daemon (tests/spark-conf/spark-defaults.conf), as a user's executors without it
+        # daemon (tests/spark/conftest.py's make_conf), as a user's executors without it
         # would not.
         conf = make_conf("local[2]").set("spark.pyspark.python", python)
         sc = new_context(conf.set("spark.python.daemon.module", daemon_module))

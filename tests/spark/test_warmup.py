@@ -82,7 +82,7 @@ def test_a_session_warms_both_pools_and_fit_keeps_the_warm_workers(
         assert all(r.error is None and r.workers >= 1 for r in reports.values()), reports
         # Each pool's workers have TensorFlow. PySpark's daemon, which forked them, does not
         # (nothing forks after importing TensorFlow there); tensorspark's daemon, which the
-        # tests' Spark conf names, imported it before forking (tests/spark/test_daemon.py).
+        # spark set's contexts name, imported it before forking (tests/spark/test_daemon.py).
         daemon_has_tf = sc.getConf().get(daemon.DAEMON_MODULE_CONF) == daemon.MODULE
         before = _rdd_workers(sc)
         frame = spark.range(0, 2, 1, 2).mapInArrow(

@@ -168,9 +168,9 @@ class _Records(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.levels[record.levelname] += 1
         if record.levelno >= logging.ERROR and len(self.errors) < 5:
-            self.errors.append(
-                f"{record.name}: {record.getMessage()}\n{record.exc_text or ''}"[:2000]
-            )
+            # exc_text is only filled by a Formatter, which this handler does not run.
+            trace = logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+            self.errors.append(f"{record.name}: {record.getMessage()}\n{trace}"[-4000:])
 
     def summary(self) -> dict[str, Any]:
         return {"levels": dict(self.levels), "errors": self.errors}
