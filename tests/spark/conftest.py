@@ -41,9 +41,8 @@ def make_conf(master: str) -> SparkConf:
         # TensorFlow and Keras once per pool instead of once per worker
         # (tensorspark/warmup/daemon.py; tests/spark/test_daemon.py runs both daemons).
         # This set starts many workers per context (a task that raises ends its worker);
-        # measured in CI, 28:42 became 23:34. Not in spark-defaults.conf: the cluster sets'
-        # many short-lived executors ran their pools' daemons for jobs that never import
-        # TensorFlow, and that lane took 36:01 instead of 30:33.
+        # measured in CI, 28:42 became 23:34. Not in spark-defaults.conf: the cluster sets
+        # run on PySpark's own daemon, the one most users run (docs/contributing.md).
         .set("spark.python.daemon.module", "tensorspark.warmup.daemon")
     )
 
