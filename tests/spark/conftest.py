@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf, SparkContext
 
+from tensorspark.warmup import daemon
+
 # A real `mlflow server` for the tracking tests: session-scoped, started on first use only.
 from tests.mlflow_server import mlflow_server  # noqa: F401
 
@@ -43,7 +45,7 @@ def make_conf(master: str) -> SparkConf:
         # This set starts many workers per context (a task that raises ends its worker);
         # measured in CI, 28:42 became 23:34. Not in spark-defaults.conf: the cluster sets
         # run on PySpark's own daemon, the one most users run (docs/contributing.md).
-        .set("spark.python.daemon.module", "tensorspark.warmup.daemon")
+        .set(daemon.DAEMON_MODULE_CONF, daemon.MODULE)
     )
 
 

@@ -60,7 +60,7 @@ def executors_on(spark_contexts: _Contexts, monkeypatch: pytest.MonkeyPatch):  #
         # daemon (tests/spark/conftest.py's make_conf), as a user's executors without it
         # would not.
         conf = make_conf("local[2]").set("spark.pyspark.python", python)
-        sc = new_context(conf.set("spark.python.daemon.module", daemon_module))
+        sc = new_context(conf.set(daemon.DAEMON_MODULE_CONF, daemon_module))
         sc.setLogLevel("OFF")
         started.append(sc)
         return sc
