@@ -165,7 +165,14 @@ class Request(httputil.HTTPMessageDelegate):
                 # Tornado would answer 100 only after awaiting what this returns, which
                 # waits for the body: answer it here.
                 del headers["Expect"]
-                stream.write(_CONTINUE)
+                try:
+                    stream.write(_CONTINUE)
+                except StreamClosedError:
+                    # The client hung up right after its head (the stream saw the close
+                    # before this ran, as under load): a hang-up, not a server error.
+                    self._connection_lost()
+                    headers["Content-Length"] = "0"  # Tornado then reads nothing more
+                    return None
             if self.signed:  # digested step by step as it lands; smaller bodies at once in finish()
                 assert settings.verifier is not None
                 self.hasher = settings.verifier.body_hasher(

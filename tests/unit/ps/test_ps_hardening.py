@@ -497,3 +497,45 @@ def test_an_older_client_gets_a_clear_401(server: ParameterServer) -> None:
         sock.sendall(_request("GET", "/pull", b""))
         assert _answer(sock)[0] == 200
     assert server.status()["workers"] == []
+
+
+def test_a_client_gone_before_its_100_continue_is_a_hang_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that sends a large push's head (``Expect: 100-continue``) and hangs up at
+    once: under load the server's stream has seen the close before the head is handled,
+    and writing ``100 Continue`` raised StreamClosedError, which Tornado logged at ERROR
+    (found by the fuzz test in CI). Here the head reaches a request whose stream is
+    already closed: it is a counted hang-up, logged at DEBUG, its body's room given back."""
+    from tornado.http1connection import HTTP1Connection
+    from tornado.httputil import HTTPHeaders, parse_request_start_line
+    from tornado.iostream import IOStream
+
+    caplog.set_level(logging.DEBUG)
+    n = 400_000  # a 1.6 MB push: the direct-read path, which answers 100 Continue itself
+    push = wire.encode_bytes({"w": np.ones(n, np.float32)}, _meta())
+    data = _request("POST", "/push", push, headers={"Expect": "100-continue"})
+    first, _, rest = data[: data.index(b"\r\n\r\n")].decode("latin-1").partition("\r\n")
+    with ParameterServer(_params(n), secret=SECRET, public_status=True) as server:
+
+        def on_loop() -> tuple[object, HTTPHeaders]:
+            ours, theirs = socket.socketpair()
+            theirs.close()
+            stream = IOStream(ours)
+            stream.close()  # the close seen before the head is handled
+            request = server._router().start_request(None, HTTP1Connection(stream, False))
+            headers = HTTPHeaders.parse(rest)
+            returned = request.headers_received(parse_request_start_line(first), headers)
+            request.finish()
+            return returned, headers
+
+        returned, headers = server._on_loop(on_loop, "a head on a closed stream")
+        assert returned is None and headers["Content-Length"] == "0"
+        status = server.status()
+        assert status["client_hangups"] == 1
+        assert status["inflight_bodies"] == 0 and status["inflight_bytes"] == 0
+        with ParameterClient(server.url, secret=SECRET) as client:
+            assert client.push({"w": np.ones(n, np.float32)}, _meta()).status == "applied"
+    assert _errors(caplog) == []
+    hangups = [r for r in caplog.records if "closed the connection" in r.getMessage()]
+    assert len(hangups) == 1 and hangups[0].levelno == logging.DEBUG
