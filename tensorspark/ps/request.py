@@ -52,8 +52,7 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 @dataclass(frozen=True)
 class Served:
-    """What every request of one server is handled with (given to
-    :class:`~tensorspark.ps.http.Router`)."""
+    """What every request of one server is handled with (given to its ``Router``)."""
 
     store: Store | StatusBooks
     verifier: auth.Verifier | None
@@ -165,14 +164,11 @@ class Request(httputil.HTTPMessageDelegate):
                 # Tornado would answer 100 only after awaiting what this returns, which
                 # waits for the body: answer it here.
                 del headers["Expect"]
-                try:
-                    stream.write(_CONTINUE)
-                except StreamClosedError:
-                    # The client hung up right after its head (the stream saw the close
-                    # before this ran, as under load): a hang-up, not a server error.
+                if stream.closed():  # the client hung up after its head (seen under load)
                     self._connection_lost()
                     headers["Content-Length"] = "0"  # Tornado then reads nothing more
                     return None
+                stream.write(_CONTINUE)
             if self.signed:  # digested step by step as it lands; smaller bodies at once in finish()
                 assert settings.verifier is not None
                 self.hasher = settings.verifier.body_hasher(
@@ -370,14 +366,11 @@ class Request(httputil.HTTPMessageDelegate):
             assert self.body is not None
             if not keeps:  # combined and answered: nothing refers to the body any more
                 store.give_body(self.body)
-        elif self.path == "/rows":  # a worker's row cache: rows by id (ps/sparse.py)
+        elif self.path in ("/rows", "/vocab"):
+            # /rows: a row cache's rows by id (ps/sparse.py); /vocab: raw ids (ps/vocab_route.py)
             tensors, meta = wire.decode_encoded(payload)
             self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
-            store.pull(self._respond, (tensors, meta))
-        elif self.path == "/vocab":  # a chunk's raw ids of dynamic tables (ps/vocab_route.py)
-            tensors, meta = wire.decode_encoded(payload)
-            self.partition = meta.get("partition") if type(meta.get("partition")) is int else None
-            store.pull(self._respond, (tensors, meta), vocab=True)
+            store.pull(self._respond, (tensors, meta), vocab=self.path == "/vocab")
         elif self.path == "/pull":
             self.partition = query_int(self.query, "partition")
             store.pull(self._respond)
