@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-_ROWS: list[dict[str, Any]] = []
+#: The rows measured so far, kept in the session's config (pytest's stash), not a global.
+_ROWS = pytest.StashKey[list[dict[str, Any]]]()
 
 
 def machine_jiffies() -> tuple[int, int]:
@@ -40,7 +41,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     total1, idle1 = machine_jiffies()
     hz = os.sysconf("SC_CLK_TCK")
     idle = idle1 - idle0
-    _ROWS.append(
+    rows = item.config.stash.setdefault(_ROWS, [])
+    rows.append(
         {
             "test": item.nodeid,
             "wall": round(time.monotonic() - started, 2),
@@ -50,4 +52,4 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     )
     out = os.environ.get("CPU_PER_TEST_OUT", "cpu-per-test.json")
     with open(out, "w", encoding="utf-8") as f:
-        json.dump(_ROWS, f, indent=0)
+        json.dump(rows, f, indent=0)
