@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.jvm import driver_process_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,7 +30,7 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter from the checkout, with this environment less
     ``unset`` plus ``extra_env``; it must succeed (its stderr's tail is the message)."""
-    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env = {k: v for k, v in driver_process_env(os.environ).items() if k not in unset}
     env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
@@ -49,7 +51,7 @@ def run_stream_driver(
     """Run a stream test's driver script (``--data``, ``--ckpt``, ``--out``, ``extra``) in a
     fresh interpreter of its own session; its exit code: 0, or -9 when it killed itself
     (SIGKILL, as a crashed driver). Any other exit fails with its stderr's tail."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(driver_process_env(os.environ), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, str(driver), "--data", str(data), "--ckpt", str(ckpt), "--out",
          str(out), *extra],

@@ -9,6 +9,7 @@ the pipeline and predicts exactly what the saving process predicted.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 from pyspark import SparkContext
 
+from tests.jvm import driver_process_env
 from tests.ml_support import PIXELS, fashion_arrays, pixel_frame, predictions, small_mlp
 
 if TYPE_CHECKING:  # conftest modules are not imported by tests; pytest injects the fixture.
@@ -88,6 +90,7 @@ def test_pipeline_on_hdfs_loads_in_a_fresh_process_with_identical_predictions(
     subprocess.run(
         [sys.executable, "-c", FRESH, location, hdfs_cluster.webhdfs_url, str(out)],
         cwd=ROOT,
+        env=driver_process_env(os.environ),
         check=True,
         timeout=600,
     )

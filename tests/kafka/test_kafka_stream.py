@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 
 from tensorspark.checkpoint import load_checkpoint
+from tests.jvm import driver_process_env
 
 from .conftest import spark_kafka_jars
 
@@ -31,7 +32,7 @@ def run_driver(kafka_broker: str, folder: Path, run: str, *extra: str) -> dict[s
     checkpointing to ``ckpt-<run>`` and writing its final weights to ``<run>.npz`` in
     ``folder``; what it wrote to ``--out`` (its status and every micro-batch's record)."""
     out = folder / f"{run}.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(driver_process_env(os.environ), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
         [sys.executable, "-m", "tests.kafka.kafka_driver", "--bootstrap", kafka_broker,
          "--topic", "replay", "--jars", spark_kafka_jars(), "--ckpt",

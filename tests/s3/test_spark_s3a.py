@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tensorspark.datasets.mnist import FASHION_MNIST_DIR, load_mnist
+from tests.jvm import driver_process_env
 from tests.s3_server import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def s3a_run(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> di
     part of the result; the parts use their own prefixes under ``base``): what the driver
     wrote to ``--out``, and its stdout and stderr under ``"output"``."""
     out = tmp_path_factory.mktemp("spark-s3a") / "out.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(driver_process_env(os.environ), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     env["TENSORSPARK_TEST_S3A_CONF"] = json.dumps(s3_server.hadoop_conf())
     base = f"s3a://{s3_server.bucket}/spark-s3a"
     done = subprocess.run(

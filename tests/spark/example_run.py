@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tensorspark.checkpoint import Checkpoint, checkpoint_version
+from tests.jvm import driver_process_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "spark_mnist.py"
@@ -34,7 +35,7 @@ _TRAINED = re.compile(r"trained \d+ partitions in [0-9.]+s \(version (\d+), (\d+
 
 def example_env() -> dict[str, str]:
     """The environment of an example run: this venv's Python everywhere, loopback only."""
-    env = dict(os.environ)
+    env = driver_process_env(os.environ)
     env.update(
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession as SQLSession
 from tensorspark import versions
 from tensorspark.errors import ConfigurationError
 from tensorspark.ml import KerasModel
+from tests.jvm import driver_process_env
 from tests.ml_support import small_mlp
 
 pytestmark = pytest.mark.spark
@@ -121,7 +122,11 @@ def test_saved_here_loads_in_another_environment_and_back(
     model = KerasModel(small_mlp())
     model.save(str(tmp_path / "here"))
     expected = model.kerasModel.predict(ROWS, verbose=0)
-    env = {**os.environ, "PYSPARK_PYTHON": OTHER, "PYSPARK_DRIVER_PYTHON": OTHER}
+    env = {
+        **driver_process_env(os.environ),
+        "PYSPARK_PYTHON": OTHER,
+        "PYSPARK_DRIVER_PYTHON": OTHER,
+    }
     run = subprocess.run(
         [OTHER, "-c", LOAD_ELSEWHERE, str(tmp_path / "here"), str(tmp_path / "there")]
         + [str(tmp_path / "out.json"), json.dumps(ROWS.tolist())],

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.jvm import FAST_START, LONG_LIVED, SPARK_CONF_DIR
+from tests.jvm import FAST_START, LONG_LIVED, SHORT_LIVED, SPARK_CONF_DIR, driver_process_env
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +31,14 @@ def test_the_tests_point_spark_at_their_defaults() -> None:
     assert os.environ["SPARK_CONF_DIR"] == str(SPARK_CONF_DIR)
     assert LONG_LIVED in os.environ["PYSPARK_SUBMIT_ARGS"]
     assert "TieredStopAtLevel" not in os.environ["PYSPARK_SUBMIT_ARGS"]
+
+
+def test_a_driver_started_as_a_process_takes_the_fast_start_flags() -> None:
+    """A test's driver script (a process of its own, a minute or two) names no Java options
+    of its own, so its JVM reads FAST_START from the defaults; the rest of the environment
+    is passed on as it is, and the pytest process's own arguments stay."""
+    env = {"PYSPARK_SUBMIT_ARGS": f"--driver-memory 4g {LONG_LIVED} pyspark-shell", "A": "1"}
+    driver = driver_process_env(env)
+    assert driver == {"PYSPARK_SUBMIT_ARGS": SHORT_LIVED, "A": "1"}
+    assert "java-options" not in SHORT_LIVED and SHORT_LIVED.endswith("pyspark-shell")
+    assert LONG_LIVED in env["PYSPARK_SUBMIT_ARGS"]  # a copy: the caller's mapping is kept
