@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # One JVM serves every SparkContext of this test process, sized by whichever test set
 # creates the first one (the cluster fixture runs first): give it room for the whole run.
 # It lives as long as the run, so it keeps HotSpot's optimising compiler (tests/jvm.py);
-# the drivers the tests start as processes get tests/jvm.py's SHORT_LIVED instead.
+# the drivers the tests start as processes drop LONG_LIVED (tests/jvm.py's driver_process_env).
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory 4g {LONG_LIVED} pyspark-shell")
 # Spark's other JVMs start with the client compiler and the serial collector (tests/jvm.py).
 os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))

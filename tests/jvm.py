@@ -38,16 +38,18 @@ FAST_START: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 #: ``spark-submit``'s arguments for the long-lived driver JVM of a pytest process.
 LONG_LIVED = "--driver-java-options -XX:+UseSerialGC"
 
-#: ``PYSPARK_SUBMIT_ARGS`` of a driver the tests start as a process: no Java options of its
-#: own, so its JVM takes :data:`FAST_START` from the tests' ``spark-defaults.conf``.
-SHORT_LIVED = "--driver-memory 4g pyspark-shell"
-
 
 def driver_process_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` for a Python process that starts its own Spark driver (a script run by a
-    test): a copy whose ``PYSPARK_SUBMIT_ARGS`` is :data:`SHORT_LIVED` instead of the
-    pytest process's :data:`LONG_LIVED`."""
-    return {**env, "PYSPARK_SUBMIT_ARGS": SHORT_LIVED}
+    test): a copy whose ``PYSPARK_SUBMIT_ARGS`` (the pytest process's, or the caller's own)
+    lose :data:`LONG_LIVED`, so the driver's JVM takes :data:`FAST_START` from the tests'
+    ``spark-defaults.conf``; every other argument is kept."""
+    driver = dict(env)
+    if "PYSPARK_SUBMIT_ARGS" in driver:
+        driver["PYSPARK_SUBMIT_ARGS"] = " ".join(
+            driver["PYSPARK_SUBMIT_ARGS"].replace(LONG_LIVED, " ").split()
+        )
+    return driver
 
 
 #: The ``SPARK_CONF_DIR`` of the tests: its ``spark-defaults.conf`` gives Spark's driver and
